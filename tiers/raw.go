@@ -1,0 +1,121 @@
+package tiers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
+)
+
+// RawConfig configures the raw (per-second) tier.
+type RawConfig struct {
+	// Dir holds the TSDB blocks and the WAL.
+	Dir string
+	// Retention is how long raw samples are kept (24 h by default).
+	Retention time.Duration
+	// OutOfOrderWindow is how far behind the newest sample of the tier a sample may
+	// still be appended. Older samples are rejected with storage.ErrTooOldSample.
+	OutOfOrderWindow time.Duration
+	// WALCompression compresses WAL records (snappy), as Prometheus does by default.
+	WALCompression bool
+}
+
+// DefaultRawConfig returns the raw tier's defaults: 24 h retention and a 10 minute
+// out-of-order window.
+func DefaultRawConfig(dir string) RawConfig {
+	return RawConfig{Dir: dir, Retention: 24 * time.Hour, OutOfOrderWindow: 10 * time.Minute, WALCompression: true}
+}
+
+// Raw is the per-second tier: a Prometheus TSDB with its write-ahead log.
+//
+// Durability: an appender's Commit writes the samples' WAL records to the
+// operating system (write(2)) before it returns, so once Commit has returned the
+// samples survive the process being killed (kill -9) and are replayed on the next
+// Open; a torn record at the WAL's tail is repaired on Open. The WAL is fsynced
+// when a segment is cut (every 128 MiB) and on Close, as in Prometheus: a power
+// loss or kernel crash can lose what was written since the last fsync.
+//
+// Raw is safe for concurrent use.
+type Raw struct {
+	db  *tsdb.DB
+	cfg RawConfig
+}
+
+// OpenRaw opens (or creates) the raw tier in cfg.Dir, replaying and repairing its
+// WAL. The caller MUST call Close.
+func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Raw, error) {
+	if cfg.Retention <= 0 {
+		return nil, fmt.Errorf("raw tier retention must be positive, got %s", cfg.Retention)
+	}
+	if cfg.OutOfOrderWindow < 0 {
+		return nil, fmt.Errorf("out-of-order window must not be negative, got %s", cfg.OutOfOrderWindow)
+	}
+	opts := tsdb.DefaultOptions()
+	opts.RetentionDuration = cfg.Retention.Milliseconds()
+	opts.OutOfOrderTimeWindow = cfg.OutOfOrderWindow.Milliseconds()
+	opts.EnableExemplarStorage = true
+	opts.MaxExemplars = 100_000
+	opts.EnableMetadataWALRecords = true
+	if !cfg.WALCompression {
+		opts.WALCompression = "none"
+	}
+	// Blocks never need to outgrow the retention: with 24 h of raw data, larger
+	// blocks would only delay deletion.
+	if maxBlock := cfg.Retention.Milliseconds() / 10; maxBlock < opts.MaxBlockDuration {
+		opts.MaxBlockDuration = max(maxBlock, opts.MinBlockDuration)
+	}
+	db, err := tsdb.Open(cfg.Dir, logger.With("tier", "raw"), reg, opts, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
+	}
+	return &Raw{db: db, cfg: cfg}, nil
+}
+
+// Config returns the configuration the tier was opened with.
+func (r *Raw) Config() RawConfig { return r.cfg }
+
+// DB returns the underlying TSDB, for the receiver's appends and for stats.
+func (r *Raw) DB() *tsdb.DB { return r.db }
+
+// Appender implements storage.Appendable.
+func (r *Raw) Appender(ctx context.Context) storage.Appender { return r.db.Appender(ctx) }
+
+// AppenderV2 implements storage.AppendableV2.
+func (r *Raw) AppenderV2(ctx context.Context) storage.AppenderV2 { return r.db.AppenderV2(ctx) }
+
+// Querier implements storage.Queryable.
+func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) { return r.db.Querier(mint, maxt) }
+
+// ChunkQuerier implements storage.ChunkQueryable.
+func (r *Raw) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
+	return r.db.ChunkQuerier(mint, maxt)
+}
+
+// ExemplarQuerier implements storage.ExemplarQueryable.
+func (r *Raw) ExemplarQuerier(ctx context.Context) (storage.ExemplarQuerier, error) {
+	return r.db.ExemplarQuerier(ctx)
+}
+
+// MinTime returns the oldest timestamp (ms) the tier holds, and false when it is empty.
+func (r *Raw) MinTime() (int64, bool) {
+	mint := r.db.Head().MinTime()
+	if blocks := r.db.Blocks(); len(blocks) > 0 {
+		mint = min(mint, blocks[0].Meta().MinTime)
+	}
+	if mint == int64(^uint64(0)>>1) { // empty head and no blocks
+		return 0, false
+	}
+	return mint, true
+}
+
+// Close flushes and closes the tier: the WAL is synced, nothing acknowledged is lost.
+func (r *Raw) Close() error {
+	if err := r.db.Close(); err != nil {
+		return fmt.Errorf("close raw tier: %w", err)
+	}
+	return nil
+}
