@@ -12,8 +12,21 @@ func main() {
 	app := kingpin.New("strata", "Strata: a tiered Prometheus remote-write store and PromQL API for AI inference fleets.")
 	app.Version(version.Print("strata"))
 	app.HelpFlag.Short('h')
-	if _, err := app.Parse(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+
+	serve := newServeCommand(app)
+
+	cmd, err := app.Parse(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		os.Exit(2)
+	}
+	var runErr error
+	switch cmd {
+	case serve.cmd.FullCommand():
+		runErr = serve.run()
+	}
+	if runErr != nil {
+		fmt.Fprintf(os.Stderr, "strata %s: %v\n", cmd, runErr)
+		os.Exit(1)
 	}
 }

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/alecthomas/units"
+	"github.com/prometheus/common/model"
+	"gopkg.in/yaml.v3"
+)
+
+//go:embed default.yml
+var defaultConfigYAML []byte
+
+// Config is `strata serve`'s configuration: the embedded default.yml, then the
+// --config.file over it, then flags set on the command line. docs/configuration.md
+// documents every key.
+type Config struct {
+	Storage     StorageConfig     `yaml:"storage"`
+	Web         WebConfig         `yaml:"web"`
+	RemoteWrite RemoteWriteConfig `yaml:"remote_write"`
+	Query       QueryConfig       `yaml:"query"`
+}
+
+// StorageConfig places the tiers and sets their retention.
+type StorageConfig struct {
+	Path             string         `yaml:"path"`
+	OutOfOrderWindow model.Duration `yaml:"out_of_order_time_window"`
+	Raw              TierConfig     `yaml:"raw"`
+	Minute           TierConfig     `yaml:"minute"`
+	Hour             TierConfig     `yaml:"hour"`
+}
+
+// TierConfig is one tier's retention.
+type TierConfig struct {
+	Retention model.Duration `yaml:"retention"`
+}
+
+// WebConfig is the HTTP server's configuration.
+type WebConfig struct {
+	ListenAddress string         `yaml:"listen_address"`
+	ConfigFile    string         `yaml:"config_file"`
+	EnablePprof   bool           `yaml:"enable_pprof"`
+	ReadTimeout   model.Duration `yaml:"read_timeout"`
+}
+
+// RemoteWriteConfig bounds what the receiver accepts.
+type RemoteWriteConfig struct {
+	MaxBodyBytes         ByteSize       `yaml:"max_body_bytes"`
+	MaxDecompressedBytes ByteSize       `yaml:"max_decompressed_bytes"`
+	MaxLabelsPerSeries   int            `yaml:"max_labels_per_series"`
+	MaxLabelNameLength   int            `yaml:"max_label_name_length"`
+	MaxLabelValueLength  int            `yaml:"max_label_value_length"`
+	MaxFutureSkew        model.Duration `yaml:"max_future_skew"`
+	MaxInflightRequests  int            `yaml:"max_inflight_requests"`
+	MaxInflightBytes     ByteSize       `yaml:"max_inflight_bytes"`
+}
+
+// QueryConfig bounds the PromQL engine.
+type QueryConfig struct {
+	Timeout        model.Duration `yaml:"timeout"`
+	MaxSamples     int            `yaml:"max_samples"`
+	MaxConcurrency int            `yaml:"max_concurrency"`
+	LookbackDelta  model.Duration `yaml:"lookback_delta"`
+}
+
+// ByteSize is a size in bytes that YAML and flags may write as "32MiB".
+type ByteSize int64
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	return b.Set(n.Value)
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
+
+// Set parses a size such as "32MiB" or a plain number of bytes (kingpin.Value).
+func (b *ByteSize) Set(s string) error {
+	v, err := units.ParseBase2Bytes(s)
+	if err != nil {
+		return fmt.Errorf("invalid size %q: %w", s, err)
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+func (b ByteSize) String() string { return units.Base2Bytes(b).String() }
+
+// loadConfig returns the embedded default with the file at path (if any) read
+// over it. Unknown keys are errors, so a typo does not silently keep a default.
+func loadConfig(path string) (Config, error) {
+	var cfg Config
+	if err := decodeStrict(bytes.NewReader(defaultConfigYAML), &cfg); err != nil {
+		return Config{}, fmt.Errorf("embedded default configuration: %w", err)
+	}
+	if path == "" {
+		return cfg, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("open config file: %w", err)
+	}
+	defer f.Close() //nolint:errcheck // read-only file; a close error cannot lose data
+	if err := decodeStrict(f, &cfg); err != nil {
+		return Config{}, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func decodeStrict(r io.Reader, cfg *Config) error {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// validate checks what the packages cannot check alone.
+func (c Config) validate() error {
+	var errs []error
+	if c.Storage.Path == "" {
+		errs = append(errs, errors.New("storage.path must not be empty"))
+	}
+	positive := func(name string, d model.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))
+		}
+	}
+	positive("storage.raw.retention", c.Storage.Raw.Retention)
+	positive("storage.minute.retention", c.Storage.Minute.Retention)
+	positive("storage.hour.retention", c.Storage.Hour.Retention)
+	if c.Storage.OutOfOrderWindow < 0 {
+		errs = append(errs, fmt.Errorf("storage.out_of_order_time_window must not be negative, got %s", c.Storage.OutOfOrderWindow))
+	}
+	if time.Duration(c.Storage.OutOfOrderWindow) >= time.Duration(c.Storage.Raw.Retention) {
+		errs = append(errs, errors.New("storage.out_of_order_time_window must be shorter than storage.raw.retention: rollups are built from raw data before it expires"))
+	}
+	return errors.Join(errs...)
+}

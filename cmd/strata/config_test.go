@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadConfigDefault(t *testing.T) {
+	cfg, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("embedded default does not validate: %v", err)
+	}
+	if got := cfg.Web.ListenAddress; got != ":9201" {
+		t.Errorf("listen address = %q, want :9201", got)
+	}
+	if got := time.Duration(cfg.Storage.Raw.Retention); got != 24*time.Hour {
+		t.Errorf("raw retention = %s, want 24h", got)
+	}
+	if got := int64(cfg.RemoteWrite.MaxBodyBytes); got != 32<<20 {
+		t.Errorf("max body = %d, want 32 MiB", got)
+	}
+}
+
+func TestLoadConfigOverlay(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "strata.yml")
+	if err := os.WriteFile(path, []byte("storage:\n  raw:\n    retention: 2h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(cfg.Storage.Raw.Retention); got != 2*time.Hour {
+		t.Errorf("raw retention = %s, want the file's 2h", got)
+	}
+	if got := time.Duration(cfg.Storage.Minute.Retention); got != 30*24*time.Hour {
+		t.Errorf("minute retention = %s, want the default 30d kept", got)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown key", "storage:\n  retention: 1d\n", "field retention not found"},
+		{"bad duration", "storage:\n  raw:\n    retention: soon\n", "soon"},
+		{"bad size", "remote_write:\n  max_body_bytes: lots\n", "invalid size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "strata.yml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadConfig(path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.yml")); err == nil {
+		t.Fatal("missing config file: no error")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cfg, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Storage.OutOfOrderWindow = cfg.Storage.Raw.Retention
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "out_of_order_time_window") {
+		t.Fatalf("validate = %v, want an out-of-order window error", err)
+	}
+}

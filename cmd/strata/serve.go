@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+type serveCommand struct {
+	cmd        *kingpin.CmdClause
+	configFile string
+	logConfig  *promslog.Config
+	flags      *overrides
+}
+
+func newServeCommand(app *kingpin.Application) *serveCommand {
+	s := &serveCommand{
+		cmd:       app.Command("serve", "Run the remote-write receiver, the tiers and the Prometheus HTTP API.").Default(),
+		logConfig: &promslog.Config{},
+	}
+	s.cmd.Flag("config.file", "Strata configuration file, read over the embedded default (see docs/configuration.md).").StringVar(&s.configFile)
+	o := &overrides{cmd: s.cmd}
+	s.flags = o
+	o.string("storage.path", "Directory holding every tier. (default: data)",
+		func(c *Config) *string { return &c.Storage.Path })
+	o.duration("storage.raw.retention", "How long per-second samples are kept. (default: 24h)",
+		func(c *Config) *model.Duration { return &c.Storage.Raw.Retention })
+	o.duration("storage.minute.retention", "How long minute rollups are kept. (default: 30d)",
+		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
+	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",
+		func(c *Config) *model.Duration { return &c.Storage.Hour.Retention })
+	o.duration("storage.out-of-order-time-window", "How far behind the newest sample a late sample is accepted; also the rollups' allowed lateness. (default: 10m)",
+		func(c *Config) *model.Duration { return &c.Storage.OutOfOrderWindow })
+	o.string("web.listen-address", "Address to listen on for the API, remote write and /metrics. (default: :9201)",
+		func(c *Config) *string { return &c.Web.ListenAddress })
+	o.string("web.config.file", "Path to a web configuration file enabling TLS and basic auth (exporter-toolkit format).",
+		func(c *Config) *string { return &c.Web.ConfigFile })
+	o.bool("web.enable-pprof", "Serve /debug/pprof for profiling.",
+		func(c *Config) *bool { return &c.Web.EnablePprof })
+	o.duration("web.read-timeout", "Maximum time to read a request, body included. (default: 5m)",
+		func(c *Config) *model.Duration { return &c.Web.ReadTimeout })
+	addRemoteWriteFlags(o)
+	addQueryFlags(o)
+	promslogflag.AddFlags(app, s.logConfig)
+	return s
+}
+
+// server is a running `strata serve`: the tiers, the HTTP API and their wiring.
+type server struct {
+	cfg    Config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+	raw    *tiers.Raw
+	ready  atomic.Bool
+	closer []func() error // run in reverse order on shutdown
+}
+
+func (s *serveCommand) run() error {
+	cfg, err := loadConfig(s.configFile)
+	if err != nil {
+		return err
+	}
+	s.flags.applyTo(&cfg)
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	logger := promslog.New(s.logConfig)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	srv, err := startServer(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return srv.serve(ctx)
+}
+
+func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("strata"),
+	)
+	srv = &server{cfg: cfg, logger: logger, reg: reg}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, srv.close())
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.Storage.Path, 0o750); err != nil {
+		return nil, fmt.Errorf("create storage path: %w", err)
+	}
+	rawCfg := tiers.DefaultRawConfig(filepath.Join(cfg.Storage.Path, "raw"))
+	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
+	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
+	srv.raw, err = tiers.OpenRaw(rawCfg, logger, prometheus.WrapRegistererWithPrefix("strata_raw_", reg))
+	if err != nil {
+		return nil, err
+	}
+	srv.closer = append(srv.closer, srv.raw.Close)
+	return srv, nil
+}
+
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintln(w, "Strata is Healthy.")
+	})
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "Strata is not ready.")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintln(w, "Strata is Ready.")
+	})
+	if s.cfg.Web.EnablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "Strata: Prometheus remote write at /api/v1/write, the Prometheus HTTP API at /api/v1/, metrics at /metrics.")
+	})
+	return mux
+}
+
+// serve listens until ctx ends (SIGINT or SIGTERM), then shuts down gracefully:
+// it stops accepting requests, lets those in flight finish, and closes the tiers
+// so that everything acknowledged is flushed.
+func (s *server) serve(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Web.ListenAddress)
+	if err != nil {
+		return errors.Join(fmt.Errorf("listen on %s: %w", s.cfg.Web.ListenAddress, err), s.close())
+	}
+	httpSrv := &http.Server{
+		Handler:           s.handler(),
+		ReadTimeout:       time.Duration(s.cfg.Web.ReadTimeout),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
+	}
+	webFlags := &web.FlagConfig{
+		WebListenAddresses: &[]string{s.cfg.Web.ListenAddress},
+		WebSystemdSocket:   new(bool),
+		WebConfigFile:      &s.cfg.Web.ConfigFile,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- web.Serve(ln, httpSrv, webFlags, s.logger) }()
+	s.ready.Store(true)
+	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.logger.Info("shutting down")
+	case serveErr = <-errc:
+		if errors.Is(serveErr, http.ErrServerClosed) {
+			serveErr = nil
+		}
+	}
+	s.ready.Store(false)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		serveErr = errors.Join(serveErr, fmt.Errorf("shut down http server: %w", err))
+	}
+	serveErr = errors.Join(serveErr, s.close())
+	if serveErr == nil {
+		s.logger.Info("Strata stopped cleanly")
+	}
+	return serveErr
+}
+
+func (s *server) close() error {
+	var errs []error
+	for i := len(s.closer) - 1; i >= 0; i-- {
+		errs = append(errs, s.closer[i]())
+	}
+	s.closer = nil
+	return errors.Join(errs...)
+}
+
+func addRemoteWriteFlags(o *overrides) {
+	o.bytes("remote-write.max-body-bytes", "Largest compressed remote-write request accepted. (default: 32MiB)",
+		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxBodyBytes })
+	o.bytes("remote-write.max-decompressed-bytes", "Largest decompressed remote-write request accepted, checked before decoding. (default: 128MiB)",
+		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxDecompressedBytes })
+	o.int("remote-write.max-labels-per-series", "Most labels a series may carry. (default: 64)",
+		func(c *Config) *int { return &c.RemoteWrite.MaxLabelsPerSeries })
+	o.int("remote-write.max-label-name-length", "Longest label name accepted, in bytes. (default: 1024)",
+		func(c *Config) *int { return &c.RemoteWrite.MaxLabelNameLength })
+	o.int("remote-write.max-label-value-length", "Longest label value accepted, in bytes. (default: 4096)",
+		func(c *Config) *int { return &c.RemoteWrite.MaxLabelValueLength })
+	o.duration("remote-write.max-future-skew", "How far in the future a sample's timestamp may be. (default: 10m)",
+		func(c *Config) *model.Duration { return &c.RemoteWrite.MaxFutureSkew })
+	o.int("remote-write.max-inflight-requests", "Remote-write requests handled at once; more get 429. (default: 64)",
+		func(c *Config) *int { return &c.RemoteWrite.MaxInflightRequests })
+	o.bytes("remote-write.max-inflight-bytes", "Compressed bytes of remote-write requests handled at once; more get 429. (default: 256MiB)",
+		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxInflightBytes })
+}
+
+func addQueryFlags(o *overrides) {
+	o.duration("query.timeout", "Maximum time a query may take before it is aborted (503). (default: 2m)",
+		func(c *Config) *model.Duration { return &c.Query.Timeout })
+	o.int("query.max-samples", "Most samples a query may load into memory (422 beyond). (default: 50000000)",
+		func(c *Config) *int { return &c.Query.MaxSamples })
+	o.int("query.max-concurrency", "Queries executed at once; others wait until their timeout. (default: 20)",
+		func(c *Config) *int { return &c.Query.MaxConcurrency })
+	o.duration("query.lookback-delta", "How far back an instant selector looks for a sample. (default: 5m)",
+		func(c *Config) *model.Duration { return &c.Query.LookbackDelta })
+}
