@@ -1,0 +1,256 @@
+package downsample
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/util/kahansum"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// Resolutions and partition lengths of the two rollup tiers, in milliseconds.
+// They are fixed: the on-disk formats (docs/format/) and the stitched view
+// depend on them.
+const (
+	MinuteRes = int64(60 * 1000)
+	HourRes   = 60 * MinuteRes
+	DayLen    = 24 * HourRes
+
+	// StaleLookahead is how far after a window's last float sample a stale
+	// marker still marks the window Stale, wherever the marker falls: in the
+	// same window, or in a later one that holds no float sample (a series that
+	// ends is marked stale at the next scrape, often in the next minute). It
+	// equals PromQL's default lookback: a reader extends a sample by at most
+	// that much anyway. Because the rule does not depend on the resolution,
+	// hour windows merged from minute windows carry the same Stale as hour
+	// windows computed from raw samples.
+	StaleLookahead = 5 * MinuteRes
+)
+
+// alignDown returns the start of the res-aligned window that holds t, also for
+// timestamps before the epoch.
+func alignDown(t, res int64) int64 {
+	m := t % res
+	if m < 0 {
+		m += res
+	}
+	return t - m
+}
+
+// Stats counts what one window computation read.
+type Stats struct {
+	Floats     int // float samples aggregated (stale markers excluded)
+	Stale      int // stale markers seen
+	Histograms int // native histogram samples skipped: they stay raw-only
+}
+
+func (s *Stats) add(o Stats) {
+	s.Floats += o.Floats
+	s.Stale += o.Stale
+	s.Histograms += o.Histograms
+}
+
+// builder aggregates one series' samples, in time order, into windows. Its
+// semantics are chosen so that a window answers what PromQL's *_over_time and
+// counter functions return over the same raw samples:
+//
+//   - every float sample counts, NaN included (count_over_time counts NaN);
+//   - Sum is a Kahan-Neumaier sum finished as sum_over_time finishes it, so a
+//     NaN makes it NaN;
+//   - Min and Max skip NaN unless every sample is NaN, as min_over_time and
+//     max_over_time do;
+//   - Increase is Last - First plus the value before every reset, the form
+//     PromQL's increase() uses; for NaN-free data it equals the per-step sum
+//     the tiers.Window comment gives, and a NaN between two finite samples does
+//     not poison it (as in PromQL);
+//   - Resets counts v < previous v, as resets() does (NaN never resets);
+//   - stale markers are not aggregated; a stale marker that is the next
+//     sample after the window's last float sample, at most StaleLookahead
+//     later, sets Stale; stale markers do not break the counter chain (PromQL
+//     drops them from range vectors too).
+type builder struct {
+	res      int64
+	w        tiers.Window
+	open     bool
+	sum, c   float64 // Kahan-Neumaier state of Sum
+	resetSum float64 // sum of the values before each reset inside the window
+}
+
+// add aggregates a float sample (stale markers included) at t. When t falls
+// into a later window than the open one, the open window is returned complete.
+func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
+	if value.IsStaleNaN(v) {
+		if b.open && t-b.w.LastT <= StaleLookahead {
+			b.w.Stale = true
+		}
+		return tiers.Window{}, false
+	}
+	if b.open && t >= b.w.Start+b.res {
+		done, ok = b.finish(), true
+	}
+	if !b.open {
+		b.open = true
+		b.w = tiers.Window{
+			Start: alignDown(t, b.res), FirstT: t, LastT: t, Count: 1,
+			Min: v, Max: v, First: v, Last: v,
+		}
+		b.sum, b.c = kahansum.Inc(v, 0, 0)
+		b.resetSum = 0
+		return done, ok
+	}
+	w := &b.w
+	if v < w.Last {
+		w.Resets++
+		b.resetSum += w.Last
+	}
+	w.Count++
+	b.sum, b.c = kahansum.Inc(v, b.sum, b.c)
+	if v < w.Min || math.IsNaN(w.Min) {
+		w.Min = v
+	}
+	if v > w.Max || math.IsNaN(w.Max) {
+		w.Max = v
+	}
+	w.LastT, w.Last = t, v
+	w.Stale = false
+	return done, ok
+}
+
+// finish closes the open window and returns it.
+func (b *builder) finish() tiers.Window {
+	b.open = false
+	w := b.w
+	w.Sum = b.sum
+	if !math.IsInf(b.sum, 0) {
+		w.Sum += b.c
+	}
+	w.Increase = w.Last - w.First + b.resetSum
+	return w
+}
+
+// AppendWindows aggregates the float samples of it with mint <= t < maxt into
+// windows of length res aligned to res, and appends them to dst in time order.
+// It reads on past maxt up to the first sample at or after maxt, at most
+// StaleLookahead past it, to see a stale marker that ends the last window:
+// callers that read from a querier select [mint, maxt+StaleLookahead].
+// Minutes (or hours) without a float sample produce no window. Native
+// histogram samples are skipped and counted in Stats: rollups are float-only
+// (classic histograms are float series and roll up as counters).
+//
+// The iterator must yield samples in ascending time order, as every
+// storage.Series iterator does.
+func AppendWindows(dst []tiers.Window, it chunkenc.Iterator, res, mint, maxt int64) ([]tiers.Window, Stats, error) {
+	if res <= 0 {
+		return dst, Stats{}, fmt.Errorf("window resolution must be positive, got %d", res)
+	}
+	var (
+		b  = builder{res: res}
+		st Stats
+	)
+	vt := it.Next()
+	if vt != chunkenc.ValNone {
+		if t := it.AtT(); t < mint {
+			vt = it.Seek(mint)
+		}
+	}
+	for ; vt != chunkenc.ValNone; vt = it.Next() {
+		switch vt {
+		case chunkenc.ValFloat:
+			t, v := it.At()
+			if t >= maxt {
+				if value.IsStaleNaN(v) {
+					b.add(t, v) // may mark the last window stale; never closes it
+				}
+				return finishAppend(dst, &b, st, it)
+			}
+			if value.IsStaleNaN(v) {
+				st.Stale++
+			} else {
+				st.Floats++
+			}
+			if w, ok := b.add(t, v); ok {
+				dst = append(dst, w)
+			}
+		default: // native histograms (integer or float)
+			if it.AtT() >= maxt {
+				return finishAppend(dst, &b, st, it)
+			}
+			st.Histograms++
+		}
+	}
+	return finishAppend(dst, &b, st, it)
+}
+
+func finishAppend(dst []tiers.Window, b *builder, st Stats, it chunkenc.Iterator) ([]tiers.Window, Stats, error) {
+	if b.open {
+		dst = append(dst, b.finish())
+	}
+	if err := it.Err(); err != nil {
+		return dst, st, fmt.Errorf("read raw samples: %w", err)
+	}
+	return dst, st, nil
+}
+
+// Merge combines consecutive windows of one series (ascending Start, not
+// overlapping) into one window, as if the window had been computed from the
+// raw samples directly: the step from one window's Last to the next window's
+// First is a counter reset when First < Last (a reset exactly at a boundary)
+// and adds First to Increase, else it adds First - Last. Min, Max and Sum keep
+// the PromQL semantics described on AppendWindows.
+//
+// The result's Start is windows[0].Start; a caller building a coarser
+// resolution sets it to the coarser window's start. Merge of no windows
+// returns the zero Window (Count 0), which callers must not store.
+func Merge(windows []tiers.Window) tiers.Window {
+	if len(windows) == 0 {
+		return tiers.Window{}
+	}
+	out := windows[0]
+	sum, c := kahansum.Inc(out.Sum, 0, 0)
+	for i := 1; i < len(windows); i++ {
+		w := &windows[i]
+		if w.First < out.Last {
+			out.Resets++
+			out.Increase += w.First
+		} else {
+			out.Increase += w.First - out.Last
+		}
+		out.Increase += w.Increase
+		out.Resets += w.Resets
+		out.Count += w.Count
+		sum, c = kahansum.Inc(w.Sum, sum, c)
+		if w.Min < out.Min || math.IsNaN(out.Min) {
+			out.Min = w.Min
+		}
+		if w.Max > out.Max || math.IsNaN(out.Max) {
+			out.Max = w.Max
+		}
+		out.LastT, out.Last, out.Stale = w.LastT, w.Last, w.Stale
+	}
+	out.Sum = sum
+	if !math.IsInf(sum, 0) {
+		out.Sum += c
+	}
+	return out
+}
+
+// Coarsen merges a series' windows (ascending Start) into windows of the
+// coarser resolution res, appending them to dst: it is how hour windows are
+// built from minute windows.
+func Coarsen(dst, windows []tiers.Window, res int64) []tiers.Window {
+	for i := 0; i < len(windows); {
+		start := alignDown(windows[i].Start, res)
+		j := i + 1
+		for j < len(windows) && windows[j].Start < start+res {
+			j++
+		}
+		w := Merge(windows[i:j])
+		w.Start = start
+		dst = append(dst, w)
+		i = j
+	}
+	return dst
+}
