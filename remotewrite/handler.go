@@ -1,0 +1,485 @@
+package remotewrite
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// Response headers of RW 2.0, also sent (as 0) for RW 1.0 like Prometheus
+// does: the compliance suite expects 0 for 1.0 requests.
+const (
+	headerSamplesWritten    = "X-Prometheus-Remote-Write-Samples-Written"
+	headerHistogramsWritten = "X-Prometheus-Remote-Write-Histograms-Written"
+	headerExemplarsWritten  = "X-Prometheus-Remote-Write-Exemplars-Written"
+	headerVersion           = "X-Prometheus-Remote-Write-Version"
+)
+
+// Content types of the two protocol versions.
+const (
+	contentTypeProtobuf = "application/x-protobuf"
+	protoV1             = "prometheus.WriteRequest"
+	protoV2             = "io.prometheus.write.v2.Request"
+)
+
+// Config configures the Handler. DefaultConfig gives the values documented on
+// each field; zero values are replaced by those defaults in NewHandler, so a
+// limit cannot be switched off by forgetting it.
+type Config struct {
+	// Limits is the per-series validation, shared with the scraper. Defaults:
+	// 64 labels per series (Mimir's max_label_names_per_series is 30, VM has
+	// no default limit; inference exporters such as dcgm-exporter with
+	// Kubernetes labels reach ~25), label names of 1 KiB, label values of
+	// 4 KiB (VM's -maxLabelValueLen; Mimir allows 2 KiB), and a future skew
+	// of 10 minutes (Prometheus' maxAheadTime).
+	Limits Limits
+	// MaxCompressedBytes bounds the request body as sent (32 MiB, like
+	// VictoriaMetrics' -maxInsertRequestSize). Larger bodies get 413 before
+	// they are read when Content-Length says so, or as soon as they prove so.
+	MaxCompressedBytes int
+	// MaxDecompressedBytes bounds the snappy-decoded body (128 MiB). It is
+	// checked against the length the snappy header announces, before the
+	// output buffer is allocated. Prometheus sends at most ~2,000 series per
+	// request (a few MiB), so this only stops abuse.
+	MaxDecompressedBytes int
+	// MaxInflightRequests bounds requests being decoded or appended at once
+	// (64). Past it the handler answers 429 without reading the body.
+	MaxInflightRequests int
+	// MaxInflightBytes bounds the sum over in-flight requests of compressed
+	// plus decompressed body bytes (512 MiB). A request whose Content-Length
+	// is unknown reserves MaxCompressedBytes until its body is read. Past the
+	// bound the handler answers 429, so receiver memory for bodies stays
+	// under this figure.
+	MaxInflightBytes int64
+	// RetryAfter is the Retry-After the handler sends with 429 (5 s, rounded
+	// up to whole seconds).
+	RetryAfter time.Duration
+	// MaxErrorBodyBytes caps the response body of a 400 (4 KiB): a request
+	// with 10,000 bad series must not produce a 10,000-line answer.
+	MaxErrorBodyBytes int
+	// IngestSTZeroSample, when set (default), appends a zero sample at a
+	// sample's start timestamp (RW 2.0 Sample.start_timestamp, or the legacy
+	// TimeSeries.created_timestamp) before the sample, like Prometheus'
+	// created-timestamp-zero-ingestion: rate() over a counter that started
+	// inside the range then sees its first increase. It is best effort and
+	// never rejects the sample it belongs to.
+	IngestSTZeroSample bool
+	// SeriesCacheSize bounds the cache from label set to series reference
+	// that spares re-building label sets and re-hashing them in the TSDB for
+	// series seen before (262,144 series; negative disables it).
+	SeriesCacheSize int
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Limits: Limits{
+			MaxLabelsPerSeries:  64,
+			MaxLabelNameLength:  1024,
+			MaxLabelValueLength: 4096,
+			MaxFutureSkew:       10 * time.Minute,
+		},
+		MaxCompressedBytes:   32 << 20,
+		MaxDecompressedBytes: 128 << 20,
+		MaxInflightRequests:  64,
+		MaxInflightBytes:     512 << 20,
+		RetryAfter:           5 * time.Second,
+		MaxErrorBodyBytes:    4 << 10,
+		IngestSTZeroSample:   true,
+		SeriesCacheSize:      1 << 18,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Limits.MaxLabelsPerSeries <= 0 {
+		c.Limits.MaxLabelsPerSeries = d.Limits.MaxLabelsPerSeries
+	}
+	if c.Limits.MaxLabelNameLength <= 0 {
+		c.Limits.MaxLabelNameLength = d.Limits.MaxLabelNameLength
+	}
+	if c.Limits.MaxLabelValueLength <= 0 {
+		c.Limits.MaxLabelValueLength = d.Limits.MaxLabelValueLength
+	}
+	if c.Limits.MaxFutureSkew <= 0 {
+		c.Limits.MaxFutureSkew = d.Limits.MaxFutureSkew
+	}
+	if c.MaxCompressedBytes <= 0 {
+		c.MaxCompressedBytes = d.MaxCompressedBytes
+	}
+	if c.MaxDecompressedBytes <= 0 {
+		c.MaxDecompressedBytes = d.MaxDecompressedBytes
+	}
+	if c.MaxInflightRequests <= 0 {
+		c.MaxInflightRequests = d.MaxInflightRequests
+	}
+	if c.MaxInflightBytes <= 0 {
+		c.MaxInflightBytes = d.MaxInflightBytes
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = d.RetryAfter
+	}
+	if c.MaxErrorBodyBytes <= 0 {
+		c.MaxErrorBodyBytes = d.MaxErrorBodyBytes
+	}
+	if c.SeriesCacheSize == 0 {
+		c.SeriesCacheSize = d.SeriesCacheSize
+	}
+	return c
+}
+
+// Handler is the remote-write receiver: an http.Handler for POST
+// /api/v1/write that accepts RW 1.0 and 2.0, validates and bounds what it
+// receives and appends it to the raw tier. It is safe for concurrent use.
+type Handler struct {
+	cfg    Config
+	app    storage.AppendableV2
+	meta   *MetadataStore
+	logger *slog.Logger
+	now    func() time.Time
+	cache  *seriesCache
+
+	inflightReqs  atomic.Int64
+	inflightBytes atomic.Int64
+	retryAfter    string
+
+	pool sync.Pool // *requestState
+
+	m handlerMetrics
+}
+
+type handlerMetrics struct {
+	requests      *prometheus.CounterVec
+	rejected      *prometheus.CounterVec
+	samples       prometheus.Counter
+	histograms    prometheus.Counter
+	exemplars     prometheus.Counter
+	written       *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	inflightReqs  prometheus.GaugeFunc
+	inflightBytes prometheus.GaugeFunc
+}
+
+// requestState is the pooled memory of one request: its two body buffers,
+// the decoder and the append scratch space.
+type requestState struct {
+	compressed, decompressed []byte
+	dec                      Decoder
+	ws                       writeState
+}
+
+// NewHandler returns a receiver appending into app (the raw tier: *tiers.Raw
+// implements storage.AppendableV2; exemplars are stored when its appenders
+// implement storage.ExemplarAppenderV2, as the TSDB's do). meta keeps metric
+// metadata; nil gives a private in-memory store. now is the clock used for the
+// future-skew limit (nil means time.Now). Metrics are registered on reg.
+func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Handler, error) {
+	if app == nil {
+		return nil, errors.New("new remote-write handler: nil appendable")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if meta == nil {
+		meta = NewMetadataStore(0)
+	}
+	cfg = cfg.withDefaults()
+	h := &Handler{
+		cfg:        cfg,
+		app:        app,
+		meta:       meta,
+		logger:     logger,
+		now:        now,
+		retryAfter: strconv.FormatInt(int64(math.Ceil(cfg.RetryAfter.Seconds())), 10),
+	}
+	if cfg.SeriesCacheSize > 0 {
+		h.cache = newSeriesCache(cfg.SeriesCacheSize)
+	}
+	h.pool.New = func() any { return &requestState{} }
+
+	f := promauto.With(reg)
+	h.m = handlerMetrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_remotewrite_requests_total",
+			Help: "Remote-write requests by protocol version and HTTP status code.",
+		}, []string{"version", "code"}),
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_remotewrite_rejected_total",
+			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written.",
+		}, []string{"reason"}),
+		samples: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_remotewrite_samples_total",
+			Help: "Float samples received (decoded), written or not.",
+		}),
+		histograms: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_remotewrite_histograms_total",
+			Help: "Native histogram samples received (decoded), written or not.",
+		}),
+		exemplars: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_remotewrite_exemplars_total",
+			Help: "Exemplars received (decoded), written or not.",
+		}),
+		written: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_remotewrite_written_total",
+			Help: "Elements committed to the raw tier, by kind (sample, histogram, exemplar).",
+		}, []string{"kind"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:                        "strata_remotewrite_request_duration_seconds",
+			Help:                        "Time to handle a remote-write request, from headers to response.",
+			Buckets:                     []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			NativeHistogramBucketFactor: 1.1,
+		}, []string{"version"}),
+		inflightReqs: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "strata_remotewrite_inflight_requests",
+			Help: "Remote-write requests being handled.",
+		}, func() float64 { return float64(h.inflightReqs.Load()) }),
+		inflightBytes: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "strata_remotewrite_inflight_bytes",
+			Help: "Body bytes (compressed plus decompressed) reserved by in-flight requests.",
+		}, func() float64 { return float64(h.inflightBytes.Load()) }),
+	}
+	return h, nil
+}
+
+// Limits returns the series validation the handler applies, for the scraper.
+func (h *Handler) Limits() Limits { return h.cfg.Limits }
+
+// protoVersion is the protocol of a request, as chosen by its Content-Type.
+type protoVersion int
+
+const (
+	versionUnknown protoVersion = iota
+	version1
+	version2
+)
+
+func (v protoVersion) label() string {
+	if v == version2 {
+		return "2.0"
+	}
+	return "1.0"
+}
+
+// parseContentType maps a Content-Type to a protocol version, following the
+// RW 2.0 spec: the header, not the body, chooses the schema.
+func parseContentType(ct string) (protoVersion, error) {
+	switch ct {
+	case "", contentTypeProtobuf, contentTypeProtobuf + ";proto=" + protoV1:
+		return version1, nil
+	case contentTypeProtobuf + ";proto=" + protoV2:
+		return version2, nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return versionUnknown, fmt.Errorf("unsupported Content-Type %q: %w", ct, err)
+	}
+	if mt != contentTypeProtobuf {
+		return versionUnknown, fmt.Errorf("unsupported Content-Type %q, want %s", ct, contentTypeProtobuf)
+	}
+	switch params["proto"] {
+	case "", protoV1:
+		return version1, nil
+	case protoV2:
+		return version2, nil
+	}
+	return versionUnknown, fmt.Errorf("unsupported protobuf message %q, want %s or %s", params["proto"], protoV1, protoV2)
+}
+
+// httpError is a response decided before anything was written to storage.
+type httpError struct {
+	code   int
+	reason string
+	err    error
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	w.Header().Set(headerVersion, "2.0.0")
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "remote write requires POST", http.StatusMethodNotAllowed)
+		h.m.requests.WithLabelValues("unknown", "405").Inc()
+		return
+	}
+	// Headers first: a 415 must not depend on reading or decoding the body.
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "snappy") {
+		h.reject(w, versionUnknown, httpError{http.StatusUnsupportedMediaType, "unsupported_media_type",
+			fmt.Errorf("unsupported Content-Encoding %q, want snappy", ce)})
+		return
+	}
+	ver, err := parseContentType(r.Header.Get("Content-Type"))
+	if err != nil {
+		h.reject(w, versionUnknown, httpError{http.StatusUnsupportedMediaType, "unsupported_media_type", err})
+		return
+	}
+	defer func() { h.m.duration.WithLabelValues(ver.label()).Observe(h.now().Sub(start).Seconds()) }()
+
+	if r.ContentLength > int64(h.cfg.MaxCompressedBytes) {
+		h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, r.ContentLength, h.cfg.MaxCompressedBytes)})
+		return
+	}
+	// Admission: bound requests and body bytes in flight before reading.
+	reserve := r.ContentLength
+	if reserve < 0 {
+		reserve = int64(h.cfg.MaxCompressedBytes)
+	}
+	if !h.admit(reserve) {
+		h.overload(w, ver)
+		return
+	}
+	defer func() {
+		h.inflightReqs.Add(-1)
+		h.inflightBytes.Add(-reserve)
+	}()
+
+	bufs := h.pool.Get().(*requestState)
+	defer func() {
+		bufs.dec.Reset()
+		h.pool.Put(bufs)
+	}()
+	bufs.compressed, err = readBody(r.Body, bufs.compressed, r.ContentLength, h.cfg.MaxCompressedBytes)
+	if err != nil {
+		if errors.Is(err, ErrBodyTooLarge) {
+			h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, err})
+		} else {
+			h.reject(w, ver, httpError{http.StatusBadRequest, "read_error", err})
+		}
+		return
+	}
+	// Exchange the reservation for the real sizes.
+	n, err := decodedLen(bufs.compressed, h.cfg.MaxDecompressedBytes)
+	if err != nil {
+		if errors.Is(err, ErrDecompressedTooLarge) {
+			h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonDecompressedTooLarge, err})
+		} else {
+			h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadSnappy, err})
+		}
+		return
+	}
+	need := int64(len(bufs.compressed) + n)
+	delta := need - reserve
+	if total := h.inflightBytes.Add(delta); total > h.cfg.MaxInflightBytes && delta > 0 && total != need {
+		h.inflightBytes.Add(-delta)
+		h.overload(w, ver)
+		return
+	}
+	reserve = need
+	bufs.decompressed, err = decompress(bufs.decompressed, bufs.compressed, n)
+	if err != nil {
+		h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadSnappy, err})
+		return
+	}
+
+	dec := &bufs.dec
+	var req *Request
+	if ver == version2 {
+		req, err = dec.DecodeV2(bufs.decompressed)
+	} else {
+		req, err = dec.DecodeV1(bufs.decompressed)
+	}
+	if err != nil {
+		h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadProtobuf, err})
+		return
+	}
+	res := h.write(r, ver, req, &bufs.ws)
+	h.respond(w, ver, res)
+}
+
+// admit reserves one request slot and bytes, or reports overload.
+func (h *Handler) admit(bytes int64) bool {
+	if h.inflightReqs.Add(1) > int64(h.cfg.MaxInflightRequests) {
+		h.inflightReqs.Add(-1)
+		return false
+	}
+	// A request alone in flight is always admitted, so that a body larger
+	// than MaxInflightBytes (but within the size limits) is not refused
+	// forever.
+	if total := h.inflightBytes.Add(bytes); total > h.cfg.MaxInflightBytes && total != bytes {
+		h.inflightBytes.Add(-bytes)
+		h.inflightReqs.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
+	w.Header().Set("Retry-After", h.retryAfter)
+	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
+		errors.New("too many remote-write requests or bytes in flight, retry later")})
+}
+
+// reject answers a request that wrote nothing.
+func (h *Handler) reject(w http.ResponseWriter, ver protoVersion, e httpError) {
+	h.m.rejected.WithLabelValues(e.reason).Inc()
+	h.logger.Debug("remote-write request rejected", "code", e.code, "reason", e.reason, "err", e.err)
+	setWritten(w, 0, 0, 0)
+	http.Error(w, e.err.Error(), e.code)
+	v := "unknown"
+	if ver != versionUnknown {
+		v = ver.label()
+	}
+	h.m.requests.WithLabelValues(v, strconv.Itoa(e.code)).Inc()
+}
+
+func setWritten(w http.ResponseWriter, samples, histograms, exemplars int) {
+	hd := w.Header()
+	hd.Set(headerSamplesWritten, strconv.Itoa(samples))
+	hd.Set(headerHistogramsWritten, strconv.Itoa(histograms))
+	hd.Set(headerExemplarsWritten, strconv.Itoa(exemplars))
+}
+
+func (h *Handler) respond(w http.ResponseWriter, ver protoVersion, res *writeResult) {
+	code := http.StatusNoContent
+	var body string
+	switch {
+	case res.fatal != nil:
+		code = http.StatusInternalServerError
+		body = "store samples: " + res.fatal.Error()
+		h.logger.Error("remote-write append failed, request rolled back", "err", res.fatal)
+	case res.rejectedCount() > 0:
+		code = http.StatusBadRequest
+		body = res.message(h.cfg.MaxErrorBodyBytes)
+		h.logger.Debug("remote-write request partly rejected", "msg", body)
+	}
+	if ver == version2 && res.fatal == nil {
+		setWritten(w, res.samples, res.histograms, res.exemplars)
+	} else {
+		setWritten(w, 0, 0, 0)
+	}
+	if res.fatal == nil {
+		h.m.written.WithLabelValues("sample").Add(float64(res.samples))
+		h.m.written.WithLabelValues("histogram").Add(float64(res.histograms))
+		h.m.written.WithLabelValues("exemplar").Add(float64(res.exemplars))
+	}
+	h.m.requests.WithLabelValues(ver.label(), strconv.Itoa(code)).Inc()
+	if code == http.StatusNoContent {
+		w.WriteHeader(code)
+		return
+	}
+	http.Error(w, body, code)
+}
+
+// isHistogramValidationError reports a native-histogram validation failure
+// from the TSDB (a client error, unlike other append errors).
+func isHistogramValidationError(err error) bool {
+	var e histogram.Error
+	return errors.As(err, &e)
+}

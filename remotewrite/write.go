@@ -1,0 +1,437 @@
+package remotewrite
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/exemplar"
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// Extra rejection reasons that only the handler produces.
+const (
+	reasonMixedSeries        = "samples_and_histograms"
+	reasonExemplarOutOfOrder = "exemplar_out_of_order"
+	reasonExemplarNoStorage  = "exemplar_storage_disabled"
+)
+
+// maxErrorsKept bounds the distinct problems listed in a 400 body.
+const maxErrorsKept = 8
+
+// writeResult is what one request wrote and what it rejected.
+type writeResult struct {
+	samples, histograms, exemplars int // written (committed)
+	received                       int // samples + histograms + exemplars in the request
+	rejected                       int // elements not written
+	problems                       int // rejections, counting series-level ones without elements
+	msgs                           []string
+	fatal                          error // storage failure: everything rolled back
+}
+
+func (r *writeResult) rejectedCount() int { return r.problems }
+
+// message renders the 400 body: how many elements were rejected and the first
+// few reasons, cut to maxBytes.
+func (r *writeResult) message(maxBytes int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d samples, histograms and exemplars rejected: ", r.rejected, r.received)
+	for i, m := range r.msgs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(m)
+	}
+	if more := r.problems - len(r.msgs); more > 0 {
+		fmt.Fprintf(&b, "; and %d more", more)
+	}
+	s := b.String()
+	if len(s) > maxBytes {
+		const ellipsis = " [truncated]"
+		cut := max(maxBytes-len(ellipsis), 0)
+		s = strings.ToValidUTF8(s[:cut], "") + ellipsis
+	}
+	return s
+}
+
+// writeState is the scratch space of one request's appends, pooled with the
+// decoder so the steady state reuses it.
+type writeState struct {
+	sb        labels.ScratchBuilder
+	exemplars []exemplar.Exemplar
+	res       writeResult
+}
+
+func (h *Handler) rejectElems(res *writeResult, reason string, elements int, err error) {
+	res.rejected += elements
+	res.problems++
+	if len(res.msgs) < maxErrorsKept {
+		res.msgs = append(res.msgs, err.Error())
+	}
+	if elements > 0 {
+		h.m.rejected.WithLabelValues(reason).Add(float64(elements))
+	}
+}
+
+// write appends a decoded request in one storage transaction: the valid part
+// is committed even when some series or samples are rejected (the response is
+// then 400), and nothing is committed when the storage itself fails (500, so
+// the sender's retry is safe).
+func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *writeState) *writeResult {
+	res := &st.res
+	*res = writeResult{msgs: res.msgs[:0]}
+	for i := range req.Series {
+		s := &req.Series[i]
+		n := len(s.Samples) + len(s.Histograms) + len(s.Exemplars)
+		res.received += n
+		h.m.samples.Add(float64(len(s.Samples)))
+		h.m.histograms.Add(float64(len(s.Histograms)))
+		h.m.exemplars.Add(float64(len(s.Exemplars)))
+	}
+	for _, m := range req.Metadata {
+		h.meta.Set(m.Family, m.Metadata)
+	}
+
+	app := h.app.AppenderV2(r.Context())
+	now := h.now()
+	for i := range req.Series {
+		if err := h.writeSeries(app, ver, &req.Series[i], st, now); err != nil {
+			res.fatal = err
+			break
+		}
+	}
+	if res.fatal != nil {
+		if err := app.Rollback(); err != nil {
+			res.fatal = errors.Join(res.fatal, fmt.Errorf("rollback: %w", err))
+		}
+		return res
+	}
+	if err := app.Commit(); err != nil {
+		res.fatal = fmt.Errorf("commit: %w", err)
+	}
+	return res
+}
+
+// classifyAppendErr maps the TSDB's per-sample errors to rejection reasons;
+// ok is false for errors that are our own failure (500).
+func classifyAppendErr(err error) (reason string, ok bool) {
+	switch {
+	case errors.Is(err, storage.ErrOutOfOrderSample):
+		return ReasonOutOfOrder, true
+	case errors.Is(err, storage.ErrTooOldSample), errors.Is(err, storage.ErrOutOfBounds):
+		return ReasonTooOld, true
+	case errors.Is(err, storage.ErrDuplicateSampleForTimestamp):
+		return ReasonDuplicateTimestamp, true
+	case isHistogramValidationError(err), errors.Is(err, storage.ErrNativeHistogramsDisabled):
+		return ReasonBadHistogram, true
+	}
+	return "", false
+}
+
+// metadataFamily returns the family a series' metadata belongs to: its
+// metric name, without the _bucket/_count/_sum suffix of classic histogram
+// and summary series, so /api/v1/metadata lists "foo" as a scrape would.
+func metadataFamily(name string, typ model.MetricType) string {
+	switch typ {
+	case model.MetricTypeHistogram, model.MetricTypeGaugeHistogram, model.MetricTypeSummary:
+		for _, suf := range [...]string{"_bucket", "_count", "_sum"} {
+			if f, ok := strings.CutSuffix(name, suf); ok {
+				return f
+			}
+		}
+	}
+	return name
+}
+
+func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, s *Series, st *writeState, now time.Time) error {
+	res := &st.res
+	lim := h.cfg.Limits
+	nElems := len(s.Samples) + len(s.Histograms) + len(s.Exemplars)
+	if s.Err != nil {
+		h.rejectElems(res, ReasonBadSymbolRef, nElems, fmt.Errorf("series with label references %s: %w", "(unresolved)", s.Err))
+		return nil
+	}
+	sortLabels(s.Labels)
+	var c labelChecker
+	var name string
+	for _, l := range s.Labels {
+		c.check(lim, l.Name, l.Value)
+		if c.reason != "" {
+			break
+		}
+		if l.Name == labels.MetricName {
+			name = l.Value
+		}
+	}
+	if reason, err := c.finish(lim); err != nil {
+		h.rejectElems(res, reason, nElems, fmt.Errorf("series %s: %w", formatLabels(s.Labels), err))
+		return nil
+	}
+	if ver == version2 {
+		switch {
+		case len(s.Samples) == 0 && len(s.Histograms) == 0:
+			h.rejectElems(res, ReasonEmptySeries, nElems, fmt.Errorf("series %s: TimeSeries must contain at least one sample or histogram", formatLabels(s.Labels)))
+			return nil
+		case len(s.Samples) > 0 && len(s.Histograms) > 0:
+			h.rejectElems(res, reasonMixedSeries, nElems, fmt.Errorf("series %s: TimeSeries must not contain both samples and histograms", formatLabels(s.Labels)))
+			return nil
+		}
+	}
+
+	ls, ref, hash, cached := h.seriesLabels(s.Labels, &st.sb)
+	cachedRef := ref
+	var opts storage.AppendV2Options
+	if !s.Metadata.IsEmpty() {
+		if md, ok := h.meta.Set(metadataFamily(name, s.Metadata.Type), s.Metadata); ok {
+			opts.Metadata = md
+		}
+	}
+	stZero := h.cfg.IngestSTZeroSample && s.Metadata.Type != model.MetricTypeGauge
+	var lastST int64
+
+	for _, smp := range s.Samples {
+		if reason, err := lim.CheckTimestamp(smp.Timestamp, now); err != nil {
+			h.rejectElems(res, reason, 1, fmt.Errorf("series %s: %w", formatLabels(s.Labels), err))
+			continue
+		}
+		stamp := smp.StartTimestamp
+		if stamp == 0 {
+			stamp = s.CreatedTimestamp
+		}
+		if stZero && stamp != 0 && stamp < smp.Timestamp && stamp != lastST {
+			lastST = stamp
+			// Best effort, like Prometheus: an ST older than what the series
+			// holds is simply not ingested.
+			if r, err := app.Append(ref, ls, 0, stamp, 0, nil, nil, storage.AppendV2Options{RejectOutOfOrder: true}); err == nil {
+				ref = r
+			}
+		}
+		r, err := app.Append(ref, ls, stamp, smp.Timestamp, smp.Value, nil, nil, opts)
+		if err != nil && !errors.Is(err, (*storage.AppendPartialError)(nil)) {
+			reason, ok := classifyAppendErr(err)
+			if !ok {
+				return fmt.Errorf("append sample to series %s: %w", ls.String(), err)
+			}
+			h.rejectElems(res, reason, 1, fmt.Errorf("series %s at %d: %w", formatLabels(s.Labels), smp.Timestamp, err))
+			continue
+		}
+		ref = r
+		res.samples++
+	}
+	for _, hs := range s.Histograms {
+		if err := h.appendHistogram(app, &ref, ls, s, hs, st, stZero, &lastST, opts, now); err != nil {
+			return err
+		}
+	}
+	if h.cache != nil && ref != 0 && (!cached || ref != cachedRef) {
+		h.cache.put(hash, h.stableLabels(app, ls, ref), ref)
+	}
+	if len(s.Exemplars) > 0 {
+		h.appendExemplars(app, ver, ref, ls, s, st)
+	}
+	return nil
+}
+
+func (h *Handler) appendHistogram(app storage.AppenderV2, ref *storage.SeriesRef, ls labels.Labels, s *Series, hs Histogram, st *writeState, stZero bool, lastST *int64, opts storage.AppendV2Options, now time.Time) error {
+	res := &st.res
+	if reason, err := h.cfg.Limits.CheckTimestamp(hs.Timestamp, now); err != nil {
+		h.rejectElems(res, reason, 1, fmt.Errorf("series %s: %w", formatLabels(s.Labels), err))
+		return nil
+	}
+	if err := prepareHistogram(hs); err != nil {
+		h.rejectElems(res, ReasonBadHistogram, 1, fmt.Errorf("series %s at %d: %w", formatLabels(s.Labels), hs.Timestamp, err))
+		return nil
+	}
+	stamp := hs.StartTimestamp
+	if stamp == 0 {
+		stamp = s.CreatedTimestamp
+	}
+	if stZero && stamp != 0 && stamp < hs.Timestamp && stamp != *lastST {
+		*lastST = stamp
+		zh, zfh := zeroHistogram(hs)
+		if r, err := app.Append(*ref, ls, 0, stamp, 0, zh, zfh, storage.AppendV2Options{RejectOutOfOrder: true}); err == nil {
+			*ref = r
+		}
+	}
+	r, err := app.Append(*ref, ls, stamp, hs.Timestamp, 0, hs.H, hs.FH, opts)
+	if err != nil && !errors.Is(err, (*storage.AppendPartialError)(nil)) {
+		reason, ok := classifyAppendErr(err)
+		if !ok {
+			return fmt.Errorf("append histogram to series %s: %w", ls.String(), err)
+		}
+		h.rejectElems(res, reason, 1, fmt.Errorf("series %s at %d: %w", formatLabels(s.Labels), hs.Timestamp, err))
+		return nil
+	}
+	*ref = r
+	res.histograms++
+	return nil
+}
+
+// prepareHistogram validates a native histogram and, like Prometheus, lowers
+// the resolution of schemas finer than the TSDB supports (9..52) to 8.
+func prepareHistogram(hs Histogram) error {
+	if hs.H != nil {
+		if !histogram.IsKnownSchema(hs.H.Schema) {
+			return histogram.UnknownSchemaError(hs.H.Schema)
+		}
+		if hs.H.Schema > histogram.ExponentialSchemaMax {
+			if err := hs.H.ReduceResolution(histogram.ExponentialSchemaMax); err != nil {
+				return err
+			}
+		}
+		return hs.H.Validate()
+	}
+	if !histogram.IsKnownSchema(hs.FH.Schema) {
+		return histogram.UnknownSchemaError(hs.FH.Schema)
+	}
+	if hs.FH.Schema > histogram.ExponentialSchemaMax {
+		if err := hs.FH.ReduceResolution(histogram.ExponentialSchemaMax); err != nil {
+			return err
+		}
+	}
+	return hs.FH.Validate()
+}
+
+// zeroHistogram is the start-timestamp sample of a histogram series: empty,
+// marked as a counter reset, with the same schema so no new chunk is cut.
+func zeroHistogram(hs Histogram) (*histogram.Histogram, *histogram.FloatHistogram) {
+	if hs.H != nil {
+		return &histogram.Histogram{CounterResetHint: histogram.CounterReset, Schema: hs.H.Schema,
+			ZeroThreshold: hs.H.ZeroThreshold, CustomValues: hs.H.CustomValues}, nil
+	}
+	return nil, &histogram.FloatHistogram{CounterResetHint: histogram.CounterReset, Schema: hs.FH.Schema,
+		ZeroThreshold: hs.FH.ZeroThreshold, CustomValues: hs.FH.CustomValues}
+}
+
+// appendExemplars stores a series' exemplars in the TSDB's exemplar storage.
+// RW 2.0 counts only stored exemplars in its header and reports the others in
+// the 400; for RW 1.0, as in Prometheus, exemplar problems are only counted
+// and logged, because 1.0 senders cannot tell which part of a 400 failed.
+func (h *Handler) appendExemplars(app storage.AppenderV2, ver protoVersion, ref storage.SeriesRef, ls labels.Labels, s *Series, st *writeState) {
+	res := &st.res
+	reject := func(reason string, n int, err error) {
+		if ver == version2 {
+			h.rejectElems(res, reason, n, err)
+			return
+		}
+		h.m.rejected.WithLabelValues(reason).Add(float64(n))
+		h.logger.Debug("remote-write 1.0 exemplars dropped", "series", ls.String(), "err", err)
+	}
+	exApp, ok := app.(storage.ExemplarAppenderV2)
+	if !ok {
+		reject(reasonExemplarNoStorage, len(s.Exemplars), fmt.Errorf("series %s: exemplar storage is not available", formatLabels(s.Labels)))
+		return
+	}
+	if ref == 0 {
+		reject(ReasonBadExemplar, len(s.Exemplars), fmt.Errorf("series %s: exemplars of a series with no sample written", formatLabels(s.Labels)))
+		return
+	}
+	exs := st.exemplars[:0]
+	for _, e := range s.Exemplars {
+		if e.Err != nil {
+			reject(ReasonBadExemplar, 1, fmt.Errorf("series %s: %w", formatLabels(s.Labels), e.Err))
+			continue
+		}
+		el, err := exemplarLabels(e.Labels, &st.sb)
+		if err != nil {
+			reject(ReasonBadExemplar, 1, fmt.Errorf("series %s: exemplar: %w", formatLabels(s.Labels), err))
+			continue
+		}
+		exs = append(exs, exemplar.Exemplar{Labels: el, Value: e.Value, Ts: e.Timestamp, HasTs: true})
+	}
+	st.exemplars = exs[:0]
+	if len(exs) == 0 {
+		return
+	}
+	slices.SortFunc(exs, exemplar.Compare)
+	_, err := exApp.AppendExemplars(ref, ls, exs)
+	if err == nil {
+		res.exemplars += len(exs)
+		return
+	}
+	pErr, ok := errors.AsType[*storage.AppendPartialError](err)
+	if !ok {
+		reject(ReasonBadExemplar, len(exs), fmt.Errorf("series %s: exemplars: %w", formatLabels(s.Labels), err))
+		return
+	}
+	failed := make(map[int]error, len(pErr.ExemplarErrors))
+	for _, ee := range pErr.ExemplarErrors {
+		failed[ee.Index] = ee.Err
+	}
+	for _, e := range failed {
+		reason := ReasonBadExemplar
+		if errors.Is(e, storage.ErrOutOfOrderExemplar) {
+			reason = reasonExemplarOutOfOrder
+		}
+		reject(reason, 1, fmt.Errorf("series %s: exemplar: %w", formatLabels(s.Labels), e))
+	}
+	res.exemplars += len(exs) - len(failed)
+}
+
+// exemplarLabels copies an exemplar's label views into a sorted label set;
+// the exemplar storage keeps it, so it cannot point into the request.
+func exemplarLabels(views []Label, sb *labels.ScratchBuilder) (labels.Labels, error) {
+	sb.Reset()
+	for _, l := range views {
+		if l.Value == "" {
+			continue
+		}
+		if l.Name == "" {
+			return labels.EmptyLabels(), errors.New("empty label name")
+		}
+		sb.Add(l.Name, l.Value)
+	}
+	sb.Sort()
+	ls := sb.Labels()
+	if !ls.IsValid(model.UTF8Validation) {
+		return labels.EmptyLabels(), errors.New("labels are not valid UTF-8")
+	}
+	if dup, ok := ls.HasDuplicateLabelNames(); ok {
+		return labels.EmptyLabels(), fmt.Errorf("duplicate label name %q", dup)
+	}
+	return ls, nil
+}
+
+// sortLabels sorts label views by name in place unless already sorted (the
+// common case, checked without sorting). Duplicates end up adjacent, where
+// the checker finds them.
+func sortLabels(ls []Label) {
+	for i := 1; i < len(ls); i++ {
+		if ls[i].Name < ls[i-1].Name {
+			slices.SortStableFunc(ls, func(a, b Label) int { return strings.Compare(a.Name, b.Name) })
+			return
+		}
+	}
+}
+
+// formatLabels renders label views for an error message, each value cut
+// short and the whole bounded, so a hostile series cannot bloat a response.
+func formatLabels(ls []Label) string {
+	const maxLen = 256
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, l := range ls {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if b.Len() > maxLen {
+			b.WriteString("...")
+			break
+		}
+		if len(l.Name) > 64 {
+			b.WriteString(quoteTrunc(l.Name))
+		} else {
+			b.WriteString(l.Name)
+		}
+		b.WriteByte('=')
+		b.WriteString(quoteTrunc(l.Value))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
