@@ -1,0 +1,174 @@
+package tiers
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// parquetSchemaVersion is written into every rollup file's key/value metadata
+// (key "strata.schema_version"); readers refuse files with a newer version.
+// The layout is documented in docs/format/hour-parquet.md and minute.md.
+const parquetSchemaVersion = "1"
+
+// parquetRow is one row of a minute or hour rollup file: one series' window.
+//
+// The metric name and the labels DCGM and vLLM series usually carry have their
+// own dictionary-encoded columns, because analysts filter on them (a wide
+// column is ~100x faster to filter in DuckDB than a map key, see
+// research/parquet.md §2.4). The full canonical label set is kept in `labels`
+// as a JSON object so nothing is lost and Strata rebuilds series from it.
+// Absent labels are null. Timestamps are int64 milliseconds annotated as
+// TIMESTAMP(ms, UTC).
+type parquetRow struct {
+	MetricName string  `parquet:"metric_name,dict"`
+	Job        string  `parquet:"job,optional,dict"`
+	Instance   string  `parquet:"instance,optional,dict"`
+	Namespace  string  `parquet:"namespace,optional,dict"`
+	Pod        string  `parquet:"pod,optional,dict"`
+	Container  string  `parquet:"container,optional,dict"`
+	ModelName  string  `parquet:"model_name,optional,dict"`
+	Engine     string  `parquet:"engine,optional,dict"`
+	GPU        string  `parquet:"gpu,optional,dict"`
+	UUID       string  `parquet:"UUID,optional,dict"`
+	GPUModel   string  `parquet:"modelName,optional,dict"`
+	Hostname   string  `parquet:"Hostname,optional,dict"`
+	Le         string  `parquet:"le,optional,dict"`
+	Labels     string  `parquet:"labels,dict"`
+	SeriesID   int64   `parquet:"series_id"`
+	Start      int64   `parquet:"start,timestamp(millisecond),delta"`
+	FirstTS    int64   `parquet:"first_ts,timestamp(millisecond),delta"`
+	LastTS     int64   `parquet:"last_ts,timestamp(millisecond),delta"`
+	Count      int64   `parquet:"count,delta"`
+	Sum        float64 `parquet:"sum,split"`
+	Min        float64 `parquet:"min,split"`
+	Max        float64 `parquet:"max,split"`
+	First      float64 `parquet:"first,split"`
+	Last       float64 `parquet:"last,split"`
+	Increase   float64 `parquet:"increase,split"`
+	Resets     int32   `parquet:"resets,delta"`
+	Stale      bool    `parquet:"stale"`
+}
+
+// curatedLabels are the label names with their own column, in column order.
+var curatedLabels = []string{"job", "instance", "namespace", "pod", "container", "model_name", "engine", "gpu", "UUID", "modelName", "Hostname", "le"}
+
+// seriesRowTemplate fills the label columns of a row for one series; the window
+// fields are set per row by fillWindow.
+func seriesRowTemplate(lbls labels.Labels) (parquetRow, error) {
+	js, err := json.Marshal(lbls)
+	if err != nil {
+		return parquetRow{}, fmt.Errorf("encode labels %s: %w", lbls, err)
+	}
+	return parquetRow{
+		MetricName: lbls.Get(labels.MetricName),
+		Job:        lbls.Get("job"),
+		Instance:   lbls.Get("instance"),
+		Namespace:  lbls.Get("namespace"),
+		Pod:        lbls.Get("pod"),
+		Container:  lbls.Get("container"),
+		ModelName:  lbls.Get("model_name"),
+		Engine:     lbls.Get("engine"),
+		GPU:        lbls.Get("gpu"),
+		UUID:       lbls.Get("UUID"),
+		GPUModel:   lbls.Get("modelName"),
+		Hostname:   lbls.Get("Hostname"),
+		Le:         lbls.Get("le"),
+		Labels:     string(js),
+		SeriesID:   int64(labels.StableHash(lbls)), //nolint:gosec // a hash: the sign bit is just another bit; signed because Trino/Spark mishandle UINT64
+	}, nil
+}
+
+func (r *parquetRow) fillWindow(w Window) {
+	r.Start, r.FirstTS, r.LastTS = w.Start, w.FirstT, w.LastT
+	r.Count = int64(w.Count)
+	r.Sum, r.Min, r.Max, r.First, r.Last, r.Increase = w.Sum, w.Min, w.Max, w.First, w.Last, w.Increase
+	r.Resets = int32(min(w.Resets, 1<<31-1)) //nolint:gosec // clamped above
+	r.Stale = w.Stale
+}
+
+// decodeLabels parses the `labels` column (a JSON object of name to value).
+func decodeLabels(b []byte) (labels.Labels, error) {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return labels.EmptyLabels(), fmt.Errorf("decode labels column %q: %w", b, err)
+	}
+	return labels.FromMap(m), nil
+}
+
+// sortedRows turns series into rows in file order: metric name, series_id,
+// labels (only to break hash ties), start.
+func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
+	type item struct {
+		tmpl parquetRow
+		ws   []Window
+	}
+	items := make([]item, 0, len(series))
+	n := 0
+	for _, s := range series {
+		if len(s.Windows) == 0 {
+			continue
+		}
+		if s.Labels.Get(labels.MetricName) == "" {
+			return nil, fmt.Errorf("series %s has no metric name", s.Labels)
+		}
+		tmpl, err := seriesRowTemplate(s.Labels)
+		if err != nil {
+			return nil, err
+		}
+		for i := 1; i < len(s.Windows); i++ {
+			if s.Windows[i].Start <= s.Windows[i-1].Start {
+				return nil, fmt.Errorf("series %s: windows not in ascending start order at %d", s.Labels, s.Windows[i].Start)
+			}
+		}
+		items = append(items, item{tmpl: tmpl, ws: s.Windows})
+		n += len(s.Windows)
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		if c := strings.Compare(a.tmpl.MetricName, b.tmpl.MetricName); c != 0 {
+			return c
+		}
+		if a.tmpl.SeriesID != b.tmpl.SeriesID {
+			if a.tmpl.SeriesID < b.tmpl.SeriesID {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.tmpl.Labels, b.tmpl.Labels)
+	})
+	for i := 1; i < len(items); i++ {
+		if items[i].tmpl.Labels == items[i-1].tmpl.Labels {
+			return nil, fmt.Errorf("series %s given twice", items[i].tmpl.Labels)
+		}
+	}
+	rows := make([]parquetRow, 0, n)
+	for _, it := range items {
+		for _, w := range it.ws {
+			r := it.tmpl
+			r.fillWindow(w)
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// parquetWriterOptions are the writer settings shared by both tiers.
+func parquetWriterOptions(rowsPerGroup int64, res string) []parquet.WriterOption {
+	return []parquet.WriterOption{
+		parquet.Compression(&zstd.Codec{Level: zstd.SpeedBetterCompression}),
+		parquet.MaxRowsPerRowGroup(rowsPerGroup),
+		parquet.DictionaryMaxBytes(4 << 20), // falls back to PLAIN past this (safe since v0.31.0)
+		parquet.SortingWriterConfig(parquet.SortingColumns(
+			parquet.Ascending("metric_name"), parquet.Ascending("series_id"), parquet.Ascending("start"))),
+		parquet.BloomFilters(parquet.SplitBlockFilter(10, "metric_name")),
+		parquet.SkipPageBounds("labels"),
+		parquet.KeyValueMetadata("strata.schema_version", parquetSchemaVersion),
+		parquet.KeyValueMetadata("strata.resolution", res),
+		parquet.CreatedBy("strata", parquetSchemaVersion, ""),
+	}
+}

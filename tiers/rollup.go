@@ -1,0 +1,407 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// RollupConfig configures a minute or hour rollup tier.
+type RollupConfig struct {
+	// Name is the tier's name in metrics, logs and the status API ("minute",
+	// "hour"). Empty means "minute" for a 1 m resolution, "hour" for 1 h, else
+	// the resolution itself.
+	Name string
+	// Dir holds the tier's Parquet partition files (one directory per tier).
+	Dir string
+	// Resolution is the window length: 1 m for the minute tier, 1 h for the hour tier.
+	Resolution time.Duration
+	// PartitionLength is the time one file covers: 1 h for the minute tier, 24 h
+	// for the hour tier. It must be a multiple of Resolution.
+	PartitionLength time.Duration
+	// Retention: partitions whose end is older than now-Retention are deleted
+	// by ApplyRetention. Zero keeps everything.
+	Retention time.Duration
+	// RowsPerRowGroup bounds a Parquet row group (0 means 32768). Smaller row
+	// groups prune better by metric name; larger ones have less footer overhead.
+	RowsPerRowGroup int64
+}
+
+// DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
+func DefaultMinuteConfig(dir string) RollupConfig {
+	return RollupConfig{Name: "minute", Dir: dir, Resolution: time.Minute, PartitionLength: time.Hour, Retention: 30 * 24 * time.Hour}
+}
+
+// DefaultHourConfig is the hour tier: 1 h windows, one file per UTC day, 365 d.
+func DefaultHourConfig(dir string) RollupConfig {
+	return RollupConfig{Name: "hour", Dir: dir, Resolution: time.Hour, PartitionLength: 24 * time.Hour, Retention: 365 * 24 * time.Hour}
+}
+
+// PartitionInfo describes one partition file.
+type PartitionInfo struct {
+	Start int64  `json:"start"` // ms, inclusive
+	End   int64  `json:"end"`   // ms, exclusive
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+	Path  string `json:"-"`
+}
+
+// Errors returned by the rollup store.
+var (
+	// ErrMisaligned is returned for a partition start that is not a multiple of
+	// the partition length, or a window outside its partition.
+	ErrMisaligned = errors.New("misaligned partition or window")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("rollup tier closed")
+)
+
+const (
+	partitionPrefix = "p-"
+	partitionSuffix = ".parquet"
+	partitionTime   = "20060102T1504Z"
+	tempPrefix      = ".tmp-"
+)
+
+// Rollup is a minute or hour tier: immutable Parquet files, one per partition
+// (docs/format/minute.md, docs/format/hour-parquet.md). A file that exists is
+// final (the downsample pipeline writes a partition only once it is complete),
+// and rewriting one replaces it atomically.
+//
+// Rollup is safe for concurrent use. Readers hold no lock while reading a
+// file: a file replaced or deleted meanwhile stays readable through the open
+// descriptor (POSIX semantics).
+type Rollup struct {
+	cfg    RollupConfig
+	logger *slog.Logger
+	now    func() time.Time
+
+	mu     sync.RWMutex
+	parts  map[int64]PartitionInfo
+	closed bool
+
+	written        prometheus.Counter
+	writeErrors    prometheus.Counter
+	retentionDrops prometheus.Counter
+}
+
+// OpenRollup opens (or creates) a rollup tier in cfg.Dir. Leftover temporary
+// files of an interrupted write are removed. The caller MUST call Close.
+func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Rollup, error) {
+	if cfg.Resolution <= 0 || cfg.PartitionLength <= 0 || cfg.PartitionLength%cfg.Resolution != 0 {
+		return nil, fmt.Errorf("rollup tier %s: partition length %s must be a positive multiple of resolution %s", cfg.Dir, cfg.PartitionLength, cfg.Resolution)
+	}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("rollup tier %s: negative retention %s", cfg.Dir, cfg.Retention)
+	}
+	if cfg.Name == "" {
+		switch cfg.Resolution {
+		case time.Minute:
+			cfg.Name = "minute"
+		case time.Hour:
+			cfg.Name = "hour"
+		default:
+			cfg.Name = cfg.Resolution.String()
+		}
+	}
+	if cfg.RowsPerRowGroup <= 0 {
+		cfg.RowsPerRowGroup = 32 << 10
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+	}
+	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}}
+	entries, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(cfg.Dir, name)
+		if strings.HasPrefix(name, tempPrefix) {
+			if err := os.Remove(path); err != nil {
+				return nil, fmt.Errorf("remove leftover %s: %w", path, err)
+			}
+			continue
+		}
+		start, ok := parsePartitionName(name)
+		if !ok {
+			continue
+		}
+		info, err := statPartition(path, start, cfg.PartitionLength.Milliseconds())
+		if err != nil {
+			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+		}
+		r.parts[start] = info
+	}
+	f := promauto.With(reg)
+	cl := prometheus.Labels{"tier": cfg.Name}
+	r.written = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_partitions_written_total", Help: "Rollup partition files written (including rewrites).", ConstLabels: cl})
+	r.writeErrors = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_partition_write_errors_total", Help: "Rollup partition writes that failed and left nothing behind.", ConstLabels: cl})
+	r.retentionDrops = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_retention_deleted_partitions_total", Help: "Rollup partition files deleted by retention.", ConstLabels: cl})
+	return r, nil
+}
+
+// Config returns the configuration in effect (with defaults filled in).
+func (r *Rollup) Config() RollupConfig { return r.cfg }
+
+func partitionName(start int64) string {
+	return partitionPrefix + time.UnixMilli(start).UTC().Format(partitionTime) + partitionSuffix
+}
+
+func parsePartitionName(name string) (int64, bool) {
+	if !strings.HasPrefix(name, partitionPrefix) || !strings.HasSuffix(name, partitionSuffix) {
+		return 0, false
+	}
+	t, err := time.Parse(partitionTime, strings.TrimSuffix(strings.TrimPrefix(name, partitionPrefix), partitionSuffix))
+	if err != nil {
+		return 0, false
+	}
+	return t.UnixMilli(), true
+}
+
+// statPartition reads a file's footer for its row count.
+func statPartition(path string, start, length int64) (info PartitionInfo, err error) {
+	f, err := os.Open(path) //nolint:gosec // path is built from our own directory listing
+	if err != nil {
+		return info, fmt.Errorf("open partition: %w", err)
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	st, err := f.Stat()
+	if err != nil {
+		return info, fmt.Errorf("stat partition: %w", err)
+	}
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return info, fmt.Errorf("read partition footer %s: %w", path, err)
+	}
+	return PartitionInfo{Start: start, End: start + length, Rows: pf.NumRows(), Bytes: st.Size(), Path: path}, nil
+}
+
+// PartitionStart returns the start of the partition holding time t (ms).
+func (r *Rollup) PartitionStart(t int64) int64 {
+	l := r.cfg.PartitionLength.Milliseconds()
+	return t - ((t%l)+l)%l
+}
+
+// WritePartition writes the partition starting at start (ms, a multiple of
+// the partition length) holding series' windows, replacing any existing file.
+// The file is written to a temporary name, fsynced, renamed and the directory
+// fsynced; on any error the temporary file is removed and an existing
+// partition is left untouched. Series without windows are skipped; an empty
+// partition is still written so that HasPartition reports it done.
+func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error) {
+	defer func() {
+		if err != nil {
+			r.writeErrors.Inc()
+		}
+	}()
+	length, res := r.cfg.PartitionLength.Milliseconds(), r.cfg.Resolution.Milliseconds()
+	if start%length != 0 {
+		return fmt.Errorf("write %s partition %d: %w", r.cfg.Name, start, ErrMisaligned)
+	}
+	for _, s := range series {
+		for _, w := range s.Windows {
+			if w.Start < start || w.Start >= start+length || w.Start%res != 0 || w.Count == 0 {
+				return fmt.Errorf("write %s partition %d: series %s window %d (count %d): %w", r.cfg.Name, start, s.Labels, w.Start, w.Count, ErrMisaligned)
+			}
+		}
+	}
+	rows, err := sortedRows(series)
+	if err != nil {
+		return fmt.Errorf("write %s partition %d: %w", r.cfg.Name, start, err)
+	}
+	r.mu.RLock()
+	closed := r.closed
+	r.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	final := filepath.Join(r.cfg.Dir, partitionName(start))
+	size, err := writeParquetAtomic(r.cfg.Dir, final, rows, parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String()))
+	if err != nil {
+		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, time.UnixMilli(start).UTC().Format(time.RFC3339), err)
+	}
+	r.mu.Lock()
+	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: int64(len(rows)), Bytes: size, Path: final}
+	r.mu.Unlock()
+	r.written.Inc()
+	return nil
+}
+
+// writeParquetAtomic writes rows to a temporary file in dir, fsyncs it,
+// renames it to final and fsyncs dir. It returns the file size.
+func writeParquetAtomic(dir, final string, rows []parquetRow, opts []parquet.WriterOption) (size int64, err error) {
+	f, err := os.CreateTemp(dir, tempPrefix+"*"+partitionSuffix)
+	if err != nil {
+		return 0, fmt.Errorf("create temp file: %w", err)
+	}
+	tmp := f.Name()
+	fileClosed := false
+	defer func() {
+		if err != nil {
+			if !fileClosed {
+				err = errors.Join(err, f.Close())
+			}
+			if rmErr := os.Remove(tmp); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+				err = errors.Join(err, rmErr)
+			}
+		}
+	}()
+	w := parquet.NewGenericWriter[parquetRow](f, opts...)
+	if _, err = w.Write(rows); err != nil {
+		return 0, fmt.Errorf("encode rows: %w", err)
+	}
+	if err = w.Close(); err != nil {
+		return 0, fmt.Errorf("close parquet writer: %w", err)
+	}
+	if err = f.Sync(); err != nil {
+		return 0, fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("stat %s: %w", tmp, err)
+	}
+	fileClosed = true
+	if err = f.Close(); err != nil {
+		return 0, fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, final); err != nil {
+		return 0, fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	if err = syncDir(dir); err != nil {
+		// The file is in place; only its durability is in doubt. Report it so
+		// the caller retries (the rewrite is idempotent).
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func syncDir(dir string) (err error) {
+	d, err := os.Open(dir) //nolint:gosec // our own tier directory
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// HasPartition reports whether the partition starting at start has been written.
+func (r *Rollup) HasPartition(start int64) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.parts[start]
+	return ok
+}
+
+// Partitions returns the tier's partitions in ascending start order.
+func (r *Rollup) Partitions() []PartitionInfo {
+	r.mu.RLock()
+	out := make([]PartitionInfo, 0, len(r.parts))
+	for _, p := range r.parts {
+		out = append(out, p)
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b PartitionInfo) int { return cmpInt64(a.Start, b.Start) })
+	return out
+}
+
+// Bounds returns the start of the oldest partition and the end of the newest,
+// and false when the tier is empty.
+func (r *Rollup) Bounds() (mint, maxt int64, ok bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for s, p := range r.parts {
+		if !ok || s < mint {
+			mint = s
+		}
+		if !ok || p.End > maxt {
+			maxt = p.End
+		}
+		ok = true
+	}
+	return mint, maxt, ok
+}
+
+// partitionsOverlapping returns the partitions that hold windows starting in [mint, maxt].
+func (r *Rollup) partitionsOverlapping(mint, maxt int64) []PartitionInfo {
+	r.mu.RLock()
+	var out []PartitionInfo
+	for _, p := range r.parts {
+		if p.End > mint && p.Start <= maxt {
+			out = append(out, p)
+		}
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b PartitionInfo) int { return cmpInt64(a.Start, b.Start) })
+	return out
+}
+
+// ApplyRetention deletes whole partition files whose end is older than
+// now-Retention and returns how many it deleted. A zero retention keeps all.
+func (r *Rollup) ApplyRetention() (int, error) {
+	if r.cfg.Retention == 0 {
+		return 0, nil
+	}
+	cutoff := r.now().Add(-r.cfg.Retention).UnixMilli()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, ErrClosed
+	}
+	var errs []error
+	n := 0
+	for s, p := range r.parts {
+		if p.End > cutoff {
+			continue
+		}
+		if err := os.Remove(p.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("delete %s partition %s: %w", r.cfg.Name, p.Path, err))
+			continue
+		}
+		delete(r.parts, s)
+		n++
+		r.retentionDrops.Inc()
+	}
+	if n > 0 {
+		if err := syncDir(r.cfg.Dir); err != nil {
+			errs = append(errs, err)
+		}
+		r.logger.Info("retention deleted partitions", "count", n, "cutoff", time.UnixMilli(cutoff).UTC())
+	}
+	return n, errors.Join(errs...)
+}
+
+// Close marks the tier closed. Files are always complete on disk, so there is
+// nothing to flush.
+func (r *Rollup) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	return nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

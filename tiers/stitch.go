@@ -1,0 +1,450 @@
+package tiers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/util/annotations"
+)
+
+// Stitched is the one storage.SampleAndChunkQueryable the query path reads:
+// raw data where the raw tier still holds it, minute windows before that, hour
+// windows before that, one series across all three with no gap and no
+// overlap. Windows are turned back into synthetic samples chosen per PromQL
+// function (SelectHints.Func) so that the upstream engine computes, over the
+// synthetic samples, what it would have computed over the raw ones; the
+// mapping and its tolerances are in docs/format/minute.md ("Querying").
+//
+// Stitched is safe for concurrent use.
+type Stitched struct {
+	raw          *Raw
+	minute, hour *Rollup
+	lookback     time.Duration
+	autoRes      bool
+}
+
+// StitchOption configures a Stitched.
+type StitchOption func(*Stitched)
+
+// WithLookbackDelta tells the stitched view the PromQL engine's lookback
+// delta (default 5 m), so that it can fill tiers coarser than the lookback
+// with repeated samples and plain selectors over the hour tier have no gaps.
+func WithLookbackDelta(d time.Duration) StitchOption {
+	return func(s *Stitched) {
+		if d > 0 {
+			s.lookback = d
+		}
+	}
+}
+
+// WithAutoResolution turns on (default) or off serving coarse-step queries
+// from a coarser tier (Thanos' rule: the coarsest tier whose resolution is at
+// most step/5, capped at range/2 for rate-like functions).
+func WithAutoResolution(on bool) StitchOption { return func(s *Stitched) { s.autoRes = on } }
+
+// NewStitched returns the stitched view over the three tiers. minute and hour
+// may be nil (that tier is then empty).
+func NewStitched(raw *Raw, minute, hour *Rollup, opts ...StitchOption) *Stitched {
+	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, autoRes: true}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Tier names as they appear in annotations, metrics and the status API.
+const (
+	TierRaw    = "raw"
+	TierMinute = "minute"
+	TierHour   = "hour"
+)
+
+// Querier implements storage.Queryable.
+func (s *Stitched) Querier(mint, maxt int64) (storage.Querier, error) {
+	return &stitchedQuerier{s: s, mint: mint, maxt: maxt}, nil
+}
+
+// ChunkQuerier implements storage.ChunkQueryable by encoding the stitched
+// samples (plain-selector mapping: Last per window) into XOR chunks, so remote
+// read sees the same series as PromQL's plain selectors.
+func (s *Stitched) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
+	return &stitchedChunkQuerier{q: &stitchedQuerier{s: s, mint: mint, maxt: maxt}}, nil
+}
+
+// segment is a half-open time range [lo, hi) served by one tier.
+type segment struct {
+	tier   string
+	lo, hi int64
+}
+
+// rawStart is the oldest time the raw tier serves: its oldest sample rounded
+// up to a whole minute, so that the minute tier's windows never overlap it.
+func (s *Stitched) rawStart() int64 {
+	if s.raw == nil {
+		return math.MaxInt64
+	}
+	mint, ok := s.raw.MinTime()
+	if !ok {
+		return math.MaxInt64
+	}
+	const m = int64(time.Minute / time.Millisecond)
+	return ceilDiv(mint, m) * m
+}
+
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a > 0 {
+		q++
+	}
+	return q
+}
+
+func tierBounds(r *Rollup) (int64, int64, bool) {
+	if r == nil {
+		return 0, 0, false
+	}
+	return r.Bounds()
+}
+
+func tierRes(r *Rollup, def time.Duration) int64 {
+	if r == nil {
+		return def.Milliseconds()
+	}
+	return r.cfg.Resolution.Milliseconds()
+}
+
+// maxResolution is the coarsest window (ms) a selector may be served from
+// (Thanos' auto-downsampling): step/5, capped at range/2 for rate-like
+// functions so that a range always holds at least two windows.
+func maxResolution(h *storage.SelectHints) int64 {
+	if h == nil || h.Step <= 0 {
+		return 0
+	}
+	r := h.Step / 5
+	if h.Range > 0 && rateLike(h.Func) {
+		r = min(r, h.Range/2)
+	}
+	return r
+}
+
+func rateLike(f string) bool {
+	switch f {
+	case "rate", "irate", "increase", "delta", "idelta", "deriv", "predict_linear", "holt_winters",
+		"double_exponential_smoothing", "xrate", "xincrease", "xdelta", "resets", "changes":
+		return true
+	}
+	return false
+}
+
+// plan splits [mint, maxt] into per-tier segments, oldest first. By default
+// raw serves [rawStart, ∞), minute [oldest minute partition, rawStart) and
+// hour the rest; with a coarse enough step the coarser tier extends up to the
+// end of its newest partition and the finer tier serves only what follows.
+func (s *Stitched) plan(mint, maxt int64, h *storage.SelectHints) []segment {
+	rawLo := s.rawStart()
+	mLo, mHi, mOK := tierBounds(s.minute)
+	_, hHi, hOK := tierBounds(s.hour)
+	maxRes := int64(0)
+	if s.autoRes {
+		maxRes = maxResolution(h)
+	}
+	rawFrom := rawLo
+	if mOK && maxRes >= tierRes(s.minute, time.Minute) && mHi > rawFrom {
+		rawFrom = mHi
+	}
+	if !mOK {
+		mLo = rawFrom
+	}
+	minuteFrom := min(mLo, rawFrom)
+	if hOK && maxRes >= tierRes(s.hour, time.Hour) && hHi > minuteFrom {
+		minuteFrom = min(hHi, rawFrom)
+	}
+	all := []segment{{TierHour, math.MinInt64, minuteFrom}, {TierMinute, minuteFrom, rawFrom}, {TierRaw, rawFrom, math.MaxInt64}}
+	var out []segment
+	for _, sg := range all {
+		lo, hi := max(sg.lo, mint), min(sg.hi, satAdd(maxt, 1))
+		if lo < hi {
+			out = append(out, segment{sg.tier, lo, hi})
+		}
+	}
+	return out
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+type stitchedQuerier struct {
+	s          *Stitched
+	mint, maxt int64
+	rawQs      []storage.Querier
+}
+
+// Select implements storage.Querier. Series are always returned sorted.
+func (q *stitchedQuerier) Select(ctx context.Context, _ bool, hints *storage.SelectHints, matchers ...*labels.Matcher) storage.SeriesSet {
+	mint, maxt := q.mint, q.maxt
+	if hints != nil {
+		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
+	}
+	if mint > maxt {
+		return storage.EmptySeriesSet()
+	}
+	fn := ""
+	var rng int64
+	if hints != nil {
+		fn, rng = hints.Func, hints.Range
+	}
+	mode := modeForFunc(fn)
+	var annots annotations.Annotations
+	var lists [][]*stitchedSeries
+	var served []string
+	for _, sg := range q.s.plan(mint, maxt, hints) {
+		var list []*stitchedSeries
+		var err error
+		switch sg.tier {
+		case TierRaw:
+			list, err = q.selectRaw(ctx, sg, hints, mint, matchers, &annots)
+		case TierMinute:
+			list, err = q.selectRollup(ctx, q.s.minute, sg, mode, rng, matchers)
+		case TierHour:
+			list, err = q.selectRollup(ctx, q.s.hour, sg, mode, rng, matchers)
+		}
+		if err != nil {
+			return storage.ErrSeriesSet(err)
+		}
+		if len(list) > 0 {
+			served = append(served, sg.tier)
+			lists = append(lists, list)
+		}
+	}
+	if len(served) > 0 {
+		annots.Add(fmt.Errorf("%w: strata: served by tiers %s", annotations.PromQLInfo, strings.Join(served, ",")))
+		if (mode == modeAvg) && (len(served) > 1 || served[0] != TierRaw) {
+			annots.Add(fmt.Errorf("%w: strata: %s over rollup tiers is computed from per-window averages and is approximate", annotations.PromQLInfo, fn))
+		}
+	}
+	return &stitchedSet{series: mergeSorted(lists), annots: annots}
+}
+
+// selectRaw returns the raw tier's series in the segment.
+func (q *stitchedQuerier) selectRaw(ctx context.Context, sg segment, hints *storage.SelectHints, qmint int64, ms []*labels.Matcher, annots *annotations.Annotations) ([]*stitchedSeries, error) {
+	rq, err := q.s.raw.Querier(sg.lo, sg.hi-1)
+	if err != nil {
+		return nil, fmt.Errorf("query raw tier: %w", err)
+	}
+	q.rawQs = append(q.rawQs, rq)
+	var h storage.SelectHints
+	if hints != nil {
+		h = *hints
+	}
+	h.Start, h.End = sg.lo, sg.hi-1
+	set := rq.Select(ctx, true, &h, ms...)
+	var out []*stitchedSeries
+	noted := false
+	for set.Next() {
+		sr := set.At()
+		if !noted && qmint < sg.lo && startsWithHistogram(sr) {
+			annots.Add(fmt.Errorf("%w: strata: native histograms are kept in the raw tier only; %s has no data before %s", annotations.PromQLInfo, sr.Labels().Get(labels.MetricName), time.UnixMilli(sg.lo).UTC().Format(time.RFC3339)))
+			noted = true
+		}
+		out = append(out, &stitchedSeries{lbls: sr.Labels(), parts: []seriesPart{{raw: sr, lo: sg.lo, hi: sg.hi}}})
+	}
+	annots.Merge(set.Warnings())
+	if err := set.Err(); err != nil {
+		return nil, fmt.Errorf("query raw tier: %w", err)
+	}
+	return out, nil
+}
+
+func startsWithHistogram(sr storage.Series) bool {
+	it := sr.Iterator(nil)
+	vt := it.Next()
+	return vt == valHistogram || vt == valFloatHistogram
+}
+
+// selectRollup returns a rollup tier's series in the segment, with their windows.
+func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segment, mode aggMode, rng int64, ms []*labels.Matcher) ([]*stitchedSeries, error) {
+	if r == nil {
+		return nil, nil
+	}
+	res := r.cfg.Resolution.Milliseconds()
+	// Windows starting before lo may still hold samples at or after lo only if
+	// lo is not aligned; segment bounds are aligned, so [lo, hi) selects whole windows.
+	sws, err := r.Select(ctx, ceilDiv(sg.lo, res)*res, sg.hi-1, ms...)
+	if err != nil {
+		return nil, err
+	}
+	fill := int64(0)
+	if rng == 0 && mode == modeLast && res > q.s.lookback.Milliseconds() {
+		// Plain selectors: repeat each window's last value often enough that
+		// every evaluation step finds one within the lookback delta.
+		fill = max(q.s.lookback.Milliseconds()/2, 1)
+	}
+	out := make([]*stitchedSeries, 0, len(sws))
+	for _, sw := range sws {
+		out = append(out, &stitchedSeries{lbls: sw.Labels, parts: []seriesPart{{
+			windows: sw.Windows, mode: mode, res: res, fill: fill, lo: sg.lo, hi: sg.hi,
+		}}})
+	}
+	return out, nil
+}
+
+// mergeSorted merges per-tier series lists (each sorted by labels, oldest
+// tier first) into one list, concatenating the parts of a series found in
+// several tiers in tier order.
+func mergeSorted(lists [][]*stitchedSeries) []*stitchedSeries {
+	switch len(lists) {
+	case 0:
+		return nil
+	case 1:
+		return lists[0]
+	}
+	n := 0
+	for _, l := range lists {
+		n += len(l)
+	}
+	out := make([]*stitchedSeries, 0, n)
+	pos := make([]int, len(lists))
+	for {
+		var best *stitchedSeries
+		for i, l := range lists {
+			if pos[i] < len(l) && (best == nil || labels.Compare(l[pos[i]].lbls, best.lbls) < 0) {
+				best = l[pos[i]]
+			}
+		}
+		if best == nil {
+			return out
+		}
+		merged := &stitchedSeries{lbls: best.lbls}
+		for i, l := range lists {
+			if pos[i] < len(l) && labels.Equal(l[pos[i]].lbls, best.lbls) {
+				merged.parts = append(merged.parts, l[pos[i]].parts...)
+				pos[i]++
+			}
+		}
+		out = append(out, merged)
+	}
+}
+
+// LabelValues implements storage.Querier over all tiers.
+func (q *stitchedQuerier) LabelValues(ctx context.Context, name string, hints *storage.LabelHints, matchers ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return q.labelQuery(ctx, func(rq storage.Querier) ([]string, annotations.Annotations, error) {
+		return rq.LabelValues(ctx, name, hints, matchers...)
+	}, func(l labels.Labels, add func(string)) {
+		if v := l.Get(name); v != "" {
+			add(v)
+		}
+	}, hints, matchers)
+}
+
+// LabelNames implements storage.Querier over all tiers.
+func (q *stitchedQuerier) LabelNames(ctx context.Context, hints *storage.LabelHints, matchers ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return q.labelQuery(ctx, func(rq storage.Querier) ([]string, annotations.Annotations, error) {
+		return rq.LabelNames(ctx, hints, matchers...)
+	}, func(l labels.Labels, add func(string)) {
+		l.Range(func(lb labels.Label) { add(lb.Name) })
+	}, hints, matchers)
+}
+
+func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Querier) ([]string, annotations.Annotations, error), fromLabels func(labels.Labels, func(string)), hints *storage.LabelHints, ms []*labels.Matcher) ([]string, annotations.Annotations, error) {
+	seen := map[string]struct{}{}
+	add := func(v string) { seen[v] = struct{}{} }
+	var annots annotations.Annotations
+	for _, sg := range q.s.plan(q.mint, q.maxt, nil) {
+		switch sg.tier {
+		case TierRaw:
+			rq, err := q.s.raw.Querier(sg.lo, sg.hi-1)
+			if err != nil {
+				return nil, nil, fmt.Errorf("query raw tier: %w", err)
+			}
+			q.rawQs = append(q.rawQs, rq)
+			vals, a, err := fromRaw(rq)
+			if err != nil {
+				return nil, nil, err
+			}
+			annots.Merge(a)
+			for _, v := range vals {
+				add(v)
+			}
+		default:
+			r := q.s.minute
+			if sg.tier == TierHour {
+				r = q.s.hour
+			}
+			if r == nil {
+				continue
+			}
+			lbls, err := r.SelectLabels(ctx, sg.lo, sg.hi-1, ms...)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, l := range lbls {
+				fromLabels(l, add)
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for v := range seen {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	if hints != nil && hints.Limit > 0 && len(out) > hints.Limit {
+		out = out[:hints.Limit]
+	}
+	return out, annots, nil
+}
+
+// Close implements storage.Querier.
+func (q *stitchedQuerier) Close() error {
+	var errs []error
+	for _, rq := range q.rawQs {
+		errs = append(errs, rq.Close())
+	}
+	q.rawQs = nil
+	return errors.Join(errs...)
+}
+
+// stitchedSet is a storage.SeriesSet over already-merged series.
+type stitchedSet struct {
+	series []*stitchedSeries
+	i      int
+	annots annotations.Annotations
+}
+
+func (s *stitchedSet) Next() bool {
+	if s.i >= len(s.series) {
+		return false
+	}
+	s.i++
+	return true
+}
+func (s *stitchedSet) At() storage.Series                { return s.series[s.i-1] }
+func (s *stitchedSet) Err() error                        { return nil }
+func (s *stitchedSet) Warnings() annotations.Annotations { return s.annots }
+func (s *stitchedSeries) Labels() labels.Labels          { return s.lbls }
+
+type stitchedChunkQuerier struct{ q *stitchedQuerier }
+
+func (c *stitchedChunkQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.ChunkSeriesSet {
+	return storage.NewSeriesSetToChunkSet(c.q.Select(ctx, sortSeries, hints, ms...))
+}
+
+func (c *stitchedChunkQuerier) LabelValues(ctx context.Context, name string, hints *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return c.q.LabelValues(ctx, name, hints, ms...)
+}
+
+func (c *stitchedChunkQuerier) LabelNames(ctx context.Context, hints *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return c.q.LabelNames(ctx, hints, ms...)
+}
+
+func (c *stitchedChunkQuerier) Close() error { return c.q.Close() }

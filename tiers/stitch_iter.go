@@ -1,0 +1,364 @@
+package tiers
+
+import (
+	"math"
+	"sort"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+)
+
+const (
+	valHistogram      = chunkenc.ValHistogram
+	valFloatHistogram = chunkenc.ValFloatHistogram
+)
+
+// aggMode says which synthetic samples a window becomes.
+type aggMode int
+
+const (
+	// modeLast: Last at LastT (plain selectors, last_over_time, aggregation
+	// operators and every function not listed below). Last rather than the
+	// window average because a plain selector over raw data also returns the
+	// latest sample, a gauge's last value is a value the series really had,
+	// and sum()/max() across series then never mixes averages with raw values
+	// at a tier boundary.
+	modeLast    aggMode = iota
+	modeMin             // min_over_time: Min at LastT
+	modeMax             // max_over_time: Max at LastT
+	modeSum             // sum_over_time: Sum at LastT
+	modeAvg             // avg/quantile/stddev/stdvar_over_time: Sum/Count at LastT
+	modeCount           // count_over_time: Count evenly spaced samples in [FirstT, LastT]
+	modeCounter         // rate & co: the real counter values with synthetic resets
+	modeDelta           // delta, idelta, deriv, changes: First at FirstT, Last at LastT
+)
+
+func modeForFunc(fn string) aggMode {
+	switch fn {
+	case "min_over_time":
+		return modeMin
+	case "max_over_time":
+		return modeMax
+	case "sum_over_time":
+		return modeSum
+	case "avg_over_time", "quantile_over_time", "stddev_over_time", "stdvar_over_time", "mad_over_time":
+		return modeAvg
+	case "count_over_time":
+		return modeCount
+	case "rate", "irate", "increase", "resets", "xrate", "xincrease":
+		return modeCounter
+	case "delta", "idelta", "deriv", "changes", "predict_linear", "xdelta":
+		return modeDelta
+	}
+	return modeLast
+}
+
+// seriesPart is the piece of a stitched series served by one tier: either a
+// raw series or a rollup series' windows, clamped to [lo, hi).
+type seriesPart struct {
+	raw     storage.Series
+	windows []Window
+	mode    aggMode
+	res     int64 // window length, ms
+	fill    int64 // repeat Last every fill ms (0: never)
+	lo, hi  int64
+}
+
+type stitchedSeries struct {
+	lbls  labels.Labels
+	parts []seriesPart
+}
+
+// Iterator implements storage.Series.
+func (s *stitchedSeries) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+	it := &stitchedIter{parts: make([]chunkenc.Iterator, len(s.parts))}
+	for i := range s.parts {
+		p := &s.parts[i]
+		if p.raw != nil {
+			it.parts[i] = &rawPartIter{it: p.raw.Iterator(nil), lo: p.lo, hi: p.hi}
+		} else {
+			it.parts[i] = &windowIter{p: p, i: -1}
+		}
+	}
+	return it
+}
+
+// stitchedIter concatenates the parts' iterators; parts cover disjoint,
+// ascending time ranges, so the result is strictly increasing in time.
+type stitchedIter struct {
+	parts []chunkenc.Iterator
+	cur   int
+}
+
+func (s *stitchedIter) Next() chunkenc.ValueType {
+	for s.cur < len(s.parts) {
+		if vt := s.parts[s.cur].Next(); vt != chunkenc.ValNone {
+			return vt
+		}
+		if s.parts[s.cur].Err() != nil {
+			return chunkenc.ValNone
+		}
+		s.cur++
+	}
+	return chunkenc.ValNone
+}
+
+func (s *stitchedIter) Seek(t msTime) chunkenc.ValueType {
+	for s.cur < len(s.parts) {
+		if vt := s.parts[s.cur].Seek(t); vt != chunkenc.ValNone {
+			return vt
+		}
+		if s.parts[s.cur].Err() != nil {
+			return chunkenc.ValNone
+		}
+		s.cur++
+	}
+	return chunkenc.ValNone
+}
+
+func (s *stitchedIter) part() chunkenc.Iterator { return s.parts[min(s.cur, len(s.parts)-1)] }
+
+func (s *stitchedIter) At() (int64, float64) { return s.part().At() }
+func (s *stitchedIter) AtHistogram(h *histogram.Histogram) (int64, *histogram.Histogram) {
+	return s.part().AtHistogram(h)
+}
+
+func (s *stitchedIter) AtFloatHistogram(h *histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return s.part().AtFloatHistogram(h)
+}
+func (s *stitchedIter) AtT() int64  { return s.part().AtT() }
+func (s *stitchedIter) AtST() int64 { return s.part().AtST() }
+func (s *stitchedIter) Err() error {
+	if s.cur < len(s.parts) {
+		return s.parts[s.cur].Err()
+	}
+	return nil
+}
+
+// rawPartIter clamps a raw series iterator to [lo, hi).
+type rawPartIter struct {
+	it            chunkenc.Iterator
+	lo, hi        int64
+	started, done bool
+	cur           chunkenc.ValueType
+}
+
+func (r *rawPartIter) check(vt chunkenc.ValueType) chunkenc.ValueType {
+	if vt == chunkenc.ValNone || r.it.AtT() >= r.hi {
+		r.done, r.cur = true, chunkenc.ValNone
+		return chunkenc.ValNone
+	}
+	r.cur = vt
+	return vt
+}
+
+func (r *rawPartIter) Next() chunkenc.ValueType {
+	if r.done {
+		return chunkenc.ValNone
+	}
+	if !r.started {
+		r.started = true
+		return r.check(r.it.Seek(r.lo))
+	}
+	return r.check(r.it.Next())
+}
+
+func (r *rawPartIter) Seek(t msTime) chunkenc.ValueType {
+	if r.done {
+		return chunkenc.ValNone
+	}
+	if r.started && r.it.AtT() >= t {
+		return r.cur
+	}
+	r.started = true
+	return r.check(r.it.Seek(max(t, r.lo)))
+}
+
+func (r *rawPartIter) At() (int64, float64) { return r.it.At() }
+func (r *rawPartIter) AtHistogram(h *histogram.Histogram) (int64, *histogram.Histogram) {
+	return r.it.AtHistogram(h)
+}
+
+func (r *rawPartIter) AtFloatHistogram(h *histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return r.it.AtFloatHistogram(h)
+}
+func (r *rawPartIter) AtT() int64  { return r.it.AtT() }
+func (r *rawPartIter) AtST() int64 { return 0 }
+func (r *rawPartIter) Err() error  { return r.it.Err() }
+
+// msTime is a millisecond timestamp. It names the parameter of the
+// iterators' Seek methods: go vet's stdmethods check mistakes any
+// Seek(int64) for a broken io.Seeker, and an alias keeps the signature
+// identical to chunkenc.Iterator's while telling vet it is not one.
+type msTime = int64
+
+type point struct {
+	t int64
+	v float64
+}
+
+// windowIter yields the synthetic samples of a rollup part, window by window.
+type windowIter struct {
+	p   *seriesPart
+	i   int     // current window
+	pts []point // current window's samples
+	j   int     // current sample in pts
+}
+
+func (w *windowIter) load(i int) {
+	w.i, w.j = i, 0
+	var next *Window
+	if i+1 < len(w.p.windows) {
+		next = &w.p.windows[i+1]
+	}
+	w.pts = windowPoints(w.pts[:0], w.p.windows[i], next, w.p)
+}
+
+func (w *windowIter) Next() chunkenc.ValueType {
+	if w.i >= len(w.p.windows) {
+		return chunkenc.ValNone
+	}
+	w.j++
+	for w.i < 0 || w.j >= len(w.pts) {
+		if w.i+1 >= len(w.p.windows) {
+			w.i = len(w.p.windows)
+			return chunkenc.ValNone
+		}
+		w.load(w.i + 1)
+	}
+	return chunkenc.ValFloat
+}
+
+func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
+	if w.i >= len(w.p.windows) {
+		return chunkenc.ValNone
+	}
+	if w.i >= 0 && w.j < len(w.pts) && w.pts[w.j].t >= t {
+		return chunkenc.ValFloat
+	}
+	// Every sample of window k lies before Start+span: span is the window
+	// length, or two with fill (Last is repeated into the next window's slot).
+	span := w.p.res
+	if w.p.fill > 0 {
+		span *= 2
+	}
+	from := max(w.i, 0)
+	k := from + sort.Search(len(w.p.windows)-from, func(n int) bool { return w.p.windows[from+n].Start+span > t })
+	for ; k < len(w.p.windows); k++ {
+		if k != w.i {
+			w.load(k)
+		}
+		for ; w.j < len(w.pts); w.j++ {
+			if w.pts[w.j].t >= t {
+				return chunkenc.ValFloat
+			}
+		}
+	}
+	w.i = len(w.p.windows)
+	return chunkenc.ValNone
+}
+
+func (w *windowIter) At() (int64, float64) { p := w.pts[w.j]; return p.t, p.v }
+func (w *windowIter) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	return w.pts[w.j].t, nil
+}
+
+func (w *windowIter) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return w.pts[w.j].t, nil
+}
+func (w *windowIter) AtT() int64  { return w.pts[w.j].t }
+func (w *windowIter) AtST() int64 { return 0 }
+func (w *windowIter) Err() error  { return nil }
+
+// windowPoints appends window w's synthetic samples (strictly increasing in
+// time, all within [w.Start, w.Start+2*res) and p's [lo, hi)) to dst.
+func windowPoints(dst []point, w Window, next *Window, p *seriesPart) []point {
+	switch p.mode {
+	case modeMin:
+		dst = append(dst, point{w.LastT, w.Min})
+	case modeMax:
+		dst = append(dst, point{w.LastT, w.Max})
+	case modeSum:
+		dst = append(dst, point{w.LastT, w.Sum})
+	case modeAvg:
+		dst = append(dst, point{w.LastT, w.Sum / float64(w.Count)})
+	case modeCount:
+		dst = evenlySpaced(dst, w.FirstT, w.LastT, int64(w.Count), w.Sum/float64(w.Count))
+	case modeDelta:
+		if w.Count > 1 && w.LastT > w.FirstT {
+			dst = append(dst, point{w.FirstT, w.First})
+		}
+		dst = append(dst, point{w.LastT, w.Last})
+	case modeCounter:
+		dst = counterPoints(dst, w)
+	default:
+		dst = append(dst, point{w.LastT, w.Last})
+		if !w.Stale && p.fill > 0 {
+			limit := min(w.Start+2*p.res, p.hi)
+			if next != nil {
+				limit = min(limit, next.LastT)
+			}
+			for t := w.LastT + p.fill; t < limit; t += p.fill {
+				dst = append(dst, point{t, w.Last})
+			}
+		}
+	}
+	// A stale marker after Last ends the series for plain selectors (the raw
+	// tier had one somewhere between LastT and the window end).
+	if w.Stale && w.LastT+1 < w.Start+p.res && w.LastT+1 < p.hi && dst[len(dst)-1].t == w.LastT {
+		dst = append(dst, point{w.LastT + 1, math.Float64frombits(value.StaleNaN)})
+	}
+	return dst
+}
+
+// evenlySpaced appends n samples of value v spread over [from, to]. Raw
+// samples have distinct millisecond timestamps, so to-from >= n-1 and the
+// timestamps are distinct.
+func evenlySpaced(dst []point, from, to, n int64, v float64) []point {
+	if n <= 1 || to <= from {
+		return append(dst, point{to, v})
+	}
+	n = min(n, to-from+1)
+	for j := range n {
+		dst = append(dst, point{from + j*(to-from)/(n-1), v})
+	}
+	return dst
+}
+
+// counterPoints rebuilds a counter window as real values at both ends and
+// synthetic resets between them. With r resets inside the window it emits
+//
+//	First, First+d, 0, d, 0, ..., d, 0, Last     (r peaks, each followed by a drop to 0)
+//
+// with d = (Increase-Last)/r, so PromQL sees exactly r resets and a
+// reset-adjusted increase of d + (r-1)·d + Last = Increase. The ends are the
+// real first and last samples, so a reset at a window boundary (First below
+// the previous window's Last) and the step across the boundary are seen as in
+// raw data, and the series joins raw data at the tier boundary seamlessly.
+func counterPoints(dst []point, w Window) []point {
+	dst = append(dst, point{w.FirstT, w.First})
+	if w.Count <= 1 || w.LastT <= w.FirstT {
+		return dst
+	}
+	r := int64(w.Resets)
+	span := w.LastT - w.FirstT // the 2r synthetic samples need distinct times strictly inside
+	r = min(r, (span-1)/2)
+	if r > 0 {
+		d := max(w.Increase-w.Last, 0) / float64(r)
+		for j := range 2 * r {
+			t := w.FirstT + (j+1)*span/(2*r+1)
+			v := 0.0
+			switch {
+			case j == 0:
+				v = w.First + d
+			case j%2 == 0:
+				v = d
+			}
+			dst = append(dst, point{t, v})
+		}
+	}
+	return append(dst, point{w.LastT, w.Last})
+}
