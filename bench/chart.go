@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Chart file names written by WriteCharts.
+const (
+	ThroughputChart   = "throughput.png"
+	QueryLatencyChart = "query_latency.png"
+)
+
+// WriteCharts writes the report's PNG charts into dir and returns their
+// paths: accepted samples/s over time (one line per repetition) and, when
+// queries ran, dashboard latency p50 and p99 per range (log scale).
+func (r Report) WriteCharts(dir string) ([]string, error) {
+	var paths []string
+	p, err := r.throughputPlot()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, ThroughputChart)
+	if err := savePNG(p, path); err != nil {
+		return nil, err
+	}
+	paths = append(paths, path)
+	if len(r.Summary.QueryLatency) == 0 {
+		return paths, nil
+	}
+	if p, err = r.queryPlot(); err != nil {
+		return nil, err
+	}
+	path = filepath.Join(dir, QueryLatencyChart)
+	if err := savePNG(p, path); err != nil {
+		return nil, err
+	}
+	return append(paths, path), nil
+}
+
+func (r Report) throughputPlot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Accepted samples/s: " + r.Name
+	p.X.Label.Text = "seconds into the run"
+	p.Y.Label.Text = "samples/s"
+	p.Y.Min = 0
+	p.Legend.Top = true
+	for i, rr := range r.Runs {
+		xys := make(plotter.XYs, len(rr.Load.Timeline))
+		for j, pt := range rr.Load.Timeline {
+			xys[j] = plotter.XY{X: pt.Seconds, Y: pt.SamplesPerSecond}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		line, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, fmt.Errorf("throughput line: %w", err)
+		}
+		line.Color = plotutil.Color(i)
+		line.Width = vg.Points(1.5)
+		p.Add(line)
+		p.Legend.Add(fmt.Sprintf("run %d", i+1), line)
+	}
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+func (r Report) queryPlot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Dashboard query latency (median over runs): " + r.Name
+	p.Y.Label.Text = "seconds (log)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	var p50, p99 plotter.Values
+	names := make([]string, 0, len(r.Summary.QueryLatency))
+	for _, q := range r.Summary.QueryLatency {
+		// A log axis cannot show zero; a microsecond is below any real query.
+		p50 = append(p50, max(q.P50Seconds.Median, 1e-6))
+		p99 = append(p99, max(q.P99Seconds.Median, 1e-6))
+		names = append(names, q.Range)
+	}
+	w := vg.Points(14)
+	for i, vs := range []plotter.Values{p50, p99} {
+		bars, err := plotter.NewBarChart(vs, w)
+		if err != nil {
+			return nil, fmt.Errorf("latency bars: %w", err)
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = vg.Length(2*i-1) * w / 2
+		p.Add(bars)
+		p.Legend.Add([]string{"p50", "p99"}[i], bars)
+	}
+	p.NominalX(names...)
+	p.Y.Min = 1e-6
+	return p, nil
+}
+
+// savePNG renders p at 8x4 inches and writes it atomically.
+func savePNG(p *plot.Plot, path string) error {
+	wt, err := p.WriterTo(8*vg.Inch, 4*vg.Inch, "png")
+	if err != nil {
+		return fmt.Errorf("render %s: %w", path, err)
+	}
+	return writeFileAtomic(path, func(w io.Writer) error {
+		_, err := wt.WriteTo(w)
+		return err
+	})
+}

@@ -1,0 +1,222 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+)
+
+// Protocol is the remote-write protocol version the load generator speaks.
+type Protocol string
+
+// The two remote-write protocols. V1 is what every receiver accepts; V2 adds a
+// per-request symbol table and metadata per series.
+const (
+	ProtocolV1 Protocol = "v1"
+	ProtocolV2 Protocol = "v2"
+)
+
+// Mix is the share of series given to each source shape. The shares need not
+// add up to one: they are normalised. A zero share leaves the shape out.
+type Mix struct {
+	// DCGM is dcgm-exporter's per-GPU gauges (and two counters) at 1 Hz.
+	DCGM float64 `json:"dcgm"`
+	// VLLM is vLLM V1's per-engine gauges, counters and classic histograms.
+	VLLM float64 `json:"vllm"`
+	// EBPF is cloudflare/ebpf_exporter's exp2 latency histograms per host.
+	EBPF float64 `json:"ebpf"`
+}
+
+// LoadConfig describes one bounded remote-write load. Every run is bounded both
+// by Duration and by MaxRequests: whichever is reached first ends it.
+//
+// Samples carry simulated timestamps: each series gets one sample per Interval,
+// starting at StartTime, and the generator runs ahead of real time as fast as
+// the receiver accepts, but never past the real clock (so "too far in the
+// future" rejections cannot happen). Once it has caught up with the real
+// clock it paces itself to one round per Interval; LoadResult.PacedSeconds says
+// how long it waited, because a paced run measures the generator's schedule,
+// not the receiver's capacity.
+type LoadConfig struct {
+	// URL is the full remote-write endpoint, e.g. http://127.0.0.1:9090/api/v1/write.
+	URL string `json:"url"`
+	// Protocol is v1 (default) or v2.
+	Protocol Protocol `json:"protocol"`
+	// Series is the target number of active series (default 10,000); the real
+	// count is rounded to whole GPUs, engines and hosts and is reported.
+	Series int `json:"series"`
+	// Mix splits Series between the source shapes (default 0.4/0.45/0.15).
+	Mix Mix `json:"mix"`
+	// ExtraLabels adds that many constant labels per unit (default 0), like
+	// avalanche's --label-count, to study label-size cost.
+	ExtraLabels int `json:"extra_labels"`
+	// LabelValueLength is the length of each extra label value (default 16).
+	LabelValueLength int `json:"label_value_length"`
+	// ChurnPercent is the share of GPUs and vLLM engines whose pod is replaced
+	// (new series, counters restart) every ChurnInterval of simulated time
+	// (default 0: steady state).
+	ChurnPercent float64 `json:"churn_percent"`
+	// ChurnInterval is the simulated time between churn events (default 10m).
+	ChurnInterval time.Duration `json:"churn_interval"`
+	// BatchSize is the number of samples per request (default 2,000, as
+	// Prometheus' max_samples_per_send).
+	BatchSize int `json:"batch_size"`
+	// Concurrency is the number of senders, each owning a fixed share of the
+	// series, like Prometheus' shards (default 4).
+	Concurrency int `json:"concurrency"`
+	// Interval is the simulated time between two samples of a series (default 1s).
+	Interval time.Duration `json:"interval"`
+	// Backfill is how far behind the real clock the simulated clock starts when
+	// StartTime is zero (default 2h: enough for minutes of unpaced load while
+	// staying inside a TSDB head's appendable window).
+	Backfill time.Duration `json:"backfill"`
+	// StartTime is the timestamp of the first round; zero means now-Backfill.
+	// Run sets it so that repeated runs continue each series in order.
+	StartTime time.Time `json:"start_time"`
+	// Duration bounds the run in real time (default 1m).
+	Duration time.Duration `json:"duration"`
+	// MaxRequests bounds the number of HTTP requests, retries included
+	// (default 100,000).
+	MaxRequests int `json:"max_requests"`
+	// Username and Password enable HTTP basic auth when Username is set.
+	Username string `json:"username,omitempty"`
+	Password string `json:"-"`
+	// Seed makes the values reproducible (default 1).
+	Seed uint64 `json:"seed"`
+	// MinBackoff and MaxBackoff bound the retry backoff on 429 and 5xx
+	// (defaults 30ms and 5s, as Prometheus' queue manager).
+	MinBackoff time.Duration `json:"min_backoff"`
+	MaxBackoff time.Duration `json:"max_backoff"`
+	// Timeout is the per-request HTTP timeout (default 30s).
+	Timeout time.Duration `json:"timeout"`
+
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time `json:"-"`
+	// sleep waits for d or until ctx ends; tests replace it so that backoff
+	// and pacing never wait on the wall clock.
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Defaults of LoadConfig, exported so that `strata bench` flags show them.
+const (
+	DefaultSeries           = 10000
+	DefaultBatchSize        = 2000
+	DefaultConcurrency      = 4
+	DefaultInterval         = time.Second
+	DefaultBackfill         = 2 * time.Hour
+	DefaultDuration         = time.Minute
+	DefaultMaxRequests      = 100000
+	DefaultLabelValueLength = 16
+	DefaultChurnInterval    = 10 * time.Minute
+	DefaultMinBackoff       = 30 * time.Millisecond
+	DefaultMaxBackoff       = 5 * time.Second
+	DefaultTimeout          = 30 * time.Second
+)
+
+// DefaultMix is the default share of series per source shape.
+func DefaultMix() Mix { return Mix{DCGM: 0.4, VLLM: 0.45, EBPF: 0.15} }
+
+// withDefaults returns c with every zero field set to its default.
+func (c LoadConfig) withDefaults() LoadConfig {
+	if c.Protocol == "" {
+		c.Protocol = ProtocolV1
+	}
+	if c.Series == 0 {
+		c.Series = DefaultSeries
+	}
+	if c.Mix == (Mix{}) {
+		c.Mix = DefaultMix()
+	}
+	if c.LabelValueLength == 0 {
+		c.LabelValueLength = DefaultLabelValueLength
+	}
+	if c.ChurnInterval == 0 {
+		c.ChurnInterval = DefaultChurnInterval
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Backfill == 0 {
+		c.Backfill = DefaultBackfill
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.MaxRequests == 0 {
+		c.MaxRequests = DefaultMaxRequests
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = DefaultMinBackoff
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.sleep == nil {
+		c.sleep = sleepCtx
+	}
+	return c
+}
+
+// Validation errors of LoadConfig.
+var (
+	// ErrBadConfig wraps every LoadConfig or Scenario validation failure.
+	ErrBadConfig = errors.New("bad bench config")
+)
+
+// validate checks a config that already has its defaults.
+func (c LoadConfig) validate() error {
+	u, err := url.Parse(c.URL)
+	switch {
+	case c.URL == "":
+		return fmt.Errorf("%w: no target URL", ErrBadConfig)
+	case err != nil:
+		return fmt.Errorf("%w: target URL: %w", ErrBadConfig, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%w: target URL %q: scheme must be http or https", ErrBadConfig, c.URL)
+	case c.Protocol != ProtocolV1 && c.Protocol != ProtocolV2:
+		return fmt.Errorf("%w: protocol %q: want v1 or v2", ErrBadConfig, c.Protocol)
+	case c.Series < 0, c.BatchSize < 0, c.Concurrency < 0, c.MaxRequests < 0, c.ExtraLabels < 0, c.LabelValueLength < 0:
+		return fmt.Errorf("%w: counts must not be negative", ErrBadConfig)
+	case c.Mix.DCGM < 0 || c.Mix.VLLM < 0 || c.Mix.EBPF < 0:
+		return fmt.Errorf("%w: mix shares must not be negative", ErrBadConfig)
+	case c.ChurnPercent < 0 || c.ChurnPercent > 100:
+		return fmt.Errorf("%w: churn percent %g: want 0-100", ErrBadConfig, c.ChurnPercent)
+	case c.Interval < time.Millisecond:
+		return fmt.Errorf("%w: interval %s: want at least 1ms", ErrBadConfig, c.Interval)
+	case c.Duration < 0 || c.Backfill < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("%w: durations must not be negative and max backoff must be at least min backoff", ErrBadConfig)
+	}
+	return nil
+}
+
+// sleepCtx waits for d or until ctx ends, whichever is first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/golang/snappy"
+	"github.com/prometheus/prometheus/prompb"
+	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+)
+
+// Wire headers of the two protocols (remote-write spec 1.0 and 2.0).
+const (
+	contentTypeV1 = "application/x-protobuf"
+	contentTypeV2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request"
+	versionV1     = "0.1.0"
+	versionV2     = "2.0.0"
+)
+
+// sampleRef is one pending sample: a series index into generator.series.
+type sampleRef struct {
+	ref int32
+	t   int64
+	v   float64
+}
+
+// encoder turns a batch into a snappy-compressed request body. Each sender
+// owns one and reuses its buffers; the returned body is valid until the next
+// encode call.
+type encoder struct {
+	proto     Protocol
+	v1        prompb.WriteRequest
+	v1Samples []prompb.Sample
+	v2        writev2.Request
+	v2Samples []writev2.Sample
+	symbols   writev2.SymbolsTable
+	refs      []uint32
+	offs      []int
+	raw, comp []byte
+}
+
+func newEncoder(p Protocol) *encoder {
+	return &encoder{proto: p, symbols: writev2.NewSymbolTable()}
+}
+
+func (e *encoder) contentType() string {
+	if e.proto == ProtocolV2 {
+		return contentTypeV2
+	}
+	return contentTypeV1
+}
+
+func (e *encoder) version() string {
+	if e.proto == ProtocolV2 {
+		return versionV2
+	}
+	return versionV1
+}
+
+// encode marshals batch (samples of series) and compresses it with snappy's
+// block format, as both protocol versions require. Each sample is its own
+// TimeSeries entry, as a Prometheus shard sends a series that appears twice
+// in one batch.
+func (e *encoder) encode(series []seriesDesc, batch []sampleRef) ([]byte, error) {
+	var (
+		size int
+		err  error
+	)
+	if e.proto == ProtocolV2 {
+		size, err = e.marshalV2(series, batch)
+	} else {
+		size, err = e.marshalV1(series, batch)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s request: %w", e.proto, err)
+	}
+	e.comp = snappy.Encode(e.comp[:cap(e.comp)], e.raw[:size])
+	return e.comp, nil
+}
+
+func (e *encoder) grow(size int) {
+	if cap(e.raw) < size {
+		e.raw = make([]byte, size*5/4)
+	}
+}
+
+func (e *encoder) marshalV1(series []seriesDesc, batch []sampleRef) (int, error) {
+	e.v1Samples = e.v1Samples[:0]
+	for _, s := range batch {
+		e.v1Samples = append(e.v1Samples, prompb.Sample{Value: s.v, Timestamp: s.t})
+	}
+	ts := e.v1.Timeseries[:0]
+	for i, s := range batch {
+		ts = append(ts, prompb.TimeSeries{Labels: series[s.ref].pb, Samples: e.v1Samples[i : i+1 : i+1]})
+	}
+	e.v1.Timeseries = ts
+	size := e.v1.Size()
+	e.grow(size)
+	return e.v1.MarshalToSizedBuffer(e.raw[:size])
+}
+
+func (e *encoder) marshalV2(series []seriesDesc, batch []sampleRef) (int, error) {
+	e.symbols.Reset()
+	e.refs, e.offs = e.refs[:0], e.offs[:0]
+	e.v2Samples = e.v2Samples[:0]
+	// First pass: symbolise into one flat slice; slices into it are taken
+	// only once it has stopped growing.
+	for _, s := range batch {
+		d := &series[s.ref]
+		e.offs = append(e.offs, len(e.refs))
+		for _, l := range d.pb {
+			e.refs = append(e.refs, e.symbols.Symbolize(l.Name), e.symbols.Symbolize(l.Value))
+		}
+		e.v2Samples = append(e.v2Samples, writev2.Sample{Value: s.v, Timestamp: s.t})
+	}
+	ts := e.v2.Timeseries[:0]
+	for i, s := range batch {
+		d := &series[s.ref]
+		end := len(e.refs)
+		if i+1 < len(e.offs) {
+			end = e.offs[i+1]
+		}
+		md := writev2.Metadata{Type: d.fam.kind.metadataType()}
+		if d.fam.help != "" {
+			md.HelpRef = e.symbols.Symbolize(d.fam.help)
+		}
+		if d.fam.unit != "" {
+			md.UnitRef = e.symbols.Symbolize(d.fam.unit)
+		}
+		ts = append(ts, writev2.TimeSeries{
+			LabelsRefs: e.refs[e.offs[i]:end:end],
+			Samples:    e.v2Samples[i : i+1 : i+1],
+			Metadata:   md,
+		})
+	}
+	e.v2.Timeseries = ts
+	e.v2.Symbols = e.symbols.Symbols()
+	size := e.v2.Size()
+	e.grow(size)
+	return e.v2.MarshalToSizedBuffer(e.raw[:size])
+}

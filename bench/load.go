@@ -1,0 +1,491 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LoadResult is what one bounded load run measured on the client side.
+type LoadResult struct {
+	Started        time.Time `json:"started"`
+	ElapsedSeconds float64   `json:"elapsed_seconds"`
+	// StoppedBy says which bound ended the run: "duration", "max_requests"
+	// or "canceled".
+	StoppedBy string `json:"stopped_by"`
+	// Series is the number of active series; SeriesCreated also counts the
+	// series that churn replaced.
+	Series        int `json:"series"`
+	SeriesCreated int `json:"series_created"`
+
+	Requests      int64 `json:"requests"` // HTTP attempts, retries included
+	Status2xx     int64 `json:"status_2xx"`
+	Status4xx     int64 `json:"status_4xx"` // 4xx other than 429: refused, never retried
+	Status429     int64 `json:"status_429"`
+	Status5xx     int64 `json:"status_5xx"`
+	NetworkErrors int64 `json:"network_errors"`
+	Retries       int64 `json:"retries"`
+
+	// SamplesAccepted counts samples in 2xx replies (or the RW 2.0
+	// X-Prometheus-Remote-Write-Samples-Written count when the receiver sends
+	// it). SamplesRefused counts samples a 4xx refused; SamplesDropped those
+	// still being retried when a bound ended the run.
+	SamplesAccepted int64 `json:"samples_accepted"`
+	SamplesRefused  int64 `json:"samples_refused"`
+	SamplesDropped  int64 `json:"samples_dropped"`
+
+	AcceptedSamplesPerSecond float64 `json:"accepted_samples_per_second"`
+	ClientLatencyP50Seconds  float64 `json:"client_latency_p50_seconds"`
+	ClientLatencyP99Seconds  float64 `json:"client_latency_p99_seconds"`
+	// PacedSeconds is the sender time spent waiting for the real clock (summed
+	// over senders): a run with much pacing was limited by Series/Interval,
+	// not by the receiver.
+	PacedSeconds float64 `json:"paced_seconds"`
+
+	// FirstTimestamp and LastTimestamp (ms) are the simulated time span sent.
+	FirstTimestamp int64 `json:"first_timestamp_ms"`
+	LastTimestamp  int64 `json:"last_timestamp_ms"`
+
+	// Timeline is accepted samples per second over the run.
+	Timeline []TimelinePoint `json:"timeline"`
+	// Errors holds the first distinct error replies, for diagnosis.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// TimelinePoint is the accepted-sample rate in one step of the run.
+type TimelinePoint struct {
+	Seconds          float64 `json:"seconds"` // since the run started
+	SamplesPerSecond float64 `json:"samples_per_second"`
+}
+
+// maxSkewRounds bounds how far one sender may run ahead of the slowest, in
+// rounds: a TSDB head refuses samples older than about an hour behind its
+// newest, so senders must stay close together in simulated time.
+const maxSkewRounds = 30
+
+// maxErrors is how many distinct error messages a result keeps.
+const maxErrors = 5
+
+// errStop ends a sender: a bound was reached.
+var errStop = errors.New("load bound reached")
+
+// RunLoad drives one bounded load at cfg.URL and returns what it measured. It
+// returns an error for an invalid config, and the partial result with ctx's
+// error when ctx ends before a bound does. Refused and failed requests are
+// not errors: they are counted in the result.
+func RunLoad(ctx context.Context, cfg LoadConfig, logger *slog.Logger) (LoadResult, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return LoadResult{}, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return newLoadRun(cfg, newGenerator(cfg), logger).run(ctx)
+}
+
+// loadRun is the state of one RunLoad call.
+type loadRun struct {
+	cfg    LoadConfig
+	gen    *generator
+	logger *slog.Logger
+	client *http.Client
+
+	budget atomic.Int64 // requests left
+	byReq  atomic.Bool  // the request budget ended the run
+
+	requests, s2xx, s4xx, s429, s5xx, netErr, retries atomic.Int64
+	accepted, refused, dropped, created               atomic.Int64
+	pacedNanos                                        atomic.Int64
+
+	errMu  sync.Mutex
+	errors []string
+}
+
+func newLoadRun(cfg LoadConfig, gen *generator, logger *slog.Logger) *loadRun {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = cfg.Concurrency
+	tr.DisableCompression = true
+	l := &loadRun{cfg: cfg, gen: gen, logger: logger, client: &http.Client{Transport: tr, Timeout: cfg.Timeout}}
+	l.budget.Store(int64(cfg.MaxRequests))
+	return l
+}
+
+// sender owns a fixed share of the units, like a Prometheus shard, so each
+// series is sent by one goroutine in timestamp order.
+type sender struct {
+	id        int
+	units     []*unit
+	enc       *encoder
+	batch     []sampleRef
+	latencies []float64
+	lastTS    int64
+}
+
+func (l *loadRun) run(parent context.Context) (LoadResult, error) {
+	cfg := l.cfg
+	ctx, cancel := context.WithTimeout(parent, cfg.Duration)
+	defer cancel()
+	defer l.client.CloseIdleConnections()
+
+	senders := make([]*sender, min(cfg.Concurrency, len(l.gen.units)))
+	for i := range senders {
+		senders[i] = &sender{id: i, enc: newEncoder(cfg.Protocol), batch: make([]sampleRef, 0, cfg.BatchSize)}
+	}
+	for i, u := range l.gen.units {
+		s := senders[i%len(senders)]
+		s.units = append(s.units, u)
+	}
+	step := cfg.Interval.Milliseconds()
+	start := cfg.StartTime
+	if start.IsZero() {
+		start = cfg.Now().Add(-cfg.Backfill)
+	}
+	startMs := start.UnixMilli() / step * step
+
+	gate := newRoundGate(len(senders))
+	stopGate := context.AfterFunc(ctx, gate.stop)
+	defer stopGate()
+
+	res := LoadResult{Started: cfg.Now(), Series: len(l.gen.series), FirstTimestamp: startMs}
+	began := time.Now()
+	timelineDone := make(chan []TimelinePoint, 1)
+	stopTimeline := make(chan struct{})
+	go func() { timelineDone <- l.timeline(stopTimeline, began) }()
+
+	var wg sync.WaitGroup
+	for _, s := range senders {
+		wg.Go(func() {
+			defer gate.finish(s.id)
+			l.runSender(ctx, s, gate, startMs, step)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	close(stopTimeline)
+	res.Timeline = <-timelineDone
+
+	res.ElapsedSeconds = elapsed.Seconds()
+	switch {
+	case parent.Err() != nil:
+		res.StoppedBy = "canceled"
+	case l.byReq.Load():
+		res.StoppedBy = "max_requests"
+	default:
+		res.StoppedBy = "duration"
+	}
+	res.SeriesCreated = len(l.gen.series) + int(l.created.Load())
+	res.Requests = l.requests.Load()
+	res.Status2xx, res.Status4xx, res.Status429, res.Status5xx = l.s2xx.Load(), l.s4xx.Load(), l.s429.Load(), l.s5xx.Load()
+	res.NetworkErrors, res.Retries = l.netErr.Load(), l.retries.Load()
+	res.SamplesAccepted, res.SamplesRefused, res.SamplesDropped = l.accepted.Load(), l.refused.Load(), l.dropped.Load()
+	if res.ElapsedSeconds > 0 {
+		res.AcceptedSamplesPerSecond = float64(res.SamplesAccepted) / res.ElapsedSeconds
+	}
+	res.PacedSeconds = time.Duration(l.pacedNanos.Load()).Seconds()
+	var lat []float64
+	res.LastTimestamp = startMs
+	for _, s := range senders {
+		lat = append(lat, s.latencies...)
+		res.LastTimestamp = max(res.LastTimestamp, s.lastTS)
+	}
+	res.ClientLatencyP50Seconds = quantile(lat, 0.5)
+	res.ClientLatencyP99Seconds = quantile(lat, 0.99)
+	res.Errors = l.errors
+	l.logger.Info("load run finished", "accepted", res.SamplesAccepted, "refused", res.SamplesRefused,
+		"dropped", res.SamplesDropped, "samples_per_second", math.Round(res.AcceptedSamplesPerSecond),
+		"stopped_by", res.StoppedBy, "elapsed", elapsed.Round(time.Millisecond))
+	return res, parent.Err()
+}
+
+// runSender generates and sends the sender's units round after round until a
+// bound is reached.
+func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, startMs, step int64) {
+	dt := l.cfg.Interval.Seconds()
+	churnRounds := int64(0)
+	if l.cfg.ChurnPercent > 0 {
+		churnRounds = max(1, l.cfg.ChurnInterval.Milliseconds()/step)
+	}
+	for r := int64(0); ; r++ {
+		ts := startMs + r*step
+		if err := l.pace(ctx, ts); err != nil {
+			return
+		}
+		if !gate.wait(r, s.id) {
+			return
+		}
+		if churnRounds > 0 && r > 0 && r%churnRounds == 0 {
+			// Send what is pending first: its samples belong to the old
+			// labels, which churn is about to rewrite.
+			if l.flush(ctx, s) != nil {
+				return
+			}
+			for _, u := range s.units {
+				if l.gen.maybeChurn(u, l.cfg.ChurnPercent) {
+					l.created.Add(int64(u.count))
+				}
+			}
+		}
+		for _, u := range s.units {
+			u.advance(dt)
+			for _, gr := range u.groups {
+				for j, v := range gr.vals {
+					s.batch = append(s.batch, sampleRef{ref: int32(gr.first + j), t: ts, v: v})
+					if len(s.batch) == l.cfg.BatchSize {
+						if l.flush(ctx, s) != nil {
+							return
+						}
+					}
+				}
+			}
+		}
+		s.lastTS = ts
+	}
+}
+
+// pace waits until the real clock has reached ts, so no sample is in the
+// future.
+func (l *loadRun) pace(ctx context.Context, ts int64) error {
+	ahead := time.Duration(ts-l.cfg.Now().UnixMilli()) * time.Millisecond
+	if ahead <= 0 {
+		return ctx.Err()
+	}
+	l.pacedNanos.Add(int64(ahead))
+	return l.cfg.sleep(ctx, ahead)
+}
+
+// flush encodes and sends the sender's pending batch.
+func (l *loadRun) flush(ctx context.Context, s *sender) error {
+	if len(s.batch) == 0 {
+		return nil
+	}
+	n := len(s.batch)
+	body, err := s.enc.encode(l.gen.series, s.batch)
+	s.batch = s.batch[:0]
+	if err != nil {
+		l.dropped.Add(int64(n))
+		l.noteError(err.Error())
+		return errStop
+	}
+	return l.send(ctx, s, body, n)
+}
+
+// send posts one body, retrying like Prometheus' queue manager: 5xx, 429 and
+// network errors are retried after a backoff that starts at MinBackoff and
+// doubles up to MaxBackoff, or after the reply's Retry-After; other 4xx
+// replies are refusals and are never retried.
+func (l *loadRun) send(ctx context.Context, s *sender, body []byte, samples int) error {
+	backoff := l.cfg.MinBackoff
+	n := int64(samples)
+	for {
+		if ctx.Err() != nil {
+			l.dropped.Add(n)
+			return errStop
+		}
+		if l.budget.Add(-1) < 0 {
+			l.byReq.Store(true)
+			l.dropped.Add(n)
+			return errStop
+		}
+		l.requests.Add(1)
+		began := time.Now()
+		code, hdr, msg, err := l.post(ctx, s.enc, body)
+		s.latencies = append(s.latencies, time.Since(began).Seconds())
+		wait := backoff
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				l.dropped.Add(n)
+				return errStop
+			}
+			l.netErr.Add(1)
+			l.noteError(err.Error())
+		case code/100 == 2:
+			l.s2xx.Add(1)
+			l.accepted.Add(written(hdr, n))
+			return nil
+		case code == http.StatusTooManyRequests || code/100 == 5:
+			if code == http.StatusTooManyRequests {
+				l.s429.Add(1)
+			} else {
+				l.s5xx.Add(1)
+			}
+			l.noteError(fmt.Sprintf("HTTP %d: %s", code, msg))
+			if ra := retryAfter(hdr.Get("Retry-After"), l.cfg.Now()); ra > 0 {
+				wait = ra
+			}
+		default:
+			l.s4xx.Add(1)
+			ok := min(written(hdr, 0), n)
+			l.accepted.Add(ok)
+			l.refused.Add(n - ok)
+			l.noteError(fmt.Sprintf("HTTP %d: %s", code, msg))
+			return nil
+		}
+		l.retries.Add(1)
+		if err := l.cfg.sleep(ctx, wait); err != nil {
+			l.dropped.Add(n)
+			return errStop
+		}
+		backoff = min(wait*2, l.cfg.MaxBackoff)
+	}
+}
+
+// post sends one request and returns the status, headers and the start of
+// the body of an error reply. The body is drained so the connection is kept.
+func (l *loadRun) post(ctx context.Context, enc *encoder, body []byte) (int, http.Header, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Encoding", "snappy")
+	req.Header.Set("Content-Type", enc.contentType())
+	req.Header.Set("X-Prometheus-Remote-Write-Version", enc.version())
+	req.Header.Set("User-Agent", "strata-bench")
+	if l.cfg.Username != "" {
+		req.SetBasicAuth(l.cfg.Username, l.cfg.Password)
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("post %s: %w", l.cfg.URL, err)
+	}
+	var msg []byte
+	if resp.StatusCode/100 != 2 {
+		msg, _ = io.ReadAll(io.LimitReader(resp.Body, 256))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if err := resp.Body.Close(); err != nil {
+		return 0, nil, "", fmt.Errorf("close reply body: %w", err)
+	}
+	return resp.StatusCode, resp.Header, string(bytes.TrimSpace(msg)), nil
+}
+
+// written is the RW 2.0 samples-written count of a reply, or def when the
+// receiver does not send it (RW 1.0 receivers usually do not).
+func written(h http.Header, def int64) int64 {
+	v := h.Get("X-Prometheus-Remote-Write-Samples-Written")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return def
+	}
+	return n
+}
+
+// retryAfter parses a Retry-After value (seconds or an HTTP date), as
+// Prometheus' remote-write client does; zero means "use the backoff".
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func (l *loadRun) noteError(msg string) {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	if len(l.errors) >= maxErrors {
+		return
+	}
+	for _, e := range l.errors {
+		if e == msg {
+			return
+		}
+	}
+	l.errors = append(l.errors, msg)
+}
+
+// timeline samples the accepted counter once a second until stop closes.
+func (l *loadRun) timeline(stop <-chan struct{}, began time.Time) []TimelinePoint {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var (
+		points []TimelinePoint
+		last   int64
+		lastAt = began
+	)
+	record := func(now time.Time) {
+		acc := l.accepted.Load()
+		if d := now.Sub(lastAt).Seconds(); d > 0.05 {
+			points = append(points, TimelinePoint{Seconds: now.Sub(began).Seconds(), SamplesPerSecond: float64(acc-last) / d})
+		}
+		last, lastAt = acc, now
+	}
+	for {
+		select {
+		case <-stop:
+			record(time.Now())
+			return points
+		case now := <-t.C:
+			record(now)
+		}
+	}
+}
+
+// roundGate keeps senders within maxSkewRounds of each other.
+type roundGate struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	rounds []int64
+	done   bool
+}
+
+func newRoundGate(n int) *roundGate {
+	g := &roundGate{rounds: make([]int64, n)}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// wait records that sender id starts round r and blocks while r is more than
+// maxSkewRounds ahead of the slowest sender. It returns false once stopped.
+func (g *roundGate) wait(r int64, id int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rounds[id] = r
+	g.cond.Broadcast()
+	for !g.done && r > g.minRound()+maxSkewRounds {
+		g.cond.Wait()
+	}
+	return !g.done
+}
+
+func (g *roundGate) minRound() int64 {
+	m := int64(math.MaxInt64)
+	for _, r := range g.rounds {
+		m = min(m, r)
+	}
+	return m
+}
+
+// finish takes a sender that has ended out of the minimum.
+func (g *roundGate) finish(id int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rounds[id] = math.MaxInt64
+	g.cond.Broadcast()
+}
+
+// stop releases every waiter; called when the run's context ends.
+func (g *roundGate) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.done = true
+	g.cond.Broadcast()
+}

@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// DashboardQuery is one panel of the dashboard whose latency bench measures.
+type DashboardQuery struct {
+	Name string `json:"name"`
+	Expr string `json:"expr"`
+}
+
+// DefaultDashboard is the canonical panel set of an inference fleet, written
+// against the series the generator sends, so every panel returns data.
+func DefaultDashboard() []DashboardQuery {
+	return []DashboardQuery{
+		{"ttft_p99", `histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m])))`},
+		{"itl_p50", `histogram_quantile(0.5, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket[5m])))`},
+		{"gpu_util", `avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)`},
+		{"gpu_power", `sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE)`},
+		{"kv_cache", `max by (pod) (vllm:kv_cache_usage_perc)`},
+		{"token_throughput", `sum(rate(vllm:generation_tokens_total[5m]))`},
+		{"queue_waiting", `sum by (model_name) (vllm:num_requests_waiting)`},
+		{"preemptions", `sum(rate(vllm:num_preemptions_total[5m]))`},
+		{"disk_latency_p99", `histogram_quantile(0.99, sum by (le, device) (rate(ebpf_exporter_bio_latency_seconds_bucket[5m])))`},
+	}
+}
+
+// DefaultQueryRanges are the dashboard time ranges measured.
+func DefaultQueryRanges() []time.Duration {
+	return []time.Duration{time.Hour, 24 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour}
+}
+
+// queryPoints is the number of points per panel: Grafana asks for about one
+// point per pixel column of a panel.
+const queryPoints = 250
+
+// StepFor is the query_range step for a range: range/250 in whole seconds.
+func StepFor(r time.Duration) time.Duration {
+	return max(time.Second, (r / queryPoints).Truncate(time.Second))
+}
+
+// RangeLatency is the latency of the dashboard at one range.
+type RangeLatency struct {
+	Range        string  `json:"range"`
+	RangeSeconds float64 `json:"range_seconds"`
+	StepSeconds  float64 `json:"step_seconds"`
+	// P50Seconds and P99Seconds are over every execution of every panel.
+	P50Seconds float64 `json:"p50_seconds"`
+	P99Seconds float64 `json:"p99_seconds"`
+	Executions int     `json:"executions"`
+	Errors     int     `json:"errors"`
+	// Empty counts executions that returned no series at all.
+	Empty    int            `json:"empty"`
+	PerQuery []QueryLatency `json:"per_query"`
+}
+
+// QueryLatency is one panel's latency at one range.
+type QueryLatency struct {
+	Name       string  `json:"name"`
+	P50Seconds float64 `json:"p50_seconds"`
+	P99Seconds float64 `json:"p99_seconds"`
+}
+
+// queryConfig is what runQueries needs.
+type queryConfig struct {
+	url                string
+	username, password string
+	queries            []DashboardQuery
+	ranges             []time.Duration
+	repeats            int
+	timeout            time.Duration
+	end                time.Time
+}
+
+// runQueries runs every panel at every range repeats times through the
+// Prometheus HTTP API and returns the latency per range. A failing query is
+// counted, not fatal: a receiver without PromQL (or without a panel's
+// functions) still gets its ingest figures.
+func runQueries(ctx context.Context, qc queryConfig) ([]RangeLatency, []string, error) {
+	client, err := api.NewClient(api.Config{Address: qc.url, RoundTripper: basicAuth(qc.username, qc.password, api.DefaultRoundTripper)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("query client for %s: %w", qc.url, err)
+	}
+	papi := v1.NewAPI(client)
+	var errs []string
+	out := make([]RangeLatency, 0, len(qc.ranges))
+	for _, r := range qc.ranges {
+		step := StepFor(r)
+		rl := RangeLatency{Range: model.Duration(r).String(), RangeSeconds: r.Seconds(), StepSeconds: step.Seconds()}
+		var all []float64
+		for _, q := range qc.queries {
+			var lat []float64
+			for range qc.repeats {
+				if err := ctx.Err(); err != nil {
+					return nil, errs, err
+				}
+				qctx, cancel := context.WithTimeout(ctx, qc.timeout)
+				began := time.Now()
+				val, _, _, err := papi.QueryRange(qctx, q.Expr, v1.Range{Start: qc.end.Add(-r), End: qc.end, Step: step})
+				d := time.Since(began).Seconds()
+				cancel()
+				rl.Executions++
+				if err != nil {
+					rl.Errors++
+					if len(errs) < maxErrors {
+						errs = append(errs, fmt.Sprintf("%s over %s: %v", q.Name, rl.Range, err))
+					}
+					continue
+				}
+				if m, ok := val.(model.Matrix); ok && len(m) == 0 {
+					rl.Empty++
+				}
+				lat = append(lat, d)
+			}
+			all = append(all, lat...)
+			rl.PerQuery = append(rl.PerQuery, QueryLatency{Name: q.Name, P50Seconds: quantile(lat, 0.5), P99Seconds: quantile(lat, 0.99)})
+		}
+		rl.P50Seconds, rl.P99Seconds = quantile(all, 0.5), quantile(all, 0.99)
+		out = append(out, rl)
+	}
+	return out, errs, nil
+}
+
+// rollupLagMetric is the downsample package's freshness gauge.
+const rollupLagMetric = "strata_downsample_lag_seconds"
+
+// readRollupLag scrapes metricsURL and returns the largest value of
+// strata_downsample_lag_seconds (over its tiers); ok is false when the target
+// does not expose it (Prometheus, VictoriaMetrics).
+func readRollupLag(ctx context.Context, client *http.Client, metricsURL, user, pass string) (lag float64, ok bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, http.NoBody)
+	if err != nil {
+		return 0, false, fmt.Errorf("build metrics request: %w", err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, false, fmt.Errorf("scrape %s: %w", metricsURL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("scrape %s: HTTP %d", metricsURL, resp.StatusCode)
+	}
+	return parseRollupLag(resp.Body)
+}
+
+// parseRollupLag finds the largest strata_downsample_lag_seconds sample in a
+// text exposition.
+func parseRollupLag(r io.Reader) (float64, bool, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse metrics: %w", err)
+	}
+	mf, found := fams[rollupLagMetric]
+	if !found || len(mf.GetMetric()) == 0 {
+		return 0, false, nil
+	}
+	lag := math.Inf(-1)
+	for _, m := range mf.GetMetric() {
+		v := m.GetGauge().GetValue()
+		if m.GetGauge() == nil {
+			v = m.GetUntyped().GetValue()
+		}
+		lag = math.Max(lag, v)
+	}
+	return lag, true, nil
+}
+
+// captureCPUProfile fetches the target's /debug/pprof/profile for the given
+// number of seconds and writes it to path (temp file, then rename).
+func captureCPUProfile(ctx context.Context, client *http.Client, baseURL, user, pass string, seconds int, path string) error {
+	u := baseURL + "/debug/pprof/profile?seconds=" + strconv.Itoa(seconds)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
+	if err != nil {
+		return fmt.Errorf("build profile request: %w", err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", u, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch %s: HTTP %d (is /debug/pprof enabled on the server?)", u, resp.StatusCode)
+	}
+	return writeFileAtomic(path, func(w io.Writer) error {
+		_, err := io.Copy(w, resp.Body)
+		return err
+	})
+}
+
+// baseOf is scheme://host of a URL: where the query API, /metrics and
+// /debug/pprof of a remote-write target live.
+func baseOf(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse %q: %w", raw, err)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// basicAuth wraps rt with HTTP basic auth when user is set.
+func basicAuth(user, pass string, rt http.RoundTripper) http.RoundTripper {
+	if user == "" {
+		return rt
+	}
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.SetBasicAuth(user, pass)
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// writeFileAtomic writes path through a temp file in the same directory,
+// synced and renamed, so a failed write leaves nothing half-written.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), ".bench-*")
+	if err != nil {
+		return fmt.Errorf("create temp for %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if err := write(f); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("rename to %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,352 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ReportSchemaVersion is the version of the JSON report. Bump it when a field
+// changes meaning or is removed; adding a field keeps it.
+const ReportSchemaVersion = 1
+
+// Report is the outcome of Run: every repetition and the summary over them.
+// Its JSON form (WriteJSON, ReadReport) is what `strata bench compare` reads.
+type Report struct {
+	SchemaVersion int         `json:"schema_version"`
+	Name          string      `json:"name"`
+	Target        string      `json:"target"`
+	Started       time.Time   `json:"started"`
+	Host          HostInfo    `json:"host"`
+	Load          LoadConfig  `json:"load"`
+	Repeats       int         `json:"repeats"`
+	Runs          []RunResult `json:"runs"`
+	Summary       Summary     `json:"summary"`
+}
+
+// HostInfo is the machine the bench ran on.
+type HostInfo struct {
+	GOOS   string `json:"goos"`
+	GOARCH string `json:"goarch"`
+	CPUs   int    `json:"cpus"`
+}
+
+// Figure is one measured quantity over the repetitions.
+type Figure struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+// figureOf summarises xs; the zero Figure for no data.
+func figureOf(xs []float64) Figure {
+	if len(xs) == 0 {
+		return Figure{}
+	}
+	return Figure{Median: quantile(xs, 0.5), Min: slices.Min(xs), Max: slices.Max(xs), N: len(xs)}
+}
+
+// RangeFigure is the dashboard latency at one range over the repetitions.
+type RangeFigure struct {
+	Range      string `json:"range"`
+	P50Seconds Figure `json:"p50_seconds"`
+	P99Seconds Figure `json:"p99_seconds"`
+}
+
+// Summary holds the medians (with min and max) over the repetitions. A
+// figure with N == 0 was not measured.
+type Summary struct {
+	AcceptedSamplesPerSecond Figure `json:"accepted_samples_per_second"`
+	// RefusedRatio is refused/(accepted+refused) samples.
+	RefusedRatio            Figure `json:"refused_ratio"`
+	ClientLatencyP50Seconds Figure `json:"client_latency_p50_seconds"`
+	ClientLatencyP99Seconds Figure `json:"client_latency_p99_seconds"`
+
+	CPUSecondsPerMillionSamples Figure `json:"cpu_seconds_per_million_samples"`
+	SamplesPerCPUSecond         Figure `json:"samples_per_cpu_second"`
+	PeakRSSBytes                Figure `json:"peak_rss_bytes"`
+	RSSPerActiveSeriesBytes     Figure `json:"rss_per_active_series_bytes"`
+
+	// DiskBytesPerSample is per tier, after the last repetition's growth.
+	DiskBytesPerSample map[string]Figure `json:"disk_bytes_per_sample,omitempty"`
+	QueryLatency       []RangeFigure     `json:"query_latency,omitempty"`
+	RollupLagSeconds   Figure            `json:"rollup_lag_seconds"`
+}
+
+func summarize(runs []RunResult) Summary {
+	var (
+		s                                        Summary
+		tput, refused, cp50, cp99                []float64
+		cpuPerM, perCPU, peak, perSeries, rollup []float64
+		disk                                     = map[string][]float64{}
+		qp50, qp99                               = map[string][]float64{}, map[string][]float64{}
+		ranges                                   []string
+	)
+	for _, r := range runs {
+		l := r.Load
+		tput = append(tput, l.AcceptedSamplesPerSecond)
+		if t := l.SamplesAccepted + l.SamplesRefused; t > 0 {
+			refused = append(refused, float64(l.SamplesRefused)/float64(t))
+		}
+		cp50 = append(cp50, l.ClientLatencyP50Seconds)
+		cp99 = append(cp99, l.ClientLatencyP99Seconds)
+		if sv := r.Server; sv != nil {
+			cpuPerM = append(cpuPerM, sv.CPUSecondsPerMillionSamples)
+			perCPU = append(perCPU, sv.SamplesPerCPUSecond)
+			peak = append(peak, float64(sv.PeakRSSBytes))
+			perSeries = append(perSeries, sv.RSSPerActiveSeriesBytes)
+		}
+		for _, d := range r.Disk {
+			disk[d.Tier] = append(disk[d.Tier], d.BytesPerSample)
+		}
+		for _, q := range r.Queries {
+			if q.Executions == q.Errors {
+				continue // nothing measured at this range
+			}
+			if _, seen := qp50[q.Range]; !seen {
+				ranges = append(ranges, q.Range)
+			}
+			qp50[q.Range] = append(qp50[q.Range], q.P50Seconds)
+			qp99[q.Range] = append(qp99[q.Range], q.P99Seconds)
+		}
+		if r.RollupLagSeconds != nil {
+			rollup = append(rollup, *r.RollupLagSeconds)
+		}
+	}
+	s.AcceptedSamplesPerSecond = figureOf(tput)
+	s.RefusedRatio = figureOf(refused)
+	s.ClientLatencyP50Seconds = figureOf(cp50)
+	s.ClientLatencyP99Seconds = figureOf(cp99)
+	s.CPUSecondsPerMillionSamples = figureOf(cpuPerM)
+	s.SamplesPerCPUSecond = figureOf(perCPU)
+	s.PeakRSSBytes = figureOf(peak)
+	s.RSSPerActiveSeriesBytes = figureOf(perSeries)
+	s.RollupLagSeconds = figureOf(rollup)
+	if len(disk) > 0 {
+		s.DiskBytesPerSample = map[string]Figure{}
+		for t, xs := range disk {
+			s.DiskBytesPerSample[t] = figureOf(xs)
+		}
+	}
+	for _, r := range ranges {
+		s.QueryLatency = append(s.QueryLatency, RangeFigure{Range: r, P50Seconds: figureOf(qp50[r]), P99Seconds: figureOf(qp99[r])})
+	}
+	return s
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	return nil
+}
+
+// SaveJSON writes the report to path atomically.
+func (r Report) SaveJSON(path string) error {
+	return writeFileAtomic(path, r.WriteJSON)
+}
+
+// ReadReport decodes a JSON report and checks its schema version.
+func ReadReport(rd io.Reader) (Report, error) {
+	var r Report
+	if err := json.NewDecoder(rd).Decode(&r); err != nil {
+		return Report{}, fmt.Errorf("decode report: %w", err)
+	}
+	if r.SchemaVersion != ReportSchemaVersion {
+		return Report{}, fmt.Errorf("%w: report schema version %d, this bench reads %d", ErrBadConfig, r.SchemaVersion, ReportSchemaVersion)
+	}
+	return r, nil
+}
+
+// LoadReport reads a JSON report file.
+func LoadReport(path string) (r Report, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Report{}, fmt.Errorf("open report: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close report: %w", cerr)
+		}
+	}()
+	r, err = ReadReport(f)
+	if err != nil {
+		return Report{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// row is one line of the summary and comparison tables. higherBetter tells
+// Compare which direction is an improvement.
+type row struct {
+	name         string
+	unit         string
+	fig          Figure
+	higherBetter bool
+}
+
+// rows lists the summary's measured figures in a stable order.
+func (s Summary) rows() []row {
+	rs := []row{
+		{"accepted samples/s", "", s.AcceptedSamplesPerSecond, true},
+		{"refused ratio", "", s.RefusedRatio, false},
+		{"client request latency p50", "s", s.ClientLatencyP50Seconds, false},
+		{"client request latency p99", "s", s.ClientLatencyP99Seconds, false},
+		{"server CPU-seconds per million samples", "s", s.CPUSecondsPerMillionSamples, false},
+		{"samples per server CPU-second", "", s.SamplesPerCPUSecond, true},
+		{"peak RSS", "B", s.PeakRSSBytes, false},
+		{"peak RSS per active series", "B", s.RSSPerActiveSeriesBytes, false},
+	}
+	for _, t := range sortedKeys(s.DiskBytesPerSample) {
+		rs = append(rs, row{"disk bytes per sample, " + t, "B", s.DiskBytesPerSample[t], false})
+	}
+	for _, q := range s.QueryLatency {
+		rs = append(rs, row{"dashboard latency p50, " + q.Range, "s", q.P50Seconds, false},
+			row{"dashboard latency p99, " + q.Range, "s", q.P99Seconds, false})
+	}
+	rs = append(rs, row{"rollup lag", "s", s.RollupLagSeconds, false})
+	return rs
+}
+
+// WriteMarkdown writes the report for humans: the setup, the summary table
+// (median and range over repetitions) and a short table per repetition.
+func (r Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	l := r.Load
+	fmt.Fprintf(&b, "# Bench report: %s\n\n", r.Name)
+	fmt.Fprintf(&b, "- target: `%s` (remote write %s)\n", r.Target, l.Protocol)
+	fmt.Fprintf(&b, "- started: %s, host %s/%s with %d CPUs\n", r.Started.Format(time.RFC3339), r.Host.GOOS, r.Host.GOARCH, r.Host.CPUs)
+	series := 0
+	if len(r.Runs) > 0 {
+		series = r.Runs[0].Load.Series
+	}
+	fmt.Fprintf(&b, "- load: %d active series (mix dcgm %.2g / vllm %.2g / ebpf %.2g), %d extra labels of %d chars, churn %g%% per %s\n",
+		series, l.Mix.DCGM, l.Mix.VLLM, l.Mix.EBPF, l.ExtraLabels, l.LabelValueLength, l.ChurnPercent, l.ChurnInterval)
+	fmt.Fprintf(&b, "- sender: batch %d samples, concurrency %d, one sample per series every %s; each run bounded by %s and %d requests\n",
+		l.BatchSize, l.Concurrency, l.Interval, l.Duration, l.MaxRequests)
+	fmt.Fprintf(&b, "- repetitions: %d (figures are the median, with min and max)\n\n", r.Repeats)
+
+	b.WriteString("## Summary\n\n| figure | median | min | max | n |\n|---|---:|---:|---:|---:|\n")
+	for _, rw := range r.Summary.rows() {
+		if rw.fig.N == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", rw.name, formatValue(rw.fig.Median, rw.unit),
+			formatValue(rw.fig.Min, rw.unit), formatValue(rw.fig.Max, rw.unit), rw.fig.N)
+	}
+	b.WriteString("\n## Runs\n\n| run | stopped by | elapsed | accepted | refused | dropped | 2xx | 4xx | 429 | 5xx | net err | retries | samples/s | paced |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, rr := range r.Runs {
+		x := rr.Load
+		fmt.Fprintf(&b, "| %d | %s | %.1fs | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %.1fs |\n",
+			i+1, x.StoppedBy, x.ElapsedSeconds, x.SamplesAccepted, x.SamplesRefused, x.SamplesDropped,
+			x.Status2xx, x.Status4xx, x.Status429, x.Status5xx, x.NetworkErrors, x.Retries,
+			formatValue(x.AcceptedSamplesPerSecond, ""), x.PacedSeconds)
+	}
+	var notes []string
+	for i, rr := range r.Runs {
+		for _, e := range rr.Load.Errors {
+			notes = append(notes, fmt.Sprintf("run %d: %s", i+1, e))
+		}
+		for _, e := range rr.QueryErrors {
+			notes = append(notes, fmt.Sprintf("run %d query: %s", i+1, e))
+		}
+		if rr.Load.PacedSeconds > rr.Load.ElapsedSeconds*float64(l.Concurrency)/2 {
+			notes = append(notes, fmt.Sprintf("run %d: senders waited for the real clock for most of the run, so its throughput is the load's schedule, not the target's capacity (raise series or backfill)", i+1))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n## Notes\n\n")
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(n, "\n", " "))
+		}
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write markdown report: %w", err)
+	}
+	return nil
+}
+
+// Compare renders a markdown table of b against a: each figure's medians and
+// the ratio b/a, marked better or worse by the figure's direction.
+func Compare(a, b Report) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "| figure | %s | %s | ratio | |\n|---|---:|---:|---:|---|\n", cell(a.Name, "a"), cell(b.Name, "b"))
+	bRows := map[string]row{}
+	for _, r := range b.Summary.rows() {
+		bRows[r.name] = r
+	}
+	for _, ra := range a.Summary.rows() {
+		rb, ok := bRows[ra.name]
+		if !ok || ra.fig.N == 0 || rb.fig.N == 0 {
+			continue
+		}
+		ratio, verdict := "n/a", ""
+		if ra.fig.Median != 0 {
+			q := rb.fig.Median / ra.fig.Median
+			ratio = fmt.Sprintf("%.2fx", q)
+			switch {
+			case math.Abs(q-1) < 0.05:
+				verdict = "same"
+			case (q > 1) == ra.higherBetter:
+				verdict = "better"
+			default:
+				verdict = "worse"
+			}
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", ra.name, formatValue(ra.fig.Median, ra.unit), formatValue(rb.fig.Median, rb.unit), ratio, verdict)
+	}
+	return sb.String()
+}
+
+func cell(name, def string) string {
+	if name == "" {
+		return def
+	}
+	return strings.ReplaceAll(name, "|", "/")
+}
+
+// formatValue prints a figure with a unit prefix readable at a glance.
+func formatValue(v float64, unit string) string {
+	switch unit {
+	case "B":
+		switch a := math.Abs(v); {
+		case a >= 1<<30:
+			return fmt.Sprintf("%.2f GiB", v/(1<<30))
+		case a >= 1<<20:
+			return fmt.Sprintf("%.1f MiB", v/(1<<20))
+		case a >= 1<<10:
+			return fmt.Sprintf("%.1f KiB", v/(1<<10))
+		default:
+			return fmt.Sprintf("%.2f B", v)
+		}
+	case "s":
+		switch a := math.Abs(v); {
+		case a == 0:
+			return "0 s"
+		case a < 1e-3:
+			return fmt.Sprintf("%.0f µs", v*1e6)
+		case a < 1:
+			return fmt.Sprintf("%.1f ms", v*1e3)
+		default:
+			return fmt.Sprintf("%.2f s", v)
+		}
+	default:
+		switch a := math.Abs(v); {
+		case a >= 1e4:
+			return fmt.Sprintf("%.0f", v)
+		case a >= 1:
+			return fmt.Sprintf("%.2f", v)
+		default:
+			return fmt.Sprintf("%.4f", v)
+		}
+	}
+}
