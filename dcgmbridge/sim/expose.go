@@ -1,0 +1,444 @@
+package sim
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
+)
+
+// Scrape jobs of the simulated exporters; also the "job" label of pushed and
+// backfilled series.
+const (
+	JobDCGM = "dcgm-exporter"
+	JobVLLM = "vllm"
+	JobEBPF = "ebpf-exporter"
+)
+
+// target is one simulated /metrics endpoint.
+type target struct {
+	job      string
+	addr     string // host:port, the "instance" label
+	path     string
+	node     *node
+	inst     *instance // vLLM targets only
+	families []family
+	build    func(t *target) []family
+}
+
+// live reports whether the endpoint answers: a vLLM process that is down or
+// a scrape-gap decoy makes its series disappear.
+func (t *target) live() bool {
+	if t.node.gap {
+		return false
+	}
+	if t.inst != nil {
+		return !t.inst.down && !t.inst.gap
+	}
+	return true
+}
+
+// family is one metric family with its series in exposition order. fill
+// writes the current value of every series into dst (len(series) values).
+type family struct {
+	name, help, typ string
+	series          []series
+	fill            func(dst []float64)
+}
+
+// series is one exposed sample line's identity, precomputed once: the text
+// the exporter prints before the value, the labels Strata stores (with the
+// target's job and instance), and the same labels for remote write.
+type series struct {
+	text string
+	lset labels.Labels
+	pb   []prompb.Label
+	vf   valueFormat
+}
+
+// labelStyle is an exporter's label order in the text exposition.
+type labelStyle uint8
+
+const (
+	styleSorted labelStyle = iota // vLLM (multiprocess mode): alphabetical, le included
+	styleGo                       // client_golang: sorted, le last
+	styleGiven                    // dcgm-exporter: the order the code adds them
+)
+
+// famBuilder collects a target's families.
+type famBuilder struct {
+	style  labelStyle
+	vf     valueFormat
+	target []labels.Label // job, instance and other target labels
+	fams   []family
+}
+
+func (b *famBuilder) makeSeries(name string, pairs []labels.Label, vf valueFormat) series {
+	ordered := slices.Clone(pairs)
+	switch b.style {
+	case styleSorted:
+		slices.SortFunc(ordered, func(x, y labels.Label) int { return strings.Compare(x.Name, y.Name) })
+	case styleGo:
+		slices.SortFunc(ordered, func(x, y labels.Label) int {
+			switch {
+			case x.Name == labels.BucketLabel:
+				return 1
+			case y.Name == labels.BucketLabel:
+				return -1
+			}
+			return strings.Compare(x.Name, y.Name)
+		})
+	}
+	var sb strings.Builder
+	sb.WriteString(name)
+	if len(ordered) > 0 {
+		sb.WriteByte('{')
+		for i, l := range ordered {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(l.Name)
+			sb.WriteString(`="`)
+			sb.WriteString(escapeLabel(l.Value))
+			sb.WriteByte('"')
+		}
+		sb.WriteByte('}')
+	}
+	lb := labels.NewScratchBuilder(len(pairs) + len(b.target) + 1)
+	lb.Add(labels.MetricName, name)
+	for _, l := range pairs {
+		lb.Add(l.Name, l.Value)
+	}
+	for _, l := range b.target {
+		if !slices.ContainsFunc(pairs, func(p labels.Label) bool { return p.Name == l.Name }) {
+			lb.Add(l.Name, l.Value)
+		}
+	}
+	lb.Sort()
+	lset := lb.Labels()
+	pb := make([]prompb.Label, 0, lset.Len())
+	lset.Range(func(l labels.Label) { pb = append(pb, prompb.Label{Name: l.Name, Value: l.Value}) })
+	return series{text: sb.String(), lset: lset, pb: pb, vf: vf}
+}
+
+func escapeLabel(v string) string {
+	if !strings.ContainsAny(v, "\\\"\n") {
+		return v
+	}
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
+}
+
+func lbl(kv ...string) []labels.Label {
+	out := make([]labels.Label, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, labels.Label{Name: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+// multi adds a family with one series per label set; get writes the values
+// in the same order.
+func (b *famBuilder) multi(name, typ, help string, sets [][]labels.Label, vf valueFormat, get func(dst []float64)) {
+	f := family{name: name, help: help, typ: typ, fill: get}
+	for _, s := range sets {
+		f.series = append(f.series, b.makeSeries(name, s, vf))
+	}
+	b.fams = append(b.fams, f)
+}
+
+func (b *famBuilder) scalar(name, typ, help string, set []labels.Label, get func() float64) {
+	b.multi(name, typ, help, [][]labels.Label{set}, b.vf, func(dst []float64) { dst[0] = get() })
+}
+
+// histogram adds a classic histogram; get returns the live *hist (it changes
+// when vLLM restarts). Sample order follows the exporter: prometheus_client
+// in multiprocess mode prints _sum, buckets, _count; client_golang prints
+// buckets, _sum, _count.
+func (b *famBuilder) histogram(name, help string, set []labels.Label, bounds []float64, get func() *hist) {
+	f := family{name: name, help: help, typ: "histogram"}
+	bucket := func(i int) series {
+		le := "+Inf"
+		if i < len(bounds) {
+			le = string(appendValue(nil, b.vf, bounds[i]))
+		}
+		return b.makeSeries(name+"_bucket", append(slices.Clone(set), labels.Label{Name: labels.BucketLabel, Value: le}), b.vf)
+	}
+	sum := b.makeSeries(name+"_sum", set, b.vf)
+	count := b.makeSeries(name+"_count", set, b.vf)
+	nb := len(bounds) + 1
+	if b.vf == fmtPython {
+		f.series = append(f.series, sum)
+		for i := range nb {
+			f.series = append(f.series, bucket(i))
+		}
+		f.series = append(f.series, count)
+		f.fill = func(dst []float64) {
+			h := get()
+			dst[0] = h.sum
+			h.fillCumulative(dst[1 : 1+nb])
+			dst[1+nb] = h.count()
+		}
+	} else {
+		for i := range nb {
+			f.series = append(f.series, bucket(i))
+		}
+		f.series = append(f.series, sum, count)
+		f.fill = func(dst []float64) {
+			h := get()
+			h.fillCumulative(dst[:nb])
+			dst[nb] = h.sum
+			dst[nb+1] = h.count()
+		}
+	}
+	b.fams = append(b.fams, f)
+}
+
+func floor(v float64) float64 { return math.Floor(v + 1e-9) }
+
+// buildTargets creates every endpoint: per node a dcgm-exporter and an
+// ebpf_exporter, per instance a vLLM server.
+func (c *Cluster) buildTargets() {
+	c.targets = c.targets[:0]
+	for _, nd := range c.nodes {
+		c.targets = append(c.targets, &target{job: JobDCGM, addr: nd.host + ":9400", path: "/" + nd.host + "/dcgm/metrics", node: nd, build: buildDCGM})
+		for _, in := range nd.instances {
+			c.targets = append(c.targets, &target{job: JobVLLM, addr: in.addr, path: "/" + nd.host + "/vllm/" + strconv.Itoa(in.port) + "/metrics", node: nd, inst: in, build: buildVLLM})
+		}
+		c.targets = append(c.targets, &target{job: JobEBPF, addr: nd.host + ":9435", path: "/" + nd.host + "/ebpf/metrics", node: nd, build: buildEBPF})
+	}
+	for _, t := range c.targets {
+		t.families = t.build(t)
+	}
+}
+
+// refresh rebuilds the targets of nodes whose labels changed (a deploy
+// renames a pod).
+func (c *Cluster) refresh() {
+	for _, t := range c.targets {
+		if t.node.dirty {
+			t.families = t.build(t)
+		}
+	}
+	for _, nd := range c.nodes {
+		nd.dirty = false
+	}
+}
+
+func targetLabels(t *target) []labels.Label {
+	out := lbl("job", t.job, "instance", t.addr)
+	if t.inst != nil {
+		out = append(out, lbl("namespace", namespace, "pod", t.inst.pod)...)
+	}
+	return out
+}
+
+func buildVLLM(t *target) []family {
+	in := t.inst
+	cfg := &in.c.cfg
+	b := &famBuilder{style: styleSorted, vf: fmtPython, target: targetLabels(t)}
+	if cfg.VLLMVersion == "v0" {
+		buildVLLMv0(b, in)
+		return b.fams
+	}
+	base := lbl("engine", "0", "model_name", in.model)
+	s := func() *vllmState { return &in.s }
+	with := func(kv ...string) []labels.Label { return append(slices.Clone(base), lbl(kv...)...) }
+	b.scalar("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", base, func() float64 { return float64(len(in.running)) })
+	b.scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", base, func() float64 { return float64(in.waiting.len()) })
+	b.multi("vllm:engine_sleep_state", "gauge", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+		[][]labels.Label{with("sleep_state", "awake"), with("sleep_state", "weights_offloaded"), with("sleep_state", "discard_all")}, fmtPython,
+		func(dst []float64) { dst[0], dst[1], dst[2] = 1, 0, 0 })
+	b.scalar("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", base, in.kvUsage)
+	b.scalar("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", base, func() float64 { return floor(s().prefixQueries) })
+	b.scalar("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", base, func() float64 { return floor(s().prefixHits) })
+	zero := func() float64 { return 0 }
+	b.scalar("vllm:external_prefix_cache_queries_total", "counter", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", base, zero)
+	b.scalar("vllm:external_prefix_cache_hits_total", "counter", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", base, zero)
+	b.scalar("vllm:mm_cache_queries_total", "counter", "Multi-modal cache queries, in terms of number of queried items.", base, zero)
+	b.scalar("vllm:mm_cache_hits_total", "counter", "Multi-modal cache hits, in terms of number of cached items.", base, zero)
+	b.scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", base, func() float64 { return floor(s().preemptions) })
+	b.scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", base, func() float64 { return floor(s().promptTokens) })
+	b.scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", base, func() float64 { return floor(s().genTokens) })
+	b.multi("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+		[][]labels.Label{with("finished_reason", "stop"), with("finished_reason", "length"), with("finished_reason", "abort")}, fmtPython,
+		func(dst []float64) { copy(dst, s().success[:]) })
+	tok := buckets125(maxModelLen)
+	b.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", base, tok, func() *hist { return s().promptHist })
+	b.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", base, tok, func() *hist { return s().genHist })
+	b.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", base, bucketsIterationTokens(), func() *hist { return s().iterTokens })
+	b.histogram("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", base, tok, func() *hist { return s().maxGenHist })
+	b.histogram("vllm:request_params_n", "Histogram of the n request parameter.", base, bucketsParamsN(), func() *hist { return s().paramsN })
+	b.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", base, tok, func() *hist { return s().paramsMaxTokens })
+	b.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", base, bucketsTTFTv1(), func() *hist { return s().ttft })
+	b.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", base, bucketsITLv1(), func() *hist { return s().itl })
+	b.histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", base, bucketsITLv1(), func() *hist { return s().reqTPOT })
+	lat := bucketsRequestLatency()
+	b.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", base, lat, func() *hist { return s().e2e })
+	b.histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", base, lat, func() *hist { return s().queue })
+	b.histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", base, lat, func() *hist { return s().inference })
+	b.histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", base, lat, func() *hist { return s().prefill })
+	b.histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", base, lat, func() *hist { return s().decode })
+	if k := cfg.SpeculativeTokens; k > 0 {
+		b.scalar("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", base, func() float64 { return floor(s().drafts) })
+		b.scalar("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", base, func() float64 { return floor(s().draftTokens) })
+		b.scalar("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", base, func() float64 { return floor(s().accepted) })
+		var sets [][]labels.Label
+		for i := range k {
+			sets = append(sets, with("position", strconv.Itoa(i)))
+		}
+		b.multi("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.", sets, fmtPython, func(dst []float64) {
+			for i, v := range s().acceptedPerPos {
+				dst[i] = floor(v)
+			}
+		})
+	}
+	info := lbl("block_size", strconv.Itoa(cfg.BlockSize), "cache_dtype", "auto", "calculate_kv_scales", "False", "cpu_offload_gb", "0",
+		"enable_prefix_caching", "True", "engine", "0", "gpu_memory_utilization", "0.9", "is_attention_free", "False", "num_cpu_blocks", "None",
+		"num_gpu_blocks", strconv.Itoa(cfg.NumGPUBlocks), "num_gpu_blocks_override", "None", "prefix_caching_hash_algo", "sha256",
+		"sliding_window", "None", "swap_space", "4", "swap_space_bytes", "4294967296")
+	b.scalar("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", info, func() float64 { return 1 })
+	return b.fams
+}
+
+func buildVLLMv0(b *famBuilder, in *instance) {
+	base := lbl("model_name", in.model)
+	s := func() *vllmState { return &in.s }
+	with := func(kv ...string) []labels.Label { return append(slices.Clone(base), lbl(kv...)...) }
+	zero := func() float64 { return 0 }
+	b.scalar("vllm:num_requests_running", "gauge", "Number of requests currently running on GPU.", base, func() float64 { return float64(len(in.running)) })
+	b.scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", base, func() float64 { return float64(in.waiting.len()) })
+	b.scalar("vllm:num_requests_swapped", "gauge", "Number of requests swapped to CPU.", base, zero)
+	b.scalar("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", base, in.kvUsage)
+	b.scalar("vllm:cpu_cache_usage_perc", "gauge", "CPU KV-cache usage. 1 means 100 percent usage.", base, zero)
+	if in.c.cfg.SpeculativeTokens > 0 {
+		b.scalar("vllm:spec_decode_draft_acceptance_rate", "gauge", "Speulative token acceptance rate.", base, func() float64 { return s().acceptRate })
+		b.scalar("vllm:spec_decode_efficiency", "gauge", "Speculative decoding system efficiency.", base, func() float64 { return s().efficiency })
+	}
+	b.scalar("vllm:avg_prompt_throughput_toks_per_s", "gauge", "Average prefill throughput in tokens/s.", base, func() float64 { return s().promptTPS })
+	b.scalar("vllm:avg_generation_throughput_toks_per_s", "gauge", "Average generation throughput in tokens/s.", base, func() float64 { return s().genTPS })
+	b.scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", base, func() float64 { return floor(s().preemptions) })
+	b.scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", base, func() float64 { return floor(s().promptTokens) })
+	b.scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", base, func() float64 { return floor(s().genTokens) })
+	if in.c.cfg.SpeculativeTokens > 0 {
+		b.scalar("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", base, func() float64 { return floor(s().accepted) })
+		b.scalar("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", base, func() float64 { return floor(s().draftTokens) })
+		b.scalar("vllm:spec_decode_num_emitted_tokens_total", "counter", "Number of emitted tokens.", base, func() float64 { return floor(s().accepted + s().drafts) })
+	}
+	// The V0 capture has only stop and length; aborted requests are not
+	// exported there.
+	b.multi("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+		[][]labels.Label{with("finished_reason", "stop"), with("finished_reason", "length")}, fmtPython,
+		func(dst []float64) { dst[0], dst[1] = s().success[0], s().success[1] })
+	b.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", base, bucketsTTFTv0(), func() *hist { return s().ttft })
+	b.histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", base, bucketsTPOTv0(), func() *hist { return s().itl })
+	b.histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", base, bucketsE2Ev0(), func() *hist { return s().e2e })
+}
+
+// dcgmField is one dcgm-exporter CSV line: name, type, help, printing and
+// the GPU field it reads.
+type dcgmField struct {
+	name, typ, help string
+	vf              valueFormat
+	get             func(g *gpu) float64
+}
+
+// dcgmFields returns the field list of a field set, in default-counters.csv
+// order (the order dcgm-exporter's fixture captures show).
+func dcgmFields(set string) []dcgmField {
+	i, f := fmtDCGMInt, fmtDCGMFloat
+	zero := func(*gpu) float64 { return 0 }
+	out := []dcgmField{
+		{"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", i, func(g *gpu) float64 { return g.smClock }},
+		{"DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", i, func(g *gpu) float64 { return g.memClock }},
+		{"DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", i, func(g *gpu) float64 { return g.memTemp }},
+		{"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", i, func(g *gpu) float64 { return g.temp }},
+		{"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", f, func(g *gpu) float64 { return g.power }},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", i, func(g *gpu) float64 { return math.Floor(g.energy) }},
+		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", i, zero},
+		{"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", i, func(g *gpu) float64 { return g.util }},
+		{"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", i, func(g *gpu) float64 { return g.memCopy }},
+		{"DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", i, zero},
+		{"DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", i, zero},
+		{"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", i, func(g *gpu) float64 { return g.xid }},
+		{"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", i, func(g *gpu) float64 { return fbTotalMiB - fbReservedMiB - g.fbUsed }},
+		{"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", i, func(g *gpu) float64 { return g.fbUsed }},
+		{"DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", i, func(*gpu) float64 { return fbReservedMiB }},
+		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes.", i, func(g *gpu) float64 { return math.Floor(g.nvlinkCtr) }},
+		{"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status", i, zero},
+		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors", i, zero},
+		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors", i, zero},
+		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", i, zero},
+		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.", f, func(g *gpu) float64 { return g.grEngine }},
+		{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", f, func(g *gpu) float64 { return g.tensor }},
+		{"DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active sending or receiving data.", f, func(g *gpu) float64 { return g.dram }},
+		{"DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", i, func(g *gpu) float64 { return g.pcieTx }},
+		{"DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", i, func(g *gpu) float64 { return g.pcieRx }},
+	}
+	if set == "default" {
+		return out
+	}
+	out = append(out,
+		dcgmField{"DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.", f, func(g *gpu) float64 { return g.smActive }},
+		dcgmField{"DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", f, func(g *gpu) float64 { return g.smOcc }},
+		dcgmField{"DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "The total number of bytes of active NvLink tx (transmit) data including both header and payload.", i, func(g *gpu) float64 { return g.nvlinkTx }},
+		dcgmField{"DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The total number of bytes of active NvLink rx (read) data including both header and payload.", i, func(g *gpu) float64 { return g.nvlinkRx }},
+	)
+	if set == "profiling" {
+		return out
+	}
+	return append(out,
+		dcgmField{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).", i, func(g *gpu) float64 { return g.reasons }},
+		dcgmField{"DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in ns).", i, func(g *gpu) float64 { return g.powerViolation }},
+		dcgmField{"DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns).", i, func(g *gpu) float64 { return g.thermalViolate }},
+	)
+}
+
+// driverVersion is the DCGM_FI_DRIVER_VERSION label of every GPU.
+const driverVersion = "550.127.05"
+
+func buildDCGM(t *target) []family {
+	nd := t.node
+	cfg := &nd.c.cfg
+	b := &famBuilder{style: styleGiven, vf: fmtDCGMInt, target: targetLabels(t)}
+	sets := make([][]labels.Label, len(nd.gpus))
+	for i, g := range nd.gpus {
+		// dcgm-exporter's order: gpu, UUID, pci_bus_id, device, modelName,
+		// Hostname, the label-type fields, then the sorted pod attributes.
+		sets[i] = lbl("gpu", strconv.Itoa(g.idx), "UUID", g.uuid, "pci_bus_id", g.pci, "device", "nvidia"+strconv.Itoa(g.idx),
+			"modelName", cfg.GPUModel, "Hostname", nd.host, "DCGM_FI_DRIVER_VERSION", driverVersion)
+		if g.inst != nil {
+			sets[i] = append(sets[i], lbl("container", "vllm", "namespace", namespace, "pod", g.inst.pod)...)
+		}
+	}
+	for _, fd := range dcgmFields(cfg.DCGMFields) {
+		get := fd.get
+		b.multi(fd.name, fd.typ, fd.help, sets, fd.vf, func(dst []float64) {
+			for i, g := range nd.gpus {
+				dst[i] = get(g)
+			}
+		})
+	}
+	return b.fams
+}
+
+func buildEBPF(t *target) []family {
+	nd := t.node
+	b := &famBuilder{style: styleGo, vf: fmtGo, target: targetLabels(t)}
+	// client_golang gathers families sorted by name.
+	b.histogram("ebpf_exporter_accept_latency_seconds", "Latency histogram for how long sockets sit in accept queue", lbl("port", "8000"), bucketsExp2(0, 26, 1e-6), func() *hist { return nd.accept })
+	b.multi("ebpf_exporter_enabled_configs", "gauge", "The set of enabled configs",
+		[][]labels.Label{lbl("name", "accept-latency"), lbl("name", "softirq-latency-net-rx"), lbl("name", "tcp-retransmit")}, fmtGo,
+		func(dst []float64) { dst[0], dst[1], dst[2] = 1, 1, 1 })
+	b.scalar("ebpf_exporter_softirq_raised_total", "counter", "Total number of times NET_RX softirq were raised", nil, func() float64 { return floor(nd.softirqRaised) })
+	b.scalar("ebpf_exporter_softirq_serviced_total", "counter", "Total number of times NET_RX softirq were serviced", nil, func() float64 { return floor(nd.softirqServiced) })
+	b.histogram("ebpf_exporter_softirq_wait_seconds", "Latency histogram for how long it takes from NET_RX softirq raise to entry aka wait time", nil, bucketsExp2(0, 31, 1e-9), func() *hist { return nd.softirqWait })
+	b.multi("ebpf_exporter_tcp_retransmit_ipv4_packets_total", "counter", "Total count of IPv4 TCP retransmissions",
+		[][]labels.Label{
+			lbl("local_ip", nd.ip, "main_port", "8000", "peer_ip", routerIP, "type", "retransmit"),
+			lbl("local_ip", nd.ip, "main_port", "8000", "peer_ip", routerIP, "type", "tail_loss_probe"),
+		}, fmtGo, func(dst []float64) { dst[0], dst[1] = floor(nd.retransmits[0]), floor(nd.retransmits[1]) })
+	return b.fams
+}

@@ -1,0 +1,257 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/golang/snappy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/prometheus/prompb"
+)
+
+// PushOptions configures the remote-write push loop.
+type PushOptions struct {
+	URL string
+	// Interval is the model time between two pushes and, unless Now is nil,
+	// the wall-clock pacing between them (default 15s).
+	Interval time.Duration
+	// Duration bounds the run in model time (default: until ctx ends).
+	Duration time.Duration
+	// Pace, when set, is called between pushes and returns when the next
+	// push is due; nil pushes as fast as the receiver accepts (a fast
+	// backfill over remote write).
+	Pace func(ctx context.Context, d time.Duration) error
+	// MaxSamplesPerSend splits one timestamp's samples into requests
+	// (default 2000, Prometheus' max_samples_per_send).
+	MaxSamplesPerSend int
+	// MaxRetries bounds the retries of one request on 429 and 5xx (default
+	// 8); the backoff doubles from MinBackoff to MaxBackoff and honours
+	// Retry-After.
+	MaxRetries int
+	MinBackoff time.Duration // default 30ms, as Prometheus
+	MaxBackoff time.Duration // default 5s
+	Client     *http.Client
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// PushStats summarises a push run.
+type PushStats struct {
+	Requests       int
+	SamplesSent    int
+	SamplesDropped int
+	Retries        int
+}
+
+// errPushRejected marks a 4xx other than 429: the receiver will never accept
+// that body, so it is dropped and not retried.
+var errPushRejected = errors.New("remote write rejected")
+
+type pushMetrics struct {
+	requests *prometheus.CounterVec
+	samples  prometheus.Counter
+	dropped  prometheus.Counter
+	retries  prometheus.Counter
+}
+
+func newPushMetrics(reg prometheus.Registerer) *pushMetrics {
+	f := promauto.With(reg)
+	return &pushMetrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_sim_push_requests_total", Help: "Remote-write requests sent by the simulator, by HTTP status code."}, []string{"code"}),
+		samples:  f.NewCounter(prometheus.CounterOpts{Name: "strata_sim_push_samples_total", Help: "Samples accepted by the remote-write receiver."}),
+		dropped:  f.NewCounter(prometheus.CounterOpts{Name: "strata_sim_push_dropped_samples_total", Help: "Samples dropped after a non-retryable error or exhausted retries."}),
+		retries:  f.NewCounter(prometheus.CounterOpts{Name: "strata_sim_push_retries_total", Help: "Remote-write requests retried after 429 or 5xx."}),
+	}
+}
+
+// Push sends the cluster's series to a remote-write 1.0 URL every interval of
+// wall-clock time for duration (model time advances by the same amount).
+// It is PushWith with a ticker for pacing.
+func (c *Cluster) Push(ctx context.Context, url string, interval, duration time.Duration) error {
+	_, err := c.PushWith(ctx, PushOptions{URL: url, Interval: interval, Duration: duration, Pace: sleepCtx})
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// PushWith runs the push loop: at model time now, now+Interval, ... it steps
+// the model and sends every live series' sample as RW 1.0 (protobuf, snappy).
+// 429 and 5xx are retried with bounded exponential backoff; other 4xx drop
+// the request. It returns when Duration of model time is covered or ctx ends
+// (ctx's end is not an error).
+func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error) {
+	var st PushStats
+	if o.URL == "" {
+		return st, errors.New("push: empty URL")
+	}
+	if o.Interval <= 0 {
+		o.Interval = 15 * time.Second
+	}
+	if o.MaxSamplesPerSend <= 0 {
+		o.MaxSamplesPerSend = 2000
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = 8
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 30 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := newPushMetrics(o.Registerer)
+	start := c.Now()
+	for t := start; o.Duration <= 0 || !t.After(start.Add(o.Duration)); t = t.Add(o.Interval) {
+		if ctx.Err() != nil {
+			return st, nil
+		}
+		batches := c.collect(t, o.MaxSamplesPerSend)
+		for _, wr := range batches {
+			n := 0
+			for _, ts := range wr.Timeseries {
+				n += len(ts.Samples)
+			}
+			err := c.sendWithRetry(ctx, o, m, &st, wr)
+			switch {
+			case err == nil:
+				st.SamplesSent += n
+				m.samples.Add(float64(n))
+			case ctx.Err() != nil:
+				return st, nil
+			default:
+				st.SamplesDropped += n
+				m.dropped.Add(float64(n))
+				o.Logger.Warn("remote write dropped", "samples", n, "err", err)
+			}
+		}
+		if o.Pace != nil {
+			if err := o.Pace(ctx, o.Interval); err != nil {
+				return st, nil //nolint:nilerr // the context ending is the normal way to stop a push loop
+			}
+		}
+	}
+	return st, nil
+}
+
+// collect steps to t and returns the live series as write requests of at
+// most max samples each.
+func (c *Cluster) collect(t time.Time, maxSamples int) []*prompb.WriteRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stepTo(t)
+	c.refresh()
+	ts := t.UnixMilli()
+	var out []*prompb.WriteRequest
+	cur := &prompb.WriteRequest{}
+	var vals []float64
+	for _, tg := range c.targets {
+		if !tg.live() {
+			continue
+		}
+		for i := range tg.families {
+			f := &tg.families[i]
+			vals = fillFamily(f, vals)
+			for j := range f.series {
+				cur.Timeseries = append(cur.Timeseries, prompb.TimeSeries{
+					Labels:  f.series[j].pb,
+					Samples: []prompb.Sample{{Timestamp: ts, Value: vals[j]}},
+				})
+				if len(cur.Timeseries) == maxSamples {
+					out = append(out, cur)
+					cur = &prompb.WriteRequest{}
+				}
+			}
+		}
+	}
+	if len(cur.Timeseries) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func (c *Cluster) sendWithRetry(ctx context.Context, o PushOptions, m *pushMetrics, st *PushStats, wr *prompb.WriteRequest) error {
+	raw, err := wr.Marshal()
+	if err != nil {
+		return fmt.Errorf("marshal write request: %w", err)
+	}
+	body := snappy.Encode(nil, raw)
+	backoff := o.MinBackoff
+	for attempt := 0; ; attempt++ {
+		retryAfter, err := c.sendOnce(ctx, o, m, body)
+		st.Requests++
+		if err == nil || errors.Is(err, errPushRejected) || attempt >= o.MaxRetries || ctx.Err() != nil {
+			return err
+		}
+		st.Retries++
+		m.retries.Inc()
+		wait := backoff
+		if retryAfter > 0 {
+			wait = retryAfter
+		}
+		wait = min(wait, o.MaxBackoff)
+		o.Logger.Debug("remote write retry", "attempt", attempt+1, "wait", wait, "err", err)
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, o.MaxBackoff)
+	}
+}
+
+// sendOnce posts one body; it returns a retryable error for 429, 5xx and
+// transport errors, errPushRejected for other 4xx.
+func (c *Cluster) sendOnce(ctx context.Context, o PushOptions, m *pushMetrics, body []byte) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("%w: build request: %w", errPushRejected, err)
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set("Content-Encoding", "snappy")
+	req.Header.Set("User-Agent", "strata-sim")
+	req.Header.Set("X-Prometheus-Remote-Write-Version", "0.1.0")
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		m.requests.WithLabelValues("error").Inc()
+		return 0, fmt.Errorf("post remote write: %w", err)
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if cerr := resp.Body.Close(); cerr != nil {
+		return 0, fmt.Errorf("close remote write response: %w", cerr)
+	}
+	m.requests.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+	switch {
+	case resp.StatusCode/100 == 2:
+		return 0, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode/100 == 5:
+		var ra time.Duration
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			ra = time.Duration(s) * time.Second
+		}
+		return ra, fmt.Errorf("remote write status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	default:
+		return 0, fmt.Errorf("%w: status %d: %s", errPushRejected, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+}
+
