@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"io"
 	"path/filepath"
 
@@ -79,28 +80,33 @@ func (r Report) queryPlot() (*plot.Plot, error) {
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
-	var p50, p99 plotter.Values
+	// Lines with points rather than bars: bars start at zero, which a log
+	// axis cannot show.
+	p50 := make(plotter.XYs, 0, len(r.Summary.QueryLatency))
+	p99 := make(plotter.XYs, 0, len(r.Summary.QueryLatency))
 	names := make([]string, 0, len(r.Summary.QueryLatency))
-	for _, q := range r.Summary.QueryLatency {
-		// A log axis cannot show zero; a microsecond is below any real query.
-		p50 = append(p50, max(q.P50Seconds.Median, 1e-6))
-		p99 = append(p99, max(q.P99Seconds.Median, 1e-6))
+	lo := math.Inf(1)
+	for i, q := range r.Summary.QueryLatency {
+		// A microsecond floor keeps a zero (unmeasured) value on the axis.
+		a, b := max(q.P50Seconds.Median, 1e-6), max(q.P99Seconds.Median, 1e-6)
+		p50 = append(p50, plotter.XY{X: float64(i), Y: a})
+		p99 = append(p99, plotter.XY{X: float64(i), Y: b})
+		lo = math.Min(lo, math.Min(a, b))
 		names = append(names, q.Range)
 	}
-	w := vg.Points(14)
-	for i, vs := range []plotter.Values{p50, p99} {
-		bars, err := plotter.NewBarChart(vs, w)
+	for i, xys := range []plotter.XYs{p50, p99} {
+		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return nil, fmt.Errorf("latency bars: %w", err)
+			return nil, fmt.Errorf("latency line: %w", err)
 		}
-		bars.Color = plotutil.Color(i)
-		bars.LineStyle.Width = 0
-		bars.Offset = vg.Length(2*i-1) * w / 2
-		p.Add(bars)
-		p.Legend.Add([]string{"p50", "p99"}[i], bars)
+		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+		points.Shape = plotutil.Shape(i)
+		p.Add(line, points)
+		p.Legend.Add([]string{"p50", "p99"}[i], line, points)
 	}
 	p.NominalX(names...)
-	p.Y.Min = 1e-6
+	p.X.Label.Text = "dashboard range"
+	p.Y.Min = lo / 2
 	return p, nil
 }
 

@@ -235,7 +235,7 @@ func (u *unit) advance(dt float64) {
 		switch f.kind {
 		case kindGauge:
 			m := f.gauge
-			gr.level = reflect(gr.level+m.drift*r.NormFloat64(), m.min, m.max)
+			gr.level = reflectInto(gr.level+m.drift*r.NormFloat64(), m.min, m.max)
 			v := clamp(gr.level+m.noise*r.NormFloat64(), m.min, m.max)
 			if m.decimals >= 0 {
 				p := math.Pow10(m.decimals)
@@ -284,9 +284,9 @@ func poisson(r *rand.Rand, lambda float64) float64 {
 
 func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
-// reflect folds v back into [lo, hi] so the random walk stays bounded without
+// reflectInto folds v back into [lo, hi] so the random walk stays bounded without
 // sticking to the edges.
-func reflect(v, lo, hi float64) float64 {
+func reflectInto(v, lo, hi float64) float64 {
 	if hi <= lo {
 		return lo
 	}

@@ -203,8 +203,8 @@ func TestReflect(t *testing.T) {
 	for _, tc := range []struct{ v, lo, hi, want float64 }{
 		{5, 0, 10, 5}, {-2, 0, 10, 2}, {12, 0, 10, 8}, {25, 0, 10, 5}, {7, 3, 3, 3},
 	} {
-		if got := reflect(tc.v, tc.lo, tc.hi); got != tc.want {
-			t.Errorf("reflect(%g, %g, %g) = %g, want %g", tc.v, tc.lo, tc.hi, got, tc.want)
+		if got := reflectInto(tc.v, tc.lo, tc.hi); got != tc.want {
+			t.Errorf("reflectInto(%g, %g, %g) = %g, want %g", tc.v, tc.lo, tc.hi, got, tc.want)
 		}
 	}
 }

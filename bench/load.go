@@ -235,6 +235,9 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 				}
 			}
 		}
+		// Recorded before any sample of the round is sent: the next run must
+		// start after every timestamp that may have reached the target.
+		s.lastTS = ts
 		for _, u := range s.units {
 			u.advance(dt)
 			for _, gr := range u.groups {
@@ -248,7 +251,6 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 				}
 			}
 		}
-		s.lastTS = ts
 	}
 }
 

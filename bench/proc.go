@@ -91,14 +91,14 @@ func parseStatusMemory(status []byte) (rss, hwm int64, err error) {
 		if len(f) != 2 || f[1] != "kB" {
 			return 0, 0, fmt.Errorf("%w: %s line %q", errProcFormat, name, rest)
 		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
+		kb, err := strconv.ParseUint(f[0], 10, 43) // 2^43 kB = 8 EiB: no overflow in bytes
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s: %w", name, err)
 		}
 		if name == "VmRSS" {
-			rss, seenRSS = kb*1024, true
+			rss, seenRSS = int64(kb)*1024, true
 		} else {
-			hwm, seenHWM = kb*1024, true
+			hwm, seenHWM = int64(kb)*1024, true
 		}
 	}
 	if err := sc.Err(); err != nil {

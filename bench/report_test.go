@@ -1,0 +1,289 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeTarget is a whole receiver: remote write, the query API (one panel
+// fails, to check errors are counted, not fatal), /metrics with a rollup lag
+// and /debug/pprof/profile. It writes to dir so disk growth can be measured.
+func fakeTarget(t *testing.T, dir string) (*httptest.Server, *fakeReceiver, *atomic.Int64) {
+	t.Helper()
+	rcv := newFakeReceiver(t)
+	var queries atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/write", func(w http.ResponseWriter, r *http.Request) {
+		rcv.ServeHTTP(w, r)
+		f, err := os.OpenFile(filepath.Join(dir, "wal"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, _ = f.Write(make([]byte, 1000))
+			_ = f.Close()
+		}
+	})
+	mux.HandleFunc("/api/v1/query_range", func(w http.ResponseWriter, r *http.Request) {
+		queries.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(r.FormValue("query"), "ebpf_exporter") {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = w.Write([]byte(`{"status":"error","errorType":"execution","error":"scripted failure"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"Hostname":"gpu-node-0000"},"values":[[1700000000,"1.5"]]}]}}`))
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("# TYPE strata_downsample_lag_seconds gauge\nstrata_downsample_lag_seconds{tier=\"minute\"} 42.5\nstrata_downsample_lag_seconds{tier=\"hour\"} 1800\n"))
+	})
+	mux.HandleFunc("/debug/pprof/profile", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("fake profile for " + r.FormValue("seconds") + "s"))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, rcv, &queries
+}
+
+func testScenario(t *testing.T) (Scenario, *fakeReceiver, *atomic.Int64) {
+	t.Helper()
+	dir := t.TempDir()
+	srv, rcv, queries := fakeTarget(t, dir)
+	ns := &noSleep{}
+	return Scenario{
+		Name: "fake",
+		Load: LoadConfig{
+			URL: srv.URL + "/api/v1/write", Series: 1500, BatchSize: 500, Concurrency: 2,
+			MaxRequests: 12, Duration: 30 * time.Second, sleep: ns.sleep,
+		},
+		Repeats:            3,
+		PID:                os.Getpid(), // the test process is the server here
+		ProcSampleInterval: 10 * time.Millisecond,
+		TierDirs:           map[string]string{"raw": dir},
+		QueryRanges:        []time.Duration{time.Hour, 24 * time.Hour},
+		QueryRepeats:       2,
+		CPUProfilePath:     filepath.Join(t.TempDir(), "cpu.pprof"),
+		CPUProfileSeconds:  1,
+	}, rcv, queries
+}
+
+func TestRunScenario(t *testing.T) {
+	sc, rcv, queries := testScenario(t)
+	rep, err := Run(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 3 || rep.SchemaVersion != ReportSchemaVersion {
+		t.Fatalf("%d runs, schema %d", len(rep.Runs), rep.SchemaVersion)
+	}
+	if rcv.ooo != 0 {
+		t.Fatalf("%d out-of-order samples across repetitions", rcv.ooo)
+	}
+	var accepted int64
+	for i, rr := range rep.Runs {
+		accepted += rr.Load.SamplesAccepted
+		if rr.Server == nil || rr.Server.PeakRSSBytes <= 0 || rr.Server.RSSPerActiveSeriesBytes <= 0 {
+			t.Fatalf("run %d: no server figures: %+v", i, rr.Server)
+		}
+		if rr.RollupLagSeconds == nil || *rr.RollupLagSeconds != 1800 {
+			t.Fatalf("run %d: rollup lag %v, want the max over tiers, 1800", i, rr.RollupLagSeconds)
+		}
+		if len(rr.Disk) != 1 || rr.Disk[0].BytesPerSample <= 0 {
+			t.Fatalf("run %d: disk %+v", i, rr.Disk)
+		}
+		if len(rr.Queries) != 2 || rr.Queries[0].Executions != len(DefaultDashboard())*2 {
+			t.Fatalf("run %d: queries %+v", i, rr.Queries)
+		}
+		if rr.Queries[0].Errors != 2 || len(rr.QueryErrors) == 0 {
+			t.Fatalf("run %d: the failing panel gave %d errors (%v), want 2", i, rr.Queries[0].Errors, rr.QueryErrors)
+		}
+	}
+	if int64(rcv.samples) != accepted {
+		t.Fatalf("receiver stored %d samples, runs accepted %d", rcv.samples, accepted)
+	}
+	if got, want := queries.Load(), int64(3*2*2*len(DefaultDashboard())); got != want {
+		t.Fatalf("target answered %d queries, want %d", got, want)
+	}
+	s := rep.Summary
+	if s.AcceptedSamplesPerSecond.N != 3 || s.AcceptedSamplesPerSecond.Median <= 0 ||
+		s.AcceptedSamplesPerSecond.Min > s.AcceptedSamplesPerSecond.Median || s.AcceptedSamplesPerSecond.Max < s.AcceptedSamplesPerSecond.Median {
+		t.Fatalf("throughput figure %+v", s.AcceptedSamplesPerSecond)
+	}
+	if s.RollupLagSeconds.Median != 1800 || len(s.QueryLatency) != 2 || s.DiskBytesPerSample["raw"].N != 3 {
+		t.Fatalf("summary %+v", s)
+	}
+	prof, err := os.ReadFile(sc.CPUProfilePath)
+	if err != nil || string(prof) != "fake profile for 1s" {
+		t.Fatalf("profile %q, %v", prof, err)
+	}
+
+	// JSON round trip.
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), `"password"`) {
+		t.Fatal("report JSON holds a password field")
+	}
+	back, err := ReadReport(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(normalise(back), normalise(rep)) {
+		t.Fatalf("JSON round trip changed the report:\n%+v\n%+v", back.Summary, rep.Summary)
+	}
+
+	// Markdown and charts.
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Bench report: fake", "| accepted samples/s |", "server CPU-seconds per million samples", "dashboard latency p99, 1h", "rollup lag", "scripted failure"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	dir := t.TempDir()
+	paths, err := rep.WriteCharts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 2 {
+		t.Fatalf("charts %v", paths)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+			t.Fatalf("%s is not a PNG (%v)", p, err)
+		}
+	}
+}
+
+// normalise drops what JSON cannot carry (the clock) and monotonic clock
+// readings, so reports compare by value.
+func normalise(r Report) Report {
+	r.Load.Now = nil
+	r.Load.sleep = nil
+	r.Started = r.Started.Round(0)
+	for i := range r.Runs {
+		r.Runs[i].Load.Started = r.Runs[i].Load.Started.Round(0).UTC()
+	}
+	r.Started = r.Started.UTC()
+	return r
+}
+
+func TestReadReportRejectsOtherSchema(t *testing.T) {
+	if _, err := ReadReport(strings.NewReader(`{"schema_version": 99}`)); err == nil {
+		t.Fatal("accepted schema version 99")
+	}
+	if _, err := ReadReport(strings.NewReader(`{`)); err == nil {
+		t.Fatal("accepted broken JSON")
+	}
+}
+
+func TestCompare(t *testing.T) {
+	fig := func(v float64) Figure { return Figure{Median: v, Min: v, Max: v, N: 3} }
+	a := Report{Name: "prometheus", Summary: Summary{
+		AcceptedSamplesPerSecond:    fig(100000),
+		CPUSecondsPerMillionSamples: fig(10),
+		PeakRSSBytes:                fig(1 << 30),
+		RollupLagSeconds:            Figure{}, // not measured on a: no row
+		QueryLatency:                []RangeFigure{{Range: "1h", P50Seconds: fig(0.010), P99Seconds: fig(0.1)}},
+	}}
+	b := Report{Name: "strata", Summary: Summary{
+		AcceptedSamplesPerSecond:    fig(200000),
+		CPUSecondsPerMillionSamples: fig(20),
+		PeakRSSBytes:                fig(1 << 30),
+		RollupLagSeconds:            fig(30),
+		QueryLatency:                []RangeFigure{{Range: "1h", P50Seconds: fig(0.005), P99Seconds: fig(0.1)}},
+	}}
+	out := Compare(a, b)
+	for _, want := range []string{
+		"| figure | prometheus | strata | ratio | |",
+		"| accepted samples/s | 100000 | 200000 | 2.00x | better |",
+		"| server CPU-seconds per million samples | 10.00 s | 20.00 s | 2.00x | worse |",
+		"| peak RSS | 1.00 GiB | 1.00 GiB | 1.00x | same |",
+		"| dashboard latency p50, 1h | 10.0 ms | 5.0 ms | 0.50x | better |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "rollup lag") {
+		t.Errorf("compare shows a figure a did not measure:\n%s", out)
+	}
+}
+
+func TestQuantileAndFigure(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		q    float64
+		want float64
+	}{
+		{nil, 0.5, 0}, {[]float64{3}, 0.99, 3}, {[]float64{1, 2, 3, 4}, 0.5, 2.5},
+		{[]float64{5, 1, 3}, 0.5, 3}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.99, 9.91},
+	} {
+		if got := quantile(tc.xs, tc.q); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("quantile(%v, %g) = %g, want %g", tc.xs, tc.q, got, tc.want)
+		}
+	}
+	f := figureOf([]float64{7, 1, 4})
+	if f != (Figure{Median: 4, Min: 1, Max: 7, N: 3}) {
+		t.Fatalf("figure %+v", f)
+	}
+}
+
+func TestParseRollupLag(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		in     string
+		want   float64
+		wantOK bool
+	}{
+		{"absent", "# TYPE up gauge\nup 1\n", 0, false},
+		{"single", "strata_downsample_lag_seconds 12\n", 12, true},
+		{"max over tiers", "# TYPE strata_downsample_lag_seconds gauge\nstrata_downsample_lag_seconds{tier=\"minute\"} 61\nstrata_downsample_lag_seconds{tier=\"hour\"} 7\n", 61, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := parseRollupLag(strings.NewReader(tc.in))
+			if err != nil || ok != tc.wantOK || got != tc.want {
+				t.Fatalf("got %g %v %v, want %g %v", got, ok, err, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func FuzzParseRollupLag(f *testing.F) {
+	f.Add("strata_downsample_lag_seconds{tier=\"minute\"} 61\n")
+	f.Add("# TYPE strata_downsample_lag_seconds histogram\nstrata_downsample_lag_seconds_bucket{le=\"+Inf\"} 1\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		lag, ok, err := parseRollupLag(strings.NewReader(s))
+		if err != nil && ok {
+			t.Fatalf("ok with error %v", err)
+		}
+		if !ok && lag != 0 {
+			t.Fatalf("lag %g without the metric", lag)
+		}
+	})
+}
+
+func TestRunScenarioBadTargets(t *testing.T) {
+	sc, _, _ := testScenario(t)
+	bad := sc
+	bad.PID = 1 << 30
+	if _, err := Run(context.Background(), bad); err == nil {
+		t.Error("ran against a missing server process")
+	}
+	bad = sc
+	bad.TierDirs = map[string]string{"raw": filepath.Join(t.TempDir(), "missing")}
+	if _, err := Run(context.Background(), bad); err == nil {
+		t.Error("ran with a missing tier directory")
+	}
+}
