@@ -442,6 +442,8 @@ func sourceMetrics() []SourceMetric {
 		{Name: "ebpf_exporter_tcp_retransmit_ipv6_packets_total", Source: SourceEBPF, Versions: "examples/tcp-retransmit.yaml", Type: "counter", Unit: "packets"},
 		{Name: "ebpf_exporter_softirq_wait_seconds", Source: SourceEBPF, Versions: "examples/softirq-latency-net-rx.yaml", Type: "histogram", Unit: "seconds"},
 		{Name: "ebpf_exporter_softirq_runtime_seconds", Source: SourceEBPF, Versions: "examples/softirq-latency-net-rx.yaml", Type: "histogram", Unit: "seconds"},
+		{Name: "ebpf_exporter_softirq_raised_total", Source: SourceEBPF, Versions: "examples/softirq-latency-net-rx.yaml", Type: "counter", Unit: "softirqs"},
+		{Name: "ebpf_exporter_softirq_serviced_total", Source: SourceEBPF, Versions: "examples/softirq-latency-net-rx.yaml", Type: "counter", Unit: "softirqs"},
 		{Name: "ebpf_exporter_udp_fail_queue_rcv_skbs_total", Source: SourceEBPF, Versions: "examples/udp-drops.yaml", Type: "counter", Unit: "packets"},
 		{Name: "ebpf_exporter_unix_socket_backlog", Source: SourceEBPF, Versions: "examples/unix-socket-backlog.yaml", Type: "histogram", Unit: "connections"},
 		{Name: "ebpf_exporter_kfree_skb_total", Source: SourceEBPF, Versions: "examples/kfree_skb.yaml", Type: "counter", Unit: "packets"},

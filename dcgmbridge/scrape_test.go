@@ -1,0 +1,494 @@
+package dcgmbridge
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+
+	"github.com/strata-dev/strata/remotewrite"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// remotewrite.Limits is the validator the lead wires in.
+var _ SeriesValidator = remotewrite.Limits{}
+
+// fakeClock is an injected clock that tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// bodyServer serves whatever body is currently set, on 127.0.0.1.
+type bodyServer struct {
+	*httptest.Server
+	mu     sync.Mutex
+	body   []byte
+	status int
+	ctype  string
+}
+
+func newBodyServer(t *testing.T, body []byte) *bodyServer {
+	t.Helper()
+	s := &bodyServer{body: body, status: http.StatusOK, ctype: "text/plain; version=0.0.4; charset=utf-8"}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		body, status, ctype := s.body, s.status, s.ctype
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", ctype)
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *bodyServer) set(body []byte, status int) {
+	s.mu.Lock()
+	s.body, s.status = body, status
+	s.mu.Unlock()
+}
+
+type scrapeEnv struct {
+	raw   *tiers.Raw
+	clock *fakeClock
+	logs  *bytes.Buffer
+}
+
+func newScrapeEnv(t *testing.T) *scrapeEnv {
+	t.Helper()
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := raw.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &scrapeEnv{raw: raw, clock: &fakeClock{t: t0}, logs: &bytes.Buffer{}}
+}
+
+func (e *scrapeEnv) scraper(t *testing.T, cfg SourcesConfig, opts ...ScraperOption) *Scraper {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(e.logs, nil))
+	s, err := NewScraper(cfg, e.raw, logger, prometheus.NewRegistry(), e.clock.now, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// series returns every series matching the selector with its samples.
+func (e *scrapeEnv) series(t *testing.T, matchers ...*labels.Matcher) map[string][]float64 {
+	t.Helper()
+	q, err := e.raw.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ss := q.Select(context.Background(), true, nil, matchers...)
+	out := map[string][]float64{}
+	for ss.Next() {
+		s := ss.At()
+		it := s.Iterator(nil)
+		var vs []float64
+		for it.Next() == chunkenc.ValFloat {
+			_, v := it.At()
+			vs = append(vs, v)
+		}
+		out[s.Labels().String()] = vs
+	}
+	if err := ss.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func nameIs(n string) *labels.Matcher { return labels.MustNewMatcher(labels.MatchEqual, "__name__", n) }
+
+func lastValue(t *testing.T, m map[string][]float64) float64 {
+	t.Helper()
+	if len(m) != 1 {
+		t.Fatalf("want one series, got %v", m)
+	}
+	for _, vs := range m {
+		return vs[len(vs)-1]
+	}
+	return math.NaN()
+}
+
+func readFixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixturesDir(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestScrapeFixturesEndToEnd serves every exposition fixture over HTTP and
+// scrapes it into a raw tier: samples, health series, sentinels, staleness.
+func TestScrapeFixturesEndToEnd(t *testing.T) {
+	e := newScrapeEnv(t)
+	dcgmBody := readFixture(t, "dcgm_exporter_profiling_k8s.prom")
+	// An old exporter leaking a "not supported" sentinel (dcgm-exporter README).
+	sentinel := `DCGM_FI_DEV_MEMORY_TEMP{gpu="2",UUID="GPU-x",device="nvidia2",modelName="H100",Hostname="gpu-node-a17"} 9223372036854775794` + "\n"
+	dcgm := newBodyServer(t, append(bytes.Clone(dcgmBody), sentinel...))
+	vllm := newBodyServer(t, readFixture(t, "vllm_v1_t0_healthy.prom"))
+	ebpf := newBodyServer(t, readFixture(t, "ebpf_exporter/bio_latency_exposition.prom"))
+	bpft := newBodyServer(t, readFixture(t, "bpftrace_exporter/histmap.metrics"))
+	bpft.ctype = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+	// Served as OpenMetrics (what bpftrace_exporter speaks): no blank lines, # EOF.
+	bpft.set(append(bytes.TrimLeft(readFixture(t, "bpftrace_exporter/histmap.metrics"), "\n"), "# EOF\n"...), http.StatusOK)
+	s := e.scraper(t, SourcesConfig{Targets: []Target{
+		{Name: "dcgm", URL: dcgm.URL + "/metrics", Kind: KindDCGM},
+		{Name: "vllm", URL: vllm.URL + "/metrics", Kind: KindVLLM, Labels: map[string]string{"namespace": "inference", "pod": "vllm-0"}},
+		{Name: "ebpf", URL: ebpf.URL + "/metrics", Kind: KindEBPF},
+		{Name: "bpftrace", URL: bpft.URL + "/metrics", Kind: KindGeneric},
+	}})
+	s.ScrapeOnce(context.Background())
+
+	for _, job := range []string{"dcgm", "vllm", "ebpf", "bpftrace"} {
+		up := lastValue(t, e.series(t, nameIs("up"), labels.MustNewMatcher(labels.MatchEqual, "job", job)))
+		if up != 1 {
+			t.Errorf("up{job=%s} = %g; logs:\n%s", job, up, e.logs)
+		}
+	}
+	n := lastValue(t, e.series(t, nameIs("scrape_samples_scraped"), labels.MustNewMatcher(labels.MatchEqual, "job", "vllm")))
+	if got := len(e.series(t, labels.MustNewMatcher(labels.MatchRegexp, "__name__", "vllm:.+"))); float64(got) != n || n == 0 {
+		t.Errorf("vllm: %d series stored, scrape_samples_scraped %g", got, n)
+	}
+	kv := e.series(t, nameIs("vllm:kv_cache_usage_perc"))
+	for k, vs := range kv {
+		if !strings.Contains(k, `pod="vllm-0"`) || !strings.Contains(k, `instance="127.0.0.1:`) || vs[0] != 0.412 {
+			t.Errorf("kv usage series %s %v", k, vs)
+		}
+	}
+	if len(e.series(t, nameIs("DCGM_FI_DEV_MEMORY_TEMP"), labels.MustNewMatcher(labels.MatchEqual, "gpu", "2"))) != 0 {
+		t.Error("sentinel value stored")
+	}
+	if got := testutil.ToFloat64(s.parser.Sentinels.dropped.WithLabelValues("DCGM_FI_DEV_MEMORY_TEMP")); got != 1 {
+		t.Errorf("sentinel counter %g", got)
+	}
+	if got := len(e.series(t, nameIs("bpftrace_histmap_h_bucket"))); got != 6 {
+		t.Errorf("sparse bpftrace buckets: %d series", got)
+	}
+
+	// Second scrape: a series vanished, so it gets a stale marker.
+	e.clock.advance(15 * time.Second)
+	var kept []string
+	for line := range strings.SplitSeq(string(dcgmBody), "\n") {
+		if !strings.HasPrefix(line, "DCGM_FI_DEV_SM_CLOCK{") {
+			kept = append(kept, line)
+		}
+	}
+	dcgm.set([]byte(strings.Join(kept, "\n")), http.StatusOK)
+	s.ScrapeOnce(context.Background())
+	for k, vs := range e.series(t, nameIs("DCGM_FI_DEV_SM_CLOCK")) {
+		if len(vs) != 2 || !value.IsStaleNaN(vs[1]) {
+			t.Errorf("%s: want a value then a stale marker, got %v", k, vs)
+		}
+	}
+	for k, vs := range e.series(t, nameIs("DCGM_FI_DEV_GPU_TEMP")) {
+		if len(vs) != 2 || value.IsStaleNaN(vs[1]) {
+			t.Errorf("%s: still exposed, got %v", k, vs)
+		}
+	}
+
+	// Third scrape: the target fails; it is down and every series ends.
+	e.clock.advance(15 * time.Second)
+	vllm.set([]byte("oops"), http.StatusInternalServerError)
+	s.ScrapeOnce(context.Background())
+	if up := lastValue(t, e.series(t, nameIs("up"), labels.MustNewMatcher(labels.MatchEqual, "job", "vllm"))); up != 0 {
+		t.Errorf("up after HTTP 500 = %g", up)
+	}
+	for k, vs := range e.series(t, nameIs("vllm:kv_cache_usage_perc")) {
+		if !value.IsStaleNaN(vs[len(vs)-1]) {
+			t.Errorf("%s not marked stale after a failed scrape: %v", k, vs)
+		}
+	}
+	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("vllm", ReasonHTTP)); got != 1 {
+		t.Errorf("failures{vllm,http_error} = %g", got)
+	}
+}
+
+// TestScrapeHostile serves broken and hostile expositions: each is counted
+// with its reason, the target is down, and nothing of the body is stored.
+func TestScrapeHostile(t *testing.T) {
+	good := "# TYPE ok_metric gauge\nok_metric 1\n"
+	var many string
+	for i := range 20 {
+		many += fmt.Sprintf("many_metric{i=\"%d\"} 1\n", i)
+	}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		status int
+		limits func(*SourcesConfig)
+		opts   []ScraperOption
+		reason string
+	}{
+		{name: "huge line", body: good + "big{l=\"" + strings.Repeat("a", 5000) + "\"} 1\n", limits: func(c *SourcesConfig) { c.LineLimit = 4096 }, reason: ReasonLineTooLong},
+		{name: "escape eats the closing quote", body: good + "bad{l=\"\\\"} 1\n", reason: ReasonParse},
+		{name: "unterminated label", body: good + "bad{l=\"x} 1\n", reason: ReasonParse},
+		{name: "not a number", body: good + "bad 1x\n", reason: ReasonParse},
+		{name: "duplicate series", body: good + "dup{a=\"1\"} 1\ndup{a=\"1\"} 2\n", reason: ReasonDuplicateSeries},
+		{name: "type declared twice", body: good + "# TYPE t counter\nt 1\n# TYPE t gauge\n", reason: ReasonWrongType},
+		{name: "negative counter", body: good + "# TYPE c_total counter\nc_total -5\n", reason: ReasonWrongType},
+		{name: "bucket without le", body: good + "# TYPE h histogram\nh_bucket{x=\"1\"} 1\nh_count 1\nh_sum 1\n", reason: ReasonWrongType},
+		{name: "unknown type", body: "# TYPE t banana\nt 1\n", reason: ReasonParse},
+		{name: "too many samples", body: good + many, limits: func(c *SourcesConfig) { c.SampleLimit = 10 }, reason: ReasonTooManySamples},
+		{name: "body too large", body: good + many, limits: func(c *SourcesConfig) { c.BodyLimit = 64 }, reason: ReasonBodyTooLarge},
+		{name: "label value over the remote-write limit", body: good + "long{l=\"" + strings.Repeat("v", 300) + "\"} 1\n",
+			opts: []ScraperOption{WithValidator(remotewrite.Limits{MaxLabelValueLength: 256})}, reason: remotewrite.ReasonLabelValueTooLong},
+		{name: "invalid utf-8 label", body: good + "u{l=\"\xff\"} 1\n", reason: ReasonParse},
+		{name: "too many labels for remote write", body: good + "w{a=\"1\",b=\"2\",c=\"3\",d=\"4\"} 1\n",
+			opts: []ScraperOption{WithValidator(remotewrite.Limits{MaxLabelsPerSeries: 5})}, reason: remotewrite.ReasonTooManyLabels},
+		{name: "http 503", body: good, status: http.StatusServiceUnavailable, reason: ReasonHTTP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newScrapeEnv(t)
+			srv := newBodyServer(t, []byte(tc.body))
+			if tc.status != 0 {
+				srv.set([]byte(tc.body), tc.status)
+			}
+			cfg := SourcesConfig{Targets: []Target{{Name: "hostile", URL: srv.URL + "/metrics"}}}
+			if tc.limits != nil {
+				tc.limits(&cfg)
+			}
+			s := e.scraper(t, cfg, tc.opts...)
+			s.ScrapeOnce(context.Background())
+			if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("hostile", tc.reason)); got != 1 {
+				t.Errorf("failures{reason=%s} = %g; logs:\n%s", tc.reason, got, e.logs)
+			}
+			if up := lastValue(t, e.series(t, nameIs("up"))); up != 0 {
+				t.Errorf("up = %g", up)
+			}
+			// Nothing but the three health series was appended.
+			all := e.series(t, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+"))
+			if len(all) != 3 {
+				t.Errorf("stored %d series, want only the 3 health series: %v", len(all), all)
+			}
+		})
+	}
+}
+
+func TestScrapeTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a 100 ms scrape timeout")
+	}
+	e := newScrapeEnv(t)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	s := e.scraper(t, SourcesConfig{Targets: []Target{{Name: "slow", URL: srv.URL, Interval: time.Second, Timeout: 100 * time.Millisecond}}})
+	s.ScrapeOnce(context.Background())
+	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("slow", ReasonTimeout)); got != 1 {
+		t.Errorf("timeout failures = %g; logs:\n%s", got, e.logs)
+	}
+}
+
+func TestSourcesConfigValidate(t *testing.T) {
+	ok := Target{Name: "a", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM}
+	for _, tc := range []struct {
+		name    string
+		targets []Target
+		want    string
+	}{
+		{"empty name", []Target{{URL: ok.URL}}, "name is empty"},
+		{"duplicate name", []Target{ok, ok}, "duplicate name"},
+		{"bad scheme", []Target{{Name: "a", URL: "ftp://x/metrics"}}, "must be http or https"},
+		{"no host", []Target{{Name: "a", URL: "http:///metrics"}}, "has no host"},
+		{"bad kind", []Target{{Name: "a", URL: ok.URL, Kind: "prometheus"}}, "is not one of"},
+		{"timeout over interval", []Target{{Name: "a", URL: ok.URL, Interval: time.Second, Timeout: 2 * time.Second}}, "at most the interval"},
+		{"reserved label", []Target{{Name: "a", URL: ok.URL, Labels: map[string]string{"job": "x"}}}, "cannot be set"},
+		{"invalid label", []Target{{Name: "a", URL: ok.URL, Labels: map[string]string{"a-b": "x"}}}, "cannot be set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := SourcesConfig{Targets: tc.targets}.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+	if err := (SourcesConfig{Targets: []Target{ok}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := (SourcesConfig{Targets: []Target{ok}}).withDefaults().Targets[0]; got.Interval != DCGMCollectInterval || got.Timeout != DefaultScrapeTimeout {
+		t.Errorf("dcgm defaults: %+v", got)
+	}
+}
+
+func TestDCGMFastScrapeWarning(t *testing.T) {
+	e := newScrapeEnv(t)
+	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "dcgm", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM, Interval: 5 * time.Second, Timeout: time.Second}}})
+	if !strings.Contains(e.logs.String(), "faster than dcgm-exporter") {
+		t.Fatalf("no warning in logs:\n%s", e.logs)
+	}
+	e.logs.Reset()
+	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "vllm", URL: "http://127.0.0.1:8000/metrics", Kind: KindVLLM, Interval: 5 * time.Second, Timeout: time.Second}}})
+	if strings.Contains(e.logs.String(), "faster than") {
+		t.Fatalf("warning for a vLLM target:\n%s", e.logs)
+	}
+}
+
+// TestRunAndClose runs the loop, waits for the first scrape, closes, and
+// checks that Close ends the target's series with stale markers.
+func TestRunAndClose(t *testing.T) {
+	e := newScrapeEnv(t)
+	srv := newBodyServer(t, []byte("# TYPE g gauge\ng 1\n"))
+	s := e.scraper(t, SourcesConfig{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}})
+	var runErr atomic.Value
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Run(context.Background()); err != nil {
+			runErr.Store(err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(s.metrics.samples.WithLabelValues("t")) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no scrape within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a bounded deadline, not timing logic
+	}
+	e.clock.advance(time.Second)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err, _ := runErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	vs := e.series(t, nameIs("g"))
+	for k, v := range vs {
+		if len(v) != 2 || v[0] != 1 || !value.IsStaleNaN(v[1]) {
+			t.Errorf("%s: %v", k, v)
+		}
+	}
+}
+
+func FuzzParseExposition(f *testing.F) {
+	for _, name := range []string{"vllm_v0_legacy.prom", "bpftrace_exporter/histmap.metrics"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "shared", "fixtures", name))
+		if err == nil {
+			f.Add(b, "text/plain")
+		}
+	}
+	f.Add([]byte("# TYPE a counter\na_total 1\n# EOF\n"), "application/openmetrics-text; version=1.0.0")
+	f.Add([]byte("a{b=\"\\\"\"} 1\n"), "")
+	cat, err := NewCatalogue()
+	if err != nil {
+		f.Fatal(err)
+	}
+	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: 1000, MaxLineBytes: 4096}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Validator: remotewrite.Limits{MaxLabelValueLength: 1024}}
+	target := labels.FromStrings("job", "fuzz", "instance", "x:1")
+	f.Fuzz(func(t *testing.T, body []byte, ctype string) {
+		exp, err := p.Parse(body, ctype, target, t0)
+		if err != nil {
+			if RejectReason(err) == "" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			return
+		}
+		seen := map[uint64]bool{}
+		for _, s := range exp.Samples {
+			if s.Labels.Get("job") != "fuzz" || s.Labels.Get("__name__") == "" {
+				t.Fatalf("bad labels %s", s.Labels)
+			}
+			if seen[s.Labels.Hash()] {
+				t.Fatalf("duplicate %s accepted", s.Labels)
+			}
+			seen[s.Labels.Hash()] = true
+		}
+	})
+}
+
+func BenchmarkParseVLLMExposition(b *testing.B) {
+	body, err := os.ReadFile(filepath.Join(fixturesDir(b), "vllm_v1_t1_kv_storm.prom"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cat, err := NewCatalogue()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: DefaultSampleLimit, MaxLineBytes: DefaultLineLimit}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Validator: remotewrite.Limits{}}
+	target := labels.FromStrings("job", "vllm", "instance", "10.0.0.5:8000", "namespace", "inference", "pod", "p")
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		exp, err := p.Parse(body, "text/plain; version=0.0.4", target, t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(exp.Samples)
+	}
+	b.ReportMetric(float64(n), "samples/op")
+}
+
+func BenchmarkScrapeDCGMIntoRawTier(b *testing.B) {
+	body, err := os.ReadFile(filepath.Join(fixturesDir(b), "dcgm_exporter_profiling_k8s.prom"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) }))
+	defer srv.Close()
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(b.TempDir()), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	clock := &fakeClock{t: time.Now()}
+	s, err := NewScraper(SourcesConfig{Targets: []Target{{Name: "dcgm", URL: srv.URL, Kind: KindDCGM}}}, raw, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		clock.advance(time.Second)
+		s.ScrapeOnce(context.Background())
+	}
+	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("dcgm", ReasonAppend)); got != 0 {
+		b.Fatalf("%g append failures", got)
+	}
+}
