@@ -256,6 +256,7 @@ func (c *Cluster) applyFaults(t0 float64) {
 		switch a.Kind {
 		case KindKVCacheStorm:
 			in.eff.promptScale *= a.param("prompt_scale")
+			in.eff.outputScale *= a.param("output_scale")
 			in.eff.arrivalScale *= a.param("arrival_scale")
 		case KindQueueBacklog:
 			in.eff.arrivalScale *= a.param("load_factor")

@@ -404,24 +404,51 @@ func buildDCGM(t *target) []family {
 	cfg := &nd.c.cfg
 	b := &famBuilder{style: styleGiven, vf: fmtDCGMInt, target: targetLabels(t)}
 	sets := make([][]labels.Label, len(nd.gpus))
+	xidSets := make([][]labels.Label, len(nd.gpus))
 	for i, g := range nd.gpus {
 		// dcgm-exporter's order: gpu, UUID, pci_bus_id, device, modelName,
-		// Hostname, the label-type fields, then the sorted pod attributes.
-		sets[i] = lbl("gpu", strconv.Itoa(g.idx), "UUID", g.uuid, "pci_bus_id", g.pci, "device", "nvidia"+strconv.Itoa(g.idx),
+		// Hostname, the label-type fields, then the sorted attributes (pod
+		// attribution; err_code and err_msg on the XID field).
+		base := lbl("gpu", strconv.Itoa(g.idx), "UUID", g.uuid, "pci_bus_id", g.pci, "device", "nvidia"+strconv.Itoa(g.idx),
 			"modelName", cfg.GPUModel, "Hostname", nd.host, "DCGM_FI_DRIVER_VERSION", driverVersion)
+		sets[i], xidSets[i] = slices.Clone(base), slices.Clone(base)
 		if g.inst != nil {
 			sets[i] = append(sets[i], lbl("container", "vllm", "namespace", namespace, "pod", g.inst.pod)...)
+			xidSets[i] = append(xidSets[i], lbl("container", "vllm")...)
+		}
+		xidSets[i] = append(xidSets[i], lbl("err_code", strconv.Itoa(int(g.xid)), "err_msg", xidMessage(g.xid))...)
+		if g.inst != nil {
+			xidSets[i] = append(xidSets[i], lbl("namespace", namespace, "pod", g.inst.pod)...)
 		}
 	}
 	for _, fd := range dcgmFields(cfg.DCGMFields) {
 		get := fd.get
-		b.multi(fd.name, fd.typ, fd.help, sets, fd.vf, func(dst []float64) {
+		fs := sets
+		if fd.name == "DCGM_FI_DEV_XID_ERRORS" {
+			fs = xidSets
+		}
+		b.multi(fd.name, fd.typ, fd.help, fs, fd.vf, func(dst []float64) {
 			for i, g := range nd.gpus {
 				dst[i] = get(g)
 			}
 		})
 	}
 	return b.fams
+}
+
+// xidMessage is dcgm-exporter's err_msg for the XID codes the simulator
+// produces.
+func xidMessage(code float64) string {
+	switch code {
+	case 0:
+		return "No Error"
+	case 79:
+		return "GPU has fallen off the bus"
+	case 48:
+		return "Double Bit ECC Error"
+	default:
+		return "Unknown Error"
+	}
 }
 
 func buildEBPF(t *target) []family {

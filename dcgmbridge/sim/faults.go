@@ -44,17 +44,17 @@ type kindInfo struct {
 type scope uint8
 
 const (
-	scopeInstance scope = iota // the vLLM instance serving Target.GPU
-	scopeGPU                   // one GPU
-	scopeNode                  // one node
-	scopeNodeOrInstance        // a whole node, or one instance when GPU is set
+	scopeInstance       scope = iota // the vLLM instance serving Target.GPU
+	scopeGPU                         // one GPU
+	scopeNode                        // one node
+	scopeNodeOrInstance              // a whole node, or one instance when GPU is set
 )
 
 // kinds returns the catalogue; a function rather than a package variable so
 // that no caller can mutate shared state.
 func kinds() map[Kind]kindInfo {
 	return map[Kind]kindInfo{
-		KindKVCacheStorm:    {scope: scopeInstance, params: map[string]float64{"prompt_scale": 8, "arrival_scale": 1.2}, rootMetric: "vllm:kv_cache_usage_perc"},
+		KindKVCacheStorm:    {scope: scopeInstance, params: map[string]float64{"prompt_scale": 4, "output_scale": 6, "arrival_scale": 1.2}, rootMetric: "vllm:kv_cache_usage_perc"},
 		KindQueueBacklog:    {scope: scopeInstance, params: map[string]float64{"load_factor": 3}, rootMetric: "vllm:num_requests_waiting"},
 		KindUnderBatched:    {scope: scopeInstance, params: map[string]float64{"max_num_seqs": 4, "load_factor": 0.05}, rootMetric: "DCGM_FI_PROF_SM_ACTIVE"},
 		KindSpecDecodeDrift: {scope: scopeInstance, params: map[string]float64{"acceptance_rate": 0.08}, rootMetric: "vllm:spec_decode_num_accepted_tokens_total"},

@@ -80,7 +80,11 @@ func (g *gpu) update(dt float64) {
 	if up {
 		st = g.inst.lastTick
 	}
-	g.xid = g.xidCode
+	if g.xid != g.xidCode {
+		// err_code/err_msg labels change with the value.
+		g.xid = g.xidCode
+		g.node.dirty = true
+	}
 	if g.lost {
 		// The GPU fell off the bus: nothing runs, nothing is drawn.
 		g.util, g.memCopy, g.grEngine, g.smActive, g.smOcc, g.tensor, g.dram = 0, 0, 0, 0, 0, 0, 0

@@ -8,8 +8,8 @@ import "math"
 // observes fractional token counts per tick; they are floored when exposed,
 // which keeps every bucket, _count and +Inf integral and monotonic.
 type hist struct {
-	bounds []float64  // upper bounds, ascending, without +Inf
-	counts []float64  // len(bounds)+1; the last is the +Inf overflow
+	bounds []float64 // upper bounds, ascending, without +Inf
+	counts []float64 // len(bounds)+1; the last is the +Inf overflow
 	sum    float64
 	total  float64
 }
@@ -106,7 +106,9 @@ func bucketsTPOTv0() []float64 {
 	return []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}
 }
 
-func bucketsE2Ev0() []float64 { return []float64{1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0} }
+func bucketsE2Ev0() []float64 {
+	return []float64{1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0}
+}
 
 // bucketsExp2 is ebpf_exporter's exp2 layout: le = 2^i * multiplier for i in
 // [minExp, maxExp].

@@ -99,7 +99,7 @@ func newVLLMState(cfg Config) vllmState {
 		reqTPOT: newHist(bucketsITLv1()), queue: newHist(bucketsRequestLatency()),
 		inference: newHist(bucketsRequestLatency()), prefill: newHist(bucketsRequestLatency()),
 		decode: newHist(bucketsRequestLatency()), promptHist: newHist(buckets125(maxModelLen)),
-		genHist:  newHist(buckets125(maxModelLen)),
+		genHist: newHist(buckets125(maxModelLen)),
 		paramsN: newHist(bucketsParamsN()), paramsMaxTokens: newHist(buckets125(maxModelLen)),
 		iterTokens: newHist(bucketsIterationTokens()),
 	}
@@ -189,6 +189,7 @@ func (in *instance) newRequest(arrival float64) *request {
 			break
 		}
 	}
+	r.maxTokens *= in.eff.outputScale
 	out := math.Max(1, math.Round(lognormal(in.rng, cfg.MeanOutputTokens*in.eff.outputScale, 0.7)))
 	if out >= r.maxTokens {
 		out, r.capped = r.maxTokens, true

@@ -254,4 +254,3 @@ func (c *Cluster) sendOnce(ctx context.Context, o PushOptions, m *pushMetrics, b
 		return 0, fmt.Errorf("%w: status %d: %s", errPushRejected, resp.StatusCode, bytes.TrimSpace(msg))
 	}
 }
-
