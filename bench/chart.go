@@ -2,8 +2,8 @@ package bench
 
 import (
 	"fmt"
-	"math"
 	"io"
+	"math"
 	"path/filepath"
 
 	"gonum.org/v1/plot"

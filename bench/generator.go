@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 )
@@ -122,7 +123,7 @@ func (g *generator) buildUnit(u *unit) {
 				}
 			}
 			b.Reset()
-			b.Add(labels.MetricName, name)
+			b.Add(model.MetricNameLabel, name)
 			for _, l := range base {
 				b.Add(l[0], l[1])
 			}
@@ -166,7 +167,7 @@ func (g *generator) unitLabels(u *unit) [][2]string {
 		gpu := u.index % 8
 		model := llmModels[u.index/8%len(llmModels)]
 		out = [][2]string{
-			{"job", "dcgm-exporter"}, {"instance", fmt.Sprintf("%s:9400", host)},
+			{"job", "dcgm-exporter"}, {"instance", host + ":9400"},
 			{"gpu", strconv.Itoa(gpu)}, {"UUID", fmt.Sprintf("GPU-%08x-%04x-%04x-%04x-%012x", uint32(h), uint16(h>>32), uint16(h>>48), u.index&0xffff, h&0xffffffffffff)},
 			{"pci_bus_id", fmt.Sprintf("00000000:%02X:00.0", 0x18+gpu*0x10)}, {"device", fmt.Sprintf("nvidia%d", gpu)},
 			{"modelName", "NVIDIA H100 80GB HBM3"}, {"Hostname", host}, {"DCGM_FI_DRIVER_VERSION", "570.124.06"},
@@ -181,7 +182,7 @@ func (g *generator) unitLabels(u *unit) [][2]string {
 			{"pod", fmt.Sprintf("vllm-%s-%s-%s", shortModel(model), podHash, podSuffix)},
 		}
 	default:
-		out = [][2]string{{"job", "ebpf_exporter"}, {"instance", fmt.Sprintf("%s:9435", host)}}
+		out = [][2]string{{"job", "ebpf_exporter"}, {"instance", host + ":9435"}}
 	}
 	for i := range g.cfg.ExtraLabels {
 		v := fmt.Sprintf("v%d-%s-%x", i, u.shape.name, h)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -51,7 +52,7 @@ func TestGeneratorSeriesCount(t *testing.T) {
 			}
 			seen := map[string]bool{}
 			for i, s := range g.series {
-				if s.lset.Get(labels.MetricName) == "" {
+				if s.lset.Get(model.MetricNameLabel) == "" {
 					t.Fatalf("series %d has no name", i)
 				}
 				if !labelsSorted(s.pb) {
@@ -70,7 +71,7 @@ func TestGeneratorSeriesCount(t *testing.T) {
 func TestGeneratorMixExcludesShape(t *testing.T) {
 	g := testGenerator(t, LoadConfig{Series: 3000, Mix: Mix{DCGM: 1, VLLM: 1}})
 	for _, s := range g.series {
-		if strings.HasPrefix(s.lset.Get(labels.MetricName), "ebpf_") {
+		if strings.HasPrefix(s.lset.Get(model.MetricNameLabel), "ebpf_") {
 			t.Fatalf("ebpf series %s with a zero ebpf share", s.lset)
 		}
 	}
