@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 )
@@ -108,7 +109,7 @@ func (b *famBuilder) makeSeries(name string, pairs []labels.Label, vf valueForma
 		sb.WriteByte('}')
 	}
 	lb := labels.NewScratchBuilder(len(pairs) + len(b.target) + 1)
-	lb.Add(labels.MetricName, name)
+	lb.Add(model.MetricNameLabel, name)
 	for _, l := range pairs {
 		lb.Add(l.Name, l.Value)
 	}

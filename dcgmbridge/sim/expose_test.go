@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -52,7 +53,7 @@ func shapeOf(t *testing.T, body []byte) shape {
 					}
 					return
 				}
-				if x.Name != labels.MetricName && !seen[x.Name] {
+				if x.Name != model.MetricNameLabel && !seen[x.Name] {
 					seen[x.Name] = true
 					names = append(names, x.Name)
 				}

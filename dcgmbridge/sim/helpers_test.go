@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 )
@@ -52,7 +53,7 @@ func parseText(t testing.TB, body []byte, contentType string) parsed {
 			p.Labels(&l)
 			_, _, v := p.Series()
 			out.samples[l.String()] = v
-			out.byName[l.Get(labels.MetricName)] = append(out.byName[l.Get(labels.MetricName)], l)
+			out.byName[l.Get(model.MetricNameLabel)] = append(out.byName[l.Get(model.MetricNameLabel)], l)
 		}
 	}
 	return out

@@ -48,11 +48,6 @@ func (h *hist) spread(v, n, lo, hi float64) {
 	h.observe(v*hi, n*0.25)
 }
 
-func (h *hist) reset() {
-	clear(h.counts)
-	h.sum, h.total = 0, 0
-}
-
 // fillCumulative writes floor(cumulative count) for every bucket including
 // +Inf into dst, which must have len(bounds)+1 elements.
 func (h *hist) fillCumulative(dst []float64) {

@@ -85,7 +85,7 @@ func TestPushRemoteWrite(t *testing.T) {
 			t.Errorf("no %s samples pushed", name)
 		}
 	}
-	if v := testutil.ToFloat64(prometheus.Collector(mustCounter(t, reg, "strata_sim_push_retries_total"))); v != 1 {
+	if v := testutil.ToFloat64(mustCounter(t, reg, "strata_sim_push_retries_total")); v != 1 {
 		t.Errorf("retries metric %v", v)
 	}
 }
