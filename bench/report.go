@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -349,4 +350,31 @@ func formatValue(v float64, unit string) string {
 			return fmt.Sprintf("%.4f", v)
 		}
 	}
+}
+
+// Report file names written by WriteFiles.
+const (
+	JSONReportFile     = "report.json"
+	MarkdownReportFile = "report.md"
+)
+
+// WriteFiles writes the JSON report, the markdown report and the PNG charts
+// into dir (created if missing) and returns the paths written.
+func (r Report) WriteFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create report dir: %w", err)
+	}
+	jsonPath := filepath.Join(dir, JSONReportFile)
+	if err := r.SaveJSON(jsonPath); err != nil {
+		return nil, err
+	}
+	mdPath := filepath.Join(dir, MarkdownReportFile)
+	if err := writeFileAtomic(mdPath, r.WriteMarkdown); err != nil {
+		return nil, err
+	}
+	charts, err := r.WriteCharts(dir)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{jsonPath, mdPath}, charts...), nil
 }

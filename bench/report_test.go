@@ -151,14 +151,18 @@ func TestRunScenario(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	paths, err := rep.WriteCharts(dir)
+	paths, err := rep.WriteFiles(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(paths) != 2 {
-		t.Fatalf("charts %v", paths)
+	if len(paths) != 4 {
+		t.Fatalf("files %v", paths)
 	}
-	for _, p := range paths {
+	saved, err := LoadReport(paths[0])
+	if err != nil || !reflect.DeepEqual(normalise(saved), normalise(rep)) {
+		t.Fatalf("saved report differs (%v)", err)
+	}
+	for _, p := range paths[2:] {
 		b, err := os.ReadFile(p)
 		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
 			t.Fatalf("%s is not a PNG (%v)", p, err)
