@@ -1,0 +1,275 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/route"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/exemplar"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/util/httputil"
+	v1 "github.com/prometheus/prometheus/web/api/v1"
+)
+
+// apiPrefix is where every route of the package lives.
+const apiPrefix = "/api/v1"
+
+// servedRoutes are the Prometheus API v1 routes Strata answers with
+// Prometheus' own handlers. Everything else under /api/v1/ (targets, rules,
+// alerts, admin, status/config, ...) depends on parts of Prometheus that Strata
+// does not have and gets a JSON 404 instead of reaching a handler whose
+// retriever is nil. /api/v1/metadata is served by this package (see
+// metadata.go) because Strata's metadata comes from remote write, not from
+// scrape targets.
+var servedRoutes = []string{
+	"/query",
+	"/query_range",
+	"/query_exemplars",
+	"/series",
+	"/labels",
+	"/label/{name}/values",
+	"/status/buildinfo",
+	"/format_query",
+	"/parse_query",
+	"/read",
+}
+
+// API is Strata's Prometheus HTTP API v1: PromQL queries, series, labels,
+// metadata, build info and remote read over one storage.SampleAndChunkQueryable.
+//
+// The handlers are Prometheus' own (web/api/v1), so the JSON, status codes,
+// parameters and error messages are Prometheus'; API wires them to Strata's
+// storage, limits and metadata and keeps every route Strata cannot serve out.
+//
+// API is safe for concurrent use. The caller MUST call Close when done, after
+// the HTTP server has stopped.
+type API struct {
+	engine   *promql.Engine
+	router   *route.Router
+	metadata http.Handler
+	notFound http.Handler
+}
+
+// New builds the PromQL engine with cfg's limits and the API over q. meta
+// serves /api/v1/metadata; nil means no metadata is known (the endpoint
+// answers an empty object). If q also implements storage.ExemplarQueryable,
+// /api/v1/query_exemplars answers from it.
+//
+// Annotations returned by q's queriers (warnings, and infos wrapped with
+// annotations.PromQLInfo) reach the response's "warnings" and "infos" fields.
+func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, logger *slog.Logger, reg prometheus.Registerer) (*API, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("query config: %w", err)
+	}
+	if q == nil {
+		return nil, fmt.Errorf("query API needs a queryable")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cors, err := cfg.corsRegexp()
+	if err != nil {
+		return nil, err
+	}
+	factory := promauto.With(reg)
+	requests := factory.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_query_http_requests_total",
+		Help: "HTTP requests to the query API, by handler and status code.",
+	}, []string{"handler", "code"})
+	duration := factory.NewHistogramVec(prometheus.HistogramOpts{
+		Name:                        "strata_query_http_request_duration_seconds",
+		Help:                        "Latency of the query API's HTTP requests, by handler.",
+		Buckets:                     prometheus.DefBuckets,
+		NativeHistogramBucketFactor: 1.1,
+	}, []string{"handler"})
+	rejected := factory.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_query_rejected_total",
+		Help: "Queries and requests the query API refused, by reason.",
+	}, []string{"reason"})
+	waiting := factory.NewGauge(prometheus.GaugeOpts{
+		Name: "strata_query_queue_waiting",
+		Help: "Queries waiting for one of the --query.max-concurrency slots.",
+	})
+
+	promqlParser := parser.NewParser(cfg.parserOptions())
+	opts := promql.EngineOpts{
+		Logger:        logger.With("component", "query engine"),
+		Reg:           reg,
+		MaxSamples:    cfg.MaxSamples,
+		Timeout:       cfg.Timeout,
+		LookbackDelta: cfg.LookbackDelta,
+		NoStepSubqueryIntervalFn: func(int64) int64 {
+			return cfg.NoStepSubqueryInterval.Milliseconds()
+		},
+		// On in Prometheus since v2.33 and not switchable there.
+		EnableAtModifier:         true,
+		EnableNegativeOffset:     true,
+		EnablePerStepStats:       cfg.EnablePerStepStats,
+		EnableDelayedNameRemoval: cfg.EnableDelayedNameRemoval,
+		Parser:                   promqlParser,
+	}
+	if cfg.MaxConcurrency > 0 {
+		opts.ActiveQueryTracker = newQueryGate(cfg.MaxConcurrency, cfg.Timeout, rejected, waiting)
+	}
+	engine := promql.NewEngine(opts)
+
+	var exemplars storage.ExemplarQueryable
+	if eq, ok := q.(storage.ExemplarQueryable); ok {
+		exemplars = eq
+	} else {
+		exemplars = emptyExemplars{}
+	}
+	promCfg := config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: cfg.ExternalLabels}}
+	buildInfo := &v1.PrometheusVersion{
+		Version:   version.Version,
+		Revision:  version.Revision,
+		Branch:    version.Branch,
+		BuildUser: version.BuildUser,
+		BuildDate: version.BuildDate,
+		GoVersion: runtime.Version(),
+	}
+	// Prometheus' API is built with everything Strata lacks left nil; those
+	// routes are never reachable (see servedRoutes and Register).
+	papi := v1.NewAPI(
+		engine, q, nil, exemplars,
+		nil, nil, nil, // scrape pools, targets, alertmanagers
+		func() config.Config { return promCfg },
+		map[string]string{}, v1.GlobalURLOptions{},
+		func(f http.HandlerFunc) http.HandlerFunc { return f }, // always ready
+		nil, "", false, // no TSDB admin API
+		false, 0, // no search API
+		logger.With("component", "api"),
+		nil, // no rules
+		cfg.RemoteReadSampleLimit, cfg.RemoteReadConcurrency, cfg.RemoteReadMaxBytesInFrame,
+		false, cors, nil, buildInfo,
+		nil, nil, // no notifications
+		nil, reg, nil,
+		false, nil, // remote write is served by the remotewrite package
+		false, false, false, // no OTLP
+		cfg.LookbackDelta,
+		false, false, nil, nil,
+		v1.OpenAPIOptions{}, promqlParser,
+		false, cfg.Timeout,
+	)
+
+	instrument := func(handler string, h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+			h(rec, r)
+			requests.WithLabelValues(handler, strconv.Itoa(rec.code)).Inc()
+			duration.WithLabelValues(handler).Observe(time.Since(start).Seconds())
+		}
+	}
+	router := route.New().WithInstrumentation(instrument).WithPrefix(apiPrefix)
+	papi.Register(router)
+
+	metaHandler := &metadataHandler{source: meta, cors: cors, logger: logger}
+	return &API{
+		engine:   engine,
+		router:   router,
+		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
+		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
+			rejected.WithLabelValues("unsupported_endpoint").Inc()
+			httputil.SetCORS(w, cors, r)
+			writeError(w, logger, http.StatusNotFound, "not_found",
+				fmt.Sprintf("endpoint %s is not served by Strata", r.URL.Path))
+		}),
+	}, nil
+}
+
+// Register adds every route of the API to mux, under /api/v1/. A request to
+// any other path under /api/v1/ gets a Prometheus-style JSON 404, so routes
+// registered on mux by others (for example /api/v1/write) must be more
+// specific patterns than "/api/v1/", which every exact path is.
+func (a *API) Register(mux *http.ServeMux) {
+	for _, p := range servedRoutes {
+		mux.Handle(apiPrefix+p, a.router)
+	}
+	mux.Handle(apiPrefix+"/metadata", a.metadata)
+	mux.Handle(apiPrefix+"/", a.notFound)
+}
+
+// Engine returns the PromQL engine, with the limits of the Config, for other
+// components that evaluate PromQL (the rule evaluator). Queries they run share
+// the --query.max-concurrency slots with the HTTP API.
+func (a *API) Engine() promql.QueryEngine { return a.engine }
+
+// Close stops the engine. Queries already running finish; none may be started
+// afterwards.
+func (a *API) Close() error {
+	if err := a.engine.Close(); err != nil {
+		return fmt.Errorf("close query engine: %w", err)
+	}
+	return nil
+}
+
+// errorResponse is the body of every error reply, field for field
+// Prometheus' v1.Response for status "error".
+type errorResponse struct {
+	Status    string `json:"status"`
+	ErrorType string `json:"errorType"`
+	Error     string `json:"error"`
+}
+
+// writeError answers as Prometheus' API does for an error: application/json,
+// {"status":"error","errorType":...,"error":...}.
+func writeError(w http.ResponseWriter, logger *slog.Logger, code int, errorType, msg string) {
+	b, err := json.Marshal(errorResponse{Status: "error", ErrorType: errorType, Error: msg})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	if _, err := w.Write(b); err != nil {
+		logger.Debug("write error response", "err", err)
+	}
+}
+
+// statusRecorder keeps the status code for the request counter. It forwards
+// Flush because streamed remote read flushes every frame.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// emptyExemplars stands in when the storage keeps no exemplars, so that
+// /api/v1/query_exemplars answers an empty list as Prometheus does with
+// exemplar storage disabled.
+type emptyExemplars struct{}
+
+func (emptyExemplars) ExemplarQuerier(context.Context) (storage.ExemplarQuerier, error) {
+	return emptyExemplars{}, nil
+}
+
+func (emptyExemplars) Select(int64, int64, ...[]*labels.Matcher) ([]exemplar.QueryResult, error) {
+	return nil, nil
+}

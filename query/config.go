@@ -1,0 +1,125 @@
+package query
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/grafana/regexp"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// Config configures the query API and its PromQL engine. The defaults are
+// Prometheus' own flag defaults, so that a dashboard that works against
+// Prometheus works against Strata with the same limits.
+type Config struct {
+	// Timeout is the longest a query may take, queueing included
+	// (--query.timeout, 2m). A query over it is answered 503 errorType "timeout".
+	Timeout time.Duration
+	// MaxSamples is the most samples one query may hold in memory at once
+	// (--query.max-samples, 50,000,000). Over it the query fails with 422
+	// errorType "execution", as in Prometheus.
+	MaxSamples int
+	// MaxConcurrency is how many queries run at once (--query.max-concurrency,
+	// 20). Further queries wait for a slot until their timeout and then get 503.
+	// Zero or less means no limit.
+	MaxConcurrency int
+	// LookbackDelta is how far back an instant selector looks for a sample
+	// (--query.lookback-delta, 5m). Requests may override it with the
+	// lookback_delta parameter.
+	LookbackDelta time.Duration
+	// NoStepSubqueryInterval is the step of a subquery written without one
+	// (`x[1h:]`); Prometheus uses its global evaluation interval (1m).
+	NoStepSubqueryInterval time.Duration
+
+	// RemoteReadSampleLimit caps the samples one sampled (non-streamed) remote
+	// read may return (--storage.remote.read-sample-limit, 5e7; 0 = no limit).
+	RemoteReadSampleLimit int
+	// RemoteReadConcurrency caps concurrent remote reads
+	// (--storage.remote.read-concurrent-limit, 10; 0 = no limit).
+	RemoteReadConcurrency int
+	// RemoteReadMaxBytesInFrame caps one frame of a streamed remote read
+	// (--storage.remote.read-max-bytes-in-frame, 1 MiB).
+	RemoteReadMaxBytesInFrame int
+	// ExternalLabels are added to every series a remote read returns, and
+	// matchers on them are honoured, as Prometheus' global external_labels.
+	ExternalLabels labels.Labels
+
+	// CORSOrigin is a regular expression, fully anchored, of the origins
+	// allowed to call the API from a browser (--web.cors.origin, ".*").
+	CORSOrigin string
+
+	// The experimental PromQL features below are off by default, as in
+	// Prometheus, and map to its --enable-feature values.
+
+	// EnableExperimentalFunctions: promql-experimental-functions.
+	EnableExperimentalFunctions bool
+	// EnableDelayedNameRemoval: promql-delayed-name-removal.
+	EnableDelayedNameRemoval bool
+	// EnableBinopFillModifiers: promql-binop-fill-modifiers.
+	EnableBinopFillModifiers bool
+	// EnableUnquotedUTF8Names: promql-unquoted-utf8-names.
+	EnableUnquotedUTF8Names bool
+	// EnablePerStepStats: promql-per-step-stats (stats=all on a request).
+	EnablePerStepStats bool
+}
+
+// DefaultConfig returns Prometheus' defaults for every limit.
+func DefaultConfig() Config {
+	return Config{
+		Timeout:                   2 * time.Minute,
+		MaxSamples:                50_000_000,
+		MaxConcurrency:            20,
+		LookbackDelta:             5 * time.Minute,
+		NoStepSubqueryInterval:    time.Minute,
+		RemoteReadSampleLimit:     50_000_000,
+		RemoteReadConcurrency:     10,
+		RemoteReadMaxBytesInFrame: 1 << 20,
+		CORSOrigin:                ".*",
+	}
+}
+
+// validate rejects settings the engine would misbehave with instead of
+// silently replacing them, so that a typo in a flag is noticed at start-up.
+func (c Config) validate() error {
+	var errs []error
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("query timeout must be positive, got %s", c.Timeout))
+	}
+	if c.MaxSamples <= 0 {
+		errs = append(errs, fmt.Errorf("query max samples must be positive, got %d", c.MaxSamples))
+	}
+	if c.LookbackDelta <= 0 {
+		errs = append(errs, fmt.Errorf("query lookback delta must be positive, got %s", c.LookbackDelta))
+	}
+	if c.NoStepSubqueryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("subquery default step must be positive, got %s", c.NoStepSubqueryInterval))
+	}
+	if c.RemoteReadSampleLimit < 0 || c.RemoteReadConcurrency < 0 {
+		errs = append(errs, errors.New("remote read limits must not be negative"))
+	}
+	if c.RemoteReadMaxBytesInFrame <= 0 {
+		errs = append(errs, fmt.Errorf("remote read frame size must be positive, got %d", c.RemoteReadMaxBytesInFrame))
+	}
+	if _, err := c.corsRegexp(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) corsRegexp() (*regexp.Regexp, error) {
+	re, err := regexp.Compile("^(?:" + c.CORSOrigin + ")$")
+	if err != nil {
+		return nil, fmt.Errorf("compile CORS origin %q: %w", c.CORSOrigin, err)
+	}
+	return re, nil
+}
+
+func (c Config) parserOptions() parser.Options {
+	return parser.Options{
+		EnableExperimentalFunctions: c.EnableExperimentalFunctions,
+		EnableBinopFillModifiers:    c.EnableBinopFillModifiers,
+		EnableUnquotedUTF8Names:     c.EnableUnquotedUTF8Names,
+	}
+}
