@@ -12,6 +12,9 @@ import (
 	"github.com/alecthomas/units"
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+
+	"github.com/strata-dev/strata/query"
+	"github.com/strata-dev/strata/remotewrite"
 )
 
 //go:embed default.yml
@@ -143,4 +146,28 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("storage.out_of_order_time_window must be shorter than storage.raw.retention: rollups are built from raw data before it expires"))
 	}
 	return errors.Join(errs...)
+}
+
+// remoteWrite maps the configuration onto the receiver's.
+func (c Config) remoteWrite() remotewrite.Config {
+	rw := remotewrite.DefaultConfig()
+	rw.Limits.MaxLabelsPerSeries = c.RemoteWrite.MaxLabelsPerSeries
+	rw.Limits.MaxLabelNameLength = c.RemoteWrite.MaxLabelNameLength
+	rw.Limits.MaxLabelValueLength = c.RemoteWrite.MaxLabelValueLength
+	rw.Limits.MaxFutureSkew = time.Duration(c.RemoteWrite.MaxFutureSkew)
+	rw.MaxCompressedBytes = int(c.RemoteWrite.MaxBodyBytes)
+	rw.MaxDecompressedBytes = int(c.RemoteWrite.MaxDecompressedBytes)
+	rw.MaxInflightRequests = c.RemoteWrite.MaxInflightRequests
+	rw.MaxInflightBytes = int64(c.RemoteWrite.MaxInflightBytes)
+	return rw
+}
+
+// query maps the configuration onto the query API's.
+func (c Config) query() query.Config {
+	q := query.DefaultConfig()
+	q.Timeout = time.Duration(c.Query.Timeout)
+	q.MaxSamples = c.Query.MaxSamples
+	q.MaxConcurrency = c.Query.MaxConcurrency
+	q.LookbackDelta = time.Duration(c.Query.LookbackDelta)
+	return q
 }

@@ -163,7 +163,7 @@ func TestRemoteWriteAndQueryEndToEnd(t *testing.T) {
 			}
 
 			client := newAPIClient(t, p)
-			v, _, err := client.Query(ctx, fmt.Sprintf(`%s{instance="a:8000"}`, metric), base.Add(30*time.Second))
+			v, _, _, err := client.Query(ctx, fmt.Sprintf(`%s{instance="a:8000"}`, metric), base.Add(30*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestRemoteWriteAndQueryEndToEnd(t *testing.T) {
 				t.Fatalf("instant query = %v, want one sample of value 4", v)
 			}
 
-			v, _, err = client.QueryRange(ctx, fmt.Sprintf(`sum(%s)`, metric), promv1.Range{Start: base, End: base.Add(30 * time.Second), Step: 15 * time.Second})
+			v, _, _, err = client.QueryRange(ctx, fmt.Sprintf(`sum(%s)`, metric), promv1.Range{Start: base, End: base.Add(30 * time.Second), Step: 15 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,21 +190,21 @@ func TestRemoteWriteAndQueryEndToEnd(t *testing.T) {
 				}
 			}
 
-			sets, _, err := client.Series(ctx, []string{metric}, base.Add(-time.Minute), base.Add(time.Minute))
+			sets, _, _, err := client.Series(ctx, []string{metric}, base.Add(-time.Minute), base.Add(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(sets) != 2 {
 				t.Errorf("series = %v, want 2", sets)
 			}
-			names, _, err := client.LabelNames(ctx, []string{metric}, base.Add(-time.Minute), base.Add(time.Minute))
+			names, _, _, err := client.LabelNames(ctx, []string{metric}, base.Add(-time.Minute), base.Add(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Join(names, ",") != "__name__,instance,job" {
+			if len(names) != 3 || names[0] != "__name__" || names[1] != "instance" || names[2] != "job" {
 				t.Errorf("label names = %v", names)
 			}
-			values, _, err := client.LabelValues(ctx, "instance", []string{metric}, base.Add(-time.Minute), base.Add(time.Minute))
+			values, _, _, err := client.LabelValues(ctx, "instance", []string{metric}, base.Add(-time.Minute), base.Add(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +287,7 @@ func TestCrashKill9(t *testing.T) {
 	p2 := startStrata(t, dir)
 	api := newAPIClient(t, p2)
 	end := start.Add(time.Duration(lastAcked+10) * 10 * time.Millisecond)
-	v, _, err := api.Query(context.Background(), `crash_test_value[10m]`, end)
+	v, _, _, err := api.Query(context.Background(), `crash_test_value[10m]`, end)
 	if err != nil {
 		t.Fatal(err)
 	}

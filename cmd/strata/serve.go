@@ -25,6 +25,8 @@ import (
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/strata-dev/strata/query"
+	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -73,6 +75,9 @@ type server struct {
 	logger *slog.Logger
 	reg    *prometheus.Registry
 	raw    *tiers.Raw
+	meta   *remotewrite.MetadataStore
+	write  *remotewrite.Handler
+	api    *query.API
 	ready  atomic.Bool
 	closer []func() error // run in reverse order on shutdown
 }
@@ -123,11 +128,29 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.raw.Close)
+
+	srv.meta, err = remotewrite.OpenMetadataStore(filepath.Join(cfg.Storage.Path, "metadata.json"))
+	if err != nil {
+		return nil, err
+	}
+	srv.closer = append(srv.closer, srv.meta.Save)
+	srv.write, err = remotewrite.NewHandler(cfg.remoteWrite(), srv.raw, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
+	if err != nil {
+		return nil, err
+	}
+
+	srv.api, err = query.New(cfg.query(), srv.raw, srv.meta, logger.With("component", "query"), reg)
+	if err != nil {
+		return nil, err
+	}
+	srv.closer = append(srv.closer, srv.api.Close)
 	return srv, nil
 }
 
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
+	s.api.Register(mux)
+	mux.Handle("/api/v1/write", s.write)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -178,6 +201,7 @@ func (s *server) serve(ctx context.Context) error {
 	go func() { errc <- web.Serve(ln, httpSrv, webFlags, s.logger) }()
 	s.ready.Store(true)
 	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
+	go s.saveMetadataEvery(ctx, time.Minute)
 
 	var serveErr error
 	select {
@@ -199,6 +223,23 @@ func (s *server) serve(ctx context.Context) error {
 		s.logger.Info("Strata stopped cleanly")
 	}
 	return serveErr
+}
+
+// saveMetadataEvery persists the remote-write metadata periodically, so that a
+// crash loses at most one period of metadata changes (Close saves it too).
+func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.meta.Save(); err != nil {
+				s.logger.Error("save metadata", "err", err)
+			}
+		}
+	}
 }
 
 func (s *server) close() error {
@@ -225,7 +266,7 @@ func addRemoteWriteFlags(o *overrides) {
 		func(c *Config) *model.Duration { return &c.RemoteWrite.MaxFutureSkew })
 	o.int("remote-write.max-inflight-requests", "Remote-write requests handled at once; more get 429. (default: 64)",
 		func(c *Config) *int { return &c.RemoteWrite.MaxInflightRequests })
-	o.bytes("remote-write.max-inflight-bytes", "Compressed bytes of remote-write requests handled at once; more get 429. (default: 256MiB)",
+	o.bytes("remote-write.max-inflight-bytes", "Compressed bytes of remote-write requests handled at once; more get 429. (default: 512MiB)",
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxInflightBytes })
 }
 
