@@ -1,6 +1,7 @@
 package downsample
 
 import (
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -8,7 +9,7 @@ import (
 )
 
 func labelsFor(name string, kv ...string) labels.Labels {
-	return labels.FromStrings(append([]string{labels.MetricName, name}, kv...)...)
+	return labels.FromStrings(append([]string{model.MetricNameLabel, name}, kv...)...)
 }
 
 // tsample is a chunks.Sample for storage.NewListSeries.

@@ -275,19 +275,19 @@ func TestMergeRandom(t *testing.T) {
 		ts := int64(rng.IntN(int(HourRes)))
 		v := float64(rng.IntN(100))
 		for range 1 + rng.IntN(400) {
-			switch r := rng.IntN(20); {
-			case r == 0:
+			switch rng.IntN(20) {
+			case 0:
 				ts = alignDown(ts, MinuteRes) + MinuteRes // exactly on a boundary
-			case r == 1:
+			case 1:
 				ts += int64(rng.IntN(int(3 * HourRes))) // long gap
 			default:
 				ts += 1 + int64(rng.IntN(30_000))
 			}
-			switch r := rng.IntN(25); {
-			case r == 0:
+			switch rng.IntN(25) {
+			case 0:
 				samples = append(samples, fs{ts, staleNaN})
 				continue
-			case r == 1:
+			case 1:
 				v = float64(rng.IntN(5)) // counter reset
 			default:
 				v += float64(rng.IntN(10))

@@ -1,0 +1,554 @@
+package downsample
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// Source is the raw tier as the pipeline reads it: samples through a
+// storage.Queryable, and the time range it holds. FromRaw adapts *tiers.Raw.
+type Source interface {
+	storage.Queryable
+	// Bounds returns the oldest and the newest sample timestamp (ms) the tier
+	// holds, and false when it is empty.
+	Bounds() (mint, maxt int64, ok bool)
+}
+
+// PartitionWriter is a rollup tier as the pipeline writes it; *tiers.Rollup
+// implements it. WritePartition must be atomic (a partition either exists
+// complete or not at all) and must replace an existing partition; an empty
+// series list must still create the partition, so that HasPartition reports
+// the partition final. Both methods must be safe for concurrent use with the
+// tier's readers.
+type PartitionWriter interface {
+	WritePartition(start int64, series []tiers.SeriesWindows) error
+	HasPartition(start int64) bool
+}
+
+// MinuteTier is the minute tier: written by the pipeline and read back to
+// build hour windows (never from raw data, which may be gone). *tiers.Rollup
+// implements it. Select returns every series with windows starting in
+// [mint, maxt] (maxt inclusive), each series once, windows ascending.
+type MinuteTier interface {
+	PartitionWriter
+	Select(ctx context.Context, mint, maxt int64, matchers ...*labels.Matcher) ([]tiers.SeriesWindows, error)
+}
+
+// Config configures the pipeline.
+type Config struct {
+	// Lateness is how far behind the raw tier's newest sample a sample may
+	// still arrive and must reach the rollups: the raw tier's out-of-order
+	// window. Minute windows are computed once the watermark (newest raw
+	// sample - Lateness) has passed their end, so they are final when made.
+	Lateness time.Duration
+	// Interval is how often Run ticks. Each tick computes the minutes that
+	// became final, so the computed windows trail the watermark by at most
+	// about one minute plus Interval.
+	Interval time.Duration
+	// MinuteRetention is the minute tier's retention. On start, hour
+	// partitions are rebuilt only for days whose minute partitions are all
+	// still retained (a day partly deleted would give short hours).
+	MinuteRetention time.Duration
+}
+
+// DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
+// out-of-order window), a 15 s tick and the minute tier's 30 d retention.
+func DefaultConfig() Config {
+	return Config{Lateness: 10 * time.Minute, Interval: 15 * time.Second, MinuteRetention: 30 * 24 * time.Hour}
+}
+
+// Pipeline builds minute windows from the raw tier and hour windows from the
+// minute tier, continuously and behind a watermark. It keeps the windows of
+// the current, unflushed hour in memory only: no rollup WAL is needed because
+// every partition without a file is recomputed from the finer tier after a
+// restart (see docs/rollups.md).
+//
+// Tick, Windows and Close are safe for concurrent use; ticks are serialized.
+// The caller MUST call Close, before closing the tiers.
+type Pipeline struct {
+	cfg    Config
+	src    Source
+	minute MinuteTier
+	hour   PartitionWriter
+	logger *slog.Logger
+	now    func() time.Time
+	m      metrics
+
+	tickMu  sync.Mutex // serializes Tick and Close
+	started bool
+	closed  bool
+	mark    int64 // end (ms, exclusive) of the minutes computed so far
+	dayMark int64 // start of the first day whose hour partition may still be missing
+
+	bufMu sync.Mutex            // guards open; held briefly so readers never wait for a tick's reads
+	open  map[int64]*hourBuffer // in-memory minute windows by hour start (usually one or two hours)
+}
+
+// hourBuffer holds the minute windows computed so far for one minute partition.
+type hourBuffer struct {
+	start  int64
+	series map[uint64][]*tiers.SeriesWindows // by labels hash; collisions chained
+}
+
+type metrics struct {
+	lag        prometheus.Gauge
+	watermark  prometheus.Gauge
+	flushed    prometheus.Gauge
+	windows    *prometheus.CounterVec
+	partitions *prometheus.CounterVec
+	samples    prometheus.Counter
+	late       prometheus.Counter
+	histograms prometheus.Counter
+	errors     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	f := promauto.With(reg)
+	return metrics{
+		lag: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_downsample_lag_seconds",
+			Help: "How far the computed minute windows (in memory or on disk) trail the watermark (newest raw sample minus the allowed lateness).",
+		}),
+		watermark: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_downsample_watermark_timestamp_seconds",
+			Help: "The watermark: newest raw sample time minus the allowed lateness.",
+		}),
+		flushed: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_downsample_flushed_timestamp_seconds",
+			Help: "End of the newest minute partition written to disk.",
+		}),
+		windows: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_downsample_windows_total",
+			Help: "Rollup windows written to a tier's partitions.",
+		}, []string{"tier"}),
+		partitions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_downsample_partitions_written_total",
+			Help: "Rollup partitions written (including partitions recomputed after a restart).",
+		}, []string{"tier"}),
+		samples: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_samples_total",
+			Help: "Raw float samples aggregated into minute windows (incremental and flush-time reads both count).",
+		}),
+		late: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_late_samples_total",
+			Help: "Samples found when a minute partition was re-read from raw before its flush that were not in the incrementally computed windows (arrived after their minute was computed).",
+		}),
+		histograms: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_native_histogram_samples_skipped_total",
+			Help: "Native histogram samples not rolled up: native histograms are served from the raw tier only.",
+		}),
+		errors: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_errors_total",
+			Help: "Ticks that failed (reading raw, or writing or reading a rollup tier); the next tick retries.",
+		}),
+	}
+}
+
+// New returns a pipeline reading src and writing minute and hour. now is the
+// clock (time.Now in production); it decides which days' hour partitions are
+// still rebuildable from the minute tier.
+func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Pipeline, error) {
+	if cfg.Lateness < 0 {
+		return nil, fmt.Errorf("rollup lateness must not be negative, got %s", cfg.Lateness)
+	}
+	if cfg.Interval <= 0 {
+		return nil, fmt.Errorf("rollup interval must be positive, got %s", cfg.Interval)
+	}
+	if cfg.MinuteRetention < 24*time.Hour {
+		return nil, fmt.Errorf("minute retention must be at least a day to build hour partitions, got %s", cfg.MinuteRetention)
+	}
+	if src == nil || minute == nil || hour == nil || now == nil {
+		return nil, errors.New("rollup pipeline needs a source, a minute tier, an hour tier and a clock")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Pipeline{
+		cfg: cfg, src: src, minute: minute, hour: hour,
+		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
+		open: map[int64]*hourBuffer{},
+	}, nil
+}
+
+// ErrClosed is returned by Tick after Close.
+var ErrClosed = errors.New("rollup pipeline closed")
+
+// Run ticks every cfg.Interval until ctx is done. A failed tick is logged and
+// counted, and retried at the next tick: partitions are idempotent, so a
+// retry never double-counts.
+func (p *Pipeline) Run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := p.Tick(ctx); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.logger.Error("rollup tick failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Tick does the work that became possible since the last tick: it computes
+// the minute windows that the watermark has passed, flushes each minute
+// partition (re-reading its hour from raw first, so late samples are in it)
+// and builds the hour partition of each finished day from the minute tier.
+// The first tick also recovers: it recomputes every partition that has no
+// file while its source data still exists.
+func (p *Pipeline) Tick(ctx context.Context) error {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if err := p.tick(ctx); err != nil {
+		p.m.errors.Inc()
+		return err
+	}
+	return nil
+}
+
+func (p *Pipeline) tick(ctx context.Context) error {
+	rawMin, rawMax, ok := p.src.Bounds()
+	if !ok {
+		return nil
+	}
+	wm := rawMax - p.cfg.Lateness.Milliseconds()
+	p.m.watermark.Set(float64(wm) / 1000)
+	if !p.started {
+		p.mark = alignDown(rawMin, HourRes)
+		p.dayMark = alignDown(p.now().Add(-p.cfg.MinuteRetention).UnixMilli()+DayLen-1, DayLen)
+		p.started = true
+	}
+	// Raw retention may have removed data this pipeline never saw (it was
+	// stopped for longer than raw holds): start at what raw still has.
+	if start := alignDown(rawMin, HourRes); p.mark < start && len(p.openStarts()) == 0 {
+		p.logger.Warn("raw data expired before it was rolled up", "from", fmtTime(p.mark), "to", fmtTime(start))
+		p.mark = start
+	}
+	end := alignDown(wm, MinuteRes) // minutes ending at or before the watermark are final
+	for p.mark < end {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h := alignDown(p.mark, HourRes)
+		if p.mark == h && p.minute.HasPartition(h) {
+			p.mark = h + HourRes // written before a restart, or by a backfill
+			continue
+		}
+		stop := min(end, h+HourRes)
+		if p.mark == h && stop == h+HourRes && flushable(h, wm) {
+			// Recovery or catch-up: the whole hour is final, read it once.
+			if err := p.flushMinutes(ctx, h, nil); err != nil {
+				return err
+			}
+			p.mark = stop
+			continue
+		}
+		if err := p.extend(ctx, h, p.mark, stop); err != nil {
+			return err
+		}
+		p.mark = stop
+	}
+	for _, h := range p.openStarts() {
+		if h+HourRes <= p.mark && flushable(h, wm) {
+			if err := p.flushMinutes(ctx, h, p.buffer(h)); err != nil {
+				return err
+			}
+		}
+	}
+	p.m.lag.Set(float64(max(0, wm-p.mark)) / 1000)
+	return p.buildDays(ctx)
+}
+
+// flushable reports whether the minute partition of hour h is final at
+// watermark wm. It waits StaleLookahead past the hour's end so that a stale
+// marker right after the hour can still mark its last windows.
+func flushable(h, wm int64) bool { return wm >= h+HourRes+StaleLookahead }
+
+// openStarts returns the starts of the hours with in-memory windows, ascending.
+func (p *Pipeline) openStarts() []int64 {
+	p.bufMu.Lock()
+	defer p.bufMu.Unlock()
+	out := make([]int64, 0, len(p.open))
+	for h := range p.open {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (p *Pipeline) buffer(h int64) *hourBuffer {
+	p.bufMu.Lock()
+	defer p.bufMu.Unlock()
+	return p.open[h]
+}
+
+// extend computes the minute windows of [from, to) (inside hour h) from raw
+// and appends them to hour h's buffer.
+func (p *Pipeline) extend(ctx context.Context, h, from, to int64) error {
+	series, err := p.computeMinutes(ctx, from, to)
+	if err != nil {
+		return err
+	}
+	p.bufMu.Lock()
+	defer p.bufMu.Unlock()
+	b := p.open[h]
+	if b == nil {
+		b = &hourBuffer{start: h, series: map[uint64][]*tiers.SeriesWindows{}}
+		p.open[h] = b
+	}
+	for i := range series {
+		b.add(&series[i])
+	}
+	return nil
+}
+
+func (b *hourBuffer) add(s *tiers.SeriesWindows) {
+	hash := s.Labels.Hash()
+	for _, e := range b.series[hash] {
+		if labels.Equal(e.Labels, s.Labels) {
+			e.Windows = append(e.Windows, s.Windows...)
+			return
+		}
+	}
+	b.series[hash] = append(b.series[hash], &tiers.SeriesWindows{Labels: s.Labels, Windows: s.Windows})
+}
+
+func countSamples(series []*tiers.SeriesWindows) (samples uint64) {
+	for _, s := range series {
+		for _, w := range s.Windows {
+			samples += uint64(w.Count)
+		}
+	}
+	return samples
+}
+
+func (b *hourBuffer) all() []*tiers.SeriesWindows {
+	var out []*tiers.SeriesWindows
+	for _, chain := range b.series {
+		out = append(out, chain...)
+	}
+	return out
+}
+
+// flushMinutes writes the minute partition of hour h. It always recomputes
+// the hour from raw: that is what makes samples that arrived after their
+// minute was computed (a sender lagging behind the others by more than the
+// lateness, which the raw tier still accepts in order) reach the partition;
+// b, the incrementally computed windows, only tells how many such samples
+// there were.
+func (p *Pipeline) flushMinutes(ctx context.Context, h int64, b *hourBuffer) error {
+	series, err := p.computeMinutes(ctx, h, h+HourRes)
+	if err != nil {
+		return err
+	}
+	sortSeries(series)
+	windows, samples := 0, uint64(0)
+	for _, s := range series {
+		windows += len(s.Windows)
+		for _, w := range s.Windows {
+			samples += uint64(w.Count)
+		}
+	}
+	if b != nil {
+		p.bufMu.Lock()
+		had := countSamples(b.all())
+		p.bufMu.Unlock()
+		if samples > had {
+			p.m.late.Add(float64(samples - had))
+		}
+	}
+	if err := p.minute.WritePartition(h, series); err != nil {
+		return fmt.Errorf("flush minute partition %s: %w", fmtTime(h), err)
+	}
+	p.m.partitions.WithLabelValues("minute").Inc()
+	p.m.windows.WithLabelValues("minute").Add(float64(windows))
+	p.m.flushed.Set(float64(h+HourRes) / 1000)
+	p.logger.Debug("minute partition written", "start", fmtTime(h), "series", len(series), "windows", windows)
+	p.bufMu.Lock()
+	delete(p.open, h)
+	p.bufMu.Unlock()
+	return nil
+}
+
+// buildDays writes the hour partition of every day whose minute partitions
+// are all final, from the minute tier.
+func (p *Pipeline) buildDays(ctx context.Context) error {
+	done := p.mark // minute partitions before done are on disk
+	if starts := p.openStarts(); len(starts) > 0 {
+		done = min(done, starts[0])
+	}
+	for d := p.dayMark; d+DayLen <= done; d += DayLen {
+		if !p.hour.HasPartition(d) {
+			if err := p.buildDay(ctx, d); err != nil {
+				return err
+			}
+		}
+		p.dayMark = d + DayLen
+	}
+	return nil
+}
+
+// buildDay writes day d's hour partition from its minute partitions. A day
+// with no minute partition at all (before the tier existed) is skipped.
+func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
+	found := false
+	for h := d; h < d+DayLen && !found; h += HourRes {
+		found = p.minute.HasPartition(h)
+	}
+	if !found {
+		return nil
+	}
+	minutes, err := p.minute.Select(ctx, d, d+DayLen-1)
+	if err != nil {
+		return fmt.Errorf("read minute windows of %s: %w", fmtTime(d), err)
+	}
+	out := make([]tiers.SeriesWindows, 0, len(minutes))
+	windows := 0
+	for _, s := range minutes {
+		ws := s.Windows
+		if !slices.IsSortedFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) }) {
+			ws = slices.Clone(ws)
+			slices.SortFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) })
+		}
+		hours := Coarsen(nil, ws, HourRes)
+		windows += len(hours)
+		out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: hours})
+	}
+	sortSeries(out)
+	if err := p.hour.WritePartition(d, out); err != nil {
+		return fmt.Errorf("write hour partition %s: %w", fmtTime(d), err)
+	}
+	p.m.partitions.WithLabelValues("hour").Inc()
+	p.m.windows.WithLabelValues("hour").Add(float64(windows))
+	p.logger.Debug("hour partition written", "day", fmtTime(d), "series", len(out), "windows", windows)
+	return nil
+}
+
+// OpenWindows returns copies of the minute windows computed but not yet
+// flushed (the current hour, and the previous one until its flush), for the
+// series matching all matchers, sorted by labels. Windows of one series are
+// ascending.
+func (p *Pipeline) OpenWindows(matchers ...*labels.Matcher) []tiers.SeriesWindows {
+	p.bufMu.Lock()
+	defer p.bufMu.Unlock()
+	byKey := map[uint64]int{}
+	var out []tiers.SeriesWindows
+	starts := make([]int64, 0, len(p.open))
+	for h := range p.open {
+		starts = append(starts, h)
+	}
+	slices.Sort(starts)
+	for _, h := range starts {
+	series:
+		for _, s := range p.open[h].all() {
+			for _, m := range matchers {
+				if !m.Matches(s.Labels.Get(m.Name)) {
+					continue series
+				}
+			}
+			// Hash collisions only merge series when labels are equal too.
+			key := s.Labels.Hash()
+			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
+				out[i].Windows = append(out[i].Windows, s.Windows...)
+				continue
+			}
+			byKey[key] = len(out)
+			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
+		}
+	}
+	sortSeries(out)
+	return out
+}
+
+// Close runs a last tick, so that partitions that became final are written,
+// and stops the pipeline. The windows of the open hour are dropped: they are
+// recomputed from raw on the next start. Close does not close the tiers.
+func (p *Pipeline) Close() error {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if err := p.tick(context.Background()); err != nil {
+		p.m.errors.Inc()
+		return fmt.Errorf("close rollup pipeline: %w", err)
+	}
+	return nil
+}
+
+// computeMinutes reads raw samples in [from, to) and returns every series'
+// minute windows, in no particular order.
+func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.SeriesWindows, error) {
+	series, st, err := ComputeWindows(ctx, p.src, MinuteRes, from, to)
+	p.m.samples.Add(float64(st.Floats))
+	p.m.histograms.Add(float64(st.Histograms))
+	return series, err
+}
+
+// ComputeWindows reads every series of q in [from, to) and returns their
+// windows of resolution res, leaving out series without a float sample, in
+// no particular order. It reads StaleLookahead past to, so that a stale
+// marker right after the range marks the last window stale (see
+// AppendWindows). Labels are copied: they stay valid after the querier closes.
+func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64) (out []tiers.SeriesWindows, st Stats, err error) {
+	qr, err := q.Querier(from, to+StaleLookahead)
+	if err != nil {
+		return nil, st, fmt.Errorf("query raw tier: %w", err)
+	}
+	defer func() {
+		if cerr := qr.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close raw querier: %w", cerr))
+		}
+	}()
+	hints := &storage.SelectHints{Start: from, End: to + StaleLookahead, Func: "rollup"}
+	set := qr.Select(ctx, false, hints, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
+	var it chunkenc.Iterator
+	for set.Next() {
+		s := set.At()
+		it = s.Iterator(it)
+		ws, sst, err := AppendWindows(nil, it, res, from, to)
+		st.add(sst)
+		if err != nil {
+			return nil, st, fmt.Errorf("roll up series %s: %w", s.Labels(), err)
+		}
+		if len(ws) > 0 {
+			out = append(out, tiers.SeriesWindows{Labels: s.Labels().Copy(), Windows: ws})
+		}
+	}
+	if err := set.Err(); err != nil {
+		return nil, st, fmt.Errorf("select raw series: %w", err)
+	}
+	return out, st, nil
+}
+
+func sortSeries(series []tiers.SeriesWindows) {
+	slices.SortFunc(series, func(a, b tiers.SeriesWindows) int { return labels.Compare(a.Labels, b.Labels) })
+}
+
+func fmtTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
