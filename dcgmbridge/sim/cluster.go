@@ -370,9 +370,10 @@ func poisson(rng *rand.Rand, mean float64) int {
 	return int(v)
 }
 
-// lognormal draws a log-normal variate with the given mean and log-space
-// standard deviation sigma.
-func lognormal(rng *rand.Rand, mean, sigma float64) float64 {
-	mu := math.Log(mean) - sigma*sigma/2
+// lognormal draws a log-normal variate with log-space mean mu and standard
+// deviation sigma; logMean converts a linear mean to mu.
+func lognormal(rng *rand.Rand, mu, sigma float64) float64 {
 	return math.Exp(mu + sigma*rng.NormFloat64())
 }
+
+func logMean(mean, sigma float64) float64 { return math.Log(mean) - sigma*sigma/2 }

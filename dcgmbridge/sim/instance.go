@@ -75,6 +75,8 @@ type instance struct {
 	used     int // KV blocks held by running requests
 	s        vllmState
 	lastTick tickStats
+	// log-space means of the request size distributions
+	promptMu, outputMu float64
 }
 
 // tickStats is what the GPUs read from their instance after a tick.
@@ -91,8 +93,17 @@ func newInstance(c *Cluster, idx int, nd *node, gpus []*gpu, model int, rng *ran
 	in := &instance{c: c, idx: idx, node: nd, gpus: gpus, model: c.cfg.Models[model], port: port,
 		addr: nd.host + ":" + strconv.Itoa(port), rng: rng}
 	in.s = newVLLMState(c.cfg)
+	in.promptMu = logMean(c.cfg.MeanPromptTokens, promptSigma)
+	in.outputMu = logMean(c.cfg.MeanOutputTokens, outputSigma)
 	return in
 }
+
+// Log-space spreads of the request size distributions: prompts vary more
+// than outputs (RAG and chat histories against short answers).
+const (
+	promptSigma = 0.8
+	outputSigma = 0.7
+)
 
 func newVLLMState(cfg Config) vllmState {
 	s := vllmState{
@@ -176,10 +187,9 @@ func (in *instance) blocksFor(r *request) int {
 }
 
 func (in *instance) newRequest(arrival float64) *request {
-	cfg := &in.c.cfg
 	r := in.alloc()
 	r.arrival, r.admitted, r.firstToken = arrival, -1, -1
-	r.prompt = math.Max(1, math.Round(math.Min(lognormal(in.rng, cfg.MeanPromptTokens*in.eff.promptScale, 0.8), maxModelLen/2)))
+	r.prompt = math.Max(1, math.Round(math.Min(lognormal(in.rng, in.promptMu+math.Log(in.eff.promptScale), promptSigma), maxModelLen/2)))
 	// The mix of max_tokens parameters clients send (cumulative p).
 	choices := [...]struct{ p, v float64 }{{0.2, 128}, {0.6, 512}, {0.9, 1024}, {1, 2048}}
 	u := in.rng.Float64()
@@ -190,7 +200,7 @@ func (in *instance) newRequest(arrival float64) *request {
 		}
 	}
 	r.maxTokens *= in.eff.outputScale
-	out := math.Max(1, math.Round(lognormal(in.rng, cfg.MeanOutputTokens*in.eff.outputScale, 0.7)))
+	out := math.Max(1, math.Round(lognormal(in.rng, in.outputMu+math.Log(in.eff.outputScale), outputSigma)))
 	if out >= r.maxTokens {
 		out, r.capped = r.maxTokens, true
 	}

@@ -124,11 +124,12 @@ func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error
 	}
 	m := newPushMetrics(o.Registerer)
 	start := c.Now()
+	e := newEmitter()
 	for t := start; o.Duration <= 0 || !t.After(start.Add(o.Duration)); t = t.Add(o.Interval) {
 		if ctx.Err() != nil {
 			return st, nil
 		}
-		batches := c.collect(t, o.MaxSamplesPerSend)
+		batches := c.collect(e, t, o.MaxSamplesPerSend)
 		for _, wr := range batches {
 			n := 0
 			for _, ts := range wr.Timeseries {
@@ -156,36 +157,23 @@ func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error
 	return st, nil
 }
 
-// collect steps to t and returns the live series as write requests of at
-// most max samples each.
-func (c *Cluster) collect(t time.Time, maxSamples int) []*prompb.WriteRequest {
+// collect steps to t and returns the live series (and stale markers for
+// vanished ones) as write requests of at most maxSamples each.
+func (c *Cluster) collect(e *emitter, t time.Time, maxSamples int) []*prompb.WriteRequest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stepTo(t)
 	c.refresh()
-	ts := t.UnixMilli()
 	var out []*prompb.WriteRequest
 	cur := &prompb.WriteRequest{}
-	var vals []float64
-	for _, tg := range c.targets {
-		if !tg.live() {
-			continue
+	_ = e.emit(c, t.UnixMilli(), func(s *series, ts int64, v float64) error {
+		cur.Timeseries = append(cur.Timeseries, prompb.TimeSeries{Labels: s.pb, Samples: []prompb.Sample{{Timestamp: ts, Value: v}}})
+		if len(cur.Timeseries) == maxSamples {
+			out = append(out, cur)
+			cur = &prompb.WriteRequest{}
 		}
-		for i := range tg.families {
-			f := &tg.families[i]
-			vals = fillFamily(f, vals)
-			for j := range f.series {
-				cur.Timeseries = append(cur.Timeseries, prompb.TimeSeries{
-					Labels:  f.series[j].pb,
-					Samples: []prompb.Sample{{Timestamp: ts, Value: vals[j]}},
-				})
-				if len(cur.Timeseries) == maxSamples {
-					out = append(out, cur)
-					cur = &prompb.WriteRequest{}
-				}
-			}
-		}
-	}
+		return nil
+	})
 	if len(cur.Timeseries) > 0 {
 		out = append(out, cur)
 	}

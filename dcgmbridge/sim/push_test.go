@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/prompb"
 )
 
@@ -127,6 +128,7 @@ func TestBackfillOrderAndGaps(t *testing.T) {
 	from := c.Config().Start
 	last := int64(0)
 	perTS := map[int64]int{}
+	staleAt := map[int64]int{}
 	err := c.Backfill(from, from.Add(5*time.Minute), 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
 		if ts < last {
 			return errors.New("samples out of time order")
@@ -134,6 +136,13 @@ func TestBackfillOrderAndGaps(t *testing.T) {
 		last = ts
 		if l.Get("job") == "" || l.Get("instance") == "" {
 			return errors.New("series without job/instance: " + l.String())
+		}
+		if value.IsStaleNaN(v) {
+			if l.Get("instance") != "gpu-node-0:8001" {
+				return errors.New("stale marker for a live target: " + l.String())
+			}
+			staleAt[ts]++
+			return nil
 		}
 		perTS[ts]++
 		return nil
@@ -147,6 +156,11 @@ func TestBackfillOrderAndGaps(t *testing.T) {
 	full := perTS[from.UnixMilli()]
 	if gap := perTS[from.Add(150*time.Second).UnixMilli()]; gap >= full {
 		t.Errorf("scrape gap did not remove the instance's series: %d vs %d", gap, full)
+	}
+	// The gap starts at 2m: the 2m sample is the first without the
+	// instance, and carries one stale marker per vanished series.
+	if len(staleAt) != 1 || staleAt[from.Add(2*time.Minute).UnixMilli()] != full-perTS[from.Add(2*time.Minute).UnixMilli()] {
+		t.Errorf("stale markers %v, want %d at the gap's start", staleAt, full-perTS[from.Add(2*time.Minute).UnixMilli()])
 	}
 	if after := perTS[from.Add(4*time.Minute).UnixMilli()]; after != full {
 		t.Errorf("series count %d after the gap, want %d", after, full)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 )
 
 // Target describes one simulated endpoint, for writing a Prometheus scrape
@@ -161,30 +163,70 @@ func (c *Cluster) Serve(ctx context.Context, addr string, now func() time.Time) 
 	}
 }
 
-// emitLive calls emit for every series of every live target at the current
-// model time ts (ms). Labels are shared and immutable; callers may keep them.
-func (c *Cluster) emitLive(ts int64, vals []float64, emit func(l labels.Labels, t int64, v float64) error) ([]float64, error) {
+// emitter walks the live series at one timestamp and, like a Prometheus
+// scrape loop, writes stale markers for series that went away since its last
+// call: a target that stopped answering (instance down, scrape gap) or a
+// label set replaced by a rebuild (a deploy renamed the pod).
+type emitter struct {
+	last map[*target][]family // what was emitted last time, per target
+	vals []float64
+}
+
+func newEmitter() *emitter { return &emitter{last: map[*target][]family{}} }
+
+func (e *emitter) emit(c *Cluster, ts int64, fn func(s *series, t int64, v float64) error) error {
+	stale := math.Float64frombits(value.StaleNaN)
 	for _, t := range c.targets {
-		if !t.live() {
+		prev, had := e.last[t]
+		live := t.live()
+		if had && (!live || !sameFamilies(prev, t.families)) {
+			keep := map[string]bool{}
+			if live {
+				for i := range t.families {
+					for j := range t.families[i].series {
+						keep[t.families[i].series[j].lset.String()] = true
+					}
+				}
+			}
+			for i := range prev {
+				for j := range prev[i].series {
+					if s := &prev[i].series[j]; !keep[s.lset.String()] {
+						if err := fn(s, ts, stale); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			delete(e.last, t)
+		}
+		if !live {
 			continue
 		}
+		e.last[t] = t.families
 		for i := range t.families {
 			f := &t.families[i]
-			vals = fillFamily(f, vals)
+			e.vals = fillFamily(f, e.vals)
 			for j := range f.series {
-				if err := emit(f.series[j].lset, ts, vals[j]); err != nil {
-					return vals, err
+				if err := fn(&f.series[j], ts, e.vals[j]); err != nil {
+					return err
 				}
 			}
 		}
 	}
-	return vals, nil
+	return nil
+}
+
+// sameFamilies reports whether b is the very slice a (not rebuilt).
+func sameFamilies(a, b []family) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // Backfill steps the model from its current time through [from, to] and
 // calls emit for every series of every live endpoint at from, from+step, ...
 // up to and including to: samples come in time order, all series of one
-// timestamp together. Series carry job and instance labels (and namespace
+// timestamp together. When an endpoint stops answering or its label sets
+// change, its old series get one stale marker (value.StaleNaN), as a
+// Prometheus scrape loop writes them. Series carry job and instance labels (and namespace
 // and pod for vLLM) as a Prometheus scrape would add them. The model ticks at
 // Config.Tick whatever step is, so coarse steps give the same values a scrape
 // at those times would. emit's error stops the backfill and is returned.
@@ -197,12 +239,12 @@ func (c *Cluster) Backfill(from, to time.Time, step time.Duration, emit func(ser
 	if from.Before(c.now()) {
 		return fmt.Errorf("backfill from %s is before the model time %s", from.Format(time.RFC3339), c.now().Format(time.RFC3339))
 	}
-	var vals []float64
+	e := newEmitter()
+	fn := func(s *series, t int64, v float64) error { return emit(s.lset, t, v) }
 	for t := from; !t.After(to); t = t.Add(step) {
 		c.stepTo(t)
 		c.refresh()
-		var err error
-		if vals, err = c.emitLive(t.UnixMilli(), vals, emit); err != nil {
+		if err := e.emit(c, t.UnixMilli(), fn); err != nil {
 			return fmt.Errorf("backfill at %s: %w", t.Format(time.RFC3339), err)
 		}
 	}
