@@ -313,7 +313,7 @@ func (l *loadRun) send(ctx context.Context, s *sender, body []byte, samples int)
 			l.noteError(err.Error())
 		case code/100 == 2:
 			l.s2xx.Add(1)
-			l.accepted.Add(written(hdr, n))
+			l.accepted.Add(l.written(hdr, n))
 			return nil
 		case code == http.StatusTooManyRequests || code/100 == 5:
 			if code == http.StatusTooManyRequests {
@@ -327,7 +327,7 @@ func (l *loadRun) send(ctx context.Context, s *sender, body []byte, samples int)
 			}
 		default:
 			l.s4xx.Add(1)
-			ok := min(written(hdr, 0), n)
+			ok := min(l.written(hdr, 0), n)
 			l.accepted.Add(ok)
 			l.refused.Add(n - ok)
 			l.noteError(fmt.Sprintf("HTTP %d: %s", code, msg))
@@ -372,10 +372,12 @@ func (l *loadRun) post(ctx context.Context, enc *encoder, body []byte) (int, htt
 }
 
 // written is the RW 2.0 samples-written count of a reply, or def when the
-// receiver does not send it (RW 1.0 receivers usually do not).
-func written(h http.Header, def int64) int64 {
+// receiver does not send it. RW 1.0 replies are not read: the spec lets a
+// 1.0 receiver omit the header or send 0 (Strata sends 0), so for 1.0 a 2xx
+// means the whole batch was written and a 4xx that none was.
+func (l *loadRun) written(h http.Header, def int64) int64 {
 	v := h.Get("X-Prometheus-Remote-Write-Samples-Written")
-	if v == "" {
+	if v == "" || l.cfg.Protocol != ProtocolV2 {
 		return def
 	}
 	n, err := strconv.ParseInt(v, 10, 64)

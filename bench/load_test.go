@@ -78,9 +78,12 @@ func (f *fakeReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.last[k] = s.t
 	}
 	f.samples += len(got)
+	// Like Strata: exact counts for 2.0, a 0 that means nothing for 1.0.
+	written := 0
 	if proto == ProtocolV2 {
-		w.Header().Set("X-Prometheus-Remote-Write-Samples-Written", strconv.Itoa(len(got)))
+		written = len(got)
 	}
+	w.Header().Set("X-Prometheus-Remote-Write-Samples-Written", strconv.Itoa(written))
 	w.WriteHeader(http.StatusNoContent)
 }
 
