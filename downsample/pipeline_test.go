@@ -287,10 +287,25 @@ func checkSeries(t *testing.T, what string, got, want []tiers.SeriesWindows) {
 	}
 }
 
+// readableTier is a rollup tier as the checks read it back.
+type readableTier interface {
+	HasPartition(start int64) bool
+	Select(ctx context.Context, mint, maxt int64, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error)
+}
+
+func readPartition(t *testing.T, tier readableTier, start, length int64) []tiers.SeriesWindows {
+	t.Helper()
+	got, err := tier.Select(context.Background(), start, start+length-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // checkTiers checks every partition that must exist once the watermark is at
 // wm against a from-scratch computation from the workload's samples: nothing
 // missing, nothing counted twice.
-func checkTiers(t *testing.T, w *workload, minute, hour *memTier, wm int64) {
+func checkTiers(t *testing.T, w *workload, minute, hour readableTier, wm int64) {
 	t.Helper()
 	var lastMinute int64
 	for h := alignDown(w.start, HourRes); flushable(h, wm); h += HourRes {
@@ -298,8 +313,11 @@ func checkTiers(t *testing.T, w *workload, minute, hour *memTier, wm int64) {
 			t.Errorf("minute partition %s missing at watermark %s", fmtTime(h), fmtTime(wm))
 			continue
 		}
-		checkSeries(t, "minute "+fmtTime(h), minute.parts[h], w.reference(t, MinuteRes, h, h+HourRes))
+		checkSeries(t, "minute "+fmtTime(h), readPartition(t, minute, h, HourRes), w.reference(t, MinuteRes, h, h+HourRes))
 		lastMinute = h + HourRes
+	}
+	if lastMinute == 0 {
+		t.Fatal("no minute partition to check")
 	}
 	for d := alignDown(w.start, DayLen); d+DayLen <= lastMinute; d += DayLen {
 		if !hour.HasPartition(d) {
@@ -308,8 +326,13 @@ func checkTiers(t *testing.T, w *workload, minute, hour *memTier, wm int64) {
 		}
 		// Straight from raw samples at hour resolution, not by merging: this
 		// also checks that merging minutes equals computing hours directly.
-		checkSeries(t, "hour "+fmtTime(d), hour.parts[d], w.reference(t, HourRes, d, d+DayLen))
+		checkSeries(t, "hour "+fmtTime(d), readPartition(t, hour, d, DayLen), w.reference(t, HourRes, d, d+DayLen))
 	}
+}
+
+type readableWriter interface {
+	readableTier
+	PartitionWriter
 }
 
 type testClock struct{ t time.Time }
@@ -365,11 +388,32 @@ func TestPipelineIncrementalShort(t *testing.T) {
 	testPipelineIncremental(t, 4*HourRes+20*MinuteRes)
 }
 
+// TestPipelineParquetTiers runs the pipeline into the real Parquet minute
+// and hour tiers (tiers.OpenRollup) and checks what they read back.
+func TestPipelineParquetTiers(t *testing.T) {
+	minute, err := tiers.OpenRollup(tiers.DefaultMinuteConfig(t.TempDir()), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { minute.Close() })
+	hour, err := tiers.OpenRollup(tiers.DefaultHourConfig(t.TempDir()), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hour.Close() })
+	testPipelineIncrementalWith(t, 4*HourRes+20*MinuteRes, minute, hour)
+}
+
+var _ MinuteTier = (*tiers.Rollup)(nil)
+
 func testPipelineIncremental(t *testing.T, span int64) {
+	testPipelineIncrementalWith(t, span, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen))
+}
+
+func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, hour readableWriter) {
 	start := testStart + 2*HourRes // 22:00, so 4h crosses midnight
 	w := genWorkload(start, start+span, 10_000)
 	raw := openTestRaw(t)
-	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
 	reg := prometheus.NewRegistry()
 	p, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), reg, clock.now)
@@ -551,7 +595,7 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 		if !hour.HasPartition(d) {
 			t.Fatalf("hour partition %s not rebuilt from the minute tier", fmtTime(d))
 		}
-		checkSeries(t, "rebuilt hour "+fmtTime(d), hour.parts[d], w.reference(t, HourRes, d, d+DayLen))
+		checkSeries(t, "rebuilt hour "+fmtTime(d), readPartition(t, hour, d, DayLen), w.reference(t, HourRes, d, d+DayLen))
 	}
 	if hour.HasPartition(day + 2*DayLen) {
 		t.Error("an hour partition was written for a day with no minute partition")
