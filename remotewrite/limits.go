@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -140,7 +141,7 @@ func (c *labelChecker) check(l Limits, name, value string) {
 		c.fail(ReasonInvalidLabels, "value of label %s is not valid UTF-8", quoteTrunc(name))
 		return
 	}
-	if name == labels.MetricName {
+	if name == model.MetricNameLabel {
 		c.hasName = true
 	}
 	c.prev, c.hasPrev = name, true

@@ -101,7 +101,7 @@ func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *wri
 	app := h.app.AppenderV2(r.Context())
 	now := h.now()
 	for i := range req.Series {
-		if err := h.writeSeries(app, ver, &req.Series[i], st, now); err != nil {
+		if err := h.writeSeries(app, ver, i, &req.Series[i], st, now); err != nil {
 			res.fatal = err
 			break
 		}
@@ -149,12 +149,12 @@ func metadataFamily(name string, typ model.MetricType) string {
 	return name
 }
 
-func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, s *Series, st *writeState, now time.Time) error {
+func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int, s *Series, st *writeState, now time.Time) error {
 	res := &st.res
 	lim := h.cfg.Limits
 	nElems := len(s.Samples) + len(s.Histograms) + len(s.Exemplars)
 	if s.Err != nil {
-		h.rejectElems(res, ReasonBadSymbolRef, nElems, fmt.Errorf("series with label references %s: %w", "(unresolved)", s.Err))
+		h.rejectElems(res, ReasonBadSymbolRef, nElems, fmt.Errorf("series #%d: %w", idx, s.Err))
 		return nil
 	}
 	sortLabels(s.Labels)
@@ -165,7 +165,7 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, s *Serie
 		if c.reason != "" {
 			break
 		}
-		if l.Name == labels.MetricName {
+		if l.Name == model.MetricNameLabel {
 			name = l.Value
 		}
 	}
