@@ -57,7 +57,7 @@ func New(cfg Config) (*Cluster, error) {
 			mi := idx % len(cfg.Models)
 			in := newInstance(c, idx, nd, nd.gpus[k*cfg.GPUsPerInstance:(k+1)*cfg.GPUsPerInstance], mi,
 				rand.New(rand.NewPCG(cfg.Seed, uint64(3000+idx))))
-			in.pod = podName(cfg.Models[mi], seedRNG)
+			in.pod = in.podName(0)
 			for _, g := range in.gpus {
 				g.inst = in
 			}
@@ -70,6 +70,7 @@ func New(cfg Config) (*Cluster, error) {
 	for _, spec := range cfg.Faults {
 		c.faults = append(c.faults, c.resolveFault(spec))
 	}
+	c.namePods()
 	c.buildTargets()
 	return c, nil
 }
@@ -191,10 +192,27 @@ func (c *Cluster) resolveFault(spec FaultSpec) *activeFault {
 	if a.inst != nil && info.scope != scopeGPU {
 		a.Target.Instance = a.inst.addr
 		a.Target.Namespace = namespace
-		a.Target.Pod = a.inst.pod
 		a.Target.Model = a.inst.model
 	}
 	return a
+}
+
+// namePods fills each instance-scoped record's pod: the pod serving at the
+// fault's onset, counting the deploys before it (a deploy names the pod it
+// replaces).
+func (c *Cluster) namePods() {
+	for _, a := range c.faults {
+		if a.Target.Instance == "" {
+			continue
+		}
+		gen := 0
+		for _, d := range c.faults {
+			if d.Kind == KindDeploy && d.inst == a.inst && (d.start < a.start || (d.start == a.start && d != a && a.Kind != KindDeploy)) {
+				gen++
+			}
+		}
+		a.Target.Pod = a.inst.podName(gen)
+	}
 }
 
 // GroundTruth returns one record per configured fault and decoy, in onset
@@ -239,7 +257,8 @@ func (c *Cluster) applyFaults(t0 float64) {
 			if t0 >= a.start {
 				if !a.started {
 					a.started = true
-					in.pod = podName(in.model, in.rng)
+					in.podGen++
+					in.pod = in.podName(in.podGen)
 					c.markDirty(in.node)
 				}
 				in.eff.itlScale *= a.param("itl_scale")
@@ -310,6 +329,13 @@ func (c *Cluster) applyFaults(t0 float64) {
 
 // namespace is the Kubernetes namespace of every simulated vLLM pod.
 const namespace = "inference"
+
+// podName returns the instance's pod name after gen deploys. It depends only
+// on the seed, the instance and gen, so the ground truth can name the pod a
+// fault will hit before the model runs.
+func (in *instance) podName(gen int) string {
+	return podName(in.model, rand.New(rand.NewPCG(in.c.cfg.Seed^0x9d, uint64(in.idx)<<16|uint64(gen))))
+}
 
 // podName returns a Deployment-style pod name for a model, for example
 // vllm-llama-3-1-8b-instruct-6d9f7c5b8-x2kqp.

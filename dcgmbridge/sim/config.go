@@ -23,6 +23,12 @@ type Config struct {
 	// VLLMVersion selects the exposed names: "v1" (0.11+ names, the default)
 	// or "v0" (legacy names: gpu_cache_usage_perc, num_requests_swapped, ...).
 	VLLMVersion string `yaml:"vllm_version"`
+	// VLLMShowDeprecated adds the V1 series that 0.11 still shows but marks
+	// deprecated (vllm:time_per_output_token_seconds, the same per-token
+	// observations as inter_token_latency_seconds), as
+	// --show-hidden-metrics-for-version=0.11 does in 0.12. Rules written
+	// against the old name need it.
+	VLLMShowDeprecated bool `yaml:"vllm_show_deprecated"`
 	// DCGMFields selects the dcgm-exporter field set: "default" (the shipped
 	// default-counters.csv), "profiling" (adds SM_ACTIVE, SM_OCCUPANCY and
 	// NVLink bytes; the default here) or "full" (profiling plus clock-event

@@ -275,6 +275,9 @@ func buildVLLM(t *target) []family {
 	b.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", base, tok, func() *hist { return s().paramsMaxTokens })
 	b.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", base, bucketsTTFTv1(), func() *hist { return s().ttft })
 	b.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", base, bucketsITLv1(), func() *hist { return s().itl })
+	if cfg.VLLMShowDeprecated {
+		b.histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.", base, bucketsITLv1(), func() *hist { return s().itl })
+	}
 	b.histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", base, bucketsITLv1(), func() *hist { return s().reqTPOT })
 	lat := bucketsRequestLatency()
 	b.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", base, lat, func() *hist { return s().e2e })

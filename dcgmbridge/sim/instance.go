@@ -65,6 +65,7 @@ type instance struct {
 	port     int
 	addr     string
 	pod      string
+	podGen   int // deploys so far
 	rng      *rand.Rand
 	eff      effects
 	down     bool
