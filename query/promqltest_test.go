@@ -1,0 +1,114 @@
+package query
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// promqlSkips names the upstream .test files Strata does not run, and why.
+// Every other file of Prometheus' PromQL acceptance suite must pass.
+var promqlSkips = map[string]string{
+	// Start timestamps need Prometheus' experimental st-storage TSDB options
+	// (XOR2 chunks with start times) and the engine's use-start-timestamps
+	// feature; the raw tier stores no start timestamps, remote write 2.0's
+	// are not kept yet.
+	"testdata/start_timestamps.test": "raw tier does not store start timestamps (st-storage)",
+}
+
+// promqlSlowUnderShort are the files skipped under -short only, to keep the
+// CI's short run well under two minutes on two cores; the full run has them.
+var promqlSlowUnderShort = map[string]string{}
+
+// skippingTB runs RunBuiltinTestsWithStorage's per-file subtests, turning the
+// files named in skips into skipped subtests that say why.
+type skippingTB struct {
+	*testing.T
+	skips map[string]string
+}
+
+func (s skippingTB) Run(name string, f func(*testing.T)) bool {
+	if reason, ok := s.skips[name]; ok {
+		return s.T.Run(name, func(t *testing.T) { t.Skip(reason) })
+	}
+	return s.T.Run(name, f)
+}
+
+// TestPromQLAcceptance runs Prometheus' own PromQL test suite
+// (promql/promqltest/testdata/*.test, embedded in the module) through the
+// engine New builds and over a raw tier opened by tiers.OpenRaw, the storage
+// `strata serve` queries.
+func TestPromQLAcceptance(t *testing.T) {
+	start := time.Now()
+	cfg := DefaultConfig()
+	// As Prometheus' own test engine (promqltest.NewTestEngine): the
+	// experimental syntax the files use, delayed __name__ removal, and its
+	// sample limit, which some files exercise.
+	cfg.EnableExperimentalFunctions = promqltest.TestParserOpts.EnableExperimentalFunctions
+	cfg.EnableBinopFillModifiers = promqltest.TestParserOpts.EnableBinopFillModifiers
+	cfg.EnableUnquotedUTF8Names = promqltest.TestParserOpts.EnableUnquotedUTF8Names
+	cfg.EnableDelayedNameRemoval = true
+	cfg.MaxSamples = promqltest.DefaultMaxSamplesPerQuery
+
+	raw := openTestRaw(t) // only to give New a queryable; each file gets its own tier
+	api, err := New(cfg, raw, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := api.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+
+	skips := map[string]string{}
+	for name, reason := range promqlSkips {
+		skips[name] = reason
+	}
+	if testing.Short() {
+		for name, reason := range promqlSlowUnderShort {
+			skips[name] = reason + " (-short)"
+		}
+	}
+	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: skips}, api.Engine(), newRawTestStorage)
+	t.Logf("PromQL acceptance suite took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// rawTestStorage is the raw tier as the storage.Storage promqltest loads its
+// series into.
+type rawTestStorage struct {
+	*tiers.Raw
+}
+
+// StartTime implements storage.Storage.
+func (s rawTestStorage) StartTime() (int64, error) {
+	mint, ok := s.MinTime()
+	if !ok {
+		return 0, nil
+	}
+	return mint, nil
+}
+
+// newRawTestStorage opens a raw tier for one test file. The retention is
+// widened from 24 h because the files load series spanning days from the
+// epoch, and the tier would otherwise drop the older ones when its head is
+// compacted during the test. The out-of-order window is widened because the
+// files load one series after another: a series that starts at 0 after one
+// that ran for hours is "out of order" for a TSDB, which accepts in-order
+// samples only within half a block (1 h) of its newest. Prometheus' own test
+// storage gets the same effect with 24 h blocks.
+func newRawTestStorage(tb testing.TB) storage.Storage {
+	cfg := tiers.DefaultRawConfig(tb.TempDir())
+	cfg.Retention = 100 * 365 * 24 * time.Hour
+	cfg.OutOfOrderWindow = 100 * 365 * 24 * time.Hour
+	raw, err := tiers.OpenRaw(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rawTestStorage{raw}
+}
