@@ -190,7 +190,14 @@ func (in *instance) blocksFor(r *request) int {
 func (in *instance) newRequest(arrival float64) *request {
 	r := in.alloc()
 	r.arrival, r.admitted, r.firstToken = arrival, -1, -1
-	r.prompt = math.Max(1, math.Round(math.Min(lognormal(in.rng, in.promptMu+math.Log(in.eff.promptScale), promptSigma), maxModelLen/2)))
+	pmu, omu := in.promptMu, in.outputMu
+	if in.eff.promptScale != 1 {
+		pmu += math.Log(in.eff.promptScale)
+	}
+	if in.eff.outputScale != 1 {
+		omu += math.Log(in.eff.outputScale)
+	}
+	r.prompt = math.Max(1, math.Round(math.Min(lognormal(in.rng, pmu, promptSigma), maxModelLen/2)))
 	// The mix of max_tokens parameters clients send (cumulative p).
 	choices := [...]struct{ p, v float64 }{{0.2, 128}, {0.6, 512}, {0.9, 1024}, {1, 2048}}
 	u := in.rng.Float64()
@@ -201,7 +208,7 @@ func (in *instance) newRequest(arrival float64) *request {
 		}
 	}
 	r.maxTokens *= in.eff.outputScale
-	out := math.Max(1, math.Round(lognormal(in.rng, in.outputMu+math.Log(in.eff.outputScale), outputSigma)))
+	out := math.Max(1, math.Round(lognormal(in.rng, omu, outputSigma)))
 	if out >= r.maxTokens {
 		out, r.capped = r.maxTokens, true
 	}
