@@ -25,6 +25,7 @@ import (
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/tiers"
@@ -75,6 +76,9 @@ type server struct {
 	logger *slog.Logger
 	reg    *prometheus.Registry
 	raw    *tiers.Raw
+	minute *tiers.Rollup
+	hour   *tiers.Rollup
+	rollup *downsample.Pipeline
 	meta   *remotewrite.MetadataStore
 	write  *remotewrite.Handler
 	api    *query.API
@@ -129,6 +133,28 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 	srv.closer = append(srv.closer, srv.raw.Close)
 
+	minuteCfg := tiers.DefaultMinuteConfig(filepath.Join(cfg.Storage.Path, "minute"))
+	minuteCfg.Retention = time.Duration(cfg.Storage.Minute.Retention)
+	if srv.minute, err = tiers.OpenRollup(minuteCfg, logger, reg, time.Now); err != nil {
+		return nil, err
+	}
+	srv.closer = append(srv.closer, srv.minute.Close)
+	hourCfg := tiers.DefaultHourConfig(filepath.Join(cfg.Storage.Path, "hour"))
+	hourCfg.Retention = time.Duration(cfg.Storage.Hour.Retention)
+	if srv.hour, err = tiers.OpenRollup(hourCfg, logger, reg, time.Now); err != nil {
+		return nil, err
+	}
+	srv.closer = append(srv.closer, srv.hour.Close)
+	dsCfg := downsample.DefaultConfig()
+	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
+	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
+	srv.rollup, err = downsample.New(dsCfg, downsample.FromRaw(srv.raw), srv.minute, srv.hour, logger, reg, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	// Closed before the tiers it writes (closers run in reverse order).
+	srv.closer = append(srv.closer, srv.rollup.Close)
+
 	srv.meta, err = remotewrite.OpenMetadataStore(filepath.Join(cfg.Storage.Path, "metadata.json"))
 	if err != nil {
 		return nil, err
@@ -139,7 +165,8 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 
-	srv.api, err = query.New(cfg.query(), srv.raw, srv.meta, logger.With("component", "query"), reg)
+	stitched := tiers.NewStitched(srv.raw, srv.minute, srv.hour, tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta)))
+	srv.api, err = query.New(cfg.query(), stitched, srv.meta, logger.With("component", "query"), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +209,8 @@ func (s *server) handler() http.Handler {
 // it stops accepting requests, lets those in flight finish, and closes the tiers
 // so that everything acknowledged is flushed.
 func (s *server) serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	ln, err := net.Listen("tcp", s.cfg.Web.ListenAddress)
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen on %s: %w", s.cfg.Web.ListenAddress, err), s.close())
@@ -202,6 +231,14 @@ func (s *server) serve(ctx context.Context) error {
 	s.ready.Store(true)
 	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
 	go s.saveMetadataEvery(ctx, time.Minute)
+	rollupDone := make(chan struct{})
+	go func() {
+		defer close(rollupDone)
+		if err := s.rollup.Run(ctx); err != nil {
+			s.logger.Error("rollup pipeline stopped", "err", err)
+		}
+	}()
+	go s.applyRetentionEvery(ctx, 10*time.Minute)
 
 	var serveErr error
 	select {
@@ -213,6 +250,8 @@ func (s *server) serve(ctx context.Context) error {
 		}
 	}
 	s.ready.Store(false)
+	cancel()
+	<-rollupDone
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
@@ -238,6 +277,27 @@ func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
 			if err := s.meta.Save(); err != nil {
 				s.logger.Error("save metadata", "err", err)
 			}
+		}
+	}
+}
+
+// applyRetentionEvery deletes rollup partitions past their tier's retention.
+// (The raw TSDB applies its own retention when it compacts.)
+func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		for _, tier := range []*tiers.Rollup{s.minute, s.hour} {
+			if n, err := tier.ApplyRetention(); err != nil {
+				s.logger.Error("apply rollup retention", "tier", tier.Config().Name, "err", err)
+			} else if n > 0 {
+				s.logger.Info("deleted rollup partitions past retention", "tier", tier.Config().Name, "partitions", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
