@@ -78,6 +78,9 @@ func TestFaultSignatures(t *testing.T) {
 			if p := d.v(t, "vllm:num_preemptions_total") - d0.v(t, "vllm:num_preemptions_total"); p <= 0 {
 				t.Errorf("no preemptions during storm")
 			}
+			if fb, fb0 := d.gpu(t, "DCGM_FI_DEV_FB_USED"), b.gpu(t, "DCGM_FI_DEV_FB_USED"); fb != fb0 {
+				t.Errorf("FB_USED moved %v -> %v: vLLM preallocates the KV cache", fb0, fb)
+			}
 			if p := b.v(t, "vllm:num_preemptions_total") - b0.v(t, "vllm:num_preemptions_total"); p != 0 {
 				t.Errorf("%v preemptions before storm", p)
 			}
