@@ -308,34 +308,36 @@ func (p *Pipeline) buffer(h int64) *hourBuffer {
 }
 
 // extend computes the minute windows of [from, to) (inside hour h) from raw
-// and appends them to hour h's buffer.
+// and appends them to hour h's buffer. It runs every minute, so it avoids
+// copying what the buffer already has (a known series' labels).
 func (p *Pipeline) extend(ctx context.Context, h, from, to int64) error {
-	series, err := p.computeMinutes(ctx, from, to)
-	if err != nil {
-		return err
-	}
 	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
 	b := p.open[h]
 	if b == nil {
 		b = &hourBuffer{start: h, series: map[uint64][]*tiers.SeriesWindows{}}
 		p.open[h] = b
 	}
-	for i := range series {
-		b.add(&series[i])
-	}
-	return nil
+	p.bufMu.Unlock()
+	st, err := walkWindows(ctx, p.src, MinuteRes, from, to, func(lset labels.Labels, ws []tiers.Window) {
+		p.bufMu.Lock()
+		b.add(lset, ws)
+		p.bufMu.Unlock()
+	})
+	p.m.samples.Add(float64(st.Floats))
+	p.m.histograms.Add(float64(st.Histograms))
+	return err
 }
 
-func (b *hourBuffer) add(s *tiers.SeriesWindows) {
-	hash := s.Labels.Hash()
+// add appends ws to the series lset, copying both.
+func (b *hourBuffer) add(lset labels.Labels, ws []tiers.Window) {
+	hash := lset.Hash()
 	for _, e := range b.series[hash] {
-		if labels.Equal(e.Labels, s.Labels) {
-			e.Windows = append(e.Windows, s.Windows...)
+		if labels.Equal(e.Labels, lset) {
+			e.Windows = append(e.Windows, ws...)
 			return
 		}
 	}
-	b.series[hash] = append(b.series[hash], &tiers.SeriesWindows{Labels: s.Labels, Windows: s.Windows})
+	b.series[hash] = append(b.series[hash], &tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})
 }
 
 func countSamples(series []*tiers.SeriesWindows) (samples uint64) {
@@ -516,10 +518,24 @@ func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.
 // no particular order. It reads StaleLookahead past to, so that a stale
 // marker right after the range marks the last window stale (see
 // AppendWindows). Labels are copied: they stay valid after the querier closes.
-func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64) (out []tiers.SeriesWindows, st Stats, err error) {
+func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64) ([]tiers.SeriesWindows, Stats, error) {
+	var out []tiers.SeriesWindows
+	st, err := walkWindows(ctx, q, res, from, to, func(lset labels.Labels, ws []tiers.Window) {
+		out = append(out, tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	return out, st, nil
+}
+
+// walkWindows computes the windows of every series of q in [from, to) and
+// calls fn with each series that has some. lset and ws are only valid during
+// the call: ws is reused, and lset may point into a block's index.
+func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, fn func(lset labels.Labels, ws []tiers.Window)) (st Stats, err error) {
 	qr, err := q.Querier(from, to+StaleLookahead)
 	if err != nil {
-		return nil, st, fmt.Errorf("query raw tier: %w", err)
+		return st, fmt.Errorf("query raw tier: %w", err)
 	}
 	defer func() {
 		if cerr := qr.Close(); cerr != nil {
@@ -528,23 +544,27 @@ func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int6
 	}()
 	hints := &storage.SelectHints{Start: from, End: to + StaleLookahead, Func: "rollup"}
 	set := qr.Select(ctx, false, hints, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
-	var it chunkenc.Iterator
+	var (
+		it chunkenc.Iterator
+		ws []tiers.Window
+	)
 	for set.Next() {
 		s := set.At()
 		it = s.Iterator(it)
-		ws, sst, err := AppendWindows(nil, it, res, from, to)
+		var sst Stats
+		ws, sst, err = AppendWindows(ws[:0], it, res, from, to)
 		st.add(sst)
 		if err != nil {
-			return nil, st, fmt.Errorf("roll up series %s: %w", s.Labels(), err)
+			return st, fmt.Errorf("roll up series %s: %w", s.Labels(), err)
 		}
 		if len(ws) > 0 {
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels().Copy(), Windows: ws})
+			fn(s.Labels(), ws)
 		}
 	}
 	if err := set.Err(); err != nil {
-		return nil, st, fmt.Errorf("select raw series: %w", err)
+		return st, fmt.Errorf("select raw series: %w", err)
 	}
-	return out, st, nil
+	return st, nil
 }
 
 func sortSeries(series []tiers.SeriesWindows) {
