@@ -260,6 +260,14 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		for _, e := range rr.QueryErrors {
 			notes = append(notes, fmt.Sprintf("run %d query: %s", i+1, e))
 		}
+		empty, execs := 0, 0
+		for _, q := range rr.Queries {
+			empty += q.Empty
+			execs += q.Executions - q.Errors
+		}
+		if empty > 0 {
+			notes = append(notes, fmt.Sprintf("run %d: %d of %d successful query executions returned no series", i+1, empty, execs))
+		}
 		if rr.Load.PacedSeconds > rr.Load.ElapsedSeconds*float64(l.Concurrency)/2 {
 			notes = append(notes, fmt.Sprintf("run %d: senders waited for the real clock for most of the run, so its throughput is the load's schedule, not the target's capacity (raise series or backfill)", i+1))
 		}

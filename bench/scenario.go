@@ -203,7 +203,10 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 			ql, qerrs, err := runQueries(ctx, queryConfig{
 				url: sc.QueryURL, username: load.Username, password: load.Password,
 				queries: sc.Queries, ranges: sc.QueryRanges, repeats: sc.QueryRepeats,
-				timeout: sc.QueryTimeout, end: load.Now(),
+				// End at the newest sample sent, not the wall clock: the
+				// simulated clock may trail it by up to the backfill, and a
+				// panel over a range without data measures nothing.
+				timeout: sc.QueryTimeout, end: time.UnixMilli(lr.LastTimestamp),
 			})
 			if err != nil {
 				return rep, fmt.Errorf("run %d queries: %w", i+1, err)
