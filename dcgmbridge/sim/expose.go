@@ -180,7 +180,7 @@ func (b *famBuilder) histogram(name, help string, set []labels.Label, bounds []f
 			h := get()
 			dst[0] = h.sum
 			h.fillCumulative(dst[1 : 1+nb])
-			dst[1+nb] = h.count()
+			dst[1+nb] = dst[nb] // _count is the +Inf bucket, bit for bit
 		}
 	} else {
 		for i := range nb {
@@ -191,7 +191,7 @@ func (b *famBuilder) histogram(name, help string, set []labels.Label, bounds []f
 			h := get()
 			h.fillCumulative(dst[:nb])
 			dst[nb] = h.sum
-			dst[nb+1] = h.count()
+			dst[nb+1] = dst[nb-1] // _count is the +Inf bucket, bit for bit
 		}
 	}
 	b.fams = append(b.fams, f)

@@ -11,7 +11,6 @@ type hist struct {
 	bounds []float64 // upper bounds, ascending, without +Inf
 	counts []float64 // len(bounds)+1; the last is the +Inf overflow
 	sum    float64
-	total  float64
 }
 
 func newHist(bounds []float64) *hist {
@@ -33,7 +32,6 @@ func (h *hist) observe(v, n float64) {
 	}
 	h.counts[i] += n
 	h.sum += v * n
-	h.total += n
 }
 
 // spread observes n values around v: a quarter at lo*v, half at v and a
@@ -46,7 +44,8 @@ func (h *hist) spread(v, n, lo, hi float64) {
 }
 
 // fillCumulative writes floor(cumulative count) for every bucket including
-// +Inf into dst, which must have len(bounds)+1 elements.
+// +Inf into dst, which must have len(bounds)+1 elements. The +Inf value is
+// also the exposed _count, so the two always agree.
 func (h *hist) fillCumulative(dst []float64) {
 	c := 0.0
 	for i, v := range h.counts {
@@ -54,8 +53,6 @@ func (h *hist) fillCumulative(dst []float64) {
 		dst[i] = math.Floor(c + 1e-9)
 	}
 }
-
-func (h *hist) count() float64 { return math.Floor(h.total + 1e-9) }
 
 // Bucket layouts of the real exporters (docs/research/sources.md §1.1, §1.3, §4.1).
 func bucketsTTFTv1() []float64 {
