@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
+	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 )
@@ -24,10 +25,28 @@ var defaultConfigYAML []byte
 // --config.file over it, then flags set on the command line. docs/configuration.md
 // documents every key.
 type Config struct {
-	Storage     StorageConfig     `yaml:"storage"`
-	Web         WebConfig         `yaml:"web"`
-	RemoteWrite RemoteWriteConfig `yaml:"remote_write"`
-	Query       QueryConfig       `yaml:"query"`
+	Storage     StorageConfig            `yaml:"storage"`
+	Web         WebConfig                `yaml:"web"`
+	RemoteWrite RemoteWriteConfig        `yaml:"remote_write"`
+	Query       QueryConfig              `yaml:"query"`
+	Rules       RulesConfig              `yaml:"rules"`
+	SelfScrape  SelfScrapeConfig         `yaml:"self_scrape"`
+	Sources     dcgmbridge.SourcesConfig `yaml:"sources"`
+}
+
+// RulesConfig selects the recording rules Strata evaluates.
+type RulesConfig struct {
+	Canonical           bool           `yaml:"canonical"`
+	CanonicalInterval   model.Duration `yaml:"canonical_interval"`
+	CanonicalRateWindow model.Duration `yaml:"canonical_rate_window"`
+	CanonicalJoin       string         `yaml:"canonical_join"`
+	Files               []string       `yaml:"files"`
+}
+
+// SelfScrapeConfig makes Strata store its own metrics.
+type SelfScrapeConfig struct {
+	Enabled  bool           `yaml:"enabled"`
+	Interval model.Duration `yaml:"interval"`
 }
 
 // StorageConfig places the tiers and sets their retention.
@@ -145,7 +164,36 @@ func (c Config) validate() error {
 	if time.Duration(c.Storage.OutOfOrderWindow) >= time.Duration(c.Storage.Raw.Retention) {
 		errs = append(errs, errors.New("storage.out_of_order_time_window must be shorter than storage.raw.retention: rollups are built from raw data before it expires"))
 	}
+	if err := c.Sources.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.canonicalRules(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SelfScrape.Enabled && c.SelfScrape.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("self_scrape.interval must be positive, got %s", c.SelfScrape.Interval))
+	}
 	return errors.Join(errs...)
+}
+
+// canonicalRules maps the rules section onto the canonical rule generator's
+// configuration.
+func (c Config) canonicalRules() (dcgmbridge.RulesConfig, error) {
+	rc := dcgmbridge.DefaultRulesConfig()
+	rc.Interval = time.Duration(c.Rules.CanonicalInterval)
+	rc.RateWindow = time.Duration(c.Rules.CanonicalRateWindow)
+	switch c.Rules.CanonicalJoin {
+	case "pod", "":
+		rc.Joins = dcgmbridge.JoinByPod()
+	case "host_gpu":
+		rc.Joins = dcgmbridge.JoinByHostGPU()
+	default:
+		return rc, fmt.Errorf("rules.canonical_join must be pod or host_gpu, got %q", c.Rules.CanonicalJoin)
+	}
+	if err := rc.Validate(); err != nil {
+		return rc, fmt.Errorf("rules: %w", err)
+	}
+	return rc, nil
 }
 
 // remoteWrite maps the configuration onto the receiver's.

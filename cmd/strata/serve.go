@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -72,18 +73,19 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 
 // server is a running `strata serve`: the tiers, the HTTP API and their wiring.
 type server struct {
-	cfg    Config
-	logger *slog.Logger
-	reg    *prometheus.Registry
-	raw    *tiers.Raw
-	minute *tiers.Rollup
-	hour   *tiers.Rollup
-	rollup *downsample.Pipeline
-	meta   *remotewrite.MetadataStore
-	write  *remotewrite.Handler
-	api    *query.API
-	ready  atomic.Bool
-	closer []func() error // run in reverse order on shutdown
+	cfg      Config
+	logger   *slog.Logger
+	reg      *prometheus.Registry
+	raw      *tiers.Raw
+	minute   *tiers.Rollup
+	hour     *tiers.Rollup
+	rollup   *downsample.Pipeline
+	stitched *tiers.Stitched
+	meta     *remotewrite.MetadataStore
+	write    *remotewrite.Handler
+	api      *query.API
+	ready    atomic.Bool
+	closer   []func() error // run in reverse order on shutdown
 }
 
 func (s *serveCommand) run() error {
@@ -165,8 +167,8 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 
-	stitched := tiers.NewStitched(srv.raw, srv.minute, srv.hour, tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta)))
-	srv.api, err = query.New(cfg.query(), stitched, srv.meta, logger.With("component", "query"), reg)
+	srv.stitched = tiers.NewStitched(srv.raw, srv.minute, srv.hour, tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta)))
+	srv.api, err = query.New(cfg.query(), srv.stitched, srv.meta, logger.With("component", "query"), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +180,7 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	s.api.Register(mux)
 	mux.Handle("/api/v1/write", s.write)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		fmt.Fprintln(w, "Strata is Healthy.")
@@ -203,6 +205,10 @@ func (s *server) handler() http.Handler {
 		fmt.Fprintln(w, "Strata: Prometheus remote write at /api/v1/write, the Prometheus HTTP API at /api/v1/, metrics at /metrics.")
 	})
 	return mux
+}
+
+func (s *server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
 }
 
 // serve listens until ctx ends (SIGINT or SIGTERM), then shuts down gracefully:
@@ -231,6 +237,11 @@ func (s *server) serve(ctx context.Context) error {
 	s.ready.Store(true)
 	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
 	go s.saveMetadataEvery(ctx, time.Minute)
+	if err := s.startBackground(ctx, ln.Addr().String()); err != nil {
+		cancel()
+		_ = httpSrv.Close()
+		return errors.Join(err, s.close())
+	}
 	rollupDone := make(chan struct{})
 	go func() {
 		defer close(rollupDone)
@@ -262,6 +273,19 @@ func (s *server) serve(ctx context.Context) error {
 		s.logger.Info("Strata stopped cleanly")
 	}
 	return serveErr
+}
+
+// startBackground starts what needs the listening address: rule evaluation
+// and scraping (Strata's own /metrics included).
+func (s *server) startBackground(ctx context.Context, addr string) error {
+	ext := &url.URL{Scheme: "http", Host: addr}
+	stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.stitched, s.raw, ext,
+		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
+	if err != nil {
+		return err
+	}
+	s.closer = append(s.closer, func() error { stopRules(); return nil })
+	return s.startScraper(ctx, addr)
 }
 
 // saveMetadataEvery persists the remote-write metadata periodically, so that a

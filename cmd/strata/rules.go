@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/dcgmbridge"
+)
+
+// startRules runs Prometheus' rule manager over the stitched tiers with the
+// canonical recording rules (rendered from the dcgmbridge catalogue into
+// <storage.path>/rules/canonical.rules.yml at every start, so they always match
+// this binary's catalogue) and the operator's rule files. Results are appended
+// to the raw tier. The caller MUST call the returned stop function.
+func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q storage.Queryable, app storage.AppendableV2,
+	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
+) (stop func(), err error) {
+	files := append([]string(nil), cfg.Rules.Files...)
+	if cfg.Rules.Canonical {
+		rc, err := cfg.canonicalRules()
+		if err != nil {
+			return nil, err
+		}
+		cat, err := dcgmbridge.NewCatalogue()
+		if err != nil {
+			return nil, err
+		}
+		yml, err := cat.RulesYAML(rc)
+		if err != nil {
+			return nil, fmt.Errorf("render canonical rules: %w", err)
+		}
+		path := filepath.Join(cfg.Storage.Path, "rules", "canonical.rules.yml")
+		if err := writeFileAtomic(path, yml); err != nil {
+			return nil, fmt.Errorf("write canonical rules: %w", err)
+		}
+		files = append(files, path)
+	}
+	if len(files) == 0 {
+		return func() {}, nil
+	}
+	m := rules.NewManager(&rules.ManagerOptions{
+		ExternalURL:  externalURL,
+		QueryFunc:    rules.EngineQueryFunc(engine, q),
+		Context:      ctx,
+		AppendableV2: app,
+		Queryable:    q,
+		Logger:       logger,
+		Registerer:   reg,
+		Parser:       parser.NewParser(parser.Options{}),
+	})
+	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), nil); err != nil {
+		return nil, fmt.Errorf("load rule files: %w", err)
+	}
+	go m.Run()
+	return m.Stop, nil
+}
+
+// writeFileAtomic writes data to path through a fsynced temporary file and a
+// rename, so a reader never sees half a file.
+func writeFileAtomic(path string, data []byte) (err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/strata-dev/strata/dcgmbridge"
+)
+
+// startScraper scrapes the configured sources and, when self_scrape is on,
+// Strata's own /metrics (as job="strata"), appending into the raw tier
+// through the remote-write receiver's validation. addr is the address the
+// server listens on; it becomes the self target's instance label.
+func (s *server) startScraper(ctx context.Context, addr string) error {
+	cfg := s.cfg.Sources
+	cfg.Targets = append([]dcgmbridge.Target(nil), cfg.Targets...)
+	selfHost := ""
+	if s.cfg.SelfScrape.Enabled {
+		selfHost = addr
+		cfg.Targets = append(cfg.Targets, dcgmbridge.Target{
+			Name:     "strata",
+			URL:      "http://" + addr + "/metrics",
+			Kind:     dcgmbridge.KindGeneric,
+			Interval: time.Duration(s.cfg.SelfScrape.Interval),
+		})
+	}
+	if len(cfg.Targets) == 0 {
+		return nil
+	}
+	client := &http.Client{Transport: &inProcessTransport{host: selfHost, handler: s.metricsHandler(), next: http.DefaultTransport}}
+	scr, err := dcgmbridge.NewScraper(cfg, s.raw, s.logger.With("component", "scrape"), s.reg, time.Now,
+		dcgmbridge.WithValidator(s.write.Limits()), dcgmbridge.WithHTTPClient(client))
+	if err != nil {
+		return err
+	}
+	s.closer = append(s.closer, scr.Close)
+	go func() {
+		if err := scr.Run(ctx); err != nil {
+			s.logger.Error("scraper stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// inProcessTransport answers requests for host from handler without a network
+// round trip (so self-scraping works whatever TLS and basic auth the listener
+// enforces) and sends every other request to next.
+type inProcessTransport struct {
+	host    string
+	handler http.Handler
+	next    http.RoundTripper
+}
+
+func (t *inProcessTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.host == "" || req.URL.Host != t.host {
+		return t.next.RoundTrip(req)
+	}
+	w := &bufferedResponse{header: http.Header{}, code: http.StatusOK}
+	t.handler.ServeHTTP(w, req)
+	return &http.Response{
+		StatusCode:    w.code,
+		Status:        http.StatusText(w.code),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        w.header,
+		Body:          io.NopCloser(&w.body),
+		ContentLength: int64(w.body.Len()),
+		Request:       req,
+	}, nil
+}
+
+// bufferedResponse is the http.ResponseWriter of an in-process request.
+type bufferedResponse struct {
+	header http.Header
+	body   bytes.Buffer
+	code   int
+	wrote  bool
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if !b.wrote {
+		b.code, b.wrote = code, true
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.wrote = true
+	return b.body.Write(p)
+}
