@@ -1,0 +1,178 @@
+package query
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/golang/snappy"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
+	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+)
+
+// readRequest builds a remote read of http_requests_total{code="500"} over
+// the whole test data set, accepting the given response types.
+func readRequest(t *testing.T, url string, types ...prompb.ReadRequest_ResponseType) *http.Request {
+	t.Helper()
+	q, err := remote.ToQuery(t0, t0+int64(testSamples)*testStep, []*labels.Matcher{
+		labels.MustNewMatcher(labels.MatchEqual, "__name__", "http_requests_total"),
+		labels.MustNewMatcher(labels.MatchEqual, "code", "500"),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := (&prompb.ReadRequest{Queries: []*prompb.Query{q}, AcceptedResponseTypes: types}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/api/v1/read", bytes.NewReader(snappy.Encode(nil, data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Encoding", "snappy")
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set("X-Prometheus-Remote-Read-Version", "0.1.0")
+	return req
+}
+
+// checkReadSeries checks the series a read returned: http_requests_total
+// {code="500"} with value i at t0 + i*15s.
+func checkReadSeries(t *testing.T, lset []prompb.Label, ts []int64, vs []float64) {
+	t.Helper()
+	b := labels.NewScratchBuilder(len(lset))
+	for _, l := range lset {
+		b.Add(l.Name, l.Value)
+	}
+	b.Sort()
+	gotLabels := b.Labels()
+	wantLabels := labels.FromStrings("__name__", "http_requests_total", "code", "500", "instance", "a", "job", "vllm")
+	if !labels.Equal(gotLabels, wantLabels) {
+		t.Errorf("labels %s, want %s", gotLabels, wantLabels)
+	}
+	if len(ts) != testSamples {
+		t.Fatalf("%d samples, want %d", len(ts), testSamples)
+	}
+	for i := range ts {
+		if ts[i] != t0+int64(i)*testStep || vs[i] != float64(i) {
+			t.Fatalf("sample %d is (%d, %g), want (%d, %d)", i, ts[i], vs[i], t0+int64(i)*testStep, i)
+		}
+	}
+}
+
+// TestRemoteRead reads the raw tier back with Prometheus' remote read
+// protocol, in both response types, as a Prometheus with remote_read pointing
+// at Strata would.
+func TestRemoteRead(t *testing.T) {
+	srv, _ := newTestServer(t, DefaultConfig())
+
+	t.Run("samples", func(t *testing.T) {
+		resp, err := srv.Client().Do(readRequest(t, srv.URL, prompb.ReadRequest_SAMPLES))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "snappy" {
+			t.Fatalf("status %d, encoding %q: %s", resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
+		}
+		data, err := snappy.Decode(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rr prompb.ReadResponse
+		if err := rr.Unmarshal(data); err != nil {
+			t.Fatal(err)
+		}
+		if len(rr.Results) != 1 || len(rr.Results[0].Timeseries) != 1 {
+			t.Fatalf("got %d results, want one with one series: %v", len(rr.Results), rr.Results)
+		}
+		series := rr.Results[0].Timeseries[0]
+		var ts []int64
+		var vs []float64
+		for _, s := range series.Samples {
+			ts = append(ts, s.Timestamp)
+			vs = append(vs, s.Value)
+		}
+		checkReadSeries(t, series.Labels, ts, vs)
+	})
+
+	t.Run("streamed chunks", func(t *testing.T) {
+		resp, err := srv.Client().Do(readRequest(t, srv.URL, prompb.ReadRequest_STREAMED_XOR_CHUNKS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "application/x-streamed-protobuf") {
+			t.Fatalf("status %d, Content-Type %q", resp.StatusCode, ct)
+		}
+		reader := remote.NewChunkedReader(resp.Body, config.DefaultChunkedReadLimit, nil)
+		var ts []int64
+		var vs []float64
+		var lset []prompb.Label
+		for {
+			var msg prompb.ChunkedReadResponse
+			err := reader.NextProto(&msg)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range msg.ChunkedSeries {
+				lset = s.Labels
+				for _, c := range s.Chunks {
+					chk, err := chunkenc.FromData(chunkenc.EncXOR, c.Data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					it := chk.Iterator(nil)
+					for it.Next() == chunkenc.ValFloat {
+						tt, v := it.At()
+						ts = append(ts, tt)
+						vs = append(vs, v)
+					}
+					if err := it.Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		checkReadSeries(t, lset, ts, vs)
+	})
+
+	t.Run("sample limit", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.RemoteReadSampleLimit = 10
+		limited, _ := newTestServer(t, cfg)
+		resp, err := limited.Client().Do(readRequest(t, limited.URL, prompb.ReadRequest_SAMPLES))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "exceeded sample limit (10)") {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("GET is not allowed", func(t *testing.T) {
+		req := readRequest(t, srv.URL)
+		req.Method = http.MethodGet
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Fatalf("status %d, want 405", resp.StatusCode)
+		}
+	})
+}
