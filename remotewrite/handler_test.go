@@ -3,12 +3,14 @@ package remotewrite
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -499,5 +501,48 @@ func TestHandlerInflightBytes(t *testing.T) {
 	defer env.h.inflightBytes.Add(-1)
 	if w := env.post(good, ctV1, "snappy"); w.Code != http.StatusTooManyRequests {
 		t.Fatalf("over the byte budget: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestHandlerConcurrent exercises the pools, the series cache and the
+// metadata store from several requests at once (run it with -race).
+func TestHandlerConcurrent(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SeriesCacheSize = 64 // small: generations turn over during the test
+	env := newTestEnv(t, cfg)
+	const workers, rounds, perReq = 4, 15, 50
+	errs := make(chan error, workers)
+	for wk := range workers {
+		go func() {
+			for round := range rounds {
+				b := newV2()
+				for i := range perReq {
+					b.add(writev2.TimeSeries{
+						LabelsRefs: b.refs("__name__", "conc", "worker", strconv.Itoa(wk), "i", strconv.Itoa(i)),
+						Samples:    []writev2.Sample{{Value: float64(round), Timestamp: ms(time.Duration(round) * time.Second)}},
+						Metadata:   writev2.Metadata{Type: writev2.Metadata_METRIC_TYPE_GAUGE, HelpRef: b.st.Symbolize("help " + strconv.Itoa(round%2))},
+					})
+				}
+				if w := env.post(b.encode(t), ctV2, "snappy"); w.Code != http.StatusNoContent {
+					errs <- fmt.Errorf("worker %d round %d: %d %s", wk, round, w.Code, w.Body)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := env.read(t, "conc")
+	if len(got) != workers*perReq {
+		t.Fatalf("%d series stored, want %d", len(got), workers*perReq)
+	}
+	for k, pts := range got {
+		if len(pts) != rounds {
+			t.Fatalf("%s: %d samples, want %d", k, len(pts), rounds)
+		}
 	}
 }
