@@ -111,7 +111,7 @@ func (c RulesConfig) Validate() error {
 			return fmt.Errorf("%w: %s labels are empty", ErrBadJoin, name)
 		}
 		for _, l := range set {
-			if !model.LabelName(l).IsValidLegacy() || l == "le" || l == model.MetricNameLabel {
+			if !model.LegacyValidation.IsValidLabelName(l) || l == "le" || l == model.MetricNameLabel {
 				return fmt.Errorf("%w: %s label %q is not usable", ErrBadJoin, name, l)
 			}
 		}
@@ -122,7 +122,7 @@ func (c RulesConfig) Validate() error {
 		}
 	}
 	for _, h := range c.NetworkHistograms {
-		if !model.IsValidLegacyMetricName(h.Name) {
+		if !model.LegacyValidation.IsValidMetricName(h.Name) {
 			return fmt.Errorf("network histogram %q is not a valid metric name", h.Name)
 		}
 		if h.Scale < 0 {
@@ -359,8 +359,12 @@ func (r renderer) term(cm CanonicalMetric, t Term) (string, error) {
 		}
 		expr = scaled(fmt.Sprintf("(%s / (%s > 0))", num, strings.Join(dens, " + ")), t.Scale)
 	case kindQuantile:
-		inner := fmt.Sprintf("sum %s (%s)", r.byClause(l, "le"), r.fix(l, t.Source, fmt.Sprintf("rate(%s_bucket[%s])", t.Metric, r.window)))
-		expr = scaled(fmt.Sprintf("histogram_quantile(%s, %s)", strconv.FormatFloat(t.Quantile, 'g', -1, 64), inner), t.Scale)
+		// Classic buckets, or a native histogram (a sender converting classic
+		// histograms to NHCB sends one series named after the family).
+		q := strconv.FormatFloat(t.Quantile, 'g', -1, 64)
+		classic := fmt.Sprintf("histogram_quantile(%s, sum %s (%s))", q, r.byClause(l, "le"), r.fix(l, t.Source, fmt.Sprintf("rate(%s_bucket[%s])", t.Metric, r.window)))
+		native := fmt.Sprintf("histogram_quantile(%s, sum %s (%s))", q, r.byClause(l), r.fix(l, t.Source, fmt.Sprintf("rate(%s[%s])", t.Metric, r.window)))
+		expr = scaled(fmt.Sprintf("(%s or on(%s) %s)", classic, strings.Join(r.by(l), ", "), native), t.Scale)
 	case kindSparseQuantile:
 		inner := r.fix(l, t.Source, fmt.Sprintf("rate(%s_bucket[%s])", t.Metric, r.window))
 		expr = scaled(fmt.Sprintf("max %s (histogram_quantile(%s, %s))", r.byClause(l), strconv.FormatFloat(t.Quantile, 'g', -1, 64), inner), t.Scale)

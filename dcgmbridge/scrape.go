@@ -150,7 +150,7 @@ func (c SourcesConfig) Validate() error {
 			bad("%s: timeout %s must be positive and at most the interval %s", id, t.Timeout, t.Interval)
 		}
 		for k := range t.Labels {
-			if !model.LabelName(k).IsValidLegacy() || k == labels.MetricName || k == "job" || k == "instance" {
+			if !model.LegacyValidation.IsValidLabelName(k) || k == model.MetricNameLabel || k == "job" || k == "instance" {
 				bad("%s: label %q cannot be set", id, k)
 			}
 		}
@@ -481,7 +481,7 @@ func (l *scrapeLoop) appendHealth(ctx context.Context, now time.Time, up float64
 		{"scrape_duration_seconds", dur.Seconds()},
 		{"scrape_samples_scraped", float64(samples)},
 	} {
-		b.Set(labels.MetricName, m.name)
+		b.Set(model.MetricNameLabel, m.name)
 		if _, err := app.Append(0, b.Labels(), ts, m.v); err != nil {
 			l.s.logger.Warn("append health series", "target", l.t.Name, "series", m.name, "err", err)
 			_ = app.Rollback() // already failing; the warning above says why

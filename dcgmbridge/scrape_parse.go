@@ -148,7 +148,7 @@ func (p *ExpositionParser) Parse(body []byte, contentType string, target labels.
 		}
 		_, _, v := tp.Series()
 		tp.Labels(&lset)
-		name := lset.Get(labels.MetricName)
+		name := lset.Get(model.MetricNameLabel)
 		if err := checkType(types, name, lset, v); err != nil {
 			return nil, err
 		}
@@ -227,7 +227,7 @@ func checkType(types map[string]model.MetricType, name string, lset labels.Label
 func withTargetLabels(b *labels.ScratchBuilder, lset, target labels.Labels) labels.Labels {
 	b.Reset()
 	lset.Range(func(l labels.Label) {
-		if l.Name != labels.MetricName && target.Has(l.Name) {
+		if l.Name != model.MetricNameLabel && target.Has(l.Name) {
 			b.Add(model.ExportedLabelPrefix+l.Name, l.Value)
 			return
 		}
