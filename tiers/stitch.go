@@ -278,9 +278,10 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		return nil, nil
 	}
 	res := r.cfg.Resolution.Milliseconds()
-	// Windows starting before lo may still hold samples at or after lo only if
-	// lo is not aligned; segment bounds are aligned, so [lo, hi) selects whole windows.
-	sws, err := r.Select(ctx, ceilDiv(sg.lo, res)*res, sg.hi-1, ms...)
+	// Tier boundaries are aligned to the resolution, but a query's start need
+	// not be: the window holding lo is read too and its samples before lo
+	// are dropped by the iterator.
+	sws, err := r.Select(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, ms...)
 	if err != nil {
 		return nil, err
 	}
@@ -290,10 +291,16 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		// every evaluation step finds one within the lookback delta.
 		fill = max(q.s.lookback.Milliseconds()/2, 1)
 	}
+	interp := int64(1)
+	if mode == modeCounter && rng > 0 {
+		// About a dozen samples per range: enough for PromQL's extrapolation
+		// to cover the range's edges, few enough to keep long ranges cheap.
+		interp = min(max(res*12/rng, 1), 12)
+	}
 	out := make([]*stitchedSeries, 0, len(sws))
 	for _, sw := range sws {
 		out = append(out, &stitchedSeries{lbls: sw.Labels, parts: []seriesPart{{
-			windows: sw.Windows, mode: mode, res: res, fill: fill, lo: sg.lo, hi: sg.hi,
+			windows: sw.Windows, mode: mode, res: res, fill: fill, interp: interp, lo: sg.lo, hi: sg.hi,
 		}}})
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/prometheus/prometheus/model/histogram"
@@ -64,6 +65,7 @@ type seriesPart struct {
 	mode    aggMode
 	res     int64 // window length, ms
 	fill    int64 // repeat Last every fill ms (0: never)
+	interp  int64 // counter windows without resets: samples per window, interpolated (<= 1: ends only)
 	lo, hi  int64
 }
 
@@ -215,6 +217,11 @@ func (w *windowIter) load(i int) {
 		next = &w.p.windows[i+1]
 	}
 	w.pts = windowPoints(w.pts[:0], w.p.windows[i], next, w.p)
+	// The first and last windows may straddle the part's bounds (a query
+	// starting mid-window): keep only samples inside [lo, hi).
+	if first, last := w.pts[0].t, w.pts[len(w.pts)-1].t; first < w.p.lo || last >= w.p.hi {
+		w.pts = slices.DeleteFunc(w.pts, func(pt point) bool { return pt.t < w.p.lo || pt.t >= w.p.hi })
+	}
 }
 
 func (w *windowIter) Next() chunkenc.ValueType {
@@ -293,7 +300,7 @@ func windowPoints(dst []point, w Window, next *Window, p *seriesPart) []point {
 		}
 		dst = append(dst, point{w.LastT, w.Last})
 	case modeCounter:
-		dst = counterPoints(dst, w)
+		dst = counterPoints(dst, w, p.interp)
 	default:
 		dst = append(dst, point{w.LastT, w.Last})
 		if !w.Stale && p.fill > 0 {
@@ -338,12 +345,25 @@ func evenlySpaced(dst []point, from, to, n int64, v float64) []point {
 // real first and last samples, so a reset at a window boundary (First below
 // the previous window's Last) and the step across the boundary are seen as in
 // raw data, and the series joins raw data at the tier boundary seamlessly.
-func counterPoints(dst []point, w Window) []point {
+//
+// Without resets and with interp > 1, interp-1 samples linearly interpolated
+// between the ends are added, so that a range only a few windows long still starts with a sample close to its left edge:
+// PromQL extrapolates a rate to the range's start only when the first sample
+// is within 1.1 average sample intervals of it.
+func counterPoints(dst []point, w Window, interp int64) []point {
 	dst = append(dst, point{w.FirstT, w.First})
 	if w.Count <= 1 || w.LastT <= w.FirstT {
 		return dst
 	}
 	r := int64(w.Resets)
+	if r == 0 && interp > 1 {
+		span := w.LastT - w.FirstT
+		interp = min(interp, span)
+		for j := int64(1); j < interp; j++ {
+			dst = append(dst, point{w.FirstT + j*span/interp, w.First + (w.Last-w.First)*float64(j)/float64(interp)})
+		}
+		return append(dst, point{w.LastT, w.Last})
+	}
 	span := w.LastT - w.FirstT // the 2r synthetic samples need distinct times strictly inside
 	r = min(r, (span-1)/2)
 	if r > 0 {
