@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -96,5 +97,43 @@ func TestGroundTruthPodAfterDeploy(t *testing.T) {
 	c.Step(at(c, 11*time.Minute))
 	if got := string(scrape(t, c, dcgmPath)); !strings.Contains(got, `pod="`+gt[1].Target.Pod+`"`) {
 		t.Errorf("drift record's pod %s is not in the DCGM attribution", gt[1].Target.Pod)
+	}
+}
+
+// TestConcurrentScrapeAndStep scrapes every handler from several goroutines
+// while the model steps; run with -race it checks the locking.
+func TestConcurrentScrapeAndStep(t *testing.T) {
+	c := mustNew(t, Config{Nodes: 1, GPUsPerNode: 2, Seed: 6})
+	hs := c.Handlers(nil)
+	done := make(chan struct{})
+	errs := make(chan string, 8) // each goroutine sends at most an error and its exit
+	for range 4 {
+		go func() {
+			defer func() { errs <- "" }()
+			for i := 0; i < 200; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for p, h := range hs {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+					if rec.Code != http.StatusOK {
+						errs <- p + ": " + rec.Result().Status
+						return
+					}
+				}
+			}
+		}()
+	}
+	for m := 1; m <= 30; m++ {
+		c.Step(at(c, time.Duration(m)*time.Minute))
+	}
+	close(done)
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
 	}
 }
