@@ -606,7 +606,9 @@ func TestStitchedAutoResolution(t *testing.T) {
 		t.Fatalf("fine step: infos %q", infos)
 	}
 	_, infos = f.rangeQuery(t, f.stitched, `DCGM_FI_DEV_GPU_TEMP`, testT0+32*hourMs, testT0+58*hourMs, 6*time.Hour)
-	if !slices.ContainsFunc(infos, func(s string) bool { return strings.Contains(s, "served by tiers hour") && !strings.Contains(s, "minute") }) {
+	if !slices.ContainsFunc(infos, func(s string) bool {
+		return strings.Contains(s, "served by tiers hour") && !strings.Contains(s, "minute")
+	}) {
 		t.Fatalf("6h step: infos %q, want the hour tier only", infos)
 	}
 	// rate's range caps the resolution at range/2: a 1h range never reads hour windows.
