@@ -350,6 +350,7 @@ func TestConfigValidation(t *testing.T) {
 		{"bad version", Config{VLLMVersion: "v2"}, "vllm_version"},
 		{"bad tp", Config{GPUsPerNode: 8, GPUsPerInstance: 3}, "gpus_per_instance"},
 		{"bad fields", Config{DCGMFields: "all"}, "dcgm_fields"},
+		{"tick too coarse", Config{Tick: 15 * time.Second}, "tick"},
 		{"unknown kind", Config{Faults: []FaultSpec{{Kind: "meteor", Duration: time.Minute}}}, "unknown kind"},
 		{"gpu missing", Config{Faults: []FaultSpec{{Kind: KindKVCacheStorm, Duration: time.Minute}}}, "gpu is required"},
 		{"gpu out of range", Config{Faults: []FaultSpec{{Kind: KindPowerCap, GPU: intp(9), Duration: time.Minute}}}, "out of range"},
