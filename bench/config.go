@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// Timestamp clocks of LoadConfig.Timestamps.
+const (
+	TimestampsWallclock = "wallclock"
+	TimestampsInterval  = "interval"
+)
+
 // Protocol is the remote-write protocol version the load generator speaks.
 type Protocol string
 
@@ -32,13 +38,23 @@ type Mix struct {
 // LoadConfig describes one bounded remote-write load. Every run is bounded both
 // by Duration and by MaxRequests: whichever is reached first ends it.
 //
-// Samples carry simulated timestamps: each series gets one sample per Interval,
-// starting at StartTime, and the generator runs ahead of real time as fast as
-// the receiver accepts, but never past the real clock (so "too far in the
-// future" rejections cannot happen). Once it has caught up with the real
-// clock it paces itself to one round per Interval; LoadResult.PacedSeconds says
-// how long it waited, because a paced run measures the generator's schedule,
-// not the receiver's capacity.
+// Timestamps follow one of two clocks (Timestamps):
+//
+//   - "wallclock" (default): each round of samples is stamped with the real
+//     clock when it is generated (at least 1 ms after the previous round), and
+//     rounds follow each other as fast as the receiver accepts them. This
+//     measures capacity and works against any receiver, including one whose
+//     head already holds fresh data (Strata scrapes itself), but the spacing
+//     between a series' samples is the round time, not Interval.
+//   - "interval": samples are exactly Interval apart, starting at
+//     now-Backfill. With Backfill 0 the load is real time (Series/Interval
+//     samples/s, the realistic 1 Hz fleet). With a Backfill the generator
+//     runs ahead of real time as fast as the receiver accepts, never past the
+//     real clock; that only works against a receiver that accepts in-order
+//     samples that old (a fresh Prometheus, VictoriaMetrics), not against one
+//     whose head is already at "now". Once caught up with the real clock it
+//     paces itself; LoadResult.PacedSeconds says how long it waited, because a
+//     paced run measures the schedule, not the receiver.
 type LoadConfig struct {
 	// URL is the full remote-write endpoint, e.g. http://127.0.0.1:9090/api/v1/write.
 	URL string `json:"url"`
@@ -66,14 +82,17 @@ type LoadConfig struct {
 	// Concurrency is the number of senders, each owning a fixed share of the
 	// series, like Prometheus' shards (default 4).
 	Concurrency int `json:"concurrency"`
-	// Interval is the simulated time between two samples of a series (default 1s).
+	// Timestamps is "wallclock" (default) or "interval"; see above.
+	Timestamps string `json:"timestamps"`
+	// Interval is the time between two samples of a series with "interval"
+	// timestamps (default 1s); it also scales counter and histogram rates.
 	Interval time.Duration `json:"interval"`
-	// Backfill is how far behind the real clock the simulated clock starts when
-	// StartTime is zero (default 2h: enough for minutes of unpaced load while
-	// staying inside a TSDB head's appendable window).
+	// Backfill is how far behind the real clock "interval" timestamps start
+	// when StartTime is zero (default 0: real time).
 	Backfill time.Duration `json:"backfill"`
-	// StartTime is the timestamp of the first round; zero means now-Backfill.
-	// Run sets it so that repeated runs continue each series in order.
+	// StartTime is the earliest timestamp of the run; zero means
+	// now-Backfill. Run sets it so that repeated runs continue each series in
+	// order.
 	StartTime time.Time `json:"start_time"`
 	// Duration bounds the run in real time (default 1m).
 	Duration time.Duration `json:"duration"`
@@ -105,7 +124,6 @@ const (
 	DefaultBatchSize        = 2000
 	DefaultConcurrency      = 4
 	DefaultInterval         = time.Second
-	DefaultBackfill         = 2 * time.Hour
 	DefaultDuration         = time.Minute
 	DefaultMaxRequests      = 100000
 	DefaultLabelValueLength = 16
@@ -144,8 +162,8 @@ func (c LoadConfig) withDefaults() LoadConfig {
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
 	}
-	if c.Backfill == 0 {
-		c.Backfill = DefaultBackfill
+	if c.Timestamps == "" {
+		c.Timestamps = TimestampsWallclock
 	}
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
@@ -190,6 +208,8 @@ func (c LoadConfig) validate() error {
 		return fmt.Errorf("%w: target URL: %w", ErrBadConfig, err)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return fmt.Errorf("%w: target URL %q: scheme must be http or https", ErrBadConfig, c.URL)
+	case c.Timestamps != TimestampsWallclock && c.Timestamps != TimestampsInterval:
+		return fmt.Errorf("%w: timestamps %q: want wallclock or interval", ErrBadConfig, c.Timestamps)
 	case c.Protocol != ProtocolV1 && c.Protocol != ProtocolV2:
 		return fmt.Errorf("%w: protocol %q: want v1 or v2", ErrBadConfig, c.Protocol)
 	case c.Series < 0, c.BatchSize < 0, c.Concurrency < 0, c.MaxRequests < 0, c.ExtraLabels < 0, c.LabelValueLength < 0:

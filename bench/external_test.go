@@ -19,7 +19,7 @@ import (
 //	STRATA_BENCH_TIER_DIRS    tier=dir[,tier=dir...] for bytes on disk
 //	STRATA_BENCH_OUT          directory for report.json, report.md and charts
 //	STRATA_BENCH_NAME, _SERIES, _DURATION, _REPEATS, _PROTOCOL, _CONCURRENCY,
-//	_BACKFILL, _QUERY_REPEATS, _CPU_PROFILE (a path)
+//	_TIMESTAMPS, _BACKFILL, _QUERY_REPEATS, _CPU_PROFILE (a path)
 func TestExternalTarget(t *testing.T) {
 	target := os.Getenv("STRATA_BENCH_URL")
 	if testing.Short() || target == "" {
@@ -51,6 +51,7 @@ func TestExternalTarget(t *testing.T) {
 		Load: LoadConfig{
 			URL: target, Protocol: Protocol(env("PROTOCOL")), Series: atoi("SERIES"),
 			Concurrency: atoi("CONCURRENCY"), Duration: dur("DURATION"), Backfill: dur("BACKFILL"),
+			Timestamps: env("TIMESTAMPS"),
 		},
 		Repeats:        atoi("REPEATS"),
 		PID:            atoi("PID"),

@@ -150,7 +150,10 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 	if start.IsZero() {
 		start = cfg.Now().Add(-cfg.Backfill)
 	}
-	startMs := start.UnixMilli() / step * step
+	startMs := start.UnixMilli()
+	if cfg.Timestamps == TimestampsInterval {
+		startMs = startMs / step * step
+	}
 
 	gate := newRoundGate(len(senders))
 	stopGate := context.AfterFunc(ctx, gate.stop)
@@ -215,11 +218,27 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 	if l.cfg.ChurnPercent > 0 {
 		churnRounds = max(1, l.cfg.ChurnInterval.Milliseconds()/step)
 	}
+	wallclock := l.cfg.Timestamps == TimestampsWallclock
+	prev := startMs - 1
 	for r := int64(0); ; r++ {
-		ts := startMs + r*step
-		if err := l.pace(ctx, ts); err != nil {
-			return
+		var ts int64
+		if wallclock {
+			ts = max(l.cfg.Now().UnixMilli(), prev+1)
+			if err := ctx.Err(); err != nil {
+				return
+			}
+			// Counters and histograms advance by the real time between
+			// rounds, so rate() over the data gives the configured rates.
+			if r > 0 {
+				dt = float64(ts-prev) / 1000
+			}
+		} else {
+			ts = startMs + r*step
+			if err := l.pace(ctx, ts); err != nil {
+				return
+			}
 		}
+		prev = ts
 		if !gate.wait(r, s.id) {
 			return
 		}
@@ -362,7 +381,11 @@ func (l *loadRun) post(ctx context.Context, enc *encoder, body []byte) (int, htt
 	}
 	var msg []byte
 	if resp.StatusCode/100 != 2 {
-		msg, _ = io.ReadAll(io.LimitReader(resp.Body, 256))
+		msg, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+		// Receivers name the series first and the reason last: keep both.
+		if len(msg) > 400 {
+			msg = append(append(msg[:150:150], " ... "...), msg[len(msg)-250:]...)
+		}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	if err := resp.Body.Close(); err != nil {

@@ -106,10 +106,12 @@ func TestRunLoadOrderedAndCounted(t *testing.T) {
 		name  string
 		proto Protocol
 		churn float64
+		clock string
 	}{
-		{"v1", ProtocolV1, 0},
-		{"v2", ProtocolV2, 0},
-		{"v1 churn", ProtocolV1, 50},
+		{"v1", ProtocolV1, 0, TimestampsWallclock},
+		{"v2", ProtocolV2, 0, TimestampsWallclock},
+		{"v1 interval", ProtocolV1, 0, TimestampsInterval},
+		{"v2 interval churn", ProtocolV2, 50, TimestampsInterval},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rcv := newFakeReceiver(t)
@@ -120,6 +122,7 @@ func TestRunLoadOrderedAndCounted(t *testing.T) {
 				URL: srv.URL + "/api/v1/write", Protocol: tc.proto, Series: 2000, BatchSize: 500,
 				Concurrency: 3, MaxRequests: 60, Duration: 30 * time.Second,
 				ChurnPercent: tc.churn, ChurnInterval: 3 * time.Second,
+				Timestamps: tc.clock, Backfill: 2 * time.Hour,
 				Username: "u", Password: "p", sleep: ns.sleep,
 			}
 			res, err := RunLoad(context.Background(), cfg, nil)
@@ -176,21 +179,47 @@ func TestRunLoadOrderedAndCounted(t *testing.T) {
 // TestRunLoadContinues checks that a second run started after the first's
 // last timestamp sends nothing out of order, as Run's repetitions do.
 func TestRunLoadContinues(t *testing.T) {
+	for _, clock := range []string{TimestampsWallclock, TimestampsInterval} {
+		t.Run(clock, func(t *testing.T) {
+			rcv := newFakeReceiver(t)
+			srv := httptest.NewServer(rcv)
+			defer srv.Close()
+			ns := &noSleep{}
+			cfg := LoadConfig{URL: srv.URL, Series: 1000, BatchSize: 300, Concurrency: 2, MaxRequests: 25,
+				Timestamps: clock, Backfill: time.Hour, sleep: ns.sleep}.withDefaults()
+			gen := newGenerator(cfg)
+			for range 2 {
+				res, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler)).run(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.StartTime = time.UnixMilli(res.LastTimestamp + 1)
+			}
+			if rcv.ooo != 0 {
+				t.Fatalf("%d out-of-order samples across runs", rcv.ooo)
+			}
+		})
+	}
+}
+
+// TestWallclockTimestamps checks that wallclock stamps follow the injected
+// clock and never repeat, even when the clock stands still.
+func TestWallclockTimestamps(t *testing.T) {
 	rcv := newFakeReceiver(t)
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	ns := &noSleep{}
-	cfg := LoadConfig{URL: srv.URL, Series: 1000, BatchSize: 300, Concurrency: 2, MaxRequests: 25, sleep: ns.sleep}.withDefaults()
-	gen := newGenerator(cfg)
-	for range 2 {
-		res, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler)).run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.StartTime = time.UnixMilli(res.LastTimestamp + 1000)
+	fixed := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	cfg := LoadConfig{URL: srv.URL, Series: 200, Mix: Mix{DCGM: 1}, BatchSize: 200, Concurrency: 1, MaxRequests: 5,
+		Now: func() time.Time { return fixed }}
+	res, err := RunLoad(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if rcv.ooo != 0 {
-		t.Fatalf("%d out-of-order samples across runs", rcv.ooo)
+		t.Fatalf("%d out-of-order samples", rcv.ooo)
+	}
+	if res.FirstTimestamp != fixed.UnixMilli() || res.LastTimestamp < fixed.UnixMilli()+4 {
+		t.Fatalf("timestamps %d..%d, want from %d, one ms per round", res.FirstTimestamp, res.LastTimestamp, fixed.UnixMilli())
 	}
 }
 

@@ -8,7 +8,8 @@
 #
 # Environment (all optional): BENCH_PORT (19299), BENCH_SERIES (10000),
 # BENCH_DURATION (60s), BENCH_REPEATS (3), BENCH_PROTOCOL (v1),
-# BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5), PROMETHEUS_BIN (where the
+# BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5), BENCH_TIMESTAMPS (wallclock
+# or interval), BENCH_BACKFILL (0s; only with interval), PROMETHEUS_BIN (where the
 # Prometheus binary is built or found; default /tmp/strata-bench-prometheus).
 #
 # Until `strata bench` is wired in cmd/strata, the load is driven by the
@@ -98,6 +99,8 @@ STRATA_BENCH_URL="http://127.0.0.1:$port/api/v1/write" \
 	STRATA_BENCH_REPEATS="${BENCH_REPEATS:-3}" \
 	STRATA_BENCH_PROTOCOL="${BENCH_PROTOCOL:-v1}" \
 	STRATA_BENCH_CONCURRENCY="${BENCH_CONCURRENCY:-4}" \
+	STRATA_BENCH_TIMESTAMPS="${BENCH_TIMESTAMPS:-wallclock}" \
+	STRATA_BENCH_BACKFILL="${BENCH_BACKFILL:-0s}" \
 	STRATA_BENCH_QUERY_REPEATS="${BENCH_QUERY_REPEATS:-5}" \
 	go test -count=1 -timeout 1h -run '^TestExternalTarget$' ./bench >"$out/test.log" 2>&1 || {
 	cat "$out/test.log" >&2

@@ -170,7 +170,11 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 		}
 		rr.Load = lr
 		cumAccepted += lr.SamplesAccepted
-		load.StartTime = time.UnixMilli(lr.LastTimestamp + load.Interval.Milliseconds())
+		next := lr.LastTimestamp + 1
+		if load.Timestamps == TimestampsInterval {
+			next = lr.LastTimestamp + load.Interval.Milliseconds()
+		}
+		load.StartTime = time.UnixMilli(next)
 
 		if profErr != nil {
 			if err := <-profErr; err != nil {
