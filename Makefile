@@ -21,6 +21,10 @@ build: ## Build the strata binary into ./strata.
 run: build ## Start Strata with the embedded default configuration (data in ./data).
 	./$(BIN) serve
 
+.PHONY: demo
+demo: build ## Strata plus a simulated vLLM cluster with one fault (KV-cache storm); DEMO_DURATION=30m.
+	./scripts/demo.sh
+
 .PHONY: test
 test: ## Run every test, the long ones too, and the race detector on concurrent packages (what CI runs).
 	$(GO) vet $(PKGS)

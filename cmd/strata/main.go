@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
 )
 
@@ -14,6 +15,7 @@ func main() {
 	app.HelpFlag.Short('h')
 
 	serve := newServeCommand(app)
+	simulate := newSimulateCommand(app)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -24,6 +26,8 @@ func main() {
 	switch cmd {
 	case serve.cmd.FullCommand():
 		runErr = serve.run()
+	case simulate.cmd.FullCommand():
+		runErr = simulate.run(promslog.New(serve.logConfig))
 	}
 	if runErr != nil {
 		fmt.Fprintf(os.Stderr, "strata %s: %v\n", cmd, runErr)
