@@ -418,19 +418,36 @@ func (p *Pipeline) buildDays(ctx context.Context) error {
 // buildDay writes day d's hour partition from its minute partitions. A day
 // with no minute partition at all (before the tier existed) is skipped.
 func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
+	series, windows, err := BuildHourPartition(ctx, p.minute, p.hour, d)
+	if err != nil || series < 0 {
+		return err
+	}
+	p.m.partitions.WithLabelValues("hour").Inc()
+	p.m.windows.WithLabelValues("hour").Add(float64(windows))
+	p.logger.Debug("hour partition written", "day", fmtTime(d), "series", series, "windows", windows)
+	return nil
+}
+
+// BuildHourPartition writes the hour partition of day d (ms, UTC midnight)
+// from the minute tier's windows of that day, replacing an existing one: hour
+// windows are always derived from minute windows, never from raw data. A day
+// without any minute partition is not written and series is -1.
+func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWriter, d int64) (series, windows int, err error) {
+	if d != alignDown(d, DayLen) {
+		return -1, 0, fmt.Errorf("hour partition start %d is not a UTC midnight", d)
+	}
 	found := false
 	for h := d; h < d+DayLen && !found; h += HourRes {
-		found = p.minute.HasPartition(h)
+		found = minute.HasPartition(h)
 	}
 	if !found {
-		return nil
+		return -1, 0, nil
 	}
-	minutes, err := p.minute.Select(ctx, d, d+DayLen-1)
+	minutes, err := minute.Select(ctx, d, d+DayLen-1)
 	if err != nil {
-		return fmt.Errorf("read minute windows of %s: %w", fmtTime(d), err)
+		return -1, 0, fmt.Errorf("read minute windows of %s: %w", fmtTime(d), err)
 	}
 	out := make([]tiers.SeriesWindows, 0, len(minutes))
-	windows := 0
 	for _, s := range minutes {
 		ws := s.Windows
 		if !slices.IsSortedFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) }) {
@@ -442,13 +459,10 @@ func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
 		out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: hours})
 	}
 	sortSeries(out)
-	if err := p.hour.WritePartition(d, out); err != nil {
-		return fmt.Errorf("write hour partition %s: %w", fmtTime(d), err)
+	if err := hour.WritePartition(d, out); err != nil {
+		return -1, 0, fmt.Errorf("write hour partition %s: %w", fmtTime(d), err)
 	}
-	p.m.partitions.WithLabelValues("hour").Inc()
-	p.m.windows.WithLabelValues("hour").Add(float64(windows))
-	p.logger.Debug("hour partition written", "day", fmtTime(d), "series", len(out), "windows", windows)
-	return nil
+	return len(out), windows, nil
 }
 
 // OpenWindows returns copies of the minute windows computed but not yet

@@ -30,6 +30,10 @@ const (
 	StaleLookahead = 5 * MinuteRes
 )
 
+// AlignDown returns the start of the res-aligned window that holds t (ms),
+// also for timestamps before the epoch.
+func AlignDown(t, res int64) int64 { return alignDown(t, res) }
+
 // alignDown returns the start of the res-aligned window that holds t, also for
 // timestamps before the epoch.
 func alignDown(t, res int64) int64 {

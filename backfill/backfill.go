@@ -1,0 +1,475 @@
+// Package backfill writes historical samples straight into Strata's tiers:
+// the part that the raw tier can still take goes into raw (and reaches the
+// rollups through the downsample pipeline), everything older is rolled up in
+// memory into minute partitions and, from those, hour partitions. It is how
+// weeks of history are imported (the `strata backfill` command) and how
+// tests get weeks of data in seconds.
+//
+// Data flow: text exposition / series -> backfill -> tiers (raw, minute, hour).
+package backfill
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// Sample is one float sample (stale markers included).
+type Sample struct {
+	T int64 // ms since the epoch
+	V float64
+}
+
+// Series is one series and its samples. Run sorts the samples by time and
+// keeps the last of samples sharing a timestamp.
+type Series struct {
+	Labels  labels.Labels
+	Samples []Sample
+}
+
+// Config configures a backfill.
+type Config struct {
+	// ProgressFile records what is done (partitions written, how far raw was
+	// filled) so that an interrupted backfill resumes where it stopped. Empty
+	// disables resuming (partitions that exist are still never rewritten).
+	ProgressFile string
+	// RawRetention is the raw tier's retention: samples older than
+	// now-RawRetention never go to raw.
+	RawRetention time.Duration
+	// HourRetention is the hour tier's retention: older samples are skipped.
+	HourRetention time.Duration
+	// BatchSize is the number of samples per raw commit.
+	BatchSize int
+	// Now is the clock.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the tiers' default retentions, 10,000-sample raw
+// commits and the wall clock.
+func DefaultConfig() Config {
+	return Config{RawRetention: 24 * time.Hour, HourRetention: 365 * 24 * time.Hour, BatchSize: 10_000, Now: time.Now}
+}
+
+// Targets are the tiers a backfill writes. Raw may be nil: then every sample
+// goes into rollup partitions.
+type Targets struct {
+	Raw    *tiers.Raw
+	Minute downsample.MinuteTier
+	Hour   downsample.PartitionWriter
+}
+
+// Progress is reported after every partition and every raw commit.
+type Progress struct {
+	Phase             string // "minute", "hour" or "raw"
+	Done, Total       int    // units of the current phase (partitions, or samples for raw)
+	PartitionsWritten int
+	PartitionsSkipped int // existing partitions, never overwritten (minute tier)
+	RawSamples        int // samples appended to raw so far
+	DroppedSamples    int // older than the hour tier's retention, or rejected by raw
+}
+
+// Result is the final Progress.
+type Result = Progress
+
+// Errors.
+var (
+	// ErrProgressMismatch means the progress file belongs to another input.
+	ErrProgressMismatch = errors.New("progress file was written for a different input")
+)
+
+// progressState is the on-disk progress file (JSON, replaced atomically).
+type progressState struct {
+	Input   string  `json:"input"` // fingerprint of the input, so a resume uses the same data
+	Cutoff  int64   `json:"cutoff"`
+	Minute  []int64 `json:"minute_partitions"`
+	Hour    []int64 `json:"hour_partitions"`
+	RawMark int64   `json:"raw_mark"` // samples with T < RawMark are committed to raw
+	RawDone bool    `json:"raw_done"`
+}
+
+// Run imports series into the tiers:
+//
+//   - Samples at or after the cutoff go to the raw tier in time order, so the
+//     raw tier accepts them and the downsample pipeline rolls them up. The
+//     cutoff is the hour that holds raw's oldest sample when raw has data
+//     (rollup partitions from there on belong to the pipeline), else the
+//     first whole hour within the raw retention.
+//   - Older samples are rolled up in memory into minute partitions, one per
+//     hour, with the same window algorithm as the pipeline. A minute
+//     partition that already exists is never overwritten: it is final.
+//   - Each day that is entirely before the cutoff, or whose remaining minute
+//     partitions exist, gets its hour partition (re)built from the minute
+//     tier, as the pipeline does.
+//
+// Run is resumable through cfg.ProgressFile and reports progress to
+// progress (which may be nil). All input is held in memory (16 bytes per
+// sample).
+func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress func(Progress)) (Result, error) {
+	var res Result
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 10_000
+	}
+	if t.Minute == nil || t.Hour == nil {
+		return res, errors.New("backfill needs the minute and hour tiers")
+	}
+	if progress == nil {
+		progress = func(Progress) {}
+	}
+	series := normalize(input)
+	if len(series) == 0 {
+		return res, nil
+	}
+	now := cfg.Now().UnixMilli()
+	oldest := int64(math.MinInt64)
+	if cfg.HourRetention > 0 {
+		oldest = downsample.AlignDown(now-cfg.HourRetention.Milliseconds(), downsample.DayLen)
+	}
+	cutoff := int64(math.MaxInt64)
+	if t.Raw != nil {
+		if rawMin, _, ok := downsample.FromRaw(t.Raw).Bounds(); ok {
+			cutoff = downsample.AlignDown(rawMin, downsample.HourRes)
+		} else {
+			cutoff = downsample.AlignDown(now-cfg.RawRetention.Milliseconds()+downsample.HourRes-1, downsample.HourRes)
+		}
+	}
+
+	st := progressState{Input: fingerprint(series), Cutoff: cutoff, RawMark: math.MinInt64}
+	if cfg.ProgressFile != "" {
+		prev, err := loadProgress(cfg.ProgressFile)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return res, err
+		case prev.Input != st.Input:
+			return res, fmt.Errorf("resume from %s: %w", cfg.ProgressFile, ErrProgressMismatch)
+		default:
+			st = prev // keep the first run's cutoff: raw has grown since
+			cutoff = st.Cutoff
+		}
+	}
+	save := func() error {
+		if cfg.ProgressFile == "" {
+			return nil
+		}
+		return saveProgress(cfg.ProgressFile, st)
+	}
+
+	mint, maxt := series[0].Samples[0].T, int64(math.MinInt64)
+	for _, s := range series {
+		mint = min(mint, s.Samples[0].T)
+		maxt = max(maxt, s.Samples[len(s.Samples)-1].T)
+	}
+	for _, s := range series {
+		for _, x := range s.Samples {
+			if x.T < oldest {
+				res.DroppedSamples++
+			}
+		}
+	}
+
+	// Minute partitions below the cutoff.
+	first := max(downsample.AlignDown(mint, downsample.HourRes), oldest)
+	last := min(cutoff, maxt+1) // exclusive
+	total := int(max(0, (last-first+downsample.HourRes-1)/downsample.HourRes))
+	days := map[int64]bool{}
+	for i, h := 0, first; h < last; i, h = i+1, h+downsample.HourRes {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		switch {
+		case slices.Contains(st.Minute, h):
+			days[downsample.AlignDown(h, downsample.DayLen)] = true
+		case t.Minute.HasPartition(h):
+			res.PartitionsSkipped++
+		default:
+			windows, err := minuteWindows(series, h)
+			if err != nil {
+				return res, err
+			}
+			if len(windows) > 0 {
+				if err := t.Minute.WritePartition(h, windows); err != nil {
+					return res, fmt.Errorf("backfill minute partition %s: %w", time.UnixMilli(h).UTC().Format(time.RFC3339), err)
+				}
+				res.PartitionsWritten++
+				days[downsample.AlignDown(h, downsample.DayLen)] = true
+			}
+			st.Minute = append(st.Minute, h)
+			if err := save(); err != nil {
+				return res, err
+			}
+		}
+		res.Phase, res.Done, res.Total = "minute", i+1, total
+		progress(res)
+	}
+
+	// Hour partitions of the days touched.
+	dayList := make([]int64, 0, len(days))
+	for d := range days {
+		dayList = append(dayList, d)
+	}
+	slices.Sort(dayList)
+	for i, d := range dayList {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if !slices.Contains(st.Hour, d) && dayComplete(t.Minute, d, cutoff) {
+			if _, _, err := downsample.BuildHourPartition(ctx, t.Minute, t.Hour, d); err != nil {
+				return res, fmt.Errorf("backfill: %w", err)
+			}
+			res.PartitionsWritten++
+			st.Hour = append(st.Hour, d)
+			if err := save(); err != nil {
+				return res, err
+			}
+		}
+		res.Phase, res.Done, res.Total = "hour", i+1, len(dayList)
+		progress(res)
+	}
+
+	// The rest into raw, in time order.
+	if t.Raw != nil && !st.RawDone && maxt >= cutoff {
+		if err := appendRaw(ctx, cfg, series, t.Raw, &st, &res, save, progress); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// dayComplete reports whether day d's hour partition can be built: every
+// hour of d is either before the cutoff (backfilled) or has its minute
+// partition (the pipeline's).
+func dayComplete(minute downsample.MinuteTier, d, cutoff int64) bool {
+	for h := d; h < d+downsample.DayLen; h += downsample.HourRes {
+		if h >= cutoff && !minute.HasPartition(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// minuteWindows computes hour h's minute windows for every series.
+func minuteWindows(series []Series, h int64) ([]tiers.SeriesWindows, error) {
+	var out []tiers.SeriesWindows
+	for _, s := range series {
+		i, _ := slices.BinarySearchFunc(s.Samples, h, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
+		if i == len(s.Samples) || s.Samples[i].T >= h+downsample.HourRes {
+			continue
+		}
+		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples[i:])), downsample.MinuteRes, h, h+downsample.HourRes)
+		if err != nil {
+			return nil, fmt.Errorf("roll up %s: %w", s.Labels, err)
+		}
+		if len(ws) > 0 {
+			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: ws})
+		}
+	}
+	return out, nil
+}
+
+// cursor is one series' position in the time-ordered merge into raw.
+type cursor struct {
+	s *Series
+	i int
+}
+
+type cursorHeap []*cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	return h[i].s.Samples[h[i].i].T < h[j].s.Samples[h[j].i].T
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// appendRaw appends every sample at or after the cutoff (and at or after the
+// resume mark) to raw in time order across series, committing every
+// BatchSize samples and recording the mark after each commit.
+func appendRaw(ctx context.Context, cfg Config, series []Series, raw *tiers.Raw, st *progressState, res *Result, save func() error, progress func(Progress)) error {
+	from := max(st.Cutoff, st.RawMark)
+	h := cursorHeap{}
+	total := 0
+	for i := range series {
+		s := &series[i]
+		j, _ := slices.BinarySearchFunc(s.Samples, from, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
+		if j < len(s.Samples) {
+			h = append(h, &cursor{s: s, i: j})
+			total += len(s.Samples) - j
+		}
+	}
+	heap.Init(&h)
+	app := raw.Appender(ctx)
+	n, done := 0, 0
+	commit := func(mark int64) error {
+		if err := app.Commit(); err != nil {
+			return fmt.Errorf("backfill raw commit: %w", err)
+		}
+		st.RawMark = mark
+		if err := save(); err != nil {
+			return err
+		}
+		res.Phase, res.Done, res.Total = "raw", done, total
+		progress(*res)
+		app = raw.Appender(ctx)
+		n = 0
+		return ctx.Err()
+	}
+	for h.Len() > 0 {
+		c := h[0]
+		x := c.s.Samples[c.i]
+		// Commit only between timestamps, so the mark means "everything
+		// before it is in raw" and a resume never skips half a timestamp.
+		if n >= cfg.BatchSize && x.T > st.RawMark {
+			if err := commit(x.T); err != nil {
+				return errors.Join(err, app.Rollback())
+			}
+		}
+		if _, err := app.Append(0, c.s.Labels, x.T, x.V); err != nil {
+			if !errors.Is(err, storage.ErrTooOldSample) && !errors.Is(err, storage.ErrOutOfBounds) && !errors.Is(err, storage.ErrOutOfOrderSample) {
+				return errors.Join(fmt.Errorf("backfill raw append %s: %w", c.s.Labels, err), app.Rollback())
+			}
+			res.DroppedSamples++
+		} else {
+			res.RawSamples++
+		}
+		n++
+		done++
+		if c.i++; c.i < len(c.s.Samples) {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	st.RawDone = true
+	if err := commit(math.MaxInt64); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// normalize drops empty series, sorts samples by time and keeps the last of
+// samples sharing a timestamp. It sorts series by labels so that the
+// fingerprint does not depend on input order.
+func normalize(in []Series) []Series {
+	out := make([]Series, 0, len(in))
+	for _, s := range in {
+		if len(s.Samples) == 0 {
+			continue
+		}
+		ss := slices.Clone(s.Samples)
+		slices.SortStableFunc(ss, func(a, b Sample) int { return cmp.Compare(a.T, b.T) })
+		j := 0
+		for i := range ss {
+			if j > 0 && ss[j-1].T == ss[i].T {
+				ss[j-1] = ss[i]
+				continue
+			}
+			ss[j] = ss[i]
+			j++
+		}
+		out = append(out, Series{Labels: s.Labels, Samples: ss[:j]})
+	}
+	slices.SortFunc(out, func(a, b Series) int { return labels.Compare(a.Labels, b.Labels) })
+	return out
+}
+
+// fingerprint identifies an input by its series, sample counts and time range.
+func fingerprint(series []Series) string {
+	var h uint64 = 14695981039346656037
+	mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
+	for _, s := range series {
+		mix(s.Labels.Hash())
+		mix(uint64(len(s.Samples)))
+		mix(uint64(s.Samples[0].T))
+		mix(uint64(s.Samples[len(s.Samples)-1].T))
+	}
+	return fmt.Sprintf("%d-series-%016x", len(series), h)
+}
+
+func loadProgress(path string) (progressState, error) {
+	var st progressState
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, fmt.Errorf("read backfill progress: %w", err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("parse backfill progress %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// saveProgress replaces the progress file atomically (temp file, fsync,
+// rename), so an interruption leaves the old or the new state, never half.
+func saveProgress(path string, st progressState) (err error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode backfill progress: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".backfill-progress-*")
+	if err != nil {
+		return fmt.Errorf("write backfill progress: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return errors.Join(fmt.Errorf("write backfill progress: %w", err), f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("sync backfill progress: %w", err), f.Close())
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close backfill progress: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("install backfill progress: %w", err)
+	}
+	return nil
+}
+
+// samplesView exposes samples to storage.NewListSeriesIterator, which
+// gives the window algorithm the chunkenc.Iterator it reads.
+type samplesView []Sample
+
+func (v samplesView) Get(i int) chunks.Sample { return floatSample{t: v[i].T, v: v[i].V} }
+func (v samplesView) Len() int                { return len(v) }
+
+type floatSample struct {
+	t int64
+	v float64
+}
+
+func (s floatSample) T() int64                      { return s.t }
+func (s floatSample) ST() int64                     { return 0 }
+func (s floatSample) F() float64                    { return s.v }
+func (s floatSample) H() *histogram.Histogram       { return nil }
+func (s floatSample) FH() *histogram.FloatHistogram { return nil }
+func (s floatSample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
+func (s floatSample) Copy() chunks.Sample           { return s }

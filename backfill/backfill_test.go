@@ -1,0 +1,336 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/tiers"
+)
+
+const (
+	minute = downsample.MinuteRes
+	hour   = downsample.HourRes
+	day    = downsample.DayLen
+)
+
+// history is days of 30 s samples: gauges, counters with resets (some exactly
+// on hour boundaries) and a series that goes stale for a while every 5 hours.
+func history(start, end int64) []Series {
+	mk := func(name string, kv ...string) labels.Labels {
+		return labels.FromStrings(append([]string{model.MetricNameLabel, name}, kv...)...)
+	}
+	out := []Series{
+		{Labels: mk("DCGM_FI_DEV_GPU_UTIL", "gpu", "0")},
+		{Labels: mk("DCGM_FI_DEV_GPU_UTIL", "gpu", "1")},
+		{Labels: mk("vllm:request_success_total", "pod", "a")},
+		{Labels: mk("vllm:request_success_total", "pod", "b")},
+		{Labels: mk("flappy")},
+	}
+	var c0, c1 float64
+	for k, t := int64(0), start; t < end; k, t = k+1, t+30_000 {
+		out[0].Samples = append(out[0].Samples, Sample{t, float64(k * 7 % 100)})
+		out[1].Samples = append(out[1].Samples, Sample{t, float64(k * 3 % 100)})
+		c0 += float64(k % 5)
+		if t%(7*hour) == 0 {
+			c0 = 0 // reset exactly on an hour boundary
+		}
+		c1 += 2
+		if k%331 == 100 {
+			c1 = 1
+		}
+		out[2].Samples = append(out[2].Samples, Sample{t, c0})
+		out[3].Samples = append(out[3].Samples, Sample{t, c1})
+		switch phase := (t - start) % (5 * hour); {
+		case phase < 10*minute:
+			if phase < 30_000 {
+				out[4].Samples = append(out[4].Samples, Sample{t, math.Float64frombits(value.StaleNaN)})
+			}
+		default:
+			out[4].Samples = append(out[4].Samples, Sample{t, float64(k % 13)})
+		}
+	}
+	return out
+}
+
+type env struct {
+	raw          *tiers.Raw
+	minute, hour *tiers.Rollup
+}
+
+func openEnv(t *testing.T, withRaw bool) env {
+	t.Helper()
+	var e env
+	var err error
+	if withRaw {
+		cfg := tiers.DefaultRawConfig(t.TempDir())
+		cfg.Retention = 30 * 24 * time.Hour
+		if e.raw, err = tiers.OpenRaw(cfg, promslog.NewNopLogger(), nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.raw.Close() })
+	}
+	if e.minute, err = tiers.OpenRollup(tiers.DefaultMinuteConfig(t.TempDir()), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.minute.Close() })
+	if e.hour, err = tiers.OpenRollup(tiers.DefaultHourConfig(t.TempDir()), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.hour.Close() })
+	return e
+}
+
+func (e env) targets() Targets { return Targets{Raw: e.raw, Minute: e.minute, Hour: e.hour} }
+
+// reference computes the windows of [from, to) at res straight from input.
+func reference(t *testing.T, input []Series, res, from, to int64) []tiers.SeriesWindows {
+	t.Helper()
+	var out []tiers.SeriesWindows
+	for _, s := range normalize(input) {
+		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples)), res, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) > 0 {
+			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: ws})
+		}
+	}
+	return out
+}
+
+func same(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+
+func checkPartition(t *testing.T, what string, tier *tiers.Rollup, start, length int64, want []tiers.SeriesWindows) {
+	t.Helper()
+	if !tier.HasPartition(start) {
+		t.Errorf("%s: partition missing", what)
+		return
+	}
+	got, err := tier.Select(context.Background(), start, start+length-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s: %d series, want %d", what, len(got), len(want))
+		return
+	}
+	for i := range got {
+		if !labels.Equal(got[i].Labels, want[i].Labels) || len(got[i].Windows) != len(want[i].Windows) {
+			t.Errorf("%s: series %d %s with %d windows, want %s with %d", what, i, got[i].Labels, len(got[i].Windows), want[i].Labels, len(want[i].Windows))
+			continue
+		}
+		for j, g := range got[i].Windows {
+			w := want[i].Windows[j]
+			if g.Start != w.Start || g.FirstT != w.FirstT || g.LastT != w.LastT || g.Count != w.Count || g.Resets != w.Resets ||
+				g.Stale != w.Stale || !same(g.Sum, w.Sum) || !same(g.Min, w.Min) || !same(g.Max, w.Max) ||
+				!same(g.First, w.First) || !same(g.Last, w.Last) || !same(g.Increase, w.Increase) {
+				t.Errorf("%s %s window %d:\n got %+v\nwant %+v", what, got[i].Labels, j, g, w)
+				break
+			}
+		}
+	}
+}
+
+func countRaw(t *testing.T, raw *tiers.Raw) int {
+	t.Helper()
+	q, err := raw.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
+	n := 0
+	for set.Next() {
+		it := set.At().Iterator(nil)
+		for it.Next() != 0 {
+			n++
+		}
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var (
+	histStart = time.Date(2026, 3, 1, 5, 0, 0, 0, time.UTC).UnixMilli()
+	histEnd   = histStart + 3*day + 2*hour
+)
+
+// TestBackfillThenPipeline backfills three days of history (the last day
+// into raw), then lets the downsample pipeline roll up what went into raw,
+// and checks every minute and hour partition against a from-scratch
+// computation.
+func TestBackfillThenPipeline(t *testing.T) {
+	input := history(histStart, histEnd)
+	e := openEnv(t, true)
+	cfg := DefaultConfig()
+	now := histEnd + 15*minute
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	var phases []string
+	res, err := Run(context.Background(), cfg, input, e.targets(), func(p Progress) {
+		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+			phases = append(phases, p.Phase)
+		}
+		if p.Done > p.Total {
+			t.Errorf("progress %d/%d", p.Done, p.Total)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(phases) != "[minute hour raw]" {
+		t.Errorf("phases %v", phases)
+	}
+	cutoff := downsample.AlignDown(now-24*hour+hour-1, hour)
+	wantRaw := 0
+	for _, s := range normalize(input) {
+		for _, x := range s.Samples {
+			if x.T >= cutoff {
+				wantRaw++
+			}
+		}
+	}
+	if res.RawSamples != wantRaw || countRaw(t, e.raw) != wantRaw {
+		t.Errorf("raw holds %d samples (reported %d), want %d", countRaw(t, e.raw), res.RawSamples, wantRaw)
+	}
+	for h := downsample.AlignDown(histStart, hour); h < cutoff; h += hour {
+		checkPartition(t, "minute "+time.UnixMilli(h).UTC().String(), e.minute, h, hour, reference(t, input, minute, h, h+hour))
+	}
+	if e.minute.HasPartition(cutoff) {
+		t.Error("backfill wrote a minute partition at or after the cutoff: it belongs to the pipeline")
+	}
+
+	// The pipeline takes over from raw.
+	p, err := downsample.New(downsample.DefaultConfig(), downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lastFlushable := downsample.AlignDown(histEnd-10*minute-downsample.StaleLookahead, hour) - hour
+	for h := downsample.AlignDown(histStart, hour); h <= lastFlushable; h += hour {
+		checkPartition(t, "minute "+time.UnixMilli(h).UTC().String(), e.minute, h, hour, reference(t, input, minute, h, h+hour))
+	}
+	for d := downsample.AlignDown(histStart, day); d+day <= lastFlushable; d += day {
+		checkPartition(t, "hour "+time.UnixMilli(d).UTC().String(), e.hour, d, day, reference(t, input, hour, d, d+day))
+	}
+}
+
+// TestBackfillResume interrupts a backfill twice (once while writing
+// partitions, once while filling raw), resumes it from its progress file and
+// checks the result equals an uninterrupted backfill's.
+func TestBackfillResume(t *testing.T) {
+	input := history(histStart, histEnd)
+	now := histEnd + 15*minute
+	cfg := DefaultConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	cfg.BatchSize = 500
+
+	clean := openEnv(t, true)
+	want, err := Run(context.Background(), cfg, input, clean.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e := openEnv(t, true)
+	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+	for _, stop := range []func(Progress) bool{
+		func(p Progress) bool { return p.Phase == "minute" && p.Done == 20 },
+		func(p Progress) bool { return p.Phase == "raw" && p.Done > 1000 },
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := Run(ctx, cfg, input, e.targets(), func(p Progress) {
+			if stop(p) {
+				cancel()
+			}
+		})
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("interrupted run returned %v, want context.Canceled", err)
+		}
+	}
+	if _, err := Run(context.Background(), cfg, input, e.targets(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, wantN := countRaw(t, e.raw), countRaw(t, clean.raw); got != wantN {
+		t.Errorf("resumed backfill put %d samples in raw, uninterrupted %d", got, wantN)
+	}
+	if want.RawSamples == 0 || want.PartitionsWritten == 0 {
+		t.Fatalf("nothing backfilled: %+v", want)
+	}
+	for _, p := range clean.minute.Partitions() {
+		got, _ := clean.minute.Select(context.Background(), p.Start, p.End-1)
+		checkPartition(t, "resumed minute", e.minute, p.Start, hour, got)
+	}
+	for _, p := range clean.hour.Partitions() {
+		got, _ := clean.hour.Select(context.Background(), p.Start, p.End-1)
+		checkPartition(t, "resumed hour", e.hour, p.Start, day, got)
+	}
+	if len(e.minute.Partitions()) != len(clean.minute.Partitions()) || len(e.hour.Partitions()) != len(clean.hour.Partitions()) {
+		t.Errorf("resumed run has %d/%d partitions, uninterrupted %d/%d", len(e.minute.Partitions()), len(e.hour.Partitions()),
+			len(clean.minute.Partitions()), len(clean.hour.Partitions()))
+	}
+
+	// The progress file is tied to its input.
+	other := history(histStart, histEnd-hour)
+	if _, err := Run(context.Background(), cfg, other, e.targets(), nil); !errors.Is(err, ErrProgressMismatch) {
+		t.Errorf("resume with another input = %v, want ErrProgressMismatch", err)
+	}
+}
+
+// TestBackfillNeverOverwrites checks that an existing minute partition (the
+// live pipeline's, or an earlier import's) is left alone.
+func TestBackfillNeverOverwrites(t *testing.T) {
+	input := history(histStart, histStart+3*hour)
+	e := openEnv(t, false)
+	existing := []tiers.SeriesWindows{{
+		Labels:  labels.FromStrings(model.MetricNameLabel, "already_there"),
+		Windows: []tiers.Window{{Start: histStart + hour, FirstT: histStart + hour, LastT: histStart + hour, Count: 1, Sum: 1, Min: 1, Max: 1, First: 1, Last: 1}},
+	}}
+	if err := e.minute.WritePartition(histStart+hour, existing); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(histStart + 4*hour) }
+	res, err := Run(context.Background(), cfg, input, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PartitionsSkipped != 1 {
+		t.Errorf("skipped %d partitions, want 1", res.PartitionsSkipped)
+	}
+	checkPartition(t, "existing", e.minute, histStart+hour, hour, existing)
+	checkPartition(t, "backfilled", e.minute, histStart, hour, reference(t, input, minute, histStart, histStart+hour))
+}
+
+func TestBackfillDropsBeyondHourRetention(t *testing.T) {
+	input := history(histStart, histStart+2*hour)
+	e := openEnv(t, false)
+	cfg := DefaultConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(histStart + 400*day) }
+	res, err := Run(context.Background(), cfg, input, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PartitionsWritten != 0 || res.DroppedSamples == 0 {
+		t.Errorf("data older than the hour retention: %+v, want everything dropped", res)
+	}
+}
