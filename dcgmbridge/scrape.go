@@ -158,6 +158,20 @@ func (c SourcesConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Warnings returns configuration that is valid but wasteful, for the log at
+// config load: a dcgm target scraped faster than dcgm-exporter collects
+// (-c 30000 by default) only stores repeated values.
+func (c SourcesConfig) Warnings() []string {
+	var out []string
+	for _, t := range c.withDefaults().Targets {
+		if t.Kind == KindDCGM && t.Interval < DCGMCollectInterval {
+			out = append(out, fmt.Sprintf("sources: target %q (dcgm) is scraped every %s, faster than dcgm-exporter's default collect interval %s: scrapes in between repeat the same values",
+				t.Name, t.Interval, DCGMCollectInterval))
+		}
+	}
+	return out
+}
+
 // scrapeMetrics are the scraper's own metrics.
 type scrapeMetrics struct {
 	failures *prometheus.CounterVec
@@ -250,11 +264,10 @@ func NewScraper(cfg SourcesConfig, app storage.Appendable, logger *slog.Logger, 
 	for _, o := range opts {
 		o(s)
 	}
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
 	for _, t := range cfg.Targets {
-		if t.Kind == KindDCGM && t.Interval < DCGMCollectInterval {
-			logger.Warn("dcgm target is scraped faster than dcgm-exporter's default collect interval (-c 30000): scrapes in between repeat the same values",
-				"target", t.Name, "interval", t.Interval, "collect_interval", DCGMCollectInterval)
-		}
 		s.loops = append(s.loops, newScrapeLoop(s, t))
 	}
 	return s, nil

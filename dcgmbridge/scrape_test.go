@@ -357,7 +357,7 @@ func TestSourcesConfigValidate(t *testing.T) {
 func TestDCGMFastScrapeWarning(t *testing.T) {
 	e := newScrapeEnv(t)
 	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "dcgm", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM, Interval: 5 * time.Second, Timeout: time.Second}}})
-	if !strings.Contains(e.logs.String(), "faster than dcgm-exporter") {
+	if !strings.Contains(e.logs.String(), "faster than dcgm-exporter") || !strings.Contains(e.logs.String(), `target \"dcgm\"`) {
 		t.Fatalf("no warning in logs:\n%s", e.logs)
 	}
 	e.logs.Reset()
