@@ -46,7 +46,8 @@ type Config struct {
 	Tick time.Duration `yaml:"tick"`
 
 	// PeakRequestRate is each instance's mean arrival rate in requests per
-	// second at the daily peak on a weekday (default 20).
+	// second at the daily peak on a weekday (default 14, about 65% of an
+	// instance's capacity with the default engine parameters).
 	PeakRequestRate float64 `yaml:"peak_request_rate"`
 	// MaxNumSeqs is vLLM's max_num_seqs: the continuous-batching limit
 	// (default 128).
@@ -71,8 +72,9 @@ type Config struct {
 	// cache (default 0.375).
 	PrefixHitRate float64 `yaml:"prefix_hit_rate"`
 	// SpeculativeTokens is the draft length k (default 3; negative disables
-	// speculative decoding) and AcceptanceRate the per-position acceptance
-	// probability (default 0.62).
+	// speculative decoding) and AcceptanceRate the fraction of draft tokens
+	// accepted (default 0.62), the ratio accepted/draft that vLLM's counters
+	// give; the per-position acceptance is derived from it.
 	SpeculativeTokens int     `yaml:"num_speculative_tokens"`
 	AcceptanceRate    float64 `yaml:"acceptance_rate"`
 	// RequestTimeout aborts requests that waited longer than this (default
@@ -120,7 +122,7 @@ func (cfg Config) Defaults() Config {
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Second
 	}
-	setF(&cfg.PeakRequestRate, 20)
+	setF(&cfg.PeakRequestRate, 14)
 	setInt(&cfg.MaxNumSeqs, 128)
 	setInt(&cfg.NumGPUBlocks, 8192)
 	setInt(&cfg.BlockSize, 16)

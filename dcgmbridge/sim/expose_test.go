@@ -270,3 +270,27 @@ func FuzzAppendValue(f *testing.F) {
 		}
 	})
 }
+
+func TestPositionAcceptance(t *testing.T) {
+	cases := []struct {
+		rate float64
+		k    int
+		want float64
+	}{{0.62, 3, 0.78}, {0.08, 3, 0.2}, {0.5, 1, 0.5}, {0, 3, 0}, {1, 3, 1}}
+	for _, tc := range cases {
+		t.Run(strconv.FormatFloat(tc.rate, 'g', -1, 64), func(t *testing.T) {
+			a := positionAcceptance(tc.rate, tc.k)
+			if a < tc.want-0.02 || a > tc.want+0.02 {
+				t.Errorf("positionAcceptance(%v, %d) = %v, want ~%v", tc.rate, tc.k, a, tc.want)
+			}
+			sum, p := 0.0, 1.0
+			for range tc.k {
+				p *= a
+				sum += p
+			}
+			if got := sum / float64(tc.k); got < tc.rate-1e-9 || got > tc.rate+1e-9 {
+				t.Errorf("overall acceptance %v, want %v", got, tc.rate)
+			}
+		})
+	}
+}

@@ -55,8 +55,8 @@ const (
 func kinds() map[Kind]kindInfo {
 	return map[Kind]kindInfo{
 		KindKVCacheStorm:    {scope: scopeInstance, params: map[string]float64{"prompt_scale": 4, "output_scale": 6, "arrival_scale": 1.2}, rootMetric: "vllm:kv_cache_usage_perc"},
-		KindQueueBacklog:    {scope: scopeInstance, params: map[string]float64{"load_factor": 3}, rootMetric: "vllm:num_requests_waiting"},
-		KindUnderBatched:    {scope: scopeInstance, params: map[string]float64{"max_num_seqs": 4, "load_factor": 0.05}, rootMetric: "DCGM_FI_PROF_SM_ACTIVE"},
+		KindQueueBacklog:    {scope: scopeInstance, params: map[string]float64{"load_factor": 6}, rootMetric: "vllm:num_requests_waiting"},
+		KindUnderBatched:    {scope: scopeInstance, params: map[string]float64{"max_num_seqs": 2, "load_factor": 0.2}, rootMetric: "DCGM_FI_PROF_SM_ACTIVE"},
 		KindSpecDecodeDrift: {scope: scopeInstance, params: map[string]float64{"acceptance_rate": 0.08}, rootMetric: "vllm:spec_decode_num_accepted_tokens_total"},
 		KindPowerCap:        {scope: scopeGPU, params: map[string]float64{"limit_watts": 300}, rootMetric: "DCGM_FI_DEV_POWER_USAGE"},
 		KindThermalThrottle: {scope: scopeGPU, params: map[string]float64{"temp_offset_c": 35}, rootMetric: "DCGM_FI_DEV_GPU_TEMP"},

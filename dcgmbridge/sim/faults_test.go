@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"math"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -69,9 +70,6 @@ func TestFaultSignatures(t *testing.T) {
 		check  func(t *testing.T, before0, before, during0, during snapshot)
 	}{
 		{kind: KindKVCacheStorm, check: func(t *testing.T, b0, b, d0, d snapshot) {
-			if u := d.v(t, "vllm:kv_cache_usage_perc"); u < 0.9 {
-				t.Errorf("kv_cache_usage_perc %v during storm, want >= 0.9", u)
-			}
 			if u := b.v(t, "vllm:kv_cache_usage_perc"); u > 0.9 {
 				t.Errorf("kv_cache_usage_perc %v before storm", u)
 			}
@@ -120,15 +118,15 @@ func TestFaultSignatures(t *testing.T) {
 			if rps >= 10 {
 				t.Errorf("success rate %v req/s, want < 10", rps)
 			}
-			if r := d.v(t, "vllm:num_requests_running"); r < 1 || r > 4 {
-				t.Errorf("running %v, want 1..4 (max_num_seqs 4)", r)
+			if r := d.v(t, "vllm:num_requests_running"); r < 1 || r > 2 {
+				t.Errorf("running %v, want 1..2 (max_num_seqs 2)", r)
 			}
 		}},
 		{kind: KindSpecDecodeDrift, check: func(t *testing.T, b0, b, d0, d snapshot) {
 			accB := ratio(t, b0, b, "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
 			accD := ratio(t, d0, d, "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
-			if accB < 0.4 || accD > 0.1 {
-				t.Errorf("acceptance %v before, %v during; want >= 0.4 then <= 0.1", accB, accD)
+			if math.Abs(accB-0.62) > 0.01 || math.Abs(accD-0.08) > 0.01 {
+				t.Errorf("acceptance %v before, %v during; want the configured 0.62 then 0.08", accB, accD)
 			}
 			itlB := ratio(t, b0, b, "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
 			itlD := ratio(t, d0, d, "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
@@ -210,12 +208,13 @@ func TestFaultSignatures(t *testing.T) {
 			if tc.kind == KindKVCacheStorm {
 				// KV usage saw-tooths as long requests finish and new ones
 				// are admitted: sample it every 30 s.
-				peak := 0.0
+				peak, sum, n := 0.0, 0.0, 0.0
 				for s := 30 * time.Second; s <= 10*time.Minute; s += 30 * time.Second {
-					peak = max(peak, take(t, c, at(c, onset+5*time.Minute+s)).v(t, "vllm:kv_cache_usage_perc"))
+					u := take(t, c, at(c, onset+5*time.Minute+s)).v(t, "vllm:kv_cache_usage_perc")
+					peak, sum, n = max(peak, u), sum+u, n+1
 				}
-				if peak < 0.95 {
-					t.Errorf("peak kv_cache_usage_perc %v during storm, want >= 0.95", peak)
+				if peak < 0.95 || sum/n < 0.8 {
+					t.Errorf("kv_cache_usage_perc peak %v, mean %v during storm; want >= 0.95 and >= 0.8", peak, sum/n)
 				}
 			}
 			d := take(t, c, at(c, onset+15*time.Minute))
@@ -368,4 +367,40 @@ func TestConfigValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHealthyDayHasNoSignatures runs a fault-free weekday (the daily peak
+// included) and checks every 5 minutes that no fault signature appears:
+// the baseline must not produce false alerts on its own.
+func TestHealthyDayHasNoSignatures(t *testing.T) {
+	c := mustNew(t, Config{Nodes: 1, GPUsPerNode: 2, Seed: 17})
+	prev := take(t, c, at(c, 0))
+	maxWaiting, maxKV, minSM := 0.0, 0.0, 1.0
+	for m := 5 * time.Minute; m <= 24*time.Hour; m += 5 * time.Minute {
+		s := take(t, c, at(c, m))
+		maxWaiting = max(maxWaiting, s.v(t, "vllm:num_requests_waiting"))
+		maxKV = max(maxKV, s.v(t, "vllm:kv_cache_usage_perc"))
+		if p := s.v(t, "vllm:num_preemptions_total") - prev.v(t, "vllm:num_preemptions_total"); p > 0 {
+			t.Errorf("%s: %v preemptions on a healthy day", m, p)
+		}
+		if acc := ratio(t, prev, s, "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"); acc < 0.5 {
+			t.Errorf("%s: acceptance %v", m, acc)
+		}
+		if hit := ratio(t, prev, s, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"); hit < 0.3 {
+			t.Errorf("%s: prefix hit ratio %v", m, hit)
+		}
+		// The night trough runs small batches: SM active dips towards 0.6
+		// (the example rule's threshold, which therefore needs a seasonal
+		// baseline), but stays clear of an under-batched GPU's ~0.35.
+		sm := s.gpu(t, "DCGM_FI_PROF_SM_ACTIVE")
+		if sm < 0.5 {
+			t.Errorf("%s: SM active %v would look under-batched", m, sm)
+		}
+		minSM = min(minSM, sm)
+		prev = s
+	}
+	if maxWaiting > 20 || maxKV >= 0.9 {
+		t.Errorf("healthy day peaked at %v waiting and %v KV usage", maxWaiting, maxKV)
+	}
+	t.Logf("healthy day: max waiting %v, max KV usage %.2f, min SM active %.2f", maxWaiting, maxKV, minSM)
 }

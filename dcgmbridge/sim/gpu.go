@@ -97,7 +97,7 @@ func (g *gpu) update(dt float64) {
 	// SM activity: prefill is compute bound; decode fills the SMs only with
 	// enough sequences in the batch. GPU_UTIL only says "a kernel ran", so it
 	// stays high for a tiny batch (sources.md §3).
-	smEff := 0.25 + 0.7*(1-math.Exp(-b/24))
+	smEff := 0.2 + 0.75*(1-math.Exp(-b/8))
 	g.smActive = clamp01(g.jitter(busy*(pf*0.95+(1-pf)*smEff), 0.01*busy))
 	g.smOcc = clamp01(g.jitter(busy*(0.04+0.3*b/(b+40)+0.1*pf), 0.005*busy))
 	g.tensor = clamp01(g.smActive * (0.2 + 0.4*pf))

@@ -78,6 +78,39 @@ type instance struct {
 	lastTick tickStats
 	// log-space means of the request size distributions
 	promptMu, outputMu float64
+	// alpha is the per-position acceptance for the overall rate alphaFor
+	// at draft length alphaK (cached: solving it costs a bisection).
+	alpha, alphaFor float64
+	alphaK          int
+}
+
+// positionAcceptance returns the per-position acceptance probability a such
+// that (a + a^2 + ... + a^k)/k = rate: rate is what vLLM's counters give
+// (accepted/draft tokens), while each position is accepted only if the ones
+// before it were. For rate 0.62 and k 3 it gives 0.78, and the per-position
+// counters then fall 0.78, 0.61, 0.47 like the fixture's.
+func positionAcceptance(rate float64, k int) float64 {
+	if k <= 0 || rate <= 0 {
+		return 0
+	}
+	if rate >= 1 {
+		return 1
+	}
+	lo, hi := 0.0, 1.0
+	for range 60 {
+		a := (lo + hi) / 2
+		sum, p := 0.0, 1.0
+		for range k {
+			p *= a
+			sum += p
+		}
+		if sum/float64(k) < rate {
+			lo = a
+		} else {
+			hi = a
+		}
+	}
+	return (lo + hi) / 2
 }
 
 // tickStats is what the GPUs read from their instance after a tick.
@@ -96,6 +129,7 @@ func newInstance(c *Cluster, idx int, nd *node, gpus []*gpu, model int, rng *ran
 	in.s = newVLLMState(c.cfg)
 	in.promptMu = logMean(c.cfg.MeanPromptTokens, promptSigma)
 	in.outputMu = logMean(c.cfg.MeanOutputTokens, outputSigma)
+	in.alphaFor = -1
 	return in
 }
 
@@ -341,10 +375,14 @@ func (in *instance) decode(t0, prefillTime, decodeTime float64, batch int, stats
 	cfg := &in.c.cfg
 	s := &in.s
 	k := max(cfg.SpeculativeTokens, 0)
-	alpha := cfg.AcceptanceRate
+	rate := cfg.AcceptanceRate
 	if in.eff.acceptance >= 0 {
-		alpha = in.eff.acceptance
+		rate = in.eff.acceptance
 	}
+	if rate != in.alphaFor || k != in.alphaK {
+		in.alpha, in.alphaFor, in.alphaK = positionAcceptance(rate, k), rate, k
+	}
+	alpha := in.alpha
 	// With k draft tokens accepted position by position with probability
 	// alpha, an iteration emits 1 + sum(alpha^i) tokens per sequence and
 	// costs 10% more per draft token.
