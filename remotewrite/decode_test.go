@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -323,6 +324,7 @@ func FuzzDecode(f *testing.F) {
 			if req.Unmarshal(data) != nil {
 				return
 			}
+			dropUnknownFields(reflect.ValueOf(&req))
 			canon, err := req.Marshal()
 			if err != nil {
 				return
@@ -341,6 +343,7 @@ func FuzzDecode(f *testing.F) {
 		if wr.Unmarshal(data) != nil {
 			return
 		}
+		dropUnknownFields(reflect.ValueOf(&wr))
 		canon, err := wr.Marshal()
 		if err != nil {
 			return
@@ -353,6 +356,35 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decode differs from prompb (-prompb +ours):\n%s", diff)
 		}
 	})
+}
+
+// dropUnknownFields clears gogo's XXX_unrecognized everywhere in v. prompb
+// keeps unknown fields and re-marshals them, including deprecated proto2
+// groups (wire types 3 and 4), which proto3 senders never produce and our
+// decoder rejects as bad protobuf; the invariant is about the messages
+// senders can actually send.
+func dropUnknownFields(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			dropUnknownFields(v.Elem())
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			dropUnknownFields(v.Index(i))
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if v.Type().Field(i).Name == "XXX_unrecognized" {
+				f.SetBytes(nil)
+				continue
+			}
+			if f.CanSet() {
+				dropUnknownFields(f)
+			}
+		}
+	}
 }
 
 // TestWriteFuzzSeeds regenerates the committed seed corpus from real
