@@ -2,8 +2,8 @@ package sim
 
 import (
 	"bytes"
-	"math"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
