@@ -220,3 +220,27 @@ func TestHandlersServe(t *testing.T) {
 		t.Errorf("scrape did not step the model to the clock: %s", c.Now())
 	}
 }
+
+func TestSamplesIteratorStops(t *testing.T) {
+	c := mustNew(t, Config{Nodes: 1, GPUsPerNode: 1, Seed: 2})
+	from := c.Config().Start
+	n := 0
+	var lastT int64
+	for l, s := range c.Samples(from, from.Add(time.Hour), 15*time.Second) {
+		if l.IsEmpty() || s.T < lastT {
+			t.Fatalf("bad sample %v %v", l, s)
+		}
+		lastT = s.T
+		n++
+		if n == 1000 {
+			break
+		}
+	}
+	if n != 1000 {
+		t.Fatalf("%d samples", n)
+	}
+	// Breaking out stopped the model shortly after from, not at from+1h.
+	if now := c.Now(); now.Sub(from) > 5*time.Minute {
+		t.Errorf("model ran to %s after the loop stopped", now)
+	}
+}

@@ -123,7 +123,8 @@ func (c *Cluster) Handlers(now func() time.Time) map[string]http.Handler {
 
 // Serve serves every endpoint (see Handlers) plus /targets (JSON list for
 // file_sd-style use) on addr until ctx ends. now drives the model; pass
-// time.Now for a live demo, or a scaled clock to fast-forward.
+// time.Now for a live demo (with Config.Start set near now: the first scrape
+// simulates every tick from Start), or a scaled clock to fast-forward.
 func (c *Cluster) Serve(ctx context.Context, addr string, now func() time.Time) error {
 	mux := http.NewServeMux()
 	for p, h := range c.Handlers(now) {
