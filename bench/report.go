@@ -260,13 +260,14 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		for _, e := range rr.QueryErrors {
 			notes = append(notes, fmt.Sprintf("run %d query: %s", i+1, e))
 		}
-		empty, execs := 0, 0
+		var empty []string
 		for _, q := range rr.Queries {
-			empty += q.Empty
-			execs += q.Executions - q.Errors
+			if q.Empty > 0 {
+				empty = append(empty, fmt.Sprintf("%d of %d at %s", q.Empty, q.Executions-q.Errors, q.Range))
+			}
 		}
-		if empty > 0 {
-			notes = append(notes, fmt.Sprintf("run %d: %d of %d successful query executions returned no series", i+1, empty, execs))
+		if len(empty) > 0 {
+			notes = append(notes, fmt.Sprintf("run %d: successful panels that returned no series: %s", i+1, strings.Join(empty, ", ")))
 		}
 		if rr.Load.PacedSeconds > rr.Load.ElapsedSeconds*float64(l.Concurrency)/2 {
 			notes = append(notes, fmt.Sprintf("run %d: senders waited for the real clock for most of the run, so its throughput is the load's schedule, not the target's capacity (raise series or backfill)", i+1))
