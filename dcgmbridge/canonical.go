@@ -192,7 +192,7 @@ func canonicalMetrics() []CanonicalMetric {
 		{
 			Name: "strata:gpu_sm_active:ratio", Help: "Fraction of cycles in which an SM has at least one warp assigned (0-1).",
 			Unit: "ratio", Cause: CauseCompute, Felt: FeltUtilisation, Level: LevelGPU,
-			Fallback: "PROF_SM_ACTIVE (1002, off by default) -> PROF_GR_ENGINE_ACTIVE (1001) -> DEV_GPU_UTIL (203) / 100; strata_source names the link used. GPU_UTIL reads 100% as soon as any kernel runs: low confidence.",
+			Fallback: "PROF_SM_ACTIVE (1002, off by default) -> PROF_GR_ENGINE_ACTIVE (1001) -> DEV_GPU_UTIL (203) / 100; strata_source names the link used. A profiling value of 0 while GPU_UTIL > 50% is taken as stuck (dcgm-exporter #662) and skipped. GPU_UTIL reads 100% as soon as any kernel runs: low confidence.",
 			Terms: []Term{
 				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldSMActive}, Agg: "avg", Tag: "sm_active", StuckGuard: true, Versions: "custom CSV only", Unit: "ratio"},
 				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldGREngineActive}, Agg: "avg", Tag: "gr_engine_active", StuckGuard: true, Versions: "default CSV", Unit: "ratio"},
@@ -202,7 +202,7 @@ func canonicalMetrics() []CanonicalMetric {
 		{
 			Name: "strata:gpu_memory_bandwidth_active:ratio", Help: "Fraction of cycles the device memory interface is busy (0-1).",
 			Unit: "ratio", Cause: CauseMemory, Felt: FeltUtilisation, Level: LevelGPU,
-			Fallback: "PROF_DRAM_ACTIVE (1005) -> DEV_MEM_COPY_UTIL (204) / 100.",
+			Fallback: "PROF_DRAM_ACTIVE (1005; skipped when stuck at 0 while GPU_UTIL > 50%) -> DEV_MEM_COPY_UTIL (204) / 100.",
 			Terms: []Term{
 				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldDRAMActive}, Agg: "avg", Tag: "dram_active", StuckGuard: true, Versions: "default CSV", Unit: "ratio"},
 				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldMemCopyUtil}, Agg: "avg", Scale: 100, Tag: "mem_copy_util", Versions: "default CSV", Unit: "percent"},

@@ -132,6 +132,27 @@ func (c RulesConfig) Validate() error {
 	return nil
 }
 
+// RuleGroups renders the canonical rules for cfg with the built-in catalogue:
+// the rule groups exactly as Prometheus loads them from
+// rules/canonical.rules.yml (for rules.Manager, or RecordingRules for
+// rules.NewGroup).
+func RuleGroups(cfg RulesConfig) (*rulefmt.RuleGroups, error) {
+	c, err := NewCatalogue()
+	if err != nil {
+		return nil, err
+	}
+	return c.RuleGroups(cfg)
+}
+
+// RulesYAML renders the canonical rule file for cfg with the built-in catalogue.
+func RulesYAML(cfg RulesConfig) ([]byte, error) {
+	c, err := NewCatalogue()
+	if err != nil {
+		return nil, err
+	}
+	return c.RulesYAML(cfg)
+}
+
 // Rule is one rendered recording rule.
 type Rule struct {
 	Record string

@@ -492,3 +492,33 @@ func BenchmarkScrapeDCGMIntoRawTier(b *testing.B) {
 		b.Fatalf("%g append failures", got)
 	}
 }
+
+func TestTargetLabelsWinOverExposedLabels(t *testing.T) {
+	p := &ExpositionParser{}
+	exp, err := p.Parse([]byte("m{job=\"inner\",pod=\"a\"} 1\n"), "", labels.FromStrings("job", "outer", "instance", "h:1", "pod", "b"), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := labels.FromStrings("__name__", "m", "exported_job", "inner", "exported_pod", "a", "instance", "h:1", "job", "outer", "pod", "b")
+	if len(exp.Samples) != 1 || !labels.Equal(exp.Samples[0].Labels, want) {
+		t.Fatalf("got %v, want %v", exp.Samples, want)
+	}
+}
+
+func TestPackageLevelRuleGroups(t *testing.T) {
+	g, err := RuleGroups(DefaultRulesConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := RulesYAML(DefaultRulesConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile(filepath.Join("..", "rules", "canonical.rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(y, committed) || len(g.Groups) != 1 {
+		t.Fatal("package-level helpers disagree with the committed rule file")
+	}
+}
