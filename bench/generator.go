@@ -24,8 +24,6 @@ type generator struct {
 	// series is every active series; units index into it. A churned unit
 	// rewrites its series in place (new labels), so len(series) stays fixed.
 	series []seriesDesc
-	// created counts series ever created, churned ones included.
-	created int
 }
 
 // seriesDesc is one series' labels in both wire forms.
@@ -86,7 +84,6 @@ func newGenerator(cfg LoadConfig) *generator {
 			g.units = append(g.units, u)
 		}
 	}
-	g.created = len(g.series)
 	return g
 }
 
