@@ -64,6 +64,11 @@ type Config struct {
 	// partitions are rebuilt only for days whose minute partitions are all
 	// still retained (a day partly deleted would give short hours).
 	MinuteRetention time.Duration
+	// RereadOnFlush re-reads every hour from raw before writing its minute
+	// partition even when Tee feeds the pipeline: set it when some writer of
+	// the raw tier does not append through the tee. Without Tee every hour is
+	// re-read anyway.
+	RereadOnFlush bool
 }
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
@@ -94,6 +99,8 @@ type Pipeline struct {
 	closed  bool
 	mark    int64 // end (ms, exclusive) of the minutes computed so far
 	dayMark int64 // start of the first day whose hour partition may still be missing
+
+	tap teeState // samples handed over by the appenders Tee returns
 
 	bufMu sync.Mutex            // guards open; held briefly so readers never wait for a tick's reads
 	open  map[int64]*hourBuffer // in-memory minute windows by hour start (usually one or two hours)
@@ -307,8 +314,9 @@ func (p *Pipeline) buffer(h int64) *hourBuffer {
 	return p.open[h]
 }
 
-// extend computes the minute windows of [from, to) (inside hour h) from raw
-// and appends them to hour h's buffer. It runs every minute, so it avoids
+// extend computes the minute windows of [from, to) (inside hour h), from the
+// tee's samples when it covers them, else from raw, and appends them to hour
+// h's buffer. It runs every minute, so it avoids
 // copying what the buffer already has (a known series' labels).
 func (p *Pipeline) extend(ctx context.Context, h, from, to int64) error {
 	p.bufMu.Lock()
@@ -318,11 +326,20 @@ func (p *Pipeline) extend(ctx context.Context, h, from, to int64) error {
 		p.open[h] = b
 	}
 	p.bufMu.Unlock()
-	st, err := walkWindows(ctx, p.src, MinuteRes, from, to, func(lset labels.Labels, ws []tiers.Window) {
+	add := func(lset labels.Labels, ws []tiers.Window) {
 		p.bufMu.Lock()
 		b.add(lset, ws)
 		p.bufMu.Unlock()
-	})
+	}
+	var (
+		st  Stats
+		err error
+	)
+	if p.teeCovers(from) {
+		st = p.drainTee(from, to, add)
+	} else {
+		st, err = walkWindows(ctx, p.src, MinuteRes, from, to, add)
+	}
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
 	return err
@@ -357,16 +374,27 @@ func (b *hourBuffer) all() []*tiers.SeriesWindows {
 	return out
 }
 
-// flushMinutes writes the minute partition of hour h. It always recomputes
-// the hour from raw: that is what makes samples that arrived after their
-// minute was computed (a sender lagging behind the others by more than the
-// lateness, which the raw tier still accepts in order) reach the partition;
-// b, the incrementally computed windows, only tells how many such samples
-// there were.
+// flushMinutes writes the minute partition of hour h. Without the tee it
+// recomputes the hour from raw: that is what makes samples that arrived
+// after their minute was computed (a sender lagging behind the others by more
+// than the lateness, which the raw tier still accepts in order) reach the
+// partition; b, the incrementally computed windows, only tells how many such
+// samples there were. With the tee, late samples are seen as they commit, so
+// the hour is re-read only when it had some.
 func (p *Pipeline) flushMinutes(ctx context.Context, h int64, b *hourBuffer) error {
-	series, err := p.computeMinutes(ctx, h, h+HourRes)
-	if err != nil {
-		return err
+	var series []tiers.SeriesWindows
+	if b != nil && p.flushFromMemory(h) {
+		p.bufMu.Lock()
+		for _, s := range b.all() {
+			series = append(series, *s)
+		}
+		p.bufMu.Unlock()
+		b = nil // nothing to compare with
+	} else {
+		var err error
+		if series, err = p.computeMinutes(ctx, h, h+HourRes); err != nil {
+			return err
+		}
 	}
 	sortSeries(series)
 	windows, samples := 0, uint64(0)

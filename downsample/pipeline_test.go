@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/tiers"
 )
@@ -133,6 +134,7 @@ type workload struct {
 	samples    [][]fs // per series, ascending t: what raw ends up holding
 	deliveries []delivery
 	start, end int64
+	via        storage.AppendableV2 // when set, deliver appends through it (a Tee)
 }
 
 func genWorkload(start, end, step int64) *workload {
@@ -220,14 +222,19 @@ func genWorkload(start, end, step int64) *workload {
 
 const staleMarkerBits = 0x7ff0000000000002
 
-// deliver appends every delivery with at in (from, to] to raw.
+// deliver appends every delivery with at in (from, to] to raw, through
+// w.via (a Tee) when set.
 func (w *workload) deliver(t *testing.T, raw *tiers.Raw, from, to int64) {
 	t.Helper()
 	i, _ := slices.BinarySearchFunc(w.deliveries, from+1, func(d delivery, at int64) int { return cmp.Compare(d.at, at) })
-	app := raw.Appender(context.Background())
+	var target storage.AppendableV2 = raw
+	if w.via != nil {
+		target = w.via
+	}
+	app := target.AppenderV2(context.Background())
 	for ; i < len(w.deliveries) && w.deliveries[i].at <= to; i++ {
 		d := w.deliveries[i]
-		if _, err := app.Append(0, w.labels[d.series], d.t, d.v); err != nil {
+		if _, err := app.Append(0, w.labels[d.series], 0, d.t, d.v, nil, nil, storage.AppendV2Options{}); err != nil {
 			t.Fatalf("append %s @%d: %v", w.labels[d.series], d.t, err)
 		}
 	}
@@ -410,15 +417,57 @@ func testPipelineIncremental(t *testing.T, span int64) {
 	testPipelineIncrementalWith(t, span, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen))
 }
 
-func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, hour readableWriter) {
+// TestPipelineTee ingests through Tee: the open hour's minutes come from the
+// committed samples, raw is read only to flush partitions, and the result
+// is the same as when reading raw.
+func TestPipelineTee(t *testing.T) {
+	testPipelineIncrementalWith(t, 4*HourRes+20*MinuteRes, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), withTee)
+}
+
+func withTee(p *Pipeline, w *workload, raw *tiers.Raw) { w.via = p.Tee(raw) }
+
+// TestPipelineTeeNoRawReads: when every sample arrives within the lateness,
+// the tee feeds every minute and no partition needs a raw read.
+func TestPipelineTeeNoRawReads(t *testing.T) {
+	testPipelineIncrementalWith(t, 3*HourRes, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), withoutLaggingSender, withTee)
+}
+
+func withoutLaggingSender(_ *Pipeline, w *workload, _ *tiers.Raw) {
+	for i, l := range w.labels {
+		if l.Get("instance") == "slow-sender" {
+			w.samples[i] = nil
+			w.deliveries = slices.DeleteFunc(w.deliveries, func(d delivery) bool { return d.series == i })
+		}
+	}
+}
+
+// countingSource counts raw queries.
+type countingSource struct {
+	Source
+	mu      sync.Mutex
+	queries int
+}
+
+func (c *countingSource) Querier(mint, maxt int64) (storage.Querier, error) {
+	c.mu.Lock()
+	c.queries++
+	c.mu.Unlock()
+	return c.Source.Querier(mint, maxt)
+}
+
+func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, hour readableWriter, opts ...func(*Pipeline, *workload, *tiers.Raw)) {
 	start := testStart + 2*HourRes // 22:00, so 4h crosses midnight
 	w := genWorkload(start, start+span, 10_000)
 	raw := openTestRaw(t)
 	clock := &testClock{t: time.UnixMilli(start)}
 	reg := prometheus.NewRegistry()
-	p, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), reg, clock.now)
+	src := &countingSource{Source: FromRaw(raw)}
+	p, err := New(DefaultConfig(), src, minute, hour, promslog.NewNopLogger(), reg, clock.now)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(p, w, raw)
 	}
 	if err := run(t, p, raw, w, clock, start-1, w.deliveries[len(w.deliveries)-1].at, true); err != nil {
 		t.Fatal(err)
@@ -461,8 +510,27 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 		t.Fatal(err)
 	}
 	checkTiers(t, w, minute, hour, wm)
-	if late := testutil.ToFloat64(p.m.late); late == 0 {
+	lagging := false
+	for i, l := range w.labels {
+		lagging = lagging || (l.Get("instance") == "slow-sender" && len(w.samples[i]) > 0)
+	}
+	switch late := testutil.ToFloat64(p.m.late); {
+	case lagging && late == 0:
 		t.Error("the lagging sender's samples were not counted as late")
+	case !lagging && late != 0:
+		t.Errorf("%v late samples without a lagging sender", late)
+	}
+	if w.via != nil && !lagging && src.queries != 0 {
+		t.Errorf("the tee fed every minute, yet raw was queried %d times", src.queries)
+	}
+	minutesComputed := int((p.mark - start) / MinuteRes)
+	if w.via != nil {
+		// Raw is read to flush partitions (and for nothing per minute).
+		if flushes := int(testutil.ToFloat64(p.m.partitions.WithLabelValues("minute"))); src.queries > flushes+1 {
+			t.Errorf("with the tee, raw was queried %d times for %d partitions", src.queries, flushes)
+		}
+	} else if src.queries < minutesComputed {
+		t.Errorf("raw queried %d times for %d minutes", src.queries, minutesComputed)
 	}
 	if n := testutil.ToFloat64(p.m.partitions.WithLabelValues("hour")); n < 1 {
 		t.Errorf("%v hour partitions written, want at least one (the run crosses midnight)", n)
