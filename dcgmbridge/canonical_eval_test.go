@@ -185,6 +185,8 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 	e.scrapeSequence(e.parseFixture("vllm_v1_t0_healthy.prom", v1Pod), e.parseFixture("vllm_v1_t1_kv_storm.prom", v1Pod))
 	v0 := e.parseFixture("vllm_v0_legacy.prom", v0Pod)
 	e.scrapeSequence(v0, grown(v0, 1.1))
+	bare := e.parseFixture("vllm_v1_t0_healthy.prom", []string{"job", "vllm-bare", "instance", "10.0.0.7:8000"})
+	e.scrapeSequence(bare, grown(bare, 1.1))
 	dcgm := e.parseFixture("dcgm_exporter_profiling_k8s.prom", dcgmTgt)
 	e.scrapeSequence(dcgm, dcgm)
 	cfg := DefaultRulesConfig()
@@ -242,6 +244,16 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 			t.Fatalf("got %v", v)
 		}
 		near(t, "joined sm active", v[0].F, 0.871209, 1e-9)
+	})
+	t.Run("a serving target without pod labels joins no GPU", func(t *testing.T) {
+		// GPU 1 has no pod attribution and vllm-bare no pod label: without the
+		// presence filter they would join on namespace="", pod="".
+		if len(e.query(`strata:generation_tokens:rate{job="vllm-bare"}`, t1)) != 1 {
+			t.Fatal("bare target has no serving series")
+		}
+		if v := e.query(`strata:serving_gpu_sm_active:ratio{pod!="vllm-llama31-8b-6d9f7c5b8-x2kqp"}`, t1); len(v) != 0 {
+			t.Errorf("unexpected joins: %v", v)
+		}
 	})
 	t.Run("every canonical series carries both axes", func(t *testing.T) {
 		for _, s := range e.query(`{__name__=~"strata:.+"}`, t1) {

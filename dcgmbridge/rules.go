@@ -413,8 +413,15 @@ func (r renderer) term(cm CanonicalMetric, t Term) (string, error) {
 		bits := fmt.Sprintf("clamp_max(floor(%s / 4) %% 4 + floor(%s / 32) %% 8, 1)", v, v)
 		expr = fmt.Sprintf("max %s (%s)", r.byClause(l), r.fix(l, t.Source, bits))
 	case kindJoin:
+		// Only series that carry every join label take part: a GPU with no
+		// pod attribution must not join a serving target that has no pod label.
 		on := strings.Join(r.cfg.Joins.On, ", ")
-		expr = fmt.Sprintf("avg by (%s) (%s) * on(%s) group_right() group %s (%s)", on, t.Metric, on, r.byClause(l), t.Den[0])
+		present := make([]string, len(r.cfg.Joins.On))
+		for i, lbl := range r.cfg.Joins.On {
+			present[i] = lbl + `!=""`
+		}
+		has := "{" + strings.Join(present, ", ") + "}"
+		expr = fmt.Sprintf("avg by (%s) (%s%s) * on(%s) group_right() group %s (%s%s)", on, t.Metric, has, on, r.byClause(l), t.Den[0], has)
 	case kindResidual:
 		expr = fmt.Sprintf("clamp_min(sum %s (%s) - on(%s) sum %s (%s), 0)", r.byClause(l), t.Metric, strings.Join(r.by(l), ", "), r.byClause(l), t.Den[0])
 	default:
