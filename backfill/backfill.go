@@ -70,7 +70,12 @@ func DefaultConfig() Config {
 // Targets are the tiers a backfill writes. Raw may be nil: then every sample
 // goes into rollup partitions.
 type Targets struct {
-	Raw    *tiers.Raw
+	Raw *tiers.Raw
+	// RawAppendable, when set, is what samples for raw are appended through
+	// (Raw still gives the raw tier's bounds). Pass the pipeline's Tee when a
+	// downsample pipeline fed by it runs in the same process: appends that
+	// bypass the tee would be missing from its minute partitions.
+	RawAppendable storage.AppendableV2
 	Minute downsample.MinuteTier
 	Hour   downsample.PartitionWriter
 }
@@ -248,7 +253,11 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 
 	// The rest into raw, in time order.
 	if t.Raw != nil && !st.RawDone && maxt >= cutoff {
-		if err := appendRaw(ctx, cfg, series, t.Raw, &st, &res, save, progress); err != nil {
+		var target storage.AppendableV2 = t.Raw
+		if t.RawAppendable != nil {
+			target = t.RawAppendable
+		}
+		if err := appendRaw(ctx, cfg, series, target, &st, &res, save, progress); err != nil {
 			return res, err
 		}
 	}
@@ -310,7 +319,7 @@ func (h *cursorHeap) Pop() any {
 // appendRaw appends every sample at or after the cutoff (and at or after the
 // resume mark) to raw in time order across series, committing every
 // BatchSize samples and recording the mark after each commit.
-func appendRaw(ctx context.Context, cfg Config, series []Series, raw *tiers.Raw, st *progressState, res *Result, save func() error, progress func(Progress)) error {
+func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.AppendableV2, st *progressState, res *Result, save func() error, progress func(Progress)) error {
 	from := max(st.Cutoff, st.RawMark)
 	h := cursorHeap{}
 	total := 0
@@ -323,7 +332,7 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw *tiers.Raw,
 		}
 	}
 	heap.Init(&h)
-	app := raw.Appender(ctx)
+	app := raw.AppenderV2(ctx)
 	n, done := 0, 0
 	commit := func(mark int64) error {
 		if err := app.Commit(); err != nil {
@@ -335,7 +344,7 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw *tiers.Raw,
 		}
 		res.Phase, res.Done, res.Total = "raw", done, total
 		progress(*res)
-		app = raw.Appender(ctx)
+		app = raw.AppenderV2(ctx)
 		n = 0
 		return ctx.Err()
 	}
@@ -349,7 +358,7 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw *tiers.Raw,
 				return errors.Join(err, app.Rollback())
 			}
 		}
-		if _, err := app.Append(0, c.s.Labels, x.T, x.V); err != nil {
+		if _, err := app.Append(0, c.s.Labels, 0, x.T, x.V, nil, nil, storage.AppendV2Options{}); err != nil {
 			if !errors.Is(err, storage.ErrTooOldSample) && !errors.Is(err, storage.ErrOutOfBounds) && !errors.Is(err, storage.ErrOutOfOrderSample) {
 				return errors.Join(fmt.Errorf("backfill raw append %s: %w", c.s.Labels, err), app.Rollback())
 			}

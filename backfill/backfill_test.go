@@ -175,13 +175,28 @@ var (
 // and checks every minute and hour partition against a from-scratch
 // computation.
 func TestBackfillThenPipeline(t *testing.T) {
+	t.Run("raw", func(t *testing.T) { testBackfillThenPipeline(t, false) })
+	// The pipeline runs in the same process, fed by its Tee, and the backfill
+	// appends to raw through the tee.
+	t.Run("tee", func(t *testing.T) { testBackfillThenPipeline(t, true) })
+}
+
+func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	input := history(histStart, histEnd)
 	e := openEnv(t, true)
 	cfg := DefaultConfig()
 	now := histEnd + 15*minute
 	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	p, err := downsample.New(downsample.DefaultConfig(), downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := e.targets()
+	if viaTee {
+		targets.RawAppendable = p.Tee(e.raw)
+	}
 	var phases []string
-	res, err := Run(context.Background(), cfg, input, e.targets(), func(p Progress) {
+	res, err := Run(context.Background(), cfg, input, targets, func(p Progress) {
 		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 			phases = append(phases, p.Phase)
 		}
@@ -215,10 +230,6 @@ func TestBackfillThenPipeline(t *testing.T) {
 	}
 
 	// The pipeline takes over from raw.
-	p, err := downsample.New(downsample.DefaultConfig(), downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := p.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -383,7 +383,7 @@ func (b *hourBuffer) all() []*tiers.SeriesWindows {
 // the hour is re-read only when it had some.
 func (p *Pipeline) flushMinutes(ctx context.Context, h int64, b *hourBuffer) error {
 	var series []tiers.SeriesWindows
-	if b != nil && p.flushFromMemory(h) {
+	if fromMemory := p.flushFromMemory(h); b != nil && fromMemory {
 		p.bufMu.Lock()
 		for _, s := range b.all() {
 			series = append(series, *s)
