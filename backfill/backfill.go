@@ -76,8 +76,8 @@ type Targets struct {
 	// downsample pipeline fed by it runs in the same process: appends that
 	// bypass the tee would be missing from its minute partitions.
 	RawAppendable storage.AppendableV2
-	Minute downsample.MinuteTier
-	Hour   downsample.PartitionWriter
+	Minute        downsample.MinuteTier
+	Hour          downsample.PartitionWriter
 }
 
 // Progress is reported after every partition and every raw commit.
