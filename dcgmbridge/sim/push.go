@@ -20,8 +20,8 @@ import (
 // PushOptions configures the remote-write push loop.
 type PushOptions struct {
 	URL string
-	// Interval is the model time between two pushes and, unless Now is nil,
-	// the wall-clock pacing between them (default 15s).
+	// Interval is the model time between two pushes (default 15s); Pace
+	// decides how much wall time passes between them.
 	Interval time.Duration
 	// Duration bounds the run in model time (default: until ctx ends).
 	Duration time.Duration
@@ -51,9 +51,9 @@ type PushStats struct {
 	Retries        int
 }
 
-// errPushRejected marks a 4xx other than 429: the receiver will never accept
+// ErrPushRejected marks a 4xx other than 429: the receiver will never accept
 // that body, so it is dropped and not retried.
-var errPushRejected = errors.New("remote write rejected")
+var ErrPushRejected = errors.New("remote write rejected")
 
 type pushMetrics struct {
 	requests *prometheus.CounterVec
@@ -95,7 +95,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // the model and sends every live series' sample as RW 1.0 (protobuf, snappy).
 // 429 and 5xx are retried with bounded exponential backoff; other 4xx drop
 // the request. It returns when Duration of model time is covered or ctx ends
-// (ctx's end is not an error).
+// (ctx's end is not an error); the error reports dropped samples, wrapping
+// the last failure (errors.Is(err, ErrPushRejected) for a 4xx).
 func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error) {
 	var st PushStats
 	if o.URL == "" {
@@ -125,9 +126,17 @@ func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error
 	m := newPushMetrics(o.Registerer)
 	start := c.Now()
 	e := newEmitter()
+	var lastErr error
+	// A run that dropped samples reports it, wrapping the last failure.
+	result := func() (PushStats, error) {
+		if st.SamplesDropped > 0 {
+			return st, fmt.Errorf("push: %d of %d samples dropped: %w", st.SamplesDropped, st.SamplesDropped+st.SamplesSent, lastErr)
+		}
+		return st, nil
+	}
 	for t := start; o.Duration <= 0 || !t.After(start.Add(o.Duration)); t = t.Add(o.Interval) {
 		if ctx.Err() != nil {
-			return st, nil
+			return result()
 		}
 		batches := c.collect(e, t, o.MaxSamplesPerSend)
 		for _, wr := range batches {
@@ -141,20 +150,21 @@ func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error
 				st.SamplesSent += n
 				m.samples.Add(float64(n))
 			case ctx.Err() != nil:
-				return st, nil
+				return result()
 			default:
 				st.SamplesDropped += n
 				m.dropped.Add(float64(n))
+				lastErr = err
 				o.Logger.Warn("remote write dropped", "samples", n, "err", err)
 			}
 		}
 		if o.Pace != nil {
 			if err := o.Pace(ctx, o.Interval); err != nil {
-				return st, nil //nolint:nilerr // the context ending is the normal way to stop a push loop
+				return result() // the context ending is the normal way to stop a push loop
 			}
 		}
 	}
-	return st, nil
+	return result()
 }
 
 // collect steps to t and returns the live series (and stale markers for
@@ -190,7 +200,7 @@ func (c *Cluster) sendWithRetry(ctx context.Context, o PushOptions, m *pushMetri
 	for attempt := 0; ; attempt++ {
 		retryAfter, err := c.sendOnce(ctx, o, m, body)
 		st.Requests++
-		if err == nil || errors.Is(err, errPushRejected) || attempt >= o.MaxRetries || ctx.Err() != nil {
+		if err == nil || errors.Is(err, ErrPushRejected) || attempt >= o.MaxRetries || ctx.Err() != nil {
 			return err
 		}
 		st.Retries++
@@ -209,11 +219,11 @@ func (c *Cluster) sendWithRetry(ctx context.Context, o PushOptions, m *pushMetri
 }
 
 // sendOnce posts one body; it returns a retryable error for 429, 5xx and
-// transport errors, errPushRejected for other 4xx.
+// transport errors, ErrPushRejected for other 4xx.
 func (c *Cluster) sendOnce(ctx context.Context, o PushOptions, m *pushMetrics, body []byte) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(body))
 	if err != nil {
-		return 0, fmt.Errorf("%w: build request: %w", errPushRejected, err)
+		return 0, fmt.Errorf("%w: build request: %w", ErrPushRejected, err)
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
 	req.Header.Set("Content-Encoding", "snappy")
@@ -239,6 +249,6 @@ func (c *Cluster) sendOnce(ctx context.Context, o PushOptions, m *pushMetrics, b
 		}
 		return ra, fmt.Errorf("remote write status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	default:
-		return 0, fmt.Errorf("%w: status %d: %s", errPushRejected, resp.StatusCode, bytes.TrimSpace(msg))
+		return 0, fmt.Errorf("%w: status %d: %s", ErrPushRejected, resp.StatusCode, bytes.TrimSpace(msg))
 	}
 }

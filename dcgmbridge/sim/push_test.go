@@ -113,8 +113,8 @@ func TestPushDropsOnClientError(t *testing.T) {
 	defer srv.Close()
 	c := mustNew(t, Config{Nodes: 1, GPUsPerNode: 1})
 	st, err := c.PushWith(context.Background(), PushOptions{URL: srv.URL, Interval: time.Second, Duration: time.Second, MinBackoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, ErrPushRejected) {
+		t.Fatalf("error %v, want ErrPushRejected", err)
 	}
 	if st.Retries != 0 || st.SamplesSent != 0 || st.SamplesDropped == 0 {
 		t.Errorf("stats %+v: a 400 must be dropped, never retried", st)
