@@ -64,6 +64,15 @@ func benchRequestV2(nSeries, nSamples int) *writev2.Request {
 
 const benchSamples = 2000
 
+// reportSamples reports throughput per wall-clock second and, where the
+// platform tells, per CPU-second of the whole process (see processCPU).
+func reportSamples(b *testing.B, samples int, cpu time.Duration) {
+	b.ReportMetric(float64(samples)/b.Elapsed().Seconds(), "samples/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(samples)/cpu.Seconds(), "samples/cpu-s")
+	}
+}
+
 // BenchmarkDecodeV1 compares our decoder with prompb's generated Unmarshal on
 // the same 2,000-series, one-sample-each request (Prometheus' default
 // max_samples_per_send).
@@ -76,23 +85,25 @@ func BenchmarkDecodeV1(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
 		var d Decoder
+		cpu0 := processCPU()
 		for b.Loop() {
 			if _, err := d.DecodeV1(data); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(benchSamples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		reportSamples(b, benchSamples*b.N, processCPU()-cpu0)
 	})
 	b.Run("prompb", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
+		cpu0 := processCPU()
 		for b.Loop() {
 			var wr prompb.WriteRequest
 			if err := wr.Unmarshal(data); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(benchSamples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		reportSamples(b, benchSamples*b.N, processCPU()-cpu0)
 	})
 }
 
@@ -107,23 +118,25 @@ func BenchmarkDecodeV2(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
 		var d Decoder
+		cpu0 := processCPU()
 		for b.Loop() {
 			if _, err := d.DecodeV2(data); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(benchSamples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		reportSamples(b, benchSamples*b.N, processCPU()-cpu0)
 	})
 	b.Run("prompb", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
+		cpu0 := processCPU()
 		for b.Loop() {
 			var req writev2.Request
 			if err := req.Unmarshal(data); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(benchSamples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		reportSamples(b, benchSamples*b.N, processCPU()-cpu0)
 	})
 }
 
@@ -184,6 +197,7 @@ func BenchmarkDecodeAppend(b *testing.B) {
 				}
 			}
 			i := groups
+			var cpu time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
 				g, round := i%groups, i/groups
@@ -191,12 +205,14 @@ func BenchmarkDecodeAppend(b *testing.B) {
 				b.StopTimer()
 				r, w := prepare(base.UnixMilli()+int64(round)*1000, g)
 				b.StartTimer()
+				cpu0 := processCPU()
 				h.ServeHTTP(w, r)
+				cpu += processCPU() - cpu0
 				if w.Code != 204 {
 					b.Fatalf("status %d: %s", w.Code, w.Body)
 				}
 			}
-			b.ReportMetric(float64(benchSamples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+			reportSamples(b, benchSamples*b.N, cpu)
 		})
 	}
 }

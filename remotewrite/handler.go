@@ -221,7 +221,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 		}, []string{"version", "code"}),
 		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_remotewrite_rejected_total",
-			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written.",
+			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written (a series rejected without any counts as one).",
 		}, []string{"reason"}),
 		samples: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_remotewrite_samples_total",

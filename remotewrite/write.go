@@ -74,9 +74,9 @@ func (h *Handler) rejectElems(res *writeResult, reason string, elements int, err
 	if len(res.msgs) < maxErrorsKept {
 		res.msgs = append(res.msgs, err.Error())
 	}
-	if elements > 0 {
-		h.m.rejected.WithLabelValues(reason).Add(float64(elements))
-	}
+	// A series rejected without any element in it (an empty RW 2.0 series)
+	// counts as one, so that its reason shows in the metric.
+	h.m.rejected.WithLabelValues(reason).Add(float64(max(elements, 1)))
 }
 
 // write appends a decoded request in one storage transaction: the valid part
@@ -86,14 +86,17 @@ func (h *Handler) rejectElems(res *writeResult, reason string, elements int, err
 func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *writeState) *writeResult {
 	res := &st.res
 	*res = writeResult{msgs: res.msgs[:0]}
+	var nSamples, nHistograms, nExemplars int
 	for i := range req.Series {
 		s := &req.Series[i]
-		n := len(s.Samples) + len(s.Histograms) + len(s.Exemplars)
-		res.received += n
-		h.m.samples.Add(float64(len(s.Samples)))
-		h.m.histograms.Add(float64(len(s.Histograms)))
-		h.m.exemplars.Add(float64(len(s.Exemplars)))
+		nSamples += len(s.Samples)
+		nHistograms += len(s.Histograms)
+		nExemplars += len(s.Exemplars)
 	}
+	res.received = nSamples + nHistograms + nExemplars
+	h.m.samples.Add(float64(nSamples))
+	h.m.histograms.Add(float64(nHistograms))
+	h.m.exemplars.Add(float64(nExemplars))
 	for _, m := range req.Metadata {
 		h.meta.Set(m.Family, m.Metadata)
 	}
