@@ -276,6 +276,13 @@ func (p *Pipeline) tick(ctx context.Context) error {
 			continue
 		}
 		if err := p.extend(ctx, h, p.mark, stop); err != nil {
+			// Some series may already hold windows of [mark, stop): start the
+			// hour over, and re-read it from raw at flush in any case.
+			p.bufMu.Lock()
+			delete(p.open, h)
+			p.bufMu.Unlock()
+			p.forceReread(h)
+			p.mark = h
 			return err
 		}
 		p.mark = stop

@@ -737,3 +737,48 @@ func TestRunStops(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// failingSource fails the raw query number failAt.
+type failingSource struct {
+	Source
+	n, failAt int
+}
+
+func (f *failingSource) Querier(mint, maxt int64) (storage.Querier, error) {
+	f.n++
+	if f.n == f.failAt {
+		return nil, errors.New("injected raw read failure")
+	}
+	return f.Source.Querier(mint, maxt)
+}
+
+// TestPipelineReadFailure makes one incremental raw read fail and checks that
+// the pipeline neither loses nor duplicates windows.
+func TestPipelineReadFailure(t *testing.T) {
+	start := testStart + 2*HourRes
+	w := genWorkload(start, start+2*HourRes+30*MinuteRes, 10_000)
+	raw := openTestRaw(t)
+	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+	clock := &testClock{t: time.UnixMilli(start)}
+	src := &failingSource{Source: FromRaw(raw), failAt: 40}
+	p, err := New(DefaultConfig(), src, minute, hour, nil, prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := w.deliveries[len(w.deliveries)-1].at
+	if err := run(t, p, raw, w, clock, start-1, end, false); err == nil {
+		t.Fatal("the injected failure did not surface")
+	}
+	for _, s := range p.OpenWindows() {
+		for i := 1; i < len(s.Windows); i++ {
+			if s.Windows[i].Start <= s.Windows[i-1].Start {
+				t.Fatalf("%s: duplicate or unordered open windows after a failed read", s.Labels)
+			}
+		}
+	}
+	_, rawMax, _ := FromRaw(raw).Bounds()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkTiers(t, w, minute, hour, rawMax-DefaultConfig().Lateness.Milliseconds())
+}

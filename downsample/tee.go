@@ -270,3 +270,13 @@ func (p *Pipeline) flushFromMemory(h int64) bool {
 	delete(p.tap.late, h)
 	return p.tap.enabled && !late && !p.cfg.RereadOnFlush
 }
+
+// forceReread makes hour h's flush re-read raw, whether or not the tee fed it.
+func (p *Pipeline) forceReread(h int64) {
+	p.tap.mu.Lock()
+	defer p.tap.mu.Unlock()
+	if p.tap.late == nil {
+		p.tap.late = map[int64]struct{}{}
+	}
+	p.tap.late[h] = struct{}{}
+}
