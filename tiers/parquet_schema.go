@@ -8,6 +8,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -55,9 +56,6 @@ type parquetRow struct {
 	Stale      bool    `parquet:"stale"`
 }
 
-// curatedLabels are the label names with their own column, in column order.
-var curatedLabels = []string{"job", "instance", "namespace", "pod", "container", "model_name", "engine", "gpu", "UUID", "modelName", "Hostname", "le"}
-
 // seriesRowTemplate fills the label columns of a row for one series; the window
 // fields are set per row by fillWindow.
 func seriesRowTemplate(lbls labels.Labels) (parquetRow, error) {
@@ -66,7 +64,7 @@ func seriesRowTemplate(lbls labels.Labels) (parquetRow, error) {
 		return parquetRow{}, fmt.Errorf("encode labels %s: %w", lbls, err)
 	}
 	return parquetRow{
-		MetricName: lbls.Get(labels.MetricName),
+		MetricName: lbls.Get(model.MetricNameLabel),
 		Job:        lbls.Get("job"),
 		Instance:   lbls.Get("instance"),
 		Namespace:  lbls.Get("namespace"),
@@ -114,7 +112,7 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 		if len(s.Windows) == 0 {
 			continue
 		}
-		if s.Labels.Get(labels.MetricName) == "" {
+		if s.Labels.Get(model.MetricNameLabel) == "" {
 			return nil, fmt.Errorf("series %s has no metric name", s.Labels)
 		}
 		tmpl, err := seriesRowTemplate(s.Labels)

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -23,6 +24,12 @@ import (
 // or bloom filter. Only the columns needed to rebuild windows are decoded (the
 // curated label columns are for analysts and are never read here).
 func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labels.Matcher) ([]SeriesWindows, error) {
+	return r.selectColumns(ctx, mint, maxt, nil, matchers)
+}
+
+// selectColumns is Select decoding only the named aggregate columns (nil: all);
+// the others read as zero in the returned windows.
+func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[string]bool, matchers []*labels.Matcher) ([]SeriesWindows, error) {
 	r.mu.RLock()
 	closed := r.closed
 	r.mu.RUnlock()
@@ -30,6 +37,7 @@ func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labe
 		return nil, ErrClosed
 	}
 	sel := newRollupSelector(mint, maxt, matchers)
+	sel.need = need
 	for _, p := range r.partitionsOverlapping(mint, maxt) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("select %s tier: %w", r.cfg.Name, err)
@@ -69,6 +77,7 @@ type rollupSelector struct {
 	nameEq     *parquet.Value // metric name equality matcher, for pruning
 	nameEqStr  string
 	labelsOnly bool
+	need       map[string]bool // aggregate columns to decode; nil: all
 
 	// byKey maps the `labels` column text to an index into series, or -1
 	// when the series does not match.
@@ -87,7 +96,7 @@ type rollupSelector struct {
 func newRollupSelector(mint, maxt int64, ms []*labels.Matcher) *rollupSelector {
 	s := &rollupSelector{mint: mint, maxt: maxt, matchers: ms, byKey: map[string]int32{}}
 	for _, m := range ms {
-		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			v := parquet.ByteArrayValue([]byte(m.Value))
 			s.nameEq, s.nameEqStr = &v, m.Value
 		}
@@ -201,33 +210,45 @@ func (s *rollupSelector) readRowGroup(rg parquet.RowGroup, c rollupColumns) erro
 	if !matched || s.labelsOnly {
 		return nil
 	}
-	if s.start, err = readInt64s(chunks[c.start], s.start[:0], &s.values); err != nil {
-		return fmt.Errorf("read start: %w", err)
-	}
-	if s.firstT, err = readInt64s(chunks[c.firstT], s.firstT[:0], &s.values); err != nil {
-		return fmt.Errorf("read first_ts: %w", err)
-	}
-	if s.lastT, err = readInt64s(chunks[c.lastT], s.lastT[:0], &s.values); err != nil {
-		return fmt.Errorf("read last_ts: %w", err)
-	}
-	if s.count, err = readInt64s(chunks[c.count], s.count[:0], &s.values); err != nil {
-		return fmt.Errorf("read count: %w", err)
-	}
+	n := len(s.idx)
+	// Columns a query does not need are not decoded; they read as zero.
+	zero := func(col string) bool { return s.need != nil && !s.need[col] }
 	for _, x := range []struct {
-		col int
-		dst *[]float64
-	}{{c.sum, &s.sum}, {c.min, &s.mn}, {c.max, &s.mx}, {c.first, &s.first}, {c.last, &s.last}, {c.increase, &s.increase}} {
-		if *x.dst, err = readDoubles(chunks[x.col], (*x.dst)[:0], &s.values); err != nil {
-			return fmt.Errorf("read column %d: %w", x.col, err)
+		name string
+		col  int
+		dst  *[]int64
+	}{{"start", c.start, &s.start}, {"first_ts", c.firstT, &s.firstT}, {"last_ts", c.lastT, &s.lastT}, {"count", c.count, &s.count}} {
+		if x.name != "start" && zero(x.name) {
+			*x.dst = zeroed(*x.dst, n)
+			continue
+		}
+		if *x.dst, err = readInt64s(chunks[x.col], (*x.dst)[:0], &s.values); err != nil {
+			return fmt.Errorf("read %s: %w", x.name, err)
 		}
 	}
-	if s.resets, err = readInt32s(chunks[c.resets], s.resets[:0], &s.values); err != nil {
+	for _, x := range []struct {
+		name string
+		col  int
+		dst  *[]float64
+	}{{"sum", c.sum, &s.sum}, {"min", c.min, &s.mn}, {"max", c.max, &s.mx}, {"first", c.first, &s.first}, {"last", c.last, &s.last}, {"increase", c.increase, &s.increase}} {
+		if zero(x.name) {
+			*x.dst = zeroed(*x.dst, n)
+			continue
+		}
+		if *x.dst, err = readDoubles(chunks[x.col], (*x.dst)[:0], &s.values); err != nil {
+			return fmt.Errorf("read %s: %w", x.name, err)
+		}
+	}
+	if zero("resets") {
+		s.resets = zeroed(s.resets, n)
+	} else if s.resets, err = readInt32s(chunks[c.resets], s.resets[:0], &s.values); err != nil {
 		return fmt.Errorf("read resets: %w", err)
 	}
-	if s.stale, err = readBools(chunks[c.stale], s.stale[:0], &s.values); err != nil {
+	if zero("stale") {
+		s.stale = zeroed(s.stale, n)
+	} else if s.stale, err = readBools(chunks[c.stale], s.stale[:0], &s.values); err != nil {
 		return fmt.Errorf("read stale: %w", err)
 	}
-	n := len(s.idx)
 	for _, l := range []int{len(s.start), len(s.firstT), len(s.lastT), len(s.count), len(s.sum), len(s.mn), len(s.mx), len(s.first), len(s.last), len(s.increase), len(s.resets), len(s.stale)} {
 		if l != n {
 			return fmt.Errorf("column lengths differ: %d vs %d", l, n)
@@ -370,7 +391,7 @@ func readColumn[T any](cc parquet.ColumnChunk, dst []T, vals *[]parquet.Value, f
 			}
 			if n == 0 {
 				parquet.Release(p)
-				return dst, fmt.Errorf("page read made no progress")
+				return dst, errors.New("page read made no progress")
 			}
 		}
 		parquet.Release(p)
@@ -420,4 +441,10 @@ func readBools(cc parquet.ColumnChunk, dst []bool, vals *[]parquet.Value) ([]boo
 		n, err := r.ReadBooleans(b)
 		return n, err, true
 	}, parquet.Value.Boolean)
+}
+
+func zeroed[T any](s []T, n int) []T {
+	s = slices.Grow(s[:0], n)[:n]
+	clear(s)
+	return s
 }

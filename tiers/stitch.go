@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
@@ -84,8 +85,12 @@ type segment struct {
 	lo, hi int64
 }
 
-// rawStart is the oldest time the raw tier serves: its oldest sample rounded
-// up to a whole minute, so that the minute tier's windows never overlap it.
+// rawStart is the oldest time the raw tier serves. When the minute tier holds
+// the window that raw's oldest sample falls in, it is that sample rounded up to
+// a whole minute, so that the minute tier's windows never overlap raw (that
+// window's raw data is partly deleted already). Otherwise raw serves from its
+// oldest sample: rounding up would hide the first partial minute of a fresh
+// raw tier, whose window no rollup holds yet.
 func (s *Stitched) rawStart() int64 {
 	if s.raw == nil {
 		return math.MaxInt64
@@ -95,7 +100,11 @@ func (s *Stitched) rawStart() int64 {
 		return math.MaxInt64
 	}
 	const m = int64(time.Minute / time.Millisecond)
-	return ceilDiv(mint, m) * m
+	up := ceilDiv(mint, m) * m
+	if _, mHi, ok := tierBounds(s.minute); ok && mHi >= up {
+		return up
+	}
+	return mint
 }
 
 func ceilDiv(a, b int64) int64 {
@@ -254,7 +263,7 @@ func (q *stitchedQuerier) selectRaw(ctx context.Context, sg segment, hints *stor
 	for set.Next() {
 		sr := set.At()
 		if !noted && qmint < sg.lo && startsWithHistogram(sr) {
-			annots.Add(fmt.Errorf("%w: strata: native histograms are kept in the raw tier only; %s has no data before %s", annotations.PromQLInfo, sr.Labels().Get(labels.MetricName), time.UnixMilli(sg.lo).UTC().Format(time.RFC3339)))
+			annots.Add(fmt.Errorf("%w: strata: native histograms are kept in the raw tier only; %s has no data before %s", annotations.PromQLInfo, sr.Labels().Get(model.MetricNameLabel), time.UnixMilli(sg.lo).UTC().Format(time.RFC3339)))
 			noted = true
 		}
 		out = append(out, &stitchedSeries{lbls: sr.Labels(), parts: []seriesPart{{raw: sr, lo: sg.lo, hi: sg.hi}}})
@@ -281,7 +290,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sws, err := r.Select(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, ms...)
+	sws, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, columnsFor(mode), ms)
 	if err != nil {
 		return nil, err
 	}
@@ -455,3 +464,30 @@ func (c *stitchedChunkQuerier) LabelNames(ctx context.Context, hints *storage.La
 }
 
 func (c *stitchedChunkQuerier) Close() error { return c.q.Close() }
+
+// columnsFor lists the aggregate columns a mode's samples are made of, so a
+// query decodes only those (plus the labels and start columns).
+func columnsFor(mode aggMode) map[string]bool {
+	cols := map[string]bool{"last_ts": true, "stale": true}
+	switch mode {
+	case modeMin:
+		cols["min"] = true
+	case modeMax:
+		cols["max"] = true
+	case modeSum:
+		cols["sum"] = true
+	case modeAvg:
+		cols["sum"], cols["count"] = true, true
+	case modeCount:
+		cols["first_ts"], cols["count"], cols["sum"] = true, true, true
+	case modeCounter:
+		for _, c := range []string{"first_ts", "count", "first", "last", "increase", "resets"} {
+			cols[c] = true
+		}
+	case modeDelta:
+		cols["first_ts"], cols["count"], cols["first"], cols["last"] = true, true, true, true
+	default:
+		cols["last"] = true
+	}
+	return cols
+}

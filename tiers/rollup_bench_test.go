@@ -1,0 +1,312 @@
+package tiers_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// fleetSeries is one series of the GPU-fleet mix used for size figures: 60 %
+// DCGM-like gauges (slow integers, noisy floats), 40 % vLLM-like counters
+// and classic-histogram buckets, with realistic label sets.
+type fleetSeries struct {
+	lbls labels.Labels
+	kind int // 0 slow int gauge, 1 noisy float gauge, 2 counter, 3 float counter (histogram _sum)
+	rng  *rand.Rand
+	v    float64
+	inc  int
+}
+
+func fleetMix(n int) []*fleetSeries {
+	out := make([]*fleetSeries, n)
+	dcgm := n * 6 / 10
+	dcgmNames := []string{"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_MEM_COPY_UTIL"}
+	dcgmKind := []int{0, 1, 1, 0, 0, 0}
+	les := []string{"0.3", "0.5", "0.8", "1", "1.5", "2", "2.5", "5", "10", "15", "20", "+Inf"}
+	for i := range out {
+		s := &fleetSeries{rng: rand.New(rand.NewPCG(uint64(i), 7))} //nolint:gosec // deterministic test data
+		if i < dcgm {
+			gpu, m := i/6, i%6
+			node := gpu / 8
+			s.lbls = labels.FromStrings("__name__", dcgmNames[m], "gpu", fmt.Sprint(gpu%8), "UUID", fmt.Sprintf("GPU-%08x-1c2d-4e5f-a6b7-%012x", gpu*2654435761, gpu),
+				"Hostname", fmt.Sprintf("gpu-node-%03d", node), "instance", fmt.Sprintf("10.0.%d.%d:9400", node/250, node%250), "job", "dcgm-exporter",
+				"modelName", "NVIDIA H100 80GB HBM3", "device", fmt.Sprintf("nvidia%d", gpu%8), "pci_bus_id", fmt.Sprintf("00000000:%02X:00.0", 0x18+gpu%8))
+			s.kind = dcgmKind[m]
+			s.v = float64(s.rng.IntN(80)) + 10
+			if m == 4 {
+				s.v = 40000 + float64(s.rng.IntN(30000))
+			}
+			s.inc = m
+		} else {
+			j := i - dcgm
+			inst, m := j/16, j%16
+			base := []string{"model_name", "meta-llama/Llama-3.1-70B-Instruct", "engine", "0", "instance", fmt.Sprintf("10.1.%d.%d:8000", inst/250, inst%250), "job", "vllm"}
+			switch {
+			case m < 12:
+				s.lbls = labels.FromStrings(append([]string{"__name__", "vllm:e2e_request_latency_seconds_bucket", "le", les[m]}, base...)...)
+				s.kind, s.inc = 2, 2+m
+			case m == 12:
+				s.lbls = labels.FromStrings(append([]string{"__name__", "vllm:e2e_request_latency_seconds_sum"}, base...)...)
+				s.kind = 3
+			case m == 13:
+				s.lbls = labels.FromStrings(append([]string{"__name__", "vllm:e2e_request_latency_seconds_count"}, base...)...)
+				s.kind, s.inc = 2, 14
+			case m == 14:
+				s.lbls = labels.FromStrings(append([]string{"__name__", "vllm:request_success_total"}, base...)...)
+				s.kind, s.inc = 2, 14
+			default:
+				s.lbls = labels.FromStrings(append([]string{"__name__", "vllm:generation_tokens_total"}, base...)...)
+				s.kind, s.inc = 2, 4000
+			}
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// next advances the series by one sampling interval of step seconds.
+func (s *fleetSeries) next(step float64) float64 {
+	switch s.kind {
+	case 0: // integer gauge that moves now and then
+		if s.rng.Float64() < 0.05*step {
+			s.v = max(0, s.v+float64(s.rng.IntN(7)-3))
+		}
+	case 1: // noisy float: power in W with mW resolution, SM activity ratio
+		if s.inc == 2 {
+			s.v = math.Round(s.rng.Float64()*1e6) / 1e6
+		} else {
+			s.v = math.Round((350+40*s.rng.NormFloat64())*1000) / 1000
+		}
+	case 2:
+		if s.rng.Float64() < 1e-5*step {
+			s.v = 0 // a restart
+		}
+		s.v += float64(s.rng.IntN(s.inc*int(step) + 1))
+	case 3:
+		s.v += s.rng.ExpFloat64() * step
+	}
+	return s.v
+}
+
+// TestRollupSizeRatios measures bytes per raw sample of raw TSDB blocks and
+// of minute and hour Parquet files for the same 2,000-series fleet mix at 1 s
+// and 15 s sampling, and checks the targets (1 s: minute <= raw/8, hour <=
+// raw/300; 15 s: minute <= raw, hour <= raw/50). The figures are in
+// docs/format/minute.md.
+func TestRollupSizeRatios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates tens of millions of samples")
+	}
+	const nSeries = 2000
+	cases := []struct {
+		name           string
+		step           time.Duration
+		rawHours       int
+		maxMin, maxHou float64 // targets as ratios to raw
+	}{
+		{"1s", time.Second, 2, 1.0 / 8, 1.0 / 300},
+		{"15s", 15 * time.Second, 6, 1, 1.0 / 50},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stepMs := tc.step.Milliseconds()
+			rawEnd := testT0 + int64(tc.rawHours)*hourMs
+			// Raw: append the first rawHours in time order, then cut a block.
+			cfg := tiers.DefaultRawConfig(t.TempDir())
+			cfg.Retention = 30 * 24 * time.Hour
+			raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = raw.Close() }()
+			gens := fleetMix(nSeries)
+			var rawSamples int64
+			for ts := testT0; ts < rawEnd; ts += stepMs {
+				app := raw.Appender(context.Background())
+				for _, g := range gens {
+					if _, err := app.Append(0, g.lbls, ts, g.next(tc.step.Seconds())); err != nil {
+						t.Fatal(err)
+					}
+					rawSamples++
+				}
+				if err := app.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := raw.DB().CompactHead(tsdb.NewRangeHead(raw.DB().Head(), testT0, rawEnd-1)); err != nil {
+				t.Fatal(err)
+			}
+			var rawBytes int64
+			for _, b := range raw.DB().Blocks() {
+				rawBytes += dirBytes(t, b.Dir())
+			}
+			// Rollups: the same generators, replayed per series over a whole
+			// day; minute partitions for the raw hours, one hour partition
+			// for the day.
+			minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
+			hour := openTestRollup(t, tiers.DefaultHourConfig(t.TempDir()), nil)
+			minuteParts := make([][]tiers.SeriesWindows, tc.rawHours)
+			var hourSeries []tiers.SeriesWindows
+			gens = fleetMix(nSeries)
+			buf := make([]chunks.Sample, 0, dayMs/stepMs)
+			for _, g := range gens {
+				buf = buf[:0]
+				for ts := testT0; ts < testT0+dayMs; ts += stepMs {
+					buf = append(buf, sample{ts, g.next(tc.step.Seconds())})
+				}
+				mws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(g.lbls, buf).Iterator(nil), downsample.MinuteRes, testT0, testT0+dayMs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for h := range minuteParts {
+					lo := h * 60
+					minuteParts[h] = append(minuteParts[h], tiers.SeriesWindows{Labels: g.lbls, Windows: mws[lo : lo+60]})
+				}
+				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes)})
+			}
+			for h, p := range minuteParts {
+				if err := minute.WritePartition(testT0+int64(h)*hourMs, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := hour.WritePartition(testT0, hourSeries); err != nil {
+				t.Fatal(err)
+			}
+			var minuteBytes int64
+			for _, p := range minute.Partitions() {
+				minuteBytes += p.Bytes
+			}
+			hourBytes := hour.Partitions()[0].Bytes
+			daySamples := int64(nSeries) * (dayMs / stepMs)
+			rawBPS := float64(rawBytes) / float64(rawSamples)
+			minBPS := float64(minuteBytes) / float64(rawSamples)
+			hourBPS := float64(hourBytes) / float64(daySamples)
+			t.Logf("%s sampling, %d series: raw %.3f B/sample (%d samples, %d B); minute %.4f B/raw sample = 1/%.1f of raw (%d B for %d h); hour %.5f B/raw sample = 1/%.0f of raw (%d B for 24 h)",
+				tc.name, nSeries, rawBPS, rawSamples, rawBytes, minBPS, rawBPS/minBPS, minuteBytes, tc.rawHours, hourBPS, rawBPS/hourBPS, hourBytes)
+			if minBPS > rawBPS*tc.maxMin {
+				t.Errorf("minute tier %.4f B/sample exceeds target %.4f", minBPS, rawBPS*tc.maxMin)
+			}
+			if hourBPS > rawBPS*tc.maxHou {
+				t.Errorf("hour tier %.5f B/sample exceeds target %.5f", hourBPS, rawBPS*tc.maxHou)
+			}
+		})
+	}
+}
+
+func dirBytes(t testing.TB, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			n += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// writeSyntheticTier fills a rollup tier with nSeries gauge series of windows
+// for days days (one window per resolution step), straight from a formula:
+// the query benchmarks measure reading and PromQL, not the rollup pipeline.
+func writeSyntheticTier(b *testing.B, r *tiers.Rollup, nSeries, days int) {
+	b.Helper()
+	cfg := r.Config()
+	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
+	lbls := make([]labels.Labels, nSeries)
+	for i := range lbls {
+		lbls[i] = labels.FromStrings("__name__", "DCGM_FI_DEV_GPU_UTIL", "gpu", fmt.Sprint(i%8), "Hostname", fmt.Sprintf("gpu-node-%03d", i/8), "job", "dcgm-exporter")
+	}
+	for p := testT0; p < testT0+int64(days)*dayMs; p += plen {
+		series := make([]tiers.SeriesWindows, nSeries)
+		for i := range series {
+			ws := make([]tiers.Window, 0, plen/res)
+			for s := p; s < p+plen; s += res {
+				v := 50 + 40*math.Sin(float64(s)/3.6e6+float64(i))
+				ws = append(ws, tiers.Window{Start: s, FirstT: s, LastT: s + res - 1000, Count: uint32(res / 1000), Sum: v * float64(res/1000), Min: v - 5, Max: v + 5, First: v - 1, Last: v})
+			}
+			series[i] = tiers.SeriesWindows{Labels: lbls[i], Windows: ws}
+		}
+		if err := r.WritePartition(p, series); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchmarkRangeQuery(b *testing.B, s *tiers.Stitched, qs string, start, end int64, step time.Duration, wantSeries int) {
+	b.Helper()
+	engine := newTestEngine()
+	b.ReportAllocs()
+	for b.Loop() {
+		qry, err := engine.NewRangeQuery(context.Background(), s, nil, qs, time.UnixMilli(start), time.UnixMilli(end), step)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res := qry.Exec(context.Background())
+		if res.Err != nil {
+			b.Fatal(res.Err)
+		}
+		m, err := res.Matrix()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(m) != wantSeries || len(m[0].Floats) == 0 {
+			b.Fatalf("got %d series", len(m))
+		}
+		qry.Close()
+	}
+}
+
+// BenchmarkQueryMinuteTier30d: a 30-day range query at a 5 m step over 1,000
+// series served by the minute tier (720 hourly partition files).
+func BenchmarkQueryMinuteTier30d(b *testing.B) {
+	minute := openTestRollup(b, tiers.DefaultMinuteConfig(b.TempDir()), nil)
+	writeSyntheticTier(b, minute, 1000, 30)
+	s := tiers.NewStitched(nil, minute, nil)
+	benchmarkRangeQuery(b, s, `DCGM_FI_DEV_GPU_UTIL`, testT0+5*minMs, testT0+30*dayMs, 5*time.Minute, 1000)
+}
+
+// BenchmarkQueryHourTier365d: a 365-day range query at a 1 h step over 1,000
+// series served by the hour tier (365 daily partition files).
+func BenchmarkQueryHourTier365d(b *testing.B) {
+	hour := openTestRollup(b, tiers.DefaultHourConfig(b.TempDir()), nil)
+	writeSyntheticTier(b, hour, 1000, 365)
+	s := tiers.NewStitched(nil, nil, hour)
+	benchmarkRangeQuery(b, s, `DCGM_FI_DEV_GPU_UTIL`, testT0+hourMs, testT0+365*dayMs, time.Hour, 1000)
+}
+
+// BenchmarkRollupSelectHourPartition: decoding one day of hour windows for 2,000 series.
+func BenchmarkRollupSelectHourPartition(b *testing.B) {
+	hour := openTestRollup(b, tiers.DefaultHourConfig(b.TempDir()), nil)
+	writeSyntheticTier(b, hour, 2000, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := hour.Select(context.Background(), testT0, testT0+dayMs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != 2000 {
+			b.Fatalf("got %d series", len(got))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2000*24), "ns/window")
+}
