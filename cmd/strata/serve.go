@@ -168,6 +168,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 
 	srv.stitched = tiers.NewStitched(srv.raw, srv.minute, srv.hour, tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta)))
+	if err := srv.stitched.RegisterMetrics(reg); err != nil {
+		return nil, err
+	}
 	srv.api, err = query.New(cfg.query(), srv.stitched, srv.meta, logger.With("component", "query"), reg)
 	if err != nil {
 		return nil, err
@@ -180,6 +183,7 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	s.api.Register(mux)
 	mux.Handle("/api/v1/write", s.write)
+	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
