@@ -81,7 +81,12 @@ type rollupSelector struct {
 
 	// byKey maps the `labels` column text to an index into series, or -1
 	// when the series does not match.
-	byKey  map[string]int32
+	byKey map[string]int32
+	// byID maps series_id to the same index as byKey, or idAmbiguous when
+	// two label sets share the id (a hash collision: rows are then mapped
+	// by their labels).
+	byID   map[int64]int32
+	ids    []int64
 	series []SeriesWindows
 
 	// column buffers reused across row groups
@@ -94,7 +99,7 @@ type rollupSelector struct {
 }
 
 func newRollupSelector(mint, maxt int64, ms []*labels.Matcher) *rollupSelector {
-	s := &rollupSelector{mint: mint, maxt: maxt, matchers: ms, byKey: map[string]int32{}}
+	s := &rollupSelector{mint: mint, maxt: maxt, matchers: ms, byKey: map[string]int32{}, byID: map[int64]int32{}}
 	for _, m := range ms {
 		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			v := parquet.ByteArrayValue([]byte(m.Value))
@@ -149,7 +154,7 @@ func (s *rollupSelector) readFile(ctx context.Context, path string) (err error) 
 }
 
 type rollupColumns struct {
-	name, labels, start, firstT, lastT, count, sum, min, max, first, last, increase, resets, stale int
+	name, labels, seriesID, start, firstT, lastT, count, sum, min, max, first, last, increase, resets, stale int
 }
 
 func lookupColumns(sch *parquet.Schema) (rollupColumns, error) {
@@ -158,7 +163,7 @@ func lookupColumns(sch *parquet.Schema) (rollupColumns, error) {
 		name string
 		dst  *int
 	}{
-		{"metric_name", &c.name}, {"labels", &c.labels}, {"start", &c.start}, {"first_ts", &c.firstT}, {"last_ts", &c.lastT},
+		{"metric_name", &c.name}, {"labels", &c.labels}, {"series_id", &c.seriesID}, {"start", &c.start}, {"first_ts", &c.firstT}, {"last_ts", &c.lastT},
 		{"count", &c.count}, {"sum", &c.sum}, {"min", &c.min}, {"max", &c.max}, {"first", &c.first}, {"last", &c.last},
 		{"increase", &c.increase}, {"resets", &c.resets}, {"stale", &c.stale},
 	} {
@@ -200,11 +205,23 @@ func (s *rollupSelector) readRowGroup(rg parquet.RowGroup, c rollupColumns) erro
 		return nil
 	}
 	chunks := rg.ColumnChunks()
-	// The labels column first: it tells which rows belong to matching series,
-	// and a row group without any is not decoded further.
-	idx, matched, err := s.readSeriesIndex(chunks[c.labels], s.idx[:0])
-	if err != nil {
-		return fmt.Errorf("read labels column: %w", err)
+	// Which rows belong to matching series, first; a row group without any
+	// is not decoded further. series_id (a hash of the labels) is cheap to
+	// decode: when every id in the row group is already known from an
+	// earlier row group or file, the labels column is not read at all.
+	var err error
+	if s.ids, err = readInt64s(chunks[c.seriesID], s.ids[:0], &s.values); err != nil {
+		return fmt.Errorf("read series_id: %w", err)
+	}
+	idx, matched, known := s.indexByID(s.idx[:0])
+	if !known {
+		if idx, matched, err = s.readSeriesIndex(chunks[c.labels], s.idx[:0]); err != nil {
+			return fmt.Errorf("read labels column: %w", err)
+		}
+		if len(idx) != len(s.ids) {
+			return fmt.Errorf("labels column has %d rows, series_id %d", len(idx), len(s.ids))
+		}
+		s.learnIDs(idx)
 	}
 	s.idx = idx
 	if !matched || s.labelsOnly {
@@ -266,6 +283,41 @@ func (s *rollupSelector) readRowGroup(rg parquet.RowGroup, c rollupColumns) erro
 		})
 	}
 	return nil
+}
+
+const idAmbiguous = int32(-2)
+
+// indexByID maps rows to series indexes through s.ids alone; known is false
+// when some id is new or ambiguous and the labels column must be read.
+func (s *rollupSelector) indexByID(dst []int32) (idx []int32, matched, known bool) {
+	prevID, prevIdx := int64(0), int32(-1)
+	for i, id := range s.ids {
+		if i == 0 || id != prevID {
+			si, ok := s.byID[id]
+			if !ok || si == idAmbiguous {
+				return dst, false, false
+			}
+			prevID, prevIdx = id, si
+		}
+		if prevIdx >= 0 {
+			matched = true
+		}
+		dst = append(dst, prevIdx)
+	}
+	return dst, matched, true
+}
+
+// learnIDs records the series index of each row's id after a labels-based mapping.
+func (s *rollupSelector) learnIDs(idx []int32) {
+	for i, id := range s.ids {
+		si, ok := s.byID[id]
+		switch {
+		case !ok:
+			s.byID[id] = idx[i]
+		case si != idx[i]:
+			s.byID[id] = idAmbiguous
+		}
+	}
 }
 
 // readSeriesIndex maps each row of the labels column to a series index (-1
