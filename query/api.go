@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -75,7 +76,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		return nil, fmt.Errorf("query config: %w", err)
 	}
 	if q == nil {
-		return nil, fmt.Errorf("query API needs a queryable")
+		return nil, errors.New("query API needs a queryable")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

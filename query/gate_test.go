@@ -61,7 +61,9 @@ func TestQueryGate(t *testing.T) {
 		},
 		{
 			name: "request deadline", timeout: time.Hour,
-			ctx:     func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 20*time.Millisecond) },
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 20*time.Millisecond)
+			},
 			wantErr: promql.ErrQueryTimeout("query queue"), wantReason: "timeout_in_queue",
 		},
 		{

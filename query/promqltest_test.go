@@ -21,10 +21,6 @@ var promqlSkips = map[string]string{
 	"testdata/start_timestamps.test": "raw tier does not store start timestamps (st-storage)",
 }
 
-// promqlSlowUnderShort are the files skipped under -short only, to keep the
-// CI's short run well under two minutes on two cores; the full run has them.
-var promqlSlowUnderShort = map[string]string{}
-
 // skippingTB runs RunBuiltinTestsWithStorage's per-file subtests, turning the
 // files named in skips into skipped subtests that say why.
 type skippingTB struct {
@@ -66,16 +62,8 @@ func TestPromQLAcceptance(t *testing.T) {
 		}
 	})
 
-	skips := map[string]string{}
-	for name, reason := range promqlSkips {
-		skips[name] = reason
-	}
-	if testing.Short() {
-		for name, reason := range promqlSlowUnderShort {
-			skips[name] = reason + " (-short)"
-		}
-	}
-	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: skips}, api.Engine(), newRawTestStorage)
+	// The whole suite takes about 30 s on two cores, so -short runs it all.
+	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, api.Engine(), newRawTestStorage)
 	t.Logf("PromQL acceptance suite took %s", time.Since(start).Round(time.Millisecond))
 }
 

@@ -2,6 +2,7 @@ package query
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -120,7 +121,7 @@ func TestRemoteRead(t *testing.T) {
 		for {
 			var msg prompb.ChunkedReadResponse
 			err := reader.NextProto(&msg)
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
