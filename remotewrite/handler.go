@@ -254,6 +254,9 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 			Help: "Body bytes (compressed plus decompressed) reserved by in-flight requests.",
 		}, func() float64 { return float64(h.inflightBytes.Load()) }),
 	}
+	for _, r := range rejectionReasons {
+		h.m.rejected.WithLabelValues(r)
+	}
 	return h, nil
 }
 
@@ -320,13 +323,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Headers first: a 415 must not depend on reading or decoding the body.
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "snappy") {
-		h.reject(w, versionUnknown, httpError{http.StatusUnsupportedMediaType, "unsupported_media_type",
+		h.reject(w, versionUnknown, httpError{http.StatusUnsupportedMediaType, ReasonUnsupportedMedia,
 			fmt.Errorf("unsupported Content-Encoding %q, want snappy", ce)})
 		return
 	}
 	ver, err := parseContentType(r.Header.Get("Content-Type"))
 	if err != nil {
-		h.reject(w, versionUnknown, httpError{http.StatusUnsupportedMediaType, "unsupported_media_type", err})
+		h.reject(w, versionUnknown, httpError{http.StatusUnsupportedMediaType, ReasonUnsupportedMedia, err})
 		return
 	}
 	defer func() { h.m.duration.WithLabelValues(ver.label()).Observe(h.now().Sub(start).Seconds()) }()

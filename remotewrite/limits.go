@@ -36,7 +36,18 @@ const (
 	ReasonDuplicateTimestamp   = "duplicate_timestamp"
 	ReasonBadHistogram         = "bad_histogram"
 	ReasonBadExemplar          = "bad_exemplar"
+	ReasonUnsupportedMedia     = "unsupported_media_type"
 )
+
+// rejectionReasons lists every reason, so that each series of
+// strata_remotewrite_rejected_total exists at 0 from the start: rate() and
+// dashboards then see "no rejections" rather than "no data".
+var rejectionReasons = []string{
+	ReasonBodyTooLarge, ReasonDecompressedTooLarge, ReasonBadSnappy, ReasonBadProtobuf, ReasonOverload,
+	ReasonTooManyLabels, ReasonLabelNameTooLong, ReasonLabelValueTooLong, ReasonInvalidLabels, ReasonMissingName,
+	ReasonDuplicateLabel, ReasonBadSymbolRef, ReasonEmptySeries, ReasonTooFarInFuture, ReasonTooOld,
+	ReasonOutOfOrder, ReasonDuplicateTimestamp, ReasonBadHistogram, ReasonBadExemplar, ReasonUnsupportedMedia,
+}
 
 // Validation errors returned by Limits' checks. The handler wraps them with the
 // series they concern; callers match them with errors.Is.
