@@ -191,7 +191,7 @@ type scrapeMetrics struct {
 // Run may be called once; Close stops it and MUST be called.
 type Scraper struct {
 	cfg     SourcesConfig
-	app     storage.Appendable
+	app     storage.AppendableV2
 	logger  *slog.Logger
 	now     func() time.Time
 	client  *http.Client
@@ -224,7 +224,7 @@ func WithHTTPClient(c *http.Client) ScraperOption {
 
 // NewScraper validates cfg and prepares one loop per target. It logs a
 // warning for a dcgm target scraped faster than dcgm-exporter collects.
-func NewScraper(cfg SourcesConfig, app storage.Appendable, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time, opts ...ScraperOption) (*Scraper, error) {
+func NewScraper(cfg SourcesConfig, app storage.AppendableV2, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time, opts ...ScraperOption) (*Scraper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -429,7 +429,7 @@ func classifyNetErr(err error) string {
 // one transaction: all of it or nothing.
 func (l *scrapeLoop) appendAll(ctx context.Context, exp *Exposition, now time.Time) (err error) {
 	ts := now.UnixMilli()
-	app := l.s.app.Appender(ctx)
+	app := l.s.app.AppenderV2(ctx)
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, app.Rollback())
@@ -437,7 +437,7 @@ func (l *scrapeLoop) appendAll(ctx context.Context, exp *Exposition, now time.Ti
 	}()
 	cur := make(map[uint64]labels.Labels, len(exp.Samples))
 	for _, smp := range exp.Samples {
-		if _, err := app.Append(0, smp.Labels, ts, smp.Value); err != nil {
+		if _, err := app.Append(0, smp.Labels, 0, ts, smp.Value, nil, nil, storage.AOptions{}); err != nil {
 			return fmt.Errorf("append %s: %w", truncate(smp.Labels.String()), err)
 		}
 		cur[smp.Labels.Hash()] = smp.Labels
@@ -446,7 +446,7 @@ func (l *scrapeLoop) appendAll(ctx context.Context, exp *Exposition, now time.Ti
 		if _, ok := cur[h]; ok {
 			continue
 		}
-		if _, err := app.Append(0, lset, ts, math.Float64frombits(value.StaleNaN)); err != nil && !isStaleAppendIgnorable(err) {
+		if _, err := app.Append(0, lset, 0, ts, math.Float64frombits(value.StaleNaN), nil, nil, storage.AOptions{}); err != nil && !isStaleAppendIgnorable(err) {
 			return fmt.Errorf("append stale marker %s: %w", truncate(lset.String()), err)
 		}
 	}
@@ -462,9 +462,9 @@ func (l *scrapeLoop) markStale(ctx context.Context, now time.Time) {
 	if len(l.prev) == 0 {
 		return
 	}
-	app := l.s.app.Appender(ctx)
+	app := l.s.app.AppenderV2(ctx)
 	for _, lset := range l.prev {
-		if _, err := app.Append(0, lset, now.UnixMilli(), math.Float64frombits(value.StaleNaN)); err != nil && !isStaleAppendIgnorable(err) {
+		if _, err := app.Append(0, lset, 0, now.UnixMilli(), math.Float64frombits(value.StaleNaN), nil, nil, storage.AOptions{}); err != nil && !isStaleAppendIgnorable(err) {
 			l.s.logger.Warn("append stale marker", "target", l.t.Name, "err", err)
 		}
 	}
@@ -484,7 +484,7 @@ func isStaleAppendIgnorable(err error) bool {
 // appendHealth writes up, scrape_duration_seconds and scrape_samples_scraped.
 func (l *scrapeLoop) appendHealth(ctx context.Context, now time.Time, up float64, dur time.Duration, samples int) {
 	ts := now.UnixMilli()
-	app := l.s.app.Appender(ctx)
+	app := l.s.app.AppenderV2(ctx)
 	b := labels.NewBuilder(l.target)
 	for _, m := range []struct {
 		name string
@@ -495,7 +495,7 @@ func (l *scrapeLoop) appendHealth(ctx context.Context, now time.Time, up float64
 		{"scrape_samples_scraped", float64(samples)},
 	} {
 		b.Set(model.MetricNameLabel, m.name)
-		if _, err := app.Append(0, b.Labels(), ts, m.v); err != nil {
+		if _, err := app.Append(0, b.Labels(), 0, ts, m.v, nil, nil, storage.AOptions{}); err != nil {
 			l.s.logger.Warn("append health series", "target", l.t.Name, "series", m.name, "err", err)
 			_ = app.Rollback() // already failing; the warning above says why
 			return
