@@ -16,6 +16,7 @@ func main() {
 
 	serve := newServeCommand(app)
 	simulate := newSimulateCommand(app)
+	bf := newBackfillCommand(app)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -26,6 +27,8 @@ func main() {
 	switch cmd {
 	case serve.cmd.FullCommand():
 		runErr = serve.run()
+	case bf.cmd.FullCommand():
+		runErr = bf.run(promslog.New(serve.logConfig))
 	case simulate.cmd.FullCommand():
 		runErr = simulate.run(promslog.New(serve.logConfig))
 	}

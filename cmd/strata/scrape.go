@@ -31,7 +31,7 @@ func (s *server) startScraper(ctx context.Context, addr string) error {
 		return nil
 	}
 	client := &http.Client{Transport: &inProcessTransport{host: selfHost, handler: s.metricsHandler(), next: http.DefaultTransport}}
-	scr, err := dcgmbridge.NewScraper(cfg, s.raw, s.logger.With("component", "scrape"), s.reg, time.Now,
+	scr, err := dcgmbridge.NewScraper(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now,
 		dcgmbridge.WithValidator(s.write.Limits()), dcgmbridge.WithHTTPClient(client))
 	if err != nil {
 		return err

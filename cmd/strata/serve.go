@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/query"
@@ -81,6 +82,7 @@ type server struct {
 	hour     *tiers.Rollup
 	rollup   *downsample.Pipeline
 	stitched *tiers.Stitched
+	rawApp   storage.AppendableV2 // the raw tier through the rollup pipeline's tee
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
 	api      *query.API
@@ -156,13 +158,16 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 	// Closed before the tiers it writes (closers run in reverse order).
 	srv.closer = append(srv.closer, srv.rollup.Close)
+	// Every writer of the raw tier appends through the pipeline's tee, which
+	// hands committed samples to the rollups so they need not re-read raw.
+	srv.rawApp = srv.rollup.Tee(srv.raw)
 
 	srv.meta, err = remotewrite.OpenMetadataStore(filepath.Join(cfg.Storage.Path, "metadata.json"))
 	if err != nil {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.meta.Save)
-	srv.write, err = remotewrite.NewHandler(cfg.remoteWrite(), srv.raw, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
+	srv.write, err = remotewrite.NewHandler(cfg.remoteWrite(), srv.rawApp, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +288,7 @@ func (s *server) serve(ctx context.Context) error {
 // and scraping (Strata's own /metrics included).
 func (s *server) startBackground(ctx context.Context, addr string) error {
 	ext := &url.URL{Scheme: "http", Host: addr}
-	stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.stitched, s.raw, ext,
+	stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.stitched, s.rawApp, ext,
 		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	config_util "github.com/prometheus/common/config"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/prompb"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage/remote"
+
+	"github.com/strata-dev/strata/backfill"
+	"github.com/strata-dev/strata/tiers"
+)
+
+type backfillCommand struct {
+	cmd          *kingpin.CmdClause
+	configFile   string
+	storagePath  string
+	files        []string
+	readURL      string
+	match        string
+	from, to     string
+	progressFile string
+	noProgress   bool
+}
+
+func newBackfillCommand(app *kingpin.Application) *backfillCommand {
+	c := &backfillCommand{cmd: app.Command("backfill", "Import historical samples into the tiers: what raw can take goes to raw, older data straight into minute and hour rollups. Run it while strata serve is stopped.")}
+	c.cmd.Flag("config.file", "Strata configuration file (for storage path and retentions).").StringVar(&c.configFile)
+	c.cmd.Flag("storage.path", "Directory holding every tier (overrides the configuration).").StringVar(&c.storagePath)
+	c.cmd.Arg("file", "OpenMetrics (.om, .openmetrics) or Prometheus text files with a timestamp on every sample.").StringsVar(&c.files)
+	c.cmd.Flag("remote-read.url", "Read the history from a Prometheus-compatible remote-read endpoint instead, e.g. http://prometheus:9090/api/v1/read.").StringVar(&c.readURL)
+	c.cmd.Flag("remote-read.match", "Series selector for --remote-read.url.").Default(`{__name__=~".+"}`).StringVar(&c.match)
+	c.cmd.Flag("remote-read.from", "Start of the range to read (RFC 3339 or a duration before now, e.g. 30d).").Default("7d").StringVar(&c.from)
+	c.cmd.Flag("remote-read.to", "End of the range to read (RFC 3339, or a duration before now; 0s is now).").Default("0s").StringVar(&c.to)
+	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
+	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
+	return c
+}
+
+func (c *backfillCommand) run(logger *slog.Logger) (err error) {
+	cfg, err := loadConfig(c.configFile)
+	if err != nil {
+		return err
+	}
+	if c.storagePath != "" {
+		cfg.Storage.Path = c.storagePath
+	}
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	if (len(c.files) == 0) == (c.readURL == "") {
+		return errors.New("give either input files or --remote-read.url")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var input []backfill.Series
+	if c.readURL != "" {
+		input, err = c.remoteRead(ctx)
+	} else {
+		input, err = c.readFiles()
+	}
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, s := range input {
+		n += len(s.Samples)
+	}
+	logger.Info("read backfill input", "series", len(input), "samples", n)
+
+	reg := prometheus.NewRegistry() // tiers' metrics are not served by this command
+	rawCfg := tiers.DefaultRawConfig(filepath.Join(cfg.Storage.Path, "raw"))
+	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
+	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
+	raw, err := tiers.OpenRaw(rawCfg, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, raw.Close()) }()
+	minuteCfg := tiers.DefaultMinuteConfig(filepath.Join(cfg.Storage.Path, "minute"))
+	minuteCfg.Retention = time.Duration(cfg.Storage.Minute.Retention)
+	minute, err := tiers.OpenRollup(minuteCfg, logger, reg, time.Now)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, minute.Close()) }()
+	hourCfg := tiers.DefaultHourConfig(filepath.Join(cfg.Storage.Path, "hour"))
+	hourCfg.Retention = time.Duration(cfg.Storage.Hour.Retention)
+	hour, err := tiers.OpenRollup(hourCfg, logger, reg, time.Now)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, hour.Close()) }()
+
+	bcfg := backfill.DefaultConfig()
+	bcfg.RawRetention = time.Duration(cfg.Storage.Raw.Retention)
+	bcfg.HourRetention = time.Duration(cfg.Storage.Hour.Retention)
+	bcfg.ProgressFile = c.progressFile
+	if bcfg.ProgressFile == "" {
+		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")
+	}
+	bar := &progressBar{w: os.Stderr, off: c.noProgress}
+	res, err := backfill.Run(ctx, bcfg, input, backfill.Targets{Raw: raw, Minute: minute, Hour: hour}, bar.update)
+	bar.finish()
+	if err != nil {
+		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
+	}
+	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
+		"raw_samples", res.RawSamples, "dropped_samples", res.DroppedSamples)
+	return nil
+}
+
+func (c *backfillCommand) readFiles() ([]backfill.Series, error) {
+	var out []backfill.Series
+	for _, f := range c.files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read backfill input: %w", err)
+		}
+		ct := "text/plain"
+		if ext := strings.ToLower(filepath.Ext(f)); ext == ".om" || ext == ".openmetrics" || strings.HasPrefix(string(b), "# TYPE") && strings.Contains(string(b), "# EOF") {
+			ct = "application/openmetrics-text"
+		}
+		s, err := backfill.ParseText(b, ct)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, s...)
+	}
+	return out, nil
+}
+
+// remoteRead reads [from, to] of the series matching c.match from a
+// Prometheus-compatible remote-read endpoint with Prometheus' own client.
+func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, error) {
+	now := time.Now()
+	from, err := parseTimeOrAgo(c.from, now)
+	if err != nil {
+		return nil, fmt.Errorf("--remote-read.from: %w", err)
+	}
+	to, err := parseTimeOrAgo(c.to, now)
+	if err != nil {
+		return nil, fmt.Errorf("--remote-read.to: %w", err)
+	}
+	matchers, err := parser.NewParser(parser.Options{}).ParseMetricSelector(c.match)
+	if err != nil {
+		return nil, fmt.Errorf("--remote-read.match: %w", err)
+	}
+	u, err := url.Parse(c.readURL)
+	if err != nil {
+		return nil, fmt.Errorf("--remote-read.url: %w", err)
+	}
+	client, err := remote.NewReadClient("backfill", &remote.ClientConfig{
+		URL:                   &config_util.URL{URL: u},
+		Timeout:               model.Duration(5 * time.Minute),
+		ChunkedReadLimit:      1 << 30,
+		AcceptedResponseTypes: []prompb.ReadRequest_ResponseType{prompb.ReadRequest_STREAMED_XOR_CHUNKS, prompb.ReadRequest_SAMPLES},
+	})
+	if err != nil {
+		return nil, err
+	}
+	pm, err := remote.ToQuery(from.UnixMilli(), to.UnixMilli(), matchers, nil)
+	if err != nil {
+		return nil, err
+	}
+	set, err := client.Read(ctx, pm, false)
+	if err != nil {
+		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
+	}
+	var out []backfill.Series
+	for set.Next() {
+		s := set.At()
+		bs := backfill.Series{Labels: s.Labels()}
+		it := s.Iterator(nil)
+		for vt := it.Next(); vt != 0; vt = it.Next() {
+			if vt.String() != "float" {
+				continue // native histograms are not backfilled (they are raw-only)
+			}
+			t, v := it.At()
+			bs.Samples = append(bs.Samples, backfill.Sample{T: t, V: v})
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+		if len(bs.Samples) > 0 {
+			out = append(out, bs)
+		}
+	}
+	if err := set.Err(); err != nil {
+		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
+	}
+	return out, nil
+}
+
+// parseTimeOrAgo reads RFC 3339, or a Prometheus duration meaning that long before now.
+func parseTimeOrAgo(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := model.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 nor a duration", s)
+	}
+	return now.Add(-time.Duration(d)), nil
+}
+
+// progressBar draws a one-line progress bar on a terminal (or any writer).
+type progressBar struct {
+	w     io.Writer
+	off   bool
+	last  time.Time
+	drawn bool
+}
+
+func (b *progressBar) update(p backfill.Progress) {
+	if b.off || time.Since(b.last) < 100*time.Millisecond && p.Done != p.Total {
+		return
+	}
+	b.last = time.Now()
+	const width = 40
+	filled := width
+	if p.Total > 0 {
+		filled = width * p.Done / p.Total
+	}
+	fmt.Fprintf(b.w, "\r%-6s [%s%s] %d/%d  partitions %d written, %d kept  raw samples %d  dropped %d ",
+		p.Phase, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), p.Done, p.Total,
+		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.DroppedSamples)
+	b.drawn = true
+}
+
+func (b *progressBar) finish() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}
