@@ -24,12 +24,15 @@ import (
 // or bloom filter. Only the columns needed to rebuild windows are decoded (the
 // curated label columns are for analysts and are never read here).
 func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labels.Matcher) ([]SeriesWindows, error) {
-	return r.selectColumns(ctx, mint, maxt, nil, matchers)
+	return r.selectColumns(ctx, mint, maxt, nil, matchers, 0, 0)
 }
 
 // selectColumns is Select decoding only the named aggregate columns (nil: all);
 // the others read as zero in the returned windows.
-func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[string]bool, matchers []*labels.Matcher) ([]SeriesWindows, error) {
+//
+// thinStep > 0 keeps per series only the latest window before each time
+// thinOrigin + k*thinStep.
+func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[string]bool, matchers []*labels.Matcher, thinStep, thinOrigin int64) ([]SeriesWindows, error) {
 	r.mu.RLock()
 	closed := r.closed
 	r.mu.RUnlock()
@@ -38,7 +41,12 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[s
 	}
 	sel := newRollupSelector(mint, maxt, matchers)
 	sel.need = need
-	for _, p := range r.partitionsOverlapping(mint, maxt) {
+	sel.thinStep, sel.thinOrigin = thinStep, thinOrigin
+	parts := r.partitionsOverlapping(mint, maxt)
+	res := r.cfg.Resolution.Milliseconds()
+	expect := min(int64(len(parts))*r.cfg.PartitionLength.Milliseconds(), satAdd(maxt-mint, res)) / max(res, thinStep)
+	sel.capHint = int(min(expect+1, 1<<20))
+	for _, p := range parts {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("select %s tier: %w", r.cfg.Name, err)
 		}
@@ -78,6 +86,10 @@ type rollupSelector struct {
 	nameEqStr  string
 	labelsOnly bool
 	need       map[string]bool // aggregate columns to decode; nil: all
+	// thinStep > 0 keeps, per series, only the latest window before each
+	// evaluation time thinOrigin + k*thinStep (plain selectors at a coarse step).
+	thinStep, thinOrigin int64
+	capHint              int // expected windows per series, to size slices once
 
 	// byKey maps the `labels` column text to an index into series, or -1
 	// when the series does not match.
@@ -276,11 +288,21 @@ func (s *rollupSelector) readRowGroup(rg parquet.RowGroup, c rollupColumns) erro
 			continue
 		}
 		sw := &s.series[si]
-		sw.Windows = append(sw.Windows, Window{
+		w := Window{
 			Start: s.start[i], FirstT: s.firstT[i], LastT: s.lastT[i], Count: uint32(s.count[i]), //nolint:gosec // written from a uint32
 			Sum: s.sum[i], Min: s.mn[i], Max: s.mx[i], First: s.first[i], Last: s.last[i],
 			Increase: s.increase[i], Resets: uint32(max(s.resets[i], 0)), Stale: s.stale[i],
-		})
+		}
+		if sw.Windows == nil && s.capHint > 0 {
+			sw.Windows = make([]Window, 0, s.capHint)
+		}
+		// Thinning: of the windows whose last sample falls before the same
+		// evaluation step, only the latest can be seen by a plain selector.
+		if n := len(sw.Windows); s.thinStep > 0 && n > 0 && s.evalStep(sw.Windows[n-1].LastT) == s.evalStep(w.LastT) && w.Start > sw.Windows[n-1].Start {
+			sw.Windows[n-1] = w
+			continue
+		}
+		sw.Windows = append(sw.Windows, w)
 	}
 	return nil
 }
@@ -493,6 +515,15 @@ func readBools(cc parquet.ColumnChunk, dst []bool, vals *[]parquet.Value) ([]boo
 		n, err := r.ReadBooleans(b)
 		return n, err, true
 	}, parquet.Value.Boolean)
+}
+
+// evalStep returns the index of the first evaluation time at or after t.
+func (s *rollupSelector) evalStep(t int64) int64 {
+	d := t - s.thinOrigin
+	if d <= 0 {
+		return d / s.thinStep
+	}
+	return (d + s.thinStep - 1) / s.thinStep
 }
 
 func zeroed[T any](s []T, n int) []T {

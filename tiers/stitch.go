@@ -209,9 +209,8 @@ func (q *stitchedQuerier) Select(ctx context.Context, _ bool, hints *storage.Sel
 		return storage.EmptySeriesSet()
 	}
 	fn := ""
-	var rng int64
 	if hints != nil {
-		fn, rng = hints.Func, hints.Range
+		fn = hints.Func
 	}
 	mode := modeForFunc(fn)
 	var annots annotations.Annotations
@@ -224,9 +223,9 @@ func (q *stitchedQuerier) Select(ctx context.Context, _ bool, hints *storage.Sel
 		case TierRaw:
 			list, err = q.selectRaw(ctx, sg, hints, mint, matchers, &annots)
 		case TierMinute:
-			list, err = q.selectRollup(ctx, q.s.minute, sg, mode, rng, matchers)
+			list, err = q.selectRollup(ctx, q.s.minute, sg, mode, hints, matchers)
 		case TierHour:
-			list, err = q.selectRollup(ctx, q.s.hour, sg, mode, rng, matchers)
+			list, err = q.selectRollup(ctx, q.s.hour, sg, mode, hints, matchers)
 		}
 		if err != nil {
 			return storage.ErrSeriesSet(err)
@@ -282,15 +281,24 @@ func startsWithHistogram(sr storage.Series) bool {
 }
 
 // selectRollup returns a rollup tier's series in the segment, with their windows.
-func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segment, mode aggMode, rng int64, ms []*labels.Matcher) ([]*stitchedSeries, error) {
+func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segment, mode aggMode, hints *storage.SelectHints, ms []*labels.Matcher) ([]*stitchedSeries, error) {
 	if r == nil {
 		return nil, nil
 	}
 	res := r.cfg.Resolution.Milliseconds()
+	var rng, thinStep, thinOrigin int64
+	if hints != nil {
+		rng = hints.Range
+		if mode == modeLast && rng == 0 && hints.Step > res {
+			// A plain selector evaluated every Step (the engine selects from
+			// start-lookback+1) sees only the latest window before each step.
+			thinStep, thinOrigin = hints.Step, hints.Start-1+q.s.lookback.Milliseconds()
+		}
+	}
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sws, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, columnsFor(mode), ms)
+	sws, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, columnsFor(mode), ms, thinStep, thinOrigin)
 	if err != nil {
 		return nil, err
 	}
