@@ -63,6 +63,9 @@ var (
 	ErrMisaligned = errors.New("misaligned partition or window")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("rollup tier closed")
+	// ErrTooManyWindows is returned when a query would hold more rollup
+	// windows in memory than the stitched view allows (WithMaxWindows).
+	ErrTooManyWindows = errors.New("query selects too many rollup windows")
 )
 
 const (

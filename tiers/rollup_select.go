@@ -24,7 +24,7 @@ import (
 // or bloom filter. Only the columns needed to rebuild windows are decoded (the
 // curated label columns are for analysts and are never read here).
 func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labels.Matcher) ([]SeriesWindows, error) {
-	return r.selectColumns(ctx, mint, maxt, nil, matchers, 0, 0)
+	return r.selectColumns(ctx, mint, maxt, nil, matchers, 0, 0, 0)
 }
 
 // selectColumns is Select decoding only the named aggregate columns (nil: all);
@@ -32,7 +32,7 @@ func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labe
 //
 // thinStep > 0 keeps per series only the latest window before each time
 // thinOrigin + k*thinStep.
-func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[string]bool, matchers []*labels.Matcher, thinStep, thinOrigin int64) ([]SeriesWindows, error) {
+func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[string]bool, matchers []*labels.Matcher, thinStep, thinOrigin int64, maxWindows int) ([]SeriesWindows, error) {
 	r.mu.RLock()
 	closed := r.closed
 	r.mu.RUnlock()
@@ -42,6 +42,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[s
 	sel := newRollupSelector(mint, maxt, matchers)
 	sel.need = need
 	sel.thinStep, sel.thinOrigin = thinStep, thinOrigin
+	sel.maxWindows = maxWindows
 	parts := r.partitionsOverlapping(mint, maxt)
 	res := r.cfg.Resolution.Milliseconds()
 	expect := min(int64(len(parts))*r.cfg.PartitionLength.Milliseconds(), satAdd(maxt-mint, res)) / max(res, thinStep)
@@ -90,6 +91,7 @@ type rollupSelector struct {
 	// evaluation time thinOrigin + k*thinStep (plain selectors at a coarse step).
 	thinStep, thinOrigin int64
 	capHint              int // expected windows per series, to size slices once
+	maxWindows, nWindows int // bound on windows held in memory (0: none)
 
 	// byKey maps the `labels` column text to an index into series, or -1
 	// when the series does not match.
@@ -302,6 +304,10 @@ func (s *rollupSelector) readRowGroup(rg parquet.RowGroup, c rollupColumns) erro
 			sw.Windows[n-1] = w
 			continue
 		}
+		if s.maxWindows > 0 && s.nWindows >= s.maxWindows {
+			return fmt.Errorf("%w: more than %d", ErrTooManyWindows, s.maxWindows)
+		}
+		s.nWindows++
 		sw.Windows = append(sw.Windows, w)
 	}
 	return nil

@@ -240,3 +240,30 @@ func TestRollupRetention(t *testing.T) {
 		t.Fatalf("files left: %d", len(entries))
 	}
 }
+
+func TestStitchedMaxWindows(t *testing.T) {
+	r := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
+	lbls := labels.FromStrings("__name__", "m")
+	if err := r.WritePartition(testT0, []tiers.SeriesWindows{{Labels: lbls, Windows: sampleWindows(testT0, 60, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		max     int
+		wantErr bool
+	}{{"under the bound", 60, false}, {"over the bound", 59, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := tiers.NewStitched(nil, r, nil, tiers.WithMaxWindows(tc.max)).Querier(testT0, testT0+hourMs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = q.Close() }()
+			set := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+			for set.Next() {
+			}
+			if got := errors.Is(set.Err(), tiers.ErrTooManyWindows); got != tc.wantErr {
+				t.Fatalf("err %v, want ErrTooManyWindows: %v", set.Err(), tc.wantErr)
+			}
+		})
+	}
+}

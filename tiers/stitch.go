@@ -29,6 +29,7 @@ type Stitched struct {
 	minute, hour *Rollup
 	lookback     time.Duration
 	autoRes      bool
+	maxWindows   int
 }
 
 // StitchOption configures a Stitched.
@@ -45,6 +46,11 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 	}
 }
 
+// WithMaxWindows bounds the rollup windows one Select may hold in memory
+// (about 90 bytes each; default 20,000,000, 0 for no bound). A query past it
+// fails with ErrTooManyWindows instead of exhausting memory.
+func WithMaxWindows(n int) StitchOption { return func(s *Stitched) { s.maxWindows = max(n, 0) } }
+
 // WithAutoResolution turns on (default) or off serving coarse-step queries
 // from a coarser tier (Thanos' rule: the coarsest tier whose resolution is at
 // most step/5, capped at range/2 for rate-like functions).
@@ -53,7 +59,7 @@ func WithAutoResolution(on bool) StitchOption { return func(s *Stitched) { s.aut
 // NewStitched returns the stitched view over the three tiers. minute and hour
 // may be nil (that tier is then empty).
 func NewStitched(raw *Raw, minute, hour *Rollup, opts ...StitchOption) *Stitched {
-	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, autoRes: true}
+	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, autoRes: true, maxWindows: 20_000_000}
 	for _, o := range opts {
 		o(s)
 	}
@@ -298,7 +304,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sws, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, columnsFor(mode), ms, thinStep, thinOrigin)
+	sws, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, columnsFor(mode), ms, thinStep, thinOrigin, q.s.maxWindows)
 	if err != nil {
 		return nil, err
 	}
