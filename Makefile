@@ -45,4 +45,4 @@ fuzz: ## Fuzz the remote-write decoder for FUZZTIME (default 30s).
 
 .PHONY: lint
 lint: ## Run golangci-lint v2 with .golangci.yml.
-	$(GO) run $(GOLANGCI) run $(PKGS)
+	$(GO) run $(GOLANGCI) run --allow-parallel-runners $(PKGS)

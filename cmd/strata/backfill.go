@@ -238,7 +238,7 @@ func (b *progressBar) update(p backfill.Progress) {
 	if p.Total > 0 {
 		filled = width * p.Done / p.Total
 	}
-	fmt.Fprintf(b.w, "\r%-6s [%s%s] %d/%d  partitions %d written, %d kept  raw samples %d  dropped %d ",
+	_, _ = fmt.Fprintf(b.w, "\r%-6s [%s%s] %d/%d  partitions %d written, %d kept  raw samples %d  dropped %d ",
 		p.Phase, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), p.Done, p.Total,
 		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.DroppedSamples)
 	b.drawn = true
@@ -246,6 +246,6 @@ func (b *progressBar) update(p backfill.Progress) {
 
 func (b *progressBar) finish() {
 	if b.drawn {
-		fmt.Fprintln(b.w)
+		_, _ = fmt.Fprintln(b.w)
 	}
 }

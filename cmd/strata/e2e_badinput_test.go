@@ -147,7 +147,7 @@ func TestBadInputEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Errorf("server not healthy after bad input: %d", resp.StatusCode)
 	}
 }

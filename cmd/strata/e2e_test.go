@@ -90,7 +90,7 @@ func encodeV1(t testing.TB, series []testSeries) []byte {
 		req.Timeseries = append(req.Timeseries, ts)
 		if s.help != "" {
 			req.Metadata = append(req.Metadata, prompb.MetricMetadata{
-				MetricFamilyName: s.lbls.Get(labels.MetricName),
+				MetricFamilyName: s.lbls.Get(model.MetricNameLabel),
 				Type:             prompb.FromMetadataType(s.typ),
 				Help:             s.help,
 			})
@@ -357,7 +357,7 @@ func TestWebConfigAuth(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = resp.Body.Close()
-		if resp.StatusCode == 401 {
+		if resp.StatusCode == http.StatusUnauthorized {
 			t.Errorf("%s %s with the right password = 401", method, path)
 		}
 	}

@@ -192,16 +192,16 @@ func (s *server) handler() http.Handler {
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
-		fmt.Fprintln(w, "Strata is Healthy.")
+		_, _ = fmt.Fprintln(w, "Strata is Healthy.")
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "Strata is not ready.")
+			_, _ = fmt.Fprintln(w, "Strata is not ready.")
 			return
 		}
 		w.WriteHeader(http.StatusOK)
-		fmt.Fprintln(w, "Strata is Ready.")
+		_, _ = fmt.Fprintln(w, "Strata is Ready.")
 	})
 	if s.cfg.Web.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -211,7 +211,7 @@ func (s *server) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "Strata: Prometheus remote write at /api/v1/write, the Prometheus HTTP API at /api/v1/, metrics at /metrics.")
+		_, _ = fmt.Fprintln(w, "Strata: Prometheus remote write at /api/v1/write, the Prometheus HTTP API at /api/v1/, metrics at /metrics.")
 	})
 	return mux
 }
