@@ -92,3 +92,25 @@ func TestExternalTarget(t *testing.T) {
 		t.Fatalf("the target accepted nothing: %v", rep.Runs[0].Load.Errors)
 	}
 }
+
+// TestCompareReports prints bench.Compare of two JSON reports named by
+// STRATA_BENCH_COMPARE="a.json,b.json", until `strata bench compare` is wired.
+func TestCompareReports(t *testing.T) {
+	pair := os.Getenv("STRATA_BENCH_COMPARE")
+	if pair == "" {
+		t.Skip("set STRATA_BENCH_COMPARE=a.json,b.json to compare two reports")
+	}
+	pa, pb, ok := strings.Cut(pair, ",")
+	if !ok {
+		t.Fatalf("STRATA_BENCH_COMPARE=%q: want a.json,b.json", pair)
+	}
+	a, err := LoadReport(pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadReport(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + Compare(a, b))
+}

@@ -49,9 +49,12 @@ func DefaultQueryRanges() []time.Duration {
 // point per pixel column of a panel.
 const queryPoints = 250
 
-// StepFor is the query_range step for a range: range/250 in whole seconds.
+// StepFor is the query_range step for a range: range/250 to the
+// millisecond, so that the last evaluation falls on the range's end. A step
+// truncated to whole seconds (345 s for 24h) leaves the newest 150 s of a
+// 24h panel unevaluated, and a fresh receiver's panels came back empty.
 func StepFor(r time.Duration) time.Duration {
-	return max(time.Second, (r / queryPoints).Truncate(time.Second))
+	return max(time.Millisecond, (r / queryPoints).Truncate(time.Millisecond))
 }
 
 // RangeLatency is the latency of the dashboard at one range.

@@ -244,6 +244,19 @@ func TestQuantileAndFigure(t *testing.T) {
 	}
 }
 
+func TestStepFor(t *testing.T) {
+	for _, r := range DefaultQueryRanges() {
+		step := StepFor(r)
+		// The last evaluation, start + k*step, must be the end itself.
+		if n := r / step; n*step != r || n != queryPoints {
+			t.Errorf("range %s: step %s gives %d points ending %s before the end", r, step, n, r-n*step)
+		}
+	}
+	if got := StepFor(time.Minute); got != 240*time.Millisecond {
+		t.Errorf("StepFor(1m) = %s", got)
+	}
+}
+
 func TestParseRollupLag(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
