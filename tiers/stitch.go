@@ -314,6 +314,11 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		// every evaluation step finds one within the lookback delta.
 		fill = max(q.s.lookback.Milliseconds()/2, 1)
 	}
+	var fillStep, fillOrigin int64
+	if fill > 0 && hints != nil && hints.Step > 0 {
+		// The evaluation times are known: repeat Last exactly at them.
+		fillStep, fillOrigin = hints.Step, hints.Start-1+q.s.lookback.Milliseconds()
+	}
 	interp := int64(1)
 	if mode == modeCounter && rng > 0 {
 		// About a dozen samples per range: enough for PromQL's extrapolation
@@ -323,7 +328,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	out := make([]*stitchedSeries, 0, len(sws))
 	for _, sw := range sws {
 		out = append(out, &stitchedSeries{lbls: sw.Labels, parts: []seriesPart{{
-			windows: sw.Windows, mode: mode, res: res, fill: fill, interp: interp, lo: sg.lo, hi: sg.hi,
+			windows: sw.Windows, mode: mode, res: res, fill: fill, fillStep: fillStep, fillOrigin: fillOrigin, interp: interp, lo: sg.lo, hi: sg.hi,
 		}}})
 	}
 	return out, nil

@@ -65,8 +65,11 @@ type seriesPart struct {
 	mode    aggMode
 	res     int64 // window length, ms
 	fill    int64 // repeat Last every fill ms (0: never)
-	interp  int64 // counter windows without resets: samples per window, interpolated (<= 1: ends only)
-	lo, hi  int64
+	// fillStep > 0: repeat Last at the evaluation times fillOrigin+k*fillStep
+	// instead (range queries, whose steps are known).
+	fillStep, fillOrigin int64
+	interp               int64 // counter windows without resets: samples per window, interpolated (<= 1: ends only)
+	lo, hi               int64
 }
 
 type stitchedSeries struct {
@@ -253,7 +256,15 @@ func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
 		span *= 2
 	}
 	from := max(w.i, 0)
-	k := from + sort.Search(len(w.p.windows)-from, func(n int) bool { return w.p.windows[from+n].Start+span > t })
+	k := from
+	// Queries seek forward step by step: try the next window before a binary search.
+	switch {
+	case w.p.windows[from].Start+span > t:
+	case from+1 < len(w.p.windows) && w.p.windows[from+1].Start+span > t:
+		k = from + 1
+	default:
+		k = from + sort.Search(len(w.p.windows)-from, func(n int) bool { return w.p.windows[from+n].Start+span > t })
+	}
 	for ; k < len(w.p.windows); k++ {
 		if k != w.i {
 			w.load(k)
@@ -308,8 +319,19 @@ func windowPoints(dst []point, w Window, next *Window, p *seriesPart) []point {
 			if next != nil {
 				limit = min(limit, next.LastT)
 			}
-			for t := w.LastT + p.fill; t < limit; t += p.fill {
-				dst = append(dst, point{t, w.Last})
+			if p.fillStep > 0 {
+				d := w.LastT + 1 - p.fillOrigin
+				k := d / p.fillStep
+				if d > 0 && d%p.fillStep != 0 {
+					k++
+				}
+				for t := p.fillOrigin + k*p.fillStep; t < limit; t += p.fillStep {
+					dst = append(dst, point{t, w.Last})
+				}
+			} else {
+				for t := w.LastT + p.fill; t < limit; t += p.fill {
+					dst = append(dst, point{t, w.Last})
+				}
 			}
 		}
 	}
