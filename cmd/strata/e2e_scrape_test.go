@@ -62,11 +62,11 @@ func TestScrapeSimulatedCluster(t *testing.T) {
 	want := map[string]func(model.Vector) bool{
 		// Every simulated target scraped and up (self-scrape adds job="strata").
 		fmt.Sprintf(`count(up{job!="strata"} == 1) == %d`, len(targets)): func(v model.Vector) bool { return len(v) == 1 },
-		`count(DCGM_FI_DEV_GPU_UTIL)`:           func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
-		`count(vllm:kv_cache_usage_perc)`:       func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
-		`count(strata:gpu_sm_active:ratio)`:     func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
-		`count(strata:kv_cache_usage:ratio)`:    func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
-		`sum(strata_dcgmbridge_scrape_failures_total)`: func(v model.Vector) bool { return len(v) == 0 || v[0].Value == 0 },
+		`count(DCGM_FI_DEV_GPU_UTIL)`:                                    func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
+		`count(vllm:kv_cache_usage_perc)`:                                func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
+		`count(strata:gpu_sm_active:ratio)`:                              func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
+		`count(strata:kv_cache_usage:ratio)`:                             func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 2 },
+		`sum(strata_dcgmbridge_scrape_failures_total)`:                   func(v model.Vector) bool { return len(v) == 0 || v[0].Value == 0 },
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for len(want) > 0 && time.Now().Before(deadline) {
