@@ -529,8 +529,11 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 		if flushes := int(testutil.ToFloat64(p.m.partitions.WithLabelValues("minute"))); src.queries > flushes+1 {
 			t.Errorf("with the tee, raw was queried %d times for %d partitions", src.queries, flushes)
 		}
-	} else if src.queries < minutesComputed {
-		t.Errorf("raw queried %d times for %d minutes", src.queries, minutesComputed)
+	} else if hours := minutesComputed / 60; src.queries < hours {
+		// Without the tee every minute comes from raw; how many minutes one
+		// query covers depends on how far the watermark moved per tick, so
+		// only a floor of one read per hour computed is asserted.
+		t.Errorf("raw queried %d times for %d minutes (%d hours)", src.queries, minutesComputed, hours)
 	}
 	if n := testutil.ToFloat64(p.m.partitions.WithLabelValues("hour")); n < 1 {
 		t.Errorf("%v hour partitions written, want at least one (the run crosses midnight)", n)

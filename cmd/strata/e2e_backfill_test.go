@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	remoteapi "github.com/prometheus/client_golang/exp/api/remote"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
 )
 
 // runStrata runs a strata subcommand to completion and returns its output.
@@ -90,5 +94,45 @@ func TestBackfillEndToEnd(t *testing.T) {
 	}
 	if served := strings.Join(infos, " "); !strings.Contains(served, "hour") {
 		t.Errorf("infos %q: the 6h-step query was not served by the hour tier", served)
+	}
+}
+
+// TestBackfillFromRemoteRead copies history from one running Strata to
+// another through `strata backfill --remote-read.url` (Prometheus' remote-read
+// protocol, as any Prometheus-compatible server speaks it) and checks the
+// copy answers the same.
+func TestBackfillFromRemoteRead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("backfill end-to-end: skipped under -short")
+	}
+	src := startStrata(t, t.TempDir())
+	now := time.Now().Truncate(time.Second)
+	var series []testSeries
+	for i := range 3 {
+		s := testSeries{lbls: labels.FromStrings("__name__", "copied_total", "instance", fmt.Sprint(i))}
+		for j := range 120 {
+			s.samples = append(s.samples, prompb.Sample{Value: float64(j * (i + 1)), Timestamp: now.Add(time.Duration(j-120) * 10 * time.Second).UnixMilli()})
+		}
+		series = append(series, s)
+	}
+	if _, err := newWriteClient(t, src, remoteapi.WriteV1MessageType).Store(context.Background(), encodeV1(t, series), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := t.TempDir()
+	runStrata(t, "backfill", "--storage.path="+dst, "--no-progress-bar",
+		"--remote-read.url="+src.url("/api/v1/read"), "--remote-read.match=copied_total", "--remote-read.from=1h")
+	p := startStrata(t, dst)
+	const q = `sum by (instance) (count_over_time(copied_total[30m])) * 1000 + sum by (instance) (sum_over_time(copied_total[30m]))`
+	want, _, _, err := newAPIClient(t, src).Query(context.Background(), q, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, err := newAPIClient(t, p).Query(context.Background(), q, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() || len(got.(model.Vector)) != 3 {
+		t.Errorf("copy answers\n%v\nsource answers\n%v", got, want)
 	}
 }
