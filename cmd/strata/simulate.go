@@ -128,8 +128,7 @@ func (c *simulateCommand) run(logger *slog.Logger) error {
 		running++
 		go func() {
 			logger.Info("pushing live", "interval", c.interval, "url", c.pushURL)
-			_, err := cluster.PushWith(ctx, sim.PushOptions{URL: c.pushURL, Interval: c.interval, Duration: c.duration, Pace: sleepUntil, Logger: logger})
-			errc <- err
+			errc <- cluster.Push(ctx, c.pushURL, c.interval, c.duration)
 		}()
 	}
 	if c.listen != "" {
@@ -149,17 +148,6 @@ func (c *simulateCommand) run(logger *slog.Logger) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func sleepUntil(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func writeGroundTruth(path string, faults []sim.Fault) (err error) {
