@@ -161,20 +161,28 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int,
 		return nil
 	}
 	sortLabels(s.Labels)
-	var c labelChecker
+	// A label set found in the series cache was validated when it entered the
+	// cache (only appended series are cached, and the limits never change), so
+	// only new series pay for validation, UTF-8 checks included.
+	ls, ref, hash, cached := h.seriesLabels(s.Labels, &st.sb)
 	var name string
-	for _, l := range s.Labels {
-		c.check(lim, l.Name, l.Value)
-		if c.reason != "" {
-			break
+	if cached {
+		name = ls.Get(model.MetricNameLabel)
+	} else {
+		var c labelChecker
+		for _, l := range s.Labels {
+			c.check(lim, l.Name, l.Value)
+			if c.reason != "" {
+				break
+			}
+			if l.Name == model.MetricNameLabel {
+				name = l.Value
+			}
 		}
-		if l.Name == model.MetricNameLabel {
-			name = l.Value
+		if reason, err := c.finish(lim); err != nil {
+			h.rejectElems(res, reason, nElems, fmt.Errorf("series %s: %w", formatLabels(s.Labels), err))
+			return nil
 		}
-	}
-	if reason, err := c.finish(lim); err != nil {
-		h.rejectElems(res, reason, nElems, fmt.Errorf("series %s: %w", formatLabels(s.Labels), err))
-		return nil
 	}
 	if ver == version2 {
 		switch {
@@ -187,7 +195,6 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int,
 		}
 	}
 
-	ls, ref, hash, cached := h.seriesLabels(s.Labels, &st.sb)
 	cachedRef := ref
 	var opts storage.AppendV2Options
 	if !s.Metadata.IsEmpty() {
