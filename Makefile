@@ -36,7 +36,11 @@ test-short: ## Quick loop: skip crash, soak and long fuzz tests.
 	$(GO) test -short $(PKGS)
 
 .PHONY: bench
-bench: ## Run the Go benchmarks of the hot paths.
+bench: build ## Reference scenario: strata bench against a fresh strata serve (a few minutes); prints the report.
+	./scripts/bench.sh
+
+.PHONY: bench-go
+bench-go: ## Run the Go benchmarks of the hot paths.
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 .PHONY: fuzz

@@ -17,6 +17,7 @@ func main() {
 	serve := newServeCommand(app)
 	simulate := newSimulateCommand(app)
 	bf := newBackfillCommand(app)
+	bc := newBenchCommand(app)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -29,6 +30,8 @@ func main() {
 		runErr = serve.run()
 	case bf.cmd.FullCommand():
 		runErr = bf.run(promslog.New(serve.logConfig))
+	case bc.run.FullCommand(), bc.compare.FullCommand():
+		runErr = bc.exec(cmd, promslog.New(serve.logConfig))
 	case simulate.cmd.FullCommand():
 		runErr = simulate.run(promslog.New(serve.logConfig))
 	}

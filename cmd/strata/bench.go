@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/strata-dev/strata/bench"
+)
+
+type benchCommand struct {
+	cmd, run, compare *kingpin.CmdClause
+
+	url, protocol, name, out, timestamps string
+	series, concurrency, batch, repeats  int
+	queryRepeats, pid, extraLabels       int
+	duration, backfill                   time.Duration
+	churn                                float64
+	tierDirs                             map[string]string
+	cpuProfile, user, pass               string
+	skipQueries                          bool
+
+	a, b string
+}
+
+func newBenchCommand(app *kingpin.Application) *benchCommand {
+	c := &benchCommand{cmd: app.Command("bench", "Drive a bounded remote-write load at any receiver and measure it (docs/bench.md)."), tierDirs: map[string]string{}}
+	c.run = c.cmd.Command("run", "Run a scenario against a receiver and write a report (JSON, markdown, PNG charts).").Default()
+	c.run.Flag("url", "Remote-write URL of the receiver (Strata, Prometheus with --web.enable-remote-write-receiver, VictoriaMetrics).").Default("http://127.0.0.1:9201/api/v1/write").StringVar(&c.url)
+	c.run.Flag("protocol", "Remote-write protocol: v1 or v2.").Default("v1").EnumVar(&c.protocol, "v1", "v2")
+	c.run.Flag("series", "Active series (DCGM-, vLLM- and eBPF-like mix).").Default("10000").IntVar(&c.series)
+	c.run.Flag("extra-labels", "Constant labels added per series, to study label-size cost.").Default("0").IntVar(&c.extraLabels)
+	c.run.Flag("churn", "Percent of pods replaced every 10 minutes of simulated time.").Default("0").Float64Var(&c.churn)
+	c.run.Flag("batch", "Samples per request (Prometheus' max_samples_per_send).").Default("2000").IntVar(&c.batch)
+	c.run.Flag("concurrency", "Concurrent senders (Prometheus' shards).").Default("4").IntVar(&c.concurrency)
+	c.run.Flag("duration", "Real time each repetition lasts.").Default("1m").DurationVar(&c.duration)
+	c.run.Flag("repeats", "Repetitions; figures are medians over them.").Default("3").IntVar(&c.repeats)
+	c.run.Flag("timestamps", "wallclock (default) or interval (simulated 1 s steps, starting --backfill ago).").Default("wallclock").EnumVar(&c.timestamps, "wallclock", "interval")
+	c.run.Flag("backfill", "With --timestamps=interval, how far behind now the first samples are.").Default("0s").DurationVar(&c.backfill)
+	c.run.Flag("pid", "PID of the receiver, to read its CPU and memory from /proc (0: none).").Default("0").IntVar(&c.pid)
+	c.run.Flag("tier-dir", "tier=dir to measure bytes on disk per sample (repeatable), e.g. raw=data/raw.").StringMapVar(&c.tierDirs)
+	c.run.Flag("query-repeats", "Times each dashboard query runs per range (p50, p99).").Default("5").IntVar(&c.queryRepeats)
+	c.run.Flag("skip-queries", "Do not measure dashboard query latency.").BoolVar(&c.skipQueries)
+	c.run.Flag("cpu-profile", "Write the receiver's CPU profile (/debug/pprof/profile, strata serve --web.enable-pprof) of the first repetition here.").StringVar(&c.cpuProfile)
+	c.run.Flag("name", "Name of the report.").Default("bench").StringVar(&c.name)
+	c.run.Flag("out", "Directory for report.json, report.md and the charts.").Default("bench-report").StringVar(&c.out)
+	c.run.Flag("user", "Basic-auth user.").StringVar(&c.user)
+	c.run.Flag("password", "Basic-auth password (or STRATA_BENCH_PASSWORD).").Envar("STRATA_BENCH_PASSWORD").StringVar(&c.pass)
+
+	c.compare = c.cmd.Command("compare", "Compare two reports (JSON) figure by figure.")
+	c.compare.Arg("a", "Baseline report.json.").Required().StringVar(&c.a)
+	c.compare.Arg("b", "Report compared with it.").Required().StringVar(&c.b)
+	return c
+}
+
+func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
+	if cmd == c.compare.FullCommand() {
+		a, err := bench.LoadReport(c.a)
+		if err != nil {
+			return err
+		}
+		b, err := bench.LoadReport(c.b)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Print(bench.Compare(a, b))
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sc := bench.Scenario{
+		Name: c.name,
+		Load: bench.LoadConfig{
+			URL: c.url, Protocol: bench.Protocol(c.protocol), Series: c.series, ExtraLabels: c.extraLabels,
+			ChurnPercent: c.churn, BatchSize: c.batch, Concurrency: c.concurrency, Duration: c.duration,
+			Timestamps: c.timestamps, Backfill: c.backfill, Username: c.user, Password: c.pass,
+		},
+		Repeats:        c.repeats,
+		PID:            c.pid,
+		TierDirs:       c.tierDirs,
+		QueryRepeats:   c.queryRepeats,
+		SkipQueries:    c.skipQueries,
+		CPUProfilePath: c.cpuProfile,
+		Logger:         logger,
+	}
+	report, err := bench.Run(ctx, sc)
+	if err != nil {
+		return err
+	}
+	files, err := report.WriteFiles(c.out)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteMarkdown(os.Stdout); err != nil {
+		return err
+	}
+	_, err = fmt.Printf("\nwrote %s\n", strings.Join(files, ", "))
+	return err
+}
