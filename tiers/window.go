@@ -7,8 +7,9 @@ import "github.com/prometheus/prometheus/model/labels"
 // downsample package produces and the minute and hour tiers store; its on-disk
 // form is described in docs/format/.
 //
-// Only float samples count; stale markers end a run of samples but are not
-// aggregated (see Stale). A window with no float sample is not stored.
+// Only float samples count (NaN included, as PromQL's *_over_time count it);
+// stale markers end a run of samples but are not aggregated (see Stale). A
+// window with no float sample is not stored.
 //
 // Counter semantics follow Prometheus: a sample lower than the one before it is
 // a counter reset, after which the counter restarts from zero. Increase and
@@ -27,12 +28,15 @@ type Window struct {
 	Max    float64
 	First  float64 // value of the first sample
 	Last   float64 // value of the last sample
-	// Increase is the reset-adjusted increase from First to Last: the sum over
-	// consecutive samples of (v - prev) when v >= prev, else v.
+	// Increase is the reset-adjusted increase from First to Last, computed as
+	// PromQL does: Last - First plus the value before each reset.
 	Increase float64
 	Resets   uint32 // counter resets between First and Last
-	// Stale is true when a stale marker follows Last inside the window: the
-	// series ended there and a reader must not extend Last by lookback.
+	// Stale is true when the sample after Last is a stale marker at most
+	// downsample.StaleLookahead (5 m) later, even in a later, empty window: the
+	// series ended there and a reader must not extend Last by lookback. (A
+	// marker usually lands in the next minute, so "inside the window" would
+	// lose it and hours built from minutes would disagree with minutes.)
 	Stale bool
 }
 
