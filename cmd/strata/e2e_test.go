@@ -417,3 +417,45 @@ func TestTornWALTail(t *testing.T) {
 		t.Logf("server log:\n%s", p2.output())
 	}
 }
+
+// TestOperatorRuleFiles: rule files from the configuration are evaluated,
+// recording and alerting rules alike, without an Alertmanager.
+func TestOperatorRuleFiles(t *testing.T) {
+	dir := t.TempDir()
+	rulesPath := filepath.Join(dir, "ops.rules.yml")
+	rulesYAML := `groups:
+  - name: ops
+    interval: 1s
+    rules:
+      - record: ops:one
+        expr: vector(1)
+      - alert: AlwaysFiring
+        expr: vector(1) > 0
+        labels: {severity: none}
+`
+	if err := os.WriteFile(rulesPath, []byte(rulesYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "strata.yml")
+	if err := os.WriteFile(cfgPath, []byte("rules:\n  canonical: false\n  files: ["+rulesPath+"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgPath)
+	client := newAPIClient(t, p)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, q := range []string{`ops:one`, `ALERTS{alertname="AlwaysFiring"}`} {
+		for {
+			v, _, _, err := client.Query(context.Background(), q, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vec, ok := v.(model.Vector); ok && len(vec) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never appeared:\n%s", q, p.output())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}

@@ -59,6 +59,14 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 		Logger:       logger,
 		Registerer:   reg,
 		Parser:       parser.NewParser(parser.Options{}),
+		// Alerting rules in the operator's files are evaluated (their ALERTS
+		// series are stored) but there is no Alertmanager to send to yet; the
+		// manager calls NotifyFunc unconditionally, so it must not be nil.
+		NotifyFunc: func(_ context.Context, expr string, alerts ...*rules.Alert) {
+			if len(alerts) > 0 {
+				logger.Debug("alerts firing; no Alertmanager is configured to send them to", "expr", expr, "alerts", len(alerts))
+			}
+		},
 	})
 	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), nil); err != nil {
 		return nil, fmt.Errorf("load rule files: %w", err)
