@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/atomicfile"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -439,26 +439,8 @@ func saveProgress(path string, st progressState) (err error) {
 	if err != nil {
 		return fmt.Errorf("encode backfill progress: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".backfill-progress-*")
-	if err != nil {
-		return fmt.Errorf("write backfill progress: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return errors.Join(fmt.Errorf("write backfill progress: %w", err), f.Close())
-	}
-	if err := f.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("sync backfill progress: %w", err), f.Close())
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close backfill progress: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("install backfill progress: %w", err)
+	if err := atomicfile.WriteFile(path, b); err != nil {
+		return fmt.Errorf("save backfill progress: %w", err)
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
 // Chart file names written by WriteCharts.
@@ -116,7 +118,7 @@ func savePNG(p *plot.Plot, path string) error {
 	if err != nil {
 		return fmt.Errorf("render %s: %w", path, err)
 	}
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		_, err := wt.WriteTo(w)
 		return err
 	})

@@ -7,8 +7,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
 // DashboardQuery is one panel of the dashboard whose latency bench measures.
@@ -207,7 +207,7 @@ func captureCPUProfile(ctx context.Context, client *http.Client, baseURL, user, 
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("fetch %s: HTTP %d (is /debug/pprof enabled on the server?)", u, resp.StatusCode)
 	}
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		_, err := io.Copy(w, resp.Body)
 		return err
 	})
@@ -238,31 +238,3 @@ func basicAuth(user, pass string, rt http.RoundTripper) http.RoundTripper {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// writeFileAtomic writes path through a temp file in the same directory,
-// synced and renamed, so a failed write leaves nothing half-written.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".bench-*")
-	if err != nil {
-		return fmt.Errorf("create temp for %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err := write(f); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("rename to %s: %w", path, err)
-	}
-	return nil
-}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
 // ReportSchemaVersion is the version of the JSON report. Bump it when a field
@@ -153,7 +155,7 @@ func (r Report) WriteJSON(w io.Writer) error {
 
 // SaveJSON writes the report to path atomically.
 func (r Report) SaveJSON(path string) error {
-	return writeFileAtomic(path, r.WriteJSON)
+	return atomicfile.Write(path, r.WriteJSON)
 }
 
 // ReadReport decodes a JSON report and checks its schema version.
@@ -378,7 +380,7 @@ func (r Report) WriteFiles(dir string) ([]string, error) {
 		return nil, err
 	}
 	mdPath := filepath.Join(dir, MarkdownReportFile)
-	if err := writeFileAtomic(mdPath, r.WriteMarkdown); err != nil {
+	if err := atomicfile.Write(mdPath, r.WriteMarkdown); err != nil {
 		return nil, err
 	}
 	charts, err := r.WriteCharts(dir)

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/metadata"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
 // DefaultMaxMetadataFamilies bounds a MetadataStore opened by
@@ -201,43 +202,10 @@ func (s *MetadataStore) Save() (err error) {
 	if err != nil {
 		return fmt.Errorf("encode metadata store: %w", err)
 	}
-	return writeFileAtomic(s.path, data)
-}
-
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create temp metadata file: %w", err)
+	if err := atomicfile.WriteFile(s.path, data); err != nil {
+		return fmt.Errorf("save metadata store: %w", err)
 	}
-	closed := false
-	defer func() {
-		if err == nil {
-			return
-		}
-		if !closed {
-			err = errors.Join(err, tmp.Close())
-		}
-		err = errors.Join(err, os.Remove(tmp.Name()))
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write metadata file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync metadata file: %w", err)
-	}
-	closed = true
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close metadata file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename metadata file: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open metadata dir: %w", err)
-	}
-	return errors.Join(d.Sync(), d.Close())
+	return nil
 }
 
 // familyNames returns the sorted family names, for tests and debugging.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
 // startRules runs Prometheus' rule manager over the stitched tiers with the
@@ -42,7 +43,10 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 			return nil, fmt.Errorf("render canonical rules: %w", err)
 		}
 		path := filepath.Join(cfg.Storage.Path, "rules", "canonical.rules.yml")
-		if err := writeFileAtomic(path, yml); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("write canonical rules: %w", err)
+		}
+		if err := atomicfile.WriteFile(path, yml); err != nil {
 			return nil, fmt.Errorf("write canonical rules: %w", err)
 		}
 		files = append(files, path)
@@ -73,33 +77,4 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	}
 	go m.Run()
 	return m.Stop, nil
-}
-
-// writeFileAtomic writes data to path through a fsynced temporary file and a
-// rename, so a reader never sees half a file.
-func writeFileAtomic(path string, data []byte) (err error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
