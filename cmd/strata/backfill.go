@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,7 +135,7 @@ func (c *backfillCommand) readFiles() ([]backfill.Series, error) {
 			return nil, fmt.Errorf("read backfill input: %w", err)
 		}
 		ct := "text/plain"
-		if ext := strings.ToLower(filepath.Ext(f)); ext == ".om" || ext == ".openmetrics" || strings.HasPrefix(string(b), "# TYPE") && strings.Contains(string(b), "# EOF") {
+		if ext := strings.ToLower(filepath.Ext(f)); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(b), []byte("# EOF")) {
 			ct = "application/openmetrics-text"
 		}
 		s, err := backfill.ParseText(b, ct)
