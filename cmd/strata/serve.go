@@ -119,9 +119,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		versioncollector.NewCollector("strata"),
 	)
 	srv = &server{cfg: cfg, logger: logger, reg: reg}
+	// On error the returned srv is nil, so the deferred cleanup closes what
+	// was opened through its own reference.
+	opened := srv
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, srv.close())
+			err = errors.Join(err, opened.close())
 		}
 	}()
 
