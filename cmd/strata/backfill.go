@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/prometheus/storage/remote"
 
 	"github.com/strata-dev/strata/backfill"
-	"github.com/strata-dev/strata/tiers"
 )
 
 type backfillCommand struct {
@@ -86,28 +85,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	logger.Info("read backfill input", "series", len(input), "samples", n)
 
 	reg := prometheus.NewRegistry() // tiers' metrics are not served by this command
-	rawCfg := tiers.DefaultRawConfig(filepath.Join(cfg.Storage.Path, "raw"))
-	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
-	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
-	raw, err := tiers.OpenRaw(rawCfg, logger, reg)
+	st, err := openTiers(cfg, logger, reg, reg)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, raw.Close()) }()
-	minuteCfg := tiers.DefaultMinuteConfig(filepath.Join(cfg.Storage.Path, "minute"))
-	minuteCfg.Retention = time.Duration(cfg.Storage.Minute.Retention)
-	minute, err := tiers.OpenRollup(minuteCfg, logger, reg, time.Now)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, minute.Close()) }()
-	hourCfg := tiers.DefaultHourConfig(filepath.Join(cfg.Storage.Path, "hour"))
-	hourCfg.Retention = time.Duration(cfg.Storage.Hour.Retention)
-	hour, err := tiers.OpenRollup(hourCfg, logger, reg, time.Now)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, hour.Close()) }()
+	defer func() { err = errors.Join(err, st.close()) }()
 
 	bcfg := backfill.DefaultConfig()
 	bcfg.RawRetention = time.Duration(cfg.Storage.Raw.Retention)
@@ -117,7 +99,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")
 	}
 	bar := &progressBar{w: os.Stderr, off: c.noProgress}
-	res, err := backfill.Run(ctx, bcfg, input, backfill.Targets{Raw: raw, Minute: minute, Hour: hour}, bar.update)
+	res, err := backfill.Run(ctx, bcfg, input, backfill.Targets{Raw: st.raw, Minute: st.minute, Hour: st.hour}, bar.update)
 	bar.finish()
 	if err != nil {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)

@@ -131,27 +131,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err := os.MkdirAll(cfg.Storage.Path, 0o750); err != nil {
 		return nil, fmt.Errorf("create storage path: %w", err)
 	}
-	rawCfg := tiers.DefaultRawConfig(filepath.Join(cfg.Storage.Path, "raw"))
-	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
-	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
-	srv.raw, err = tiers.OpenRaw(rawCfg, logger, prometheus.WrapRegistererWithPrefix("strata_raw_", reg))
+	st, err := openTiers(cfg, logger, prometheus.WrapRegistererWithPrefix("strata_raw_", reg), reg)
 	if err != nil {
 		return nil, err
 	}
-	srv.closer = append(srv.closer, srv.raw.Close)
-
-	minuteCfg := tiers.DefaultMinuteConfig(filepath.Join(cfg.Storage.Path, "minute"))
-	minuteCfg.Retention = time.Duration(cfg.Storage.Minute.Retention)
-	if srv.minute, err = tiers.OpenRollup(minuteCfg, logger, reg, time.Now); err != nil {
-		return nil, err
-	}
-	srv.closer = append(srv.closer, srv.minute.Close)
-	hourCfg := tiers.DefaultHourConfig(filepath.Join(cfg.Storage.Path, "hour"))
-	hourCfg.Retention = time.Duration(cfg.Storage.Hour.Retention)
-	if srv.hour, err = tiers.OpenRollup(hourCfg, logger, reg, time.Now); err != nil {
-		return nil, err
-	}
-	srv.closer = append(srv.closer, srv.hour.Close)
+	srv.raw, srv.minute, srv.hour = st.raw, st.minute, st.hour
+	srv.closer = append(srv.closer, st.close)
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
