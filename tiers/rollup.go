@@ -220,6 +220,11 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 			if w.Start < start || w.Start >= start+length || w.Start%res != 0 || w.Count == 0 {
 				return fmt.Errorf("write %s partition %d: series %s window %d (count %d): %w", r.cfg.Name, start, s.Labels, w.Start, w.Count, ErrMisaligned)
 			}
+			// Readers derive a window's start from last_ts: both sample
+			// times must lie inside the window.
+			if w.FirstT < w.Start || w.LastT < w.FirstT || w.LastT >= w.Start+res {
+				return fmt.Errorf("write %s partition %d: series %s window %d: first/last sample times %d/%d outside the window: %w", r.cfg.Name, start, s.Labels, w.Start, w.FirstT, w.LastT, ErrMisaligned)
+			}
 		}
 	}
 	rows, err := sortedRows(series)

@@ -47,7 +47,8 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 }
 
 // WithMaxWindows bounds the rollup windows one Select may hold in memory
-// (about 90 bytes each; default 20,000,000, 0 for no bound). A query past it
+// (25 bytes each for a plain selector, up to 89 for rate-like functions;
+// default 20,000,000, 0 for no bound). A query past it
 // fails with ErrTooManyWindows instead of exhausting memory.
 func WithMaxWindows(n int) StitchOption { return func(s *Stitched) { s.maxWindows = max(n, 0) } }
 
@@ -304,7 +305,9 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sws, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, columnsFor(mode), ms, thinStep, thinOrigin, q.s.maxWindows)
+	sel, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, ms, selectOptions{
+		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -325,10 +328,11 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		// to cover the range's edges, few enough to keep long ranges cheap.
 		interp = min(max(res*12/rng, 1), 12)
 	}
-	out := make([]*stitchedSeries, 0, len(sws))
-	for _, sw := range sws {
-		out = append(out, &stitchedSeries{lbls: sw.Labels, parts: []seriesPart{{
-			windows: sw.Windows, mode: mode, res: res, fill: fill, fillStep: fillStep, fillOrigin: fillOrigin, interp: interp, lo: sg.lo, hi: sg.hi,
+	out := make([]*stitchedSeries, 0, len(sel))
+	lookback := q.s.lookback.Milliseconds()
+	for _, s := range sel {
+		out = append(out, &stitchedSeries{lbls: s.lbls, parts: []seriesPart{{
+			windows: s.ws, mode: mode, res: res, fill: fill, fillStep: fillStep, fillOrigin: fillOrigin, lookback: lookback, interp: interp, lo: sg.lo, hi: sg.hi,
 		}}})
 	}
 	return out, nil
@@ -485,28 +489,26 @@ func (c *stitchedChunkQuerier) LabelNames(ctx context.Context, hints *storage.La
 func (c *stitchedChunkQuerier) Close() error { return c.q.Close() }
 
 // columnsFor lists the aggregate columns a mode's samples are made of, so a
-// query decodes only those (plus the labels and start columns).
-func columnsFor(mode aggMode) map[string]bool {
-	cols := map[string]bool{"last_ts": true, "stale": true}
+// query decodes only those (plus the series and start columns).
+func columnsFor(mode aggMode) colSet {
+	cols := colLastT | colStale
 	switch mode {
 	case modeMin:
-		cols["min"] = true
+		cols |= colMin
 	case modeMax:
-		cols["max"] = true
+		cols |= colMax
 	case modeSum:
-		cols["sum"] = true
+		cols |= colSum
 	case modeAvg:
-		cols["sum"], cols["count"] = true, true
+		cols |= colSum | colCount
 	case modeCount:
-		cols["first_ts"], cols["count"], cols["sum"] = true, true, true
+		cols |= colFirstT | colCount | colSum
 	case modeCounter:
-		for _, c := range []string{"first_ts", "count", "first", "last", "increase", "resets"} {
-			cols[c] = true
-		}
+		cols |= colFirstT | colCount | colFirst | colLast | colIncrease | colResets
 	case modeDelta:
-		cols["first_ts"], cols["count"], cols["first"], cols["last"] = true, true, true, true
+		cols |= colFirstT | colCount | colFirst | colLast
 	default:
-		cols["last"] = true
+		cols |= colLast
 	}
 	return cols
 }

@@ -61,15 +61,18 @@ func modeForFunc(fn string) aggMode {
 // raw series or a rollup series' windows, clamped to [lo, hi).
 type seriesPart struct {
 	raw     storage.Series
-	windows []Window
+	windows windowSeq
 	mode    aggMode
 	res     int64 // window length, ms
 	fill    int64 // repeat Last every fill ms (0: never)
 	// fillStep > 0: repeat Last at the evaluation times fillOrigin+k*fillStep
 	// instead (range queries, whose steps are known).
 	fillStep, fillOrigin int64
-	interp               int64 // counter windows without resets: samples per window, interpolated (<= 1: ends only)
-	lo, hi               int64
+	// lookback is the engine's lookback delta: an evaluation time less than
+	// lookback after LastT sees Last anyway and needs no repeat.
+	lookback int64
+	interp   int64 // counter windows without resets: samples per window, interpolated (<= 1: ends only)
+	lo, hi   int64
 }
 
 type stitchedSeries struct {
@@ -85,8 +88,11 @@ func (s *stitchedSeries) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 		if p.raw != nil {
 			it.parts[i] = &rawPartIter{it: p.raw.Iterator(nil), lo: p.lo, hi: p.hi}
 		} else {
-			it.parts[i] = &windowIter{p: p, i: -1}
+			it.parts[i] = &windowIter{p: p, n: p.windows.Len(), i: -1}
 		}
+	}
+	if len(it.parts) == 1 {
+		return it.parts[0] // one tier: no concatenation to do
 	}
 	return it
 }
@@ -208,18 +214,28 @@ type point struct {
 // windowIter yields the synthetic samples of a rollup part, window by window.
 type windowIter struct {
 	p   *seriesPart
+	n   int     // windows in the part
 	i   int     // current window
+	run int     // run hint for p.windows
 	pts []point // current window's samples
 	j   int     // current sample in pts
+	// cur and next are the current window and, when filling, the one after.
+	cur, next Window
 }
 
 func (w *windowIter) load(i int) {
 	w.i, w.j = i, 0
-	var next *Window
-	if i+1 < len(w.p.windows) {
-		next = &w.p.windows[i+1]
+	if w.loadOne(i) {
+		return
 	}
-	w.pts = windowPoints(w.pts[:0], w.p.windows[i], next, w.p)
+	w.p.windows.at(i, &w.run, &w.cur)
+	var next *Window
+	if w.p.fill > 0 && i+1 < w.n { // only filling looks ahead
+		hint := w.run
+		w.p.windows.at(i+1, &hint, &w.next)
+		next = &w.next
+	}
+	w.pts = windowPoints(w.pts[:0], &w.cur, next, w.p)
 	// The first and last windows may straddle the part's bounds (a query
 	// starting mid-window): keep only samples inside [lo, hi).
 	if first, last := w.pts[0].t, w.pts[len(w.pts)-1].t; first < w.p.lo || last >= w.p.hi {
@@ -227,14 +243,67 @@ func (w *windowIter) load(i int) {
 	}
 }
 
+// loadOne is load's fast path for the common case of a window that becomes
+// exactly one sample: a single-sample mode, not stale, inside [lo, hi), and
+// no repeat of Last due before the next evaluation time. It reports false
+// (nothing done) otherwise.
+func (w *windowIter) loadOne(i int) bool {
+	p := w.p
+	var col []float64
+	switch p.mode {
+	case modeLast:
+		col = nil
+	case modeMin, modeMax, modeSum, modeAvg:
+	default:
+		return false
+	}
+	b, row := p.windows.locate(i, &w.run)
+	t := b.lastT[row]
+	if t < p.lo || t >= p.hi || (b.stale != nil && b.stale[row]) {
+		return false
+	}
+	if p.fill > 0 {
+		if p.fillStep <= 0 {
+			return false
+		}
+		// The first evaluation time that would need a repeat of Last.
+		d := max(t+1, t+p.lookback) - p.fillOrigin
+		k := d / p.fillStep
+		if d > 0 && d%p.fillStep != 0 {
+			k++
+		}
+		if ft := p.fillOrigin + k*p.fillStep; ft < min(b.startOf(t)+2*p.res, p.hi) {
+			return false
+		}
+	}
+	var v float64
+	switch p.mode {
+	case modeMin:
+		col = b.min
+	case modeMax:
+		col = b.max
+	case modeSum:
+		col = b.sum
+	case modeAvg:
+		v = b.sum[row] / float64(b.count[row])
+	default:
+		col = b.last
+	}
+	if col != nil {
+		v = col[row]
+	}
+	w.pts = append(w.pts[:0], point{t, v})
+	return true
+}
+
 func (w *windowIter) Next() chunkenc.ValueType {
-	if w.i >= len(w.p.windows) {
+	if w.i >= w.n {
 		return chunkenc.ValNone
 	}
 	w.j++
 	for w.i < 0 || w.j >= len(w.pts) {
-		if w.i+1 >= len(w.p.windows) {
-			w.i = len(w.p.windows)
+		if w.i+1 >= w.n {
+			w.i = w.n
 			return chunkenc.ValNone
 		}
 		w.load(w.i + 1)
@@ -243,7 +312,7 @@ func (w *windowIter) Next() chunkenc.ValueType {
 }
 
 func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
-	if w.i >= len(w.p.windows) {
+	if w.i >= w.n {
 		return chunkenc.ValNone
 	}
 	if w.i >= 0 && w.j < len(w.pts) && w.pts[w.j].t >= t {
@@ -255,17 +324,19 @@ func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
 	if w.p.fill > 0 {
 		span *= 2
 	}
+	ws := &w.p.windows
 	from := max(w.i, 0)
 	k := from
 	// Queries seek forward step by step: try the next window before a binary search.
 	switch {
-	case w.p.windows[from].Start+span > t:
-	case from+1 < len(w.p.windows) && w.p.windows[from+1].Start+span > t:
+	case ws.startAt(from, &w.run)+span > t:
+	case from+1 < w.n && ws.startAt(from+1, &w.run)+span > t:
 		k = from + 1
 	default:
-		k = from + sort.Search(len(w.p.windows)-from, func(n int) bool { return w.p.windows[from+n].Start+span > t })
+		hint := w.run
+		k = from + sort.Search(w.n-from, func(n int) bool { return ws.startAt(from+n, &hint)+span > t })
 	}
-	for ; k < len(w.p.windows); k++ {
+	for ; k < w.n; k++ {
 		if k != w.i {
 			w.load(k)
 		}
@@ -275,7 +346,7 @@ func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
 			}
 		}
 	}
-	w.i = len(w.p.windows)
+	w.i = w.n
 	return chunkenc.ValNone
 }
 
@@ -293,7 +364,7 @@ func (w *windowIter) Err() error  { return nil }
 
 // windowPoints appends window w's synthetic samples (strictly increasing in
 // time, all within [w.Start, w.Start+2*res) and p's [lo, hi)) to dst.
-func windowPoints(dst []point, w Window, next *Window, p *seriesPart) []point {
+func windowPoints(dst []point, w *Window, next *Window, p *seriesPart) []point {
 	switch p.mode {
 	case modeMin:
 		dst = append(dst, point{w.LastT, w.Min})
@@ -320,7 +391,8 @@ func windowPoints(dst []point, w Window, next *Window, p *seriesPart) []point {
 				limit = min(limit, next.LastT)
 			}
 			if p.fillStep > 0 {
-				d := w.LastT + 1 - p.fillOrigin
+				// Evaluation times before LastT+lookback see Last itself.
+				d := max(w.LastT+1, w.LastT+p.lookback) - p.fillOrigin
 				k := d / p.fillStep
 				if d > 0 && d%p.fillStep != 0 {
 					k++
@@ -372,7 +444,7 @@ func evenlySpaced(dst []point, from, to, n int64, v float64) []point {
 // between the ends are added, so that a range only a few windows long still starts with a sample close to its left edge:
 // PromQL extrapolates a rate to the range's start only when the first sample
 // is within 1.1 average sample intervals of it.
-func counterPoints(dst []point, w Window, interp int64) []point {
+func counterPoints(dst []point, w *Window, interp int64) []point {
 	dst = append(dst, point{w.FirstT, w.First})
 	if w.Count <= 1 || w.LastT <= w.FirstT {
 		return dst
