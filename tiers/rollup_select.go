@@ -136,6 +136,8 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 					return
 				}
 			}
+			fr.filesLeft = 0
+			fr.flush()
 		})
 	}
 	wg.Wait()
@@ -190,7 +192,9 @@ type windowBlock struct {
 	firstT, lastT, count                 []int64
 	sum, min, max, first, last, increase []float64
 	resets                               []int32
-	stale                                []bool
+	// staleRows are the rows whose Stale is true, ascending (series end
+	// rarely: a column of flags would cost a byte per window).
+	staleRows []int32
 }
 
 func newWindowBlock(res int64, need colSet, capacity int) *windowBlock {
@@ -205,7 +209,6 @@ func newWindowBlock(res int64, need colSet, capacity int) *windowBlock {
 	alloc(&b.last, need&colLast != 0, capacity)
 	alloc(&b.increase, need&colIncrease != 0, capacity)
 	alloc(&b.resets, need&colResets != 0, capacity)
-	alloc(&b.stale, need&colStale != 0, capacity)
 	return b
 }
 
@@ -228,7 +231,22 @@ func (b *windowBlock) appendRows(src *windowBlock, lo, hi int) {
 	appendCol(&b.last, src.last, lo, hi)
 	appendCol(&b.increase, src.increase, lo, hi)
 	appendCol(&b.resets, src.resets, lo, hi)
-	appendCol(&b.stale, src.stale, lo, hi)
+	if len(src.staleRows) > 0 {
+		base := int32(len(b.lastT) - (hi - lo)) //nolint:gosec // block rows fit
+		k := sort.Search(len(src.staleRows), func(k int) bool { return src.staleRows[k] >= int32(lo) }) //nolint:gosec // as above
+		for ; k < len(src.staleRows) && src.staleRows[k] < int32(hi); k++ { //nolint:gosec // as above
+			b.staleRows = append(b.staleRows, base+src.staleRows[k]-int32(lo)) //nolint:gosec // as above
+		}
+	}
+}
+
+// isStale reports row i's Stale.
+func (b *windowBlock) isStale(i int) bool {
+	if len(b.staleRows) == 0 {
+		return false
+	}
+	k := sort.Search(len(b.staleRows), func(k int) bool { return int(b.staleRows[k]) >= i })
+	return k < len(b.staleRows) && int(b.staleRows[k]) == i
 }
 
 // gatherRows appends the given rows of the decoded columns src to b.
@@ -243,7 +261,6 @@ func (b *windowBlock) gatherRows(src *windowBlock, rows []int32) {
 	gatherCol(&b.last, src.last, rows)
 	gatherCol(&b.increase, src.increase, rows)
 	gatherCol(&b.resets, src.resets, rows)
-	gatherCol(&b.stale, src.stale, rows)
 }
 
 func gatherCol[T any](dst *[]T, src []T, rows []int32) {
@@ -265,7 +282,12 @@ func appendCol[T any](dst *[]T, src []T, lo, hi int) {
 }
 
 // startOf returns the start of the window holding t.
-func (b *windowBlock) startOf(t int64) int64 { return t - ((t%b.res)+b.res)%b.res }
+func (b *windowBlock) startOf(t int64) int64 {
+	if t >= 0 {
+		return t - t%b.res
+	}
+	return t - ((t%b.res)+b.res)%b.res
+}
 
 // window sets *w to row i. Only the block's columns are written: a caller
 // reusing w for rows of blocks with the same columns (one query's) sees the
@@ -300,9 +322,7 @@ func (b *windowBlock) window(i int, w *Window) {
 	if b.resets != nil {
 		w.Resets = uint32(max(b.resets[i], 0))
 	}
-	if b.stale != nil {
-		w.Stale = b.stale[i]
-	}
+	w.Stale = b.isStale(i)
 }
 
 // windowRun is rows [lo, hi) of a block.
@@ -436,12 +456,29 @@ type fileReader struct {
 	series []localSeries
 
 	// buffers reused across row groups
-	ids     []int64
-	idx     []int32
-	keep    []int32
-	scratch windowBlock // decoded columns of the current row group
-	values  []parquet.Value
+	ids      []int64
+	idx      []int32
+	keep     []int32
+	scratch  windowBlock // decoded columns of the current row group
+	stale    []bool      // decoded stale column of the current row group
+	anyStale bool        // some row of the current row group is stale
+	values   []parquet.Value
+
+	// batch holds the kept rows of the last row groups in file order, and
+	// batchRuns which series each run of them belongs to. Copying rows into
+	// their series' blocks a batch at a time (a blocked transpose) writes
+	// each block sequentially from a source that is still in cache; copying
+	// every row group straight into a thousand blocks cost a cache miss per
+	// series and column per file.
+	batch     *windowBlock
+	batchRuns []batchRun
 }
+
+// batchRun is rows [lo, hi) of a reader's batch, all of series si.
+type batchRun struct{ si, lo, hi int32 }
+
+// batchRows is the batch size that triggers a flush: a few MB, to stay in cache.
+const batchRows = 1 << 17
 
 func newFileReader(q *rollupQuery) *fileReader {
 	return &fileReader{q: q, byKey: map[string]int32{}, byID: map[int64]int32{}}
@@ -643,45 +680,80 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 			return fmt.Errorf("column resets has %d rows, want %d", len(sc.resets), n)
 		}
 	}
-	if need&colStale != 0 {
-		if allFalse(chunks[c.stale]) {
-			sc.stale = zeroed(sc.stale, n) // no series ended in this row group: nothing to decode
-		} else if sc.stale, err = readBools(chunks[c.stale], sc.stale[:0], &fr.values); err != nil {
+	fr.anyStale = false
+	if need&colStale != 0 && !allFalse(chunks[c.stale]) { // else no series ended in this row group: nothing to decode
+		if fr.stale, err = readBools(chunks[c.stale], fr.stale[:0], &fr.values); err != nil {
 			return fmt.Errorf("read stale: %w", err)
 		}
-		if len(sc.stale) != n {
-			return fmt.Errorf("column stale has %d rows, want %d", len(sc.stale), n)
+		if len(fr.stale) != n {
+			return fmt.Errorf("column stale has %d rows, want %d", len(fr.stale), n)
 		}
+		fr.anyStale = slices.Contains(fr.stale, true)
 	}
 	fr.appendKept(keep)
+	if len(fr.batch.lastT) >= batchRows {
+		fr.flush()
+	}
 	return nil
 }
 
-// appendKept appends the kept rows of the decoded row group to their series'
-// blocks. Rows of one series are adjacent; without thinning a series' kept
-// rows are consecutive and are copied in bulk, else gathered.
+// appendKept appends the kept rows of the decoded row group to the batch.
+// Rows of one series are adjacent; without thinning a series' kept rows are
+// consecutive and are copied in bulk, else gathered.
 func (fr *fileReader) appendKept(keep []int32) {
-	q, sc := fr.q, &fr.scratch
+	if fr.batch == nil {
+		fr.batch = newWindowBlock(fr.q.res, fr.q.opts.need, batchRows+len(keep))
+	}
+	b := fr.batch
 	for j := 0; j < len(keep); {
 		si := fr.idx[keep[j]]
-		ls := &fr.series[si]
 		e := j + 1
 		for e < len(keep) && fr.idx[keep[e]] == si {
 			e++
 		}
-		if ls.blk == nil {
-			// Sized for this density over the rest of the reader's range:
-			// exact for a series present throughout, grown by append else.
-			ls.blk = newWindowBlock(q.res, q.opts.need, (e-j)*max(fr.filesLeft, 1))
-		}
-		if lo, hi := int(keep[j]), int(keep[e-1])+1; hi-lo == e-j {
-			ls.blk.appendRows(sc, lo, hi)
+		lo := len(b.lastT)
+		if first, last := int(keep[j]), int(keep[e-1])+1; last-first == e-j {
+			b.appendRows(&fr.scratch, first, last)
 		} else {
-			ls.blk.gatherRows(sc, keep[j:e])
+			b.gatherRows(&fr.scratch, keep[j:e])
 		}
+		if fr.anyStale {
+			for k := j; k < e; k++ {
+				if fr.stale[keep[k]] {
+					b.staleRows = append(b.staleRows, int32(lo+k-j)) //nolint:gosec // batch rows fit
+				}
+			}
+		}
+		fr.batchRuns = append(fr.batchRuns, batchRun{si: si, lo: int32(lo), hi: int32(len(b.lastT))}) //nolint:gosec // as above
 		j = e
 	}
 }
+
+// flush copies the batch's rows into their series' blocks, series by series
+// (a stable sort keeps each series' runs in time order), and empties it.
+func (fr *fileReader) flush() {
+	if fr.batch == nil || len(fr.batchRuns) == 0 {
+		return
+	}
+	slices.SortStableFunc(fr.batchRuns, func(a, b batchRun) int { return int(a.si) - int(b.si) })
+	for _, r := range fr.batchRuns {
+		ls := &fr.series[r.si]
+		if ls.blk == nil {
+			// Sized for this density over the rest of the reader's range:
+			// exact for a series present throughout, grown by append else.
+			ls.blk = newWindowBlock(fr.q.res, fr.q.opts.need, int(r.hi-r.lo)*(fr.filesLeft+1))
+		}
+		ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
+	}
+	fr.batchRuns = fr.batchRuns[:0]
+	b := fr.batch
+	b.firstT, b.lastT, b.count = trunc(b.firstT), trunc(b.lastT), trunc(b.count)
+	b.sum, b.min, b.max, b.first, b.last, b.increase = trunc(b.sum), trunc(b.min), trunc(b.max), trunc(b.first), trunc(b.last), trunc(b.increase)
+	b.resets, b.staleRows = trunc(b.resets), trunc(b.staleRows)
+}
+
+// trunc empties s keeping its capacity (nil stays nil).
+func trunc[T any](s []T) []T { return s[:0:cap(s)] }
 
 const idAmbiguous = int32(-2)
 

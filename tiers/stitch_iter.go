@@ -221,6 +221,7 @@ type windowIter struct {
 	j   int     // current sample in pts
 	// cur and next are the current window and, when filling, the one after.
 	cur, next Window
+	evalT     int64 // loadOne's last evaluation time needing a repeat (0: none yet)
 }
 
 func (w *windowIter) load(i int) {
@@ -259,20 +260,29 @@ func (w *windowIter) loadOne(i int) bool {
 	}
 	b, row := p.windows.locate(i, &w.run)
 	t := b.lastT[row]
-	if t < p.lo || t >= p.hi || (b.stale != nil && b.stale[row]) {
+	if t < p.lo || t >= p.hi || b.isStale(row) {
 		return false
 	}
 	if p.fill > 0 {
 		if p.fillStep <= 0 {
 			return false
 		}
-		// The first evaluation time that would need a repeat of Last.
-		d := max(t+1, t+p.lookback) - p.fillOrigin
-		k := d / p.fillStep
-		if d > 0 && d%p.fillStep != 0 {
-			k++
+		// The first evaluation time that would need a repeat of Last,
+		// found by stepping the previous window's forward (windows ascend,
+		// so this is usually one addition, not a division).
+		from := max(t+1, t+p.lookback)
+		if w.evalT == 0 || w.evalT-p.fillStep >= from || from-w.evalT > 4*p.fillStep {
+			d := from - p.fillOrigin
+			k := d / p.fillStep
+			if d > 0 && d%p.fillStep != 0 {
+				k++
+			}
+			w.evalT = p.fillOrigin + k*p.fillStep
 		}
-		if ft := p.fillOrigin + k*p.fillStep; ft < min(b.startOf(t)+2*p.res, p.hi) {
+		for w.evalT < from {
+			w.evalT += p.fillStep
+		}
+		if w.evalT < min(b.startOf(t)+2*p.res, p.hi) {
 			return false
 		}
 	}
