@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -266,6 +267,9 @@ func benchmarkRangeQuery(b *testing.B, s *tiers.Stitched, qs string, start, end 
 	b.Helper()
 	engine := newTestEngine()
 	b.ReportAllocs()
+	// CPU time (all goroutines, from getrusage) besides wall time: on a
+	// shared machine wall time includes waiting for a core.
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		qry, err := engine.NewRangeQuery(context.Background(), s, nil, qs, time.UnixMilli(start), time.UnixMilli(end), step)
 		if err != nil {
@@ -284,6 +288,16 @@ func benchmarkRangeQuery(b *testing.B, s *tiers.Stitched, qs string, start, end 
 		}
 		qry.Close()
 	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkQueryMinuteTier30d: a 30-day range query at a 5 m step over 1,000

@@ -136,7 +136,6 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 					return
 				}
 			}
-			fr.filesLeft = 0
 			fr.flush()
 		})
 	}
@@ -474,8 +473,9 @@ type fileReader struct {
 	batchRuns []batchRun
 }
 
-// batchRun is rows [lo, hi) of a reader's batch, all of series si.
-type batchRun struct{ si, lo, hi int32 }
+// batchRun is rows [lo, hi) of a reader's batch, all of series si, read
+// when filesLeft files were left in the reader's range.
+type batchRun struct{ si, lo, hi, filesLeft int32 }
 
 // batchRows is the batch size that triggers a flush: a few MB, to stay in cache.
 const batchRows = 1 << 17
@@ -724,7 +724,7 @@ func (fr *fileReader) appendKept(keep []int32) {
 				}
 			}
 		}
-		fr.batchRuns = append(fr.batchRuns, batchRun{si: si, lo: int32(lo), hi: int32(len(b.lastT))}) //nolint:gosec // as above
+		fr.batchRuns = append(fr.batchRuns, batchRun{si: si, lo: int32(lo), hi: int32(len(b.lastT)), filesLeft: int32(fr.filesLeft)}) //nolint:gosec // as above
 		j = e
 	}
 }
@@ -741,7 +741,7 @@ func (fr *fileReader) flush() {
 		if ls.blk == nil {
 			// Sized for this density over the rest of the reader's range:
 			// exact for a series present throughout, grown by append else.
-			ls.blk = newWindowBlock(fr.q.res, fr.q.opts.need, int(r.hi-r.lo)*(fr.filesLeft+1))
+			ls.blk = newWindowBlock(fr.q.res, fr.q.opts.need, int(r.hi-r.lo)*int(max(r.filesLeft, 1)))
 		}
 		ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
 	}

@@ -47,7 +47,7 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 }
 
 // WithMaxWindows bounds the rollup windows one Select may hold in memory
-// (25 bytes each for a plain selector, up to 89 for rate-like functions;
+// (16 bytes each for a plain selector, 52 for rate-like functions;
 // default 20,000,000, 0 for no bound). A query past it
 // fails with ErrTooManyWindows instead of exhausting memory.
 func WithMaxWindows(n int) StitchOption { return func(s *Stitched) { s.maxWindows = max(n, 0) } }
