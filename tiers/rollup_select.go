@@ -231,9 +231,9 @@ func (b *windowBlock) appendRows(src *windowBlock, lo, hi int) {
 	appendCol(&b.increase, src.increase, lo, hi)
 	appendCol(&b.resets, src.resets, lo, hi)
 	if len(src.staleRows) > 0 {
-		base := int32(len(b.lastT) - (hi - lo)) //nolint:gosec // block rows fit
+		base := int32(len(b.lastT) - (hi - lo))                                                         //nolint:gosec // block rows fit
 		k := sort.Search(len(src.staleRows), func(k int) bool { return src.staleRows[k] >= int32(lo) }) //nolint:gosec // as above
-		for ; k < len(src.staleRows) && src.staleRows[k] < int32(hi); k++ { //nolint:gosec // as above
+		for ; k < len(src.staleRows) && src.staleRows[k] < int32(hi); k++ {                             //nolint:gosec // as above
 			b.staleRows = append(b.staleRows, base+src.staleRows[k]-int32(lo)) //nolint:gosec // as above
 		}
 	}
@@ -246,32 +246,6 @@ func (b *windowBlock) isStale(i int) bool {
 	}
 	k := sort.Search(len(b.staleRows), func(k int) bool { return int(b.staleRows[k]) >= i })
 	return k < len(b.staleRows) && int(b.staleRows[k]) == i
-}
-
-// gatherRows appends the given rows of the decoded columns src to b.
-func (b *windowBlock) gatherRows(src *windowBlock, rows []int32) {
-	gatherCol(&b.lastT, src.lastT, rows)
-	gatherCol(&b.firstT, src.firstT, rows)
-	gatherCol(&b.count, src.count, rows)
-	gatherCol(&b.sum, src.sum, rows)
-	gatherCol(&b.min, src.min, rows)
-	gatherCol(&b.max, src.max, rows)
-	gatherCol(&b.first, src.first, rows)
-	gatherCol(&b.last, src.last, rows)
-	gatherCol(&b.increase, src.increase, rows)
-	gatherCol(&b.resets, src.resets, rows)
-}
-
-func gatherCol[T any](dst *[]T, src []T, rows []int32) {
-	if *dst == nil {
-		return
-	}
-	n := len(*dst)
-	d := slices.Grow(*dst, len(rows))[:n+len(rows)]
-	for k, i := range rows {
-		d[n+k] = src[i]
-	}
-	*dst = d
 }
 
 func appendCol[T any](dst *[]T, src []T, lo, hi int) {
@@ -455,13 +429,11 @@ type fileReader struct {
 	series []localSeries
 
 	// buffers reused across row groups
-	ids      []int64
-	idx      []int32
-	keep     []int32
-	scratch  windowBlock // decoded columns of the current row group
-	stale    []bool      // decoded stale column of the current row group
-	anyStale bool        // some row of the current row group is stale
-	values   []parquet.Value
+	ids    []int64
+	idx    []int32
+	keep   []int32
+	stale  []bool // decoded stale column of the current row group
+	values []parquet.Value
 
 	// batch holds the kept rows of the last row groups in file order, and
 	// batchRuns which series each run of them belongs to. Copying rows into
@@ -469,8 +441,10 @@ type fileReader struct {
 	// each block sequentially from a source that is still in cache; copying
 	// every row group straight into a thousand blocks cost a cache miss per
 	// series and column per file.
-	batch     *windowBlock
-	batchRuns []batchRun
+	batch      *windowBlock
+	batchRuns  []batchRun
+	sortedRuns []batchRun // flush's buffers
+	runCounts  []int32
 }
 
 // batchRun is rows [lo, hi) of a reader's batch, all of series si, read
@@ -494,7 +468,9 @@ func (fr *fileReader) readFile(ctx context.Context, path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("stat partition: %w", err)
 	}
-	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true))
+	// 64 KiB reads instead of parquet-go's 4 KiB: a minute file's column
+	// chunk is a few hundred KB, read in a few syscalls instead of a hundred.
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.ReadBufferSize(64<<10))
 	if err != nil {
 		return fmt.Errorf("open parquet file %s: %w", path, err)
 	}
@@ -603,38 +579,50 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 		return nil
 	}
 	n := len(fr.idx)
-	sc := &fr.scratch
 	need := q.opts.need
 	thin := q.opts.thinStep > 0
+	// Columns are decoded straight into the batch, after its rows; the rows
+	// not kept are then squeezed out in place.
+	if fr.batch == nil {
+		fr.batch = newWindowBlock(q.res, need, batchRows+n)
+	}
+	b := fr.batch
+	base := len(b.lastT)
 	// last_ts decides which rows are kept (a window's start is derived
 	// from it: WritePartition checks it lies inside the window, so the
 	// start column is never decoded); the other columns are decoded only if
 	// some row is kept.
-	if sc.lastT, err = readInt64s(chunks[c.lastT], sc.lastT[:0], &fr.values); err != nil {
+	if b.lastT, err = readInt64s(chunks[c.lastT], b.lastT, &fr.values); err != nil {
 		return fmt.Errorf("read last_ts: %w", err)
 	}
-	if len(sc.lastT) != n {
-		return fmt.Errorf("column last_ts has %d rows, want %d", len(sc.lastT), n)
+	if len(b.lastT) != base+n {
+		return fmt.Errorf("column last_ts has %d rows, want %d", len(b.lastT)-base, n)
 	}
+	lastT := b.lastT[base:]
 	keep := fr.keep[:0]
 	prevSi, bucketEnd := int32(-1), int64(0)
 	for i, si := range fr.idx {
-		if t := sc.lastT[i]; si < 0 || t < q.loT || t >= q.hiT {
+		if t := lastT[i]; si < 0 || t < q.loT || t >= q.hiT {
 			continue
 		}
 		// Thinning: of the windows whose last sample falls before the same
 		// evaluation step, only the latest can be seen by a plain selector.
 		if thin {
-			if si == prevSi && sc.lastT[i] <= bucketEnd {
+			if si == prevSi && lastT[i] <= bucketEnd {
 				keep[len(keep)-1] = int32(i) //nolint:gosec // a row group's row count fits
 				continue
 			}
-			prevSi, bucketEnd = si, q.stepAtOrAfter(sc.lastT[i])
+			if si == prevSi && lastT[i]-bucketEnd <= q.opts.thinStep {
+				bucketEnd += q.opts.thinStep // the next step: no division
+			} else {
+				prevSi, bucketEnd = si, q.stepAtOrAfter(lastT[i])
+			}
 		}
 		keep = append(keep, int32(i)) //nolint:gosec // as above
 	}
 	fr.keep = keep
 	if len(keep) == 0 {
+		b.lastT = b.lastT[:base]
 		return nil
 	}
 	if mw := q.opts.maxWindows; mw > 0 && q.nWindows.Add(int64(len(keep))) > int64(mw) {
@@ -642,45 +630,43 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 	}
 	for _, x := range []struct {
 		name string
-		bit  colSet
 		col  int
 		dst  *[]int64
-	}{{"first_ts", colFirstT, c.firstT, &sc.firstT}, {"count", colCount, c.count, &sc.count}} {
-		if need&x.bit == 0 {
+	}{{"first_ts", c.firstT, &b.firstT}, {"count", c.count, &b.count}} {
+		if *x.dst == nil {
 			continue
 		}
-		if *x.dst, err = readInt64s(chunks[x.col], (*x.dst)[:0], &fr.values); err != nil {
+		if *x.dst, err = readInt64s(chunks[x.col], *x.dst, &fr.values); err != nil {
 			return fmt.Errorf("read %s: %w", x.name, err)
 		}
-		if len(*x.dst) != n {
-			return fmt.Errorf("column %s has %d rows, want %d", x.name, len(*x.dst), n)
+		if len(*x.dst) != base+n {
+			return fmt.Errorf("column %s has %d rows, want %d", x.name, len(*x.dst)-base, n)
 		}
 	}
 	for _, x := range []struct {
 		name string
-		bit  colSet
 		col  int
 		dst  *[]float64
-	}{{"sum", colSum, c.sum, &sc.sum}, {"min", colMin, c.min, &sc.min}, {"max", colMax, c.max, &sc.max}, {"first", colFirst, c.first, &sc.first}, {"last", colLast, c.last, &sc.last}, {"increase", colIncrease, c.increase, &sc.increase}} {
-		if need&x.bit == 0 {
+	}{{"sum", c.sum, &b.sum}, {"min", c.min, &b.min}, {"max", c.max, &b.max}, {"first", c.first, &b.first}, {"last", c.last, &b.last}, {"increase", c.increase, &b.increase}} {
+		if *x.dst == nil {
 			continue
 		}
-		if *x.dst, err = readDoubles(chunks[x.col], (*x.dst)[:0], &fr.values); err != nil {
+		if *x.dst, err = readDoubles(chunks[x.col], *x.dst, &fr.values); err != nil {
 			return fmt.Errorf("read %s: %w", x.name, err)
 		}
-		if len(*x.dst) != n {
-			return fmt.Errorf("column %s has %d rows, want %d", x.name, len(*x.dst), n)
+		if len(*x.dst) != base+n {
+			return fmt.Errorf("column %s has %d rows, want %d", x.name, len(*x.dst)-base, n)
 		}
 	}
-	if need&colResets != 0 {
-		if sc.resets, err = readInt32s(chunks[c.resets], sc.resets[:0], &fr.values); err != nil {
+	if b.resets != nil {
+		if b.resets, err = readInt32s(chunks[c.resets], b.resets, &fr.values); err != nil {
 			return fmt.Errorf("read resets: %w", err)
 		}
-		if len(sc.resets) != n {
-			return fmt.Errorf("column resets has %d rows, want %d", len(sc.resets), n)
+		if len(b.resets) != base+n {
+			return fmt.Errorf("column resets has %d rows, want %d", len(b.resets)-base, n)
 		}
 	}
-	fr.anyStale = false
+	anyStale := false
 	if need&colStale != 0 && !allFalse(chunks[c.stale]) { // else no series ended in this row group: nothing to decode
 		if fr.stale, err = readBools(chunks[c.stale], fr.stale[:0], &fr.values); err != nil {
 			return fmt.Errorf("read stale: %w", err)
@@ -688,45 +674,56 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 		if len(fr.stale) != n {
 			return fmt.Errorf("column stale has %d rows, want %d", len(fr.stale), n)
 		}
-		fr.anyStale = slices.Contains(fr.stale, true)
+		anyStale = slices.Contains(fr.stale, true)
 	}
-	fr.appendKept(keep)
-	if len(fr.batch.lastT) >= batchRows {
-		fr.flush()
+	if len(keep) < n { // squeeze out the rows not kept (keep is ascending: in place)
+		b.compact(base, keep)
 	}
-	return nil
-}
-
-// appendKept appends the kept rows of the decoded row group to the batch.
-// Rows of one series are adjacent; without thinning a series' kept rows are
-// consecutive and are copied in bulk, else gathered.
-func (fr *fileReader) appendKept(keep []int32) {
-	if fr.batch == nil {
-		fr.batch = newWindowBlock(fr.q.res, fr.q.opts.need, batchRows+len(keep))
-	}
-	b := fr.batch
 	for j := 0; j < len(keep); {
 		si := fr.idx[keep[j]]
 		e := j + 1
 		for e < len(keep) && fr.idx[keep[e]] == si {
 			e++
 		}
-		lo := len(b.lastT)
-		if first, last := int(keep[j]), int(keep[e-1])+1; last-first == e-j {
-			b.appendRows(&fr.scratch, first, last)
-		} else {
-			b.gatherRows(&fr.scratch, keep[j:e])
-		}
-		if fr.anyStale {
+		if anyStale {
 			for k := j; k < e; k++ {
 				if fr.stale[keep[k]] {
-					b.staleRows = append(b.staleRows, int32(lo+k-j)) //nolint:gosec // batch rows fit
+					b.staleRows = append(b.staleRows, int32(base+k)) //nolint:gosec // batch rows fit
 				}
 			}
 		}
-		fr.batchRuns = append(fr.batchRuns, batchRun{si: si, lo: int32(lo), hi: int32(len(b.lastT)), filesLeft: int32(fr.filesLeft)}) //nolint:gosec // as above
+		fr.batchRuns = append(fr.batchRuns, batchRun{si: si, lo: int32(base + j), hi: int32(base + e), filesLeft: int32(fr.filesLeft)}) //nolint:gosec // as above
 		j = e
 	}
+	if len(b.lastT) >= batchRows {
+		fr.flush()
+	}
+	return nil
+}
+
+// compact keeps, of the rows from base on, only rows base+keep[k] (ascending).
+func (b *windowBlock) compact(base int, keep []int32) {
+	b.lastT = compactCol(b.lastT, base, keep)
+	b.firstT = compactCol(b.firstT, base, keep)
+	b.count = compactCol(b.count, base, keep)
+	b.sum = compactCol(b.sum, base, keep)
+	b.min = compactCol(b.min, base, keep)
+	b.max = compactCol(b.max, base, keep)
+	b.first = compactCol(b.first, base, keep)
+	b.last = compactCol(b.last, base, keep)
+	b.increase = compactCol(b.increase, base, keep)
+	b.resets = compactCol(b.resets, base, keep)
+}
+
+func compactCol[T any](s []T, base int, keep []int32) []T {
+	if s == nil {
+		return nil
+	}
+	d := s[base:]
+	for k, i := range keep {
+		d[k] = d[i]
+	}
+	return s[:base+len(keep)]
 }
 
 // flush copies the batch's rows into their series' blocks, series by series
@@ -735,8 +732,23 @@ func (fr *fileReader) flush() {
 	if fr.batch == nil || len(fr.batchRuns) == 0 {
 		return
 	}
-	slices.SortStableFunc(fr.batchRuns, func(a, b batchRun) int { return int(a.si) - int(b.si) })
+	// A counting sort by series, stable: each series' runs stay in time order.
+	counts := fr.runCounts[:0]
+	counts = slices.Grow(counts, len(fr.series)+1)[:len(fr.series)+1]
+	clear(counts)
 	for _, r := range fr.batchRuns {
+		counts[r.si+1]++
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	sorted := slices.Grow(fr.sortedRuns[:0], len(fr.batchRuns))[:len(fr.batchRuns)]
+	for _, r := range fr.batchRuns {
+		sorted[counts[r.si]] = r
+		counts[r.si]++
+	}
+	fr.runCounts, fr.sortedRuns = counts, sorted
+	for _, r := range sorted {
 		ls := &fr.series[r.si]
 		if ls.blk == nil {
 			// Sized for this density over the rest of the reader's range:
@@ -760,19 +772,23 @@ const idAmbiguous = int32(-2)
 // indexByID maps rows to series indexes through fr.ids alone; known is false
 // when some id is new or ambiguous and the labels column must be read.
 func (fr *fileReader) indexByID(dst []int32) (idx []int32, matched, known bool) {
-	prevID, prevIdx := int64(0), int32(-1)
-	for i, id := range fr.ids {
-		if i == 0 || id != prevID {
-			si, ok := fr.byID[id]
-			if !ok || si == idAmbiguous {
-				return dst, false, false
-			}
-			prevID, prevIdx = id, si
+	dst = slices.Grow(dst[:0], len(fr.ids))[:len(fr.ids)]
+	for i := 0; i < len(fr.ids); {
+		id := fr.ids[i]
+		si, ok := fr.byID[id]
+		if !ok || si == idAmbiguous {
+			return dst[:0], false, false
 		}
-		if prevIdx >= 0 {
-			matched = true
+		matched = matched || si >= 0
+		// Rows of one series are adjacent: fill its run.
+		j := i + 1
+		for j < len(fr.ids) && fr.ids[j] == id {
+			j++
 		}
-		dst = append(dst, prevIdx)
+		for k := i; k < j; k++ {
+			dst[k] = si
+		}
+		i = j
 	}
 	return dst, matched, true
 }
@@ -963,10 +979,4 @@ func readBools(cc parquet.ColumnChunk, dst []bool, vals *[]parquet.Value) ([]boo
 		n, err := r.ReadBooleans(b)
 		return n, err, true
 	}, parquet.Value.Boolean)
-}
-
-func zeroed[T any](s []T, n int) []T {
-	s = slices.Grow(s[:0], n)[:n]
-	clear(s)
-	return s
 }
