@@ -217,8 +217,12 @@ type windowIter struct {
 	n   int     // windows in the part
 	i   int     // current window
 	run int     // run hint for p.windows
-	pts []point // current window's samples
-	j   int     // current sample in pts
+	pts []point // current window's samples (when not from loadOne)
+	np  int     // samples in the current window
+	j   int     // current sample, < np
+	// ct, cv is the current sample (a copy of pts[j], or loadOne's sample).
+	ct int64
+	cv float64
 	// cur and next are the current window and, when filling, the one after.
 	cur, next Window
 	evalT     int64 // loadOne's last evaluation time needing a repeat (0: none yet)
@@ -227,6 +231,7 @@ type windowIter struct {
 func (w *windowIter) load(i int) {
 	w.i, w.j = i, 0
 	if w.loadOne(i) {
+		w.np = 1
 		return
 	}
 	w.p.windows.at(i, &w.run, &w.cur)
@@ -241,6 +246,19 @@ func (w *windowIter) load(i int) {
 	// starting mid-window): keep only samples inside [lo, hi).
 	if first, last := w.pts[0].t, w.pts[len(w.pts)-1].t; first < w.p.lo || last >= w.p.hi {
 		w.pts = slices.DeleteFunc(w.pts, func(pt point) bool { return pt.t < w.p.lo || pt.t >= w.p.hi })
+	}
+	w.np = len(w.pts)
+	if w.np > 0 {
+		w.ct, w.cv = w.pts[0].t, w.pts[0].v
+	}
+}
+
+// setSample makes sample j of the current window (loaded by the general
+// path when j > 0) the current sample.
+func (w *windowIter) setSample(j int) {
+	if j != w.j {
+		w.j = j
+		w.ct, w.cv = w.pts[j].t, w.pts[j].v
 	}
 }
 
@@ -302,7 +320,7 @@ func (w *windowIter) loadOne(i int) bool {
 	if col != nil {
 		v = col[row]
 	}
-	w.pts = append(w.pts[:0], point{t, v})
+	w.ct, w.cv = t, v
 	return true
 }
 
@@ -310,22 +328,27 @@ func (w *windowIter) Next() chunkenc.ValueType {
 	if w.i >= w.n {
 		return chunkenc.ValNone
 	}
-	w.j++
-	for w.i < 0 || w.j >= len(w.pts) {
+	if w.i >= 0 && w.j+1 < w.np {
+		w.setSample(w.j + 1)
+		return chunkenc.ValFloat
+	}
+	for {
 		if w.i+1 >= w.n {
 			w.i = w.n
 			return chunkenc.ValNone
 		}
 		w.load(w.i + 1)
+		if w.np > 0 {
+			return chunkenc.ValFloat
+		}
 	}
-	return chunkenc.ValFloat
 }
 
 func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
 	if w.i >= w.n {
 		return chunkenc.ValNone
 	}
-	if w.i >= 0 && w.j < len(w.pts) && w.pts[w.j].t >= t {
+	if w.i >= 0 && w.j < w.np && w.ct >= t {
 		return chunkenc.ValFloat
 	}
 	// Every sample of window k lies before Start+span: span is the window
@@ -350,8 +373,9 @@ func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
 		if k != w.i {
 			w.load(k)
 		}
-		for ; w.j < len(w.pts); w.j++ {
-			if w.pts[w.j].t >= t {
+		for j := w.j; j < w.np; j++ {
+			w.setSample(j)
+			if w.ct >= t {
 				return chunkenc.ValFloat
 			}
 		}
@@ -360,15 +384,15 @@ func (w *windowIter) Seek(t msTime) chunkenc.ValueType {
 	return chunkenc.ValNone
 }
 
-func (w *windowIter) At() (int64, float64) { p := w.pts[w.j]; return p.t, p.v }
+func (w *windowIter) At() (int64, float64) { return w.ct, w.cv }
 func (w *windowIter) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
-	return w.pts[w.j].t, nil
+	return w.ct, nil
 }
 
 func (w *windowIter) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
-	return w.pts[w.j].t, nil
+	return w.ct, nil
 }
-func (w *windowIter) AtT() int64  { return w.pts[w.j].t }
+func (w *windowIter) AtT() int64  { return w.ct }
 func (w *windowIter) AtST() int64 { return 0 }
 func (w *windowIter) Err() error  { return nil }
 
