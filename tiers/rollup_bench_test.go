@@ -7,9 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -182,14 +185,18 @@ func TestRollupSizeRatios(t *testing.T) {
 				}
 				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes)})
 			}
+			t0 := time.Now()
 			for h, p := range minuteParts {
 				if err := minute.WritePartition(testT0+int64(h)*hourMs, p); err != nil {
 					t.Fatal(err)
 				}
 			}
+			minuteWrite := time.Since(t0)
+			t0 = time.Now()
 			if err := hour.WritePartition(testT0, hourSeries); err != nil {
 				t.Fatal(err)
 			}
+			hourWrite := time.Since(t0)
 			var minuteBytes int64
 			for _, p := range minute.Partitions() {
 				minuteBytes += p.Bytes
@@ -201,6 +208,9 @@ func TestRollupSizeRatios(t *testing.T) {
 			hourBPS := float64(hourBytes) / float64(daySamples)
 			t.Logf("%s sampling, %d series: raw %.3f B/sample (%d samples, %d B); minute %.4f B/raw sample = 1/%.1f of raw (%d B for %d h); hour %.5f B/raw sample = 1/%.0f of raw (%d B for 24 h)",
 				tc.name, nSeries, rawBPS, rawSamples, rawBytes, minBPS, rawBPS/minBPS, minuteBytes, tc.rawHours, hourBPS, rawBPS/hourBPS, hourBytes)
+			t.Logf("%s write time (WritePartition, incl. fsync): minute %v for %d files (%v per file), hour %v", tc.name, minuteWrite.Round(time.Millisecond), tc.rawHours, (minuteWrite / time.Duration(tc.rawHours)).Round(time.Millisecond), hourWrite.Round(time.Millisecond))
+			logColumnBytes(t, tc.name+" minute (first file)", minute.Partitions()[0].Path)
+			logColumnBytes(t, tc.name+" hour", hour.Partitions()[0].Path)
 			if minBPS > rawBPS*tc.goalMin {
 				t.Logf("TARGET MISSED: minute tier is %.2fx raw, target %.2fx", minBPS/rawBPS, tc.goalMin)
 			}
@@ -215,6 +225,60 @@ func TestRollupSizeRatios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logColumnBytes logs where the bytes of one Parquet file go: the compressed
+// size of each column (dictionary and data pages with their headers, summed
+// over row groups, from the file's metadata) and what is outside the column
+// chunks (page index, bloom filter, footer).
+func logColumnBytes(t testing.TB, what, path string) {
+	t.Helper()
+	f, err := os.Open(path) //nolint:gosec // a test's own temp file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type col struct {
+		name  string
+		bytes int64
+		enc   []string
+	}
+	var cols []col
+	idx := map[string]int{}
+	var inChunks int64
+	for _, rg := range pf.Metadata().RowGroups {
+		for _, c := range rg.Columns {
+			name := strings.Join(c.MetaData.PathInSchema, ".")
+			i, ok := idx[name]
+			if !ok {
+				i = len(cols)
+				idx[name] = i
+				cols = append(cols, col{name: name})
+				for _, e := range c.MetaData.Encoding {
+					cols[i].enc = append(cols[i].enc, e.String())
+				}
+			}
+			cols[i].bytes += c.MetaData.TotalCompressedSize
+			inChunks += c.MetaData.TotalCompressedSize
+		}
+	}
+	rows := pf.NumRows()
+	slices.SortStableFunc(cols, func(a, b col) int { return int(b.bytes - a.bytes) })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s: %d B, %d rows, %d row groups, %.2f B/row; per column (compressed B, B/row, encodings):", what, st.Size(), rows, len(pf.RowGroups()), float64(st.Size())/float64(rows))
+	for _, c := range cols {
+		fmt.Fprintf(&sb, "\n    %-12s %9d %7.3f  %s", c.name, c.bytes, float64(c.bytes)/float64(rows), strings.Join(c.enc, ","))
+	}
+	fmt.Fprintf(&sb, "\n    %-12s %9d %7.3f", "(page index, bloom filter, footer)", st.Size()-inChunks, float64(st.Size()-inChunks)/float64(rows))
+	t.Log(sb.String())
 }
 
 func dirBytes(t testing.TB, dir string) int64 {
