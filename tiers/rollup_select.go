@@ -40,7 +40,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, need map[s
 		return nil, ErrClosed
 	}
 	sel := newRollupSelector(mint, maxt, matchers)
-	sel.need = need
+	sel.need = derivationInputs(need)
 	sel.thinStep, sel.thinOrigin = thinStep, thinOrigin
 	sel.maxWindows = maxWindows
 	parts := r.partitionsOverlapping(mint, maxt)
@@ -110,6 +110,8 @@ type rollupSelector struct {
 	resets                             []int32
 	stale                              []bool
 	values                             []parquet.Value
+	// null flags of the double columns (parquet_derive.go)
+	sumNull, mnNull, mxNull, firstNull, lastNull, incNull []bool
 }
 
 func newRollupSelector(mint, maxt int64, ms []*labels.Matcher) *rollupSelector {
@@ -149,8 +151,8 @@ func (s *rollupSelector) readFile(ctx context.Context, path string) (err error) 
 	if err != nil {
 		return fmt.Errorf("open parquet file %s: %w", path, err)
 	}
-	if v, ok := pf.Lookup("strata.schema_version"); ok && v != parquetSchemaVersion {
-		return fmt.Errorf("partition %s: schema version %s, this build reads %s", path, v, parquetSchemaVersion)
+	if _, err := schemaVersion(pf.Lookup("strata.schema_version")); err != nil {
+		return fmt.Errorf("partition %s: %w", path, err)
 	}
 	cols, err := lookupColumns(pf.Schema())
 	if err != nil {
@@ -261,14 +263,19 @@ func (s *rollupSelector) readRowGroup(rg parquet.RowGroup, c rollupColumns) erro
 		name string
 		col  int
 		dst  *[]float64
-	}{{"sum", c.sum, &s.sum}, {"min", c.min, &s.mn}, {"max", c.max, &s.mx}, {"first", c.first, &s.first}, {"last", c.last, &s.last}, {"increase", c.increase, &s.increase}} {
+		null *[]bool
+	}{{"sum", c.sum, &s.sum, &s.sumNull}, {"min", c.min, &s.mn, &s.mnNull}, {"max", c.max, &s.mx, &s.mxNull}, {"first", c.first, &s.first, &s.firstNull}, {"last", c.last, &s.last, &s.lastNull}, {"increase", c.increase, &s.increase, &s.incNull}} {
 		if zero(x.name) {
-			*x.dst = zeroed(*x.dst, n)
+			*x.dst, *x.null = zeroed(*x.dst, n), (*x.null)[:0]
 			continue
 		}
-		if *x.dst, err = readDoubles(chunks[x.col], (*x.dst)[:0], &s.values); err != nil {
+		if *x.dst, *x.null, err = readNullableDoubles(chunks[x.col], (*x.dst)[:0], (*x.null)[:0], &s.values); err != nil {
 			return fmt.Errorf("read %s: %w", x.name, err)
 		}
+	}
+	if err := deriveWindowColumns(windowColumns{Count: s.count, Sum: s.sum, Min: s.mn, Max: s.mx, First: s.first, Last: s.last, Inc: s.increase,
+		SumNull: s.sumNull, MinNull: s.mnNull, MaxNull: s.mxNull, FirstNull: s.firstNull, LastNull: s.lastNull, IncNull: s.incNull}); err != nil {
+		return err
 	}
 	if zero("resets") {
 		s.resets = zeroed(s.resets, n)
@@ -499,17 +506,6 @@ func readInt32s(cc parquet.ColumnChunk, dst []int32, vals *[]parquet.Value) ([]i
 		n, err := r.ReadInt32s(b)
 		return n, err, true
 	}, parquet.Value.Int32)
-}
-
-func readDoubles(cc parquet.ColumnChunk, dst []float64, vals *[]parquet.Value) ([]float64, error) {
-	return readColumn(cc, dst, vals, func(vr parquet.ValueReader, b []float64) (int, error, bool) {
-		r, ok := vr.(parquet.DoubleReader)
-		if !ok {
-			return 0, nil, false
-		}
-		n, err := r.ReadDoubles(b)
-		return n, err, true
-	}, parquet.Value.Double)
 }
 
 func readBools(cc parquet.ColumnChunk, dst []bool, vals *[]parquet.Value) ([]bool, error) {
