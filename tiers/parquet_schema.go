@@ -187,6 +187,10 @@ func parquetWriterOptions(rowsPerGroup int64, res string) []parquet.WriterOption
 		// size test's files, for about twice the write time (docs/format/minute.md).
 		parquet.Compression(&zstd.Codec{Level: zstd.SpeedBestCompression}),
 		parquet.MaxRowsPerRowGroup(rowsPerGroup),
+		// One data page per column chunk of a 32k-row group (the default 256
+		// KiB buffer cut each double column into two): 1.7 % smaller minute
+		// files, for 1 MiB of buffer per column while a file is written.
+		parquet.PageBufferSize(1 << 20),
 		parquet.DictionaryMaxBytes(4 << 20), // falls back to PLAIN past this (safe since v0.31.0)
 		parquet.SortingWriterConfig(parquet.SortingColumns(
 			parquet.Ascending("metric_name"), parquet.Ascending("series_id"), parquet.Ascending("start"))),

@@ -107,12 +107,13 @@ func (s *fleetSeries) next(step float64) float64 {
 
 // TestRollupSizeRatios measures bytes per raw sample of raw TSDB blocks and
 // of minute and hour Parquet files for the same 2,000-series fleet mix at 1 s
-// and 15 s sampling. It asserts the 1 s targets (minute <= raw/8, hour <=
-// raw/300). At 15 s the targets (minute <= raw, hour <= raw/50) are not met
-// by this workload (a minute window holds only 4 samples, and 6 of its 11
-// aggregates are noisy doubles): the test logs how far off they are and
-// guards against regressions past the measured figures. The figures and the
-// analysis are in docs/format/minute.md.
+// and 15 s sampling, and logs where the bytes of each file go, per column. It
+// asserts the targets of issue 3: at 1 s minute <= raw/8 and hour <=
+// raw/300; at 15 s minute <= raw. The fourth, hour <= raw/50 at 15 s, is not
+// met by this workload (its noisy gauges' doubles do not compress, see
+// docs/format/minute.md): the test logs how far off it is and guards against
+// regressions past the measured figure. The figures and the analysis are in
+// docs/format/minute.md.
 func TestRollupSizeRatios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generates tens of millions of samples")
@@ -123,10 +124,10 @@ func TestRollupSizeRatios(t *testing.T) {
 		step             time.Duration
 		rawHours         int
 		goalMin, goalHou float64 // targets as ratios to raw
-		maxMin, maxHou   float64 // asserted: the targets where met, else the measured figures plus 10 %
+		maxMin, maxHou   float64 // asserted: the targets where met, else the measured figure plus 5 %
 	}{
 		{"1s", time.Second, 2, 1.0 / 8, 1.0 / 300, 1.0 / 8, 1.0 / 300},
-		{"15s", 15 * time.Second, 6, 1, 1.0 / 50, 1.42 * 1.1, 1.1 / 34},
+		{"15s", 15 * time.Second, 6, 1, 1.0 / 50, 1, 1.05 / 42.6},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,8 +207,8 @@ func TestRollupSizeRatios(t *testing.T) {
 			rawBPS := float64(rawBytes) / float64(rawSamples)
 			minBPS := float64(minuteBytes) / float64(rawSamples)
 			hourBPS := float64(hourBytes) / float64(daySamples)
-			t.Logf("%s sampling, %d series: raw %.3f B/sample (%d samples, %d B); minute %.4f B/raw sample = 1/%.1f of raw (%d B for %d h); hour %.5f B/raw sample = 1/%.0f of raw (%d B for 24 h)",
-				tc.name, nSeries, rawBPS, rawSamples, rawBytes, minBPS, rawBPS/minBPS, minuteBytes, tc.rawHours, hourBPS, rawBPS/hourBPS, hourBytes)
+			t.Logf("%s sampling, %d series: raw %.3f B/sample (%d samples, %d B); minute %.4f B/raw sample = %.3fx raw = 1/%.2f of raw (%d B for %d h); hour %.5f B/raw sample = 1/%.1f of raw (%d B for 24 h)",
+				tc.name, nSeries, rawBPS, rawSamples, rawBytes, minBPS, minBPS/rawBPS, rawBPS/minBPS, minuteBytes, tc.rawHours, hourBPS, rawBPS/hourBPS, hourBytes)
 			t.Logf("%s write time (WritePartition, incl. fsync): minute %v for %d files (%v per file), hour %v", tc.name, minuteWrite.Round(time.Millisecond), tc.rawHours, (minuteWrite / time.Duration(tc.rawHours)).Round(time.Millisecond), hourWrite.Round(time.Millisecond))
 			logColumnBytes(t, tc.name+" minute (first file)", minute.Partitions()[0].Path)
 			logColumnBytes(t, tc.name+" hour", hour.Partitions()[0].Path)
@@ -215,7 +216,7 @@ func TestRollupSizeRatios(t *testing.T) {
 				t.Logf("TARGET MISSED: minute tier is %.2fx raw, target %.2fx", minBPS/rawBPS, tc.goalMin)
 			}
 			if hourBPS > rawBPS*tc.goalHou {
-				t.Logf("TARGET MISSED: hour tier is 1/%.0f of raw, target 1/%.0f", rawBPS/hourBPS, 1/tc.goalHou)
+				t.Logf("TARGET MISSED: hour tier is 1/%.1f of raw, target 1/%.0f", rawBPS/hourBPS, 1/tc.goalHou)
 			}
 			if minBPS > rawBPS*tc.maxMin {
 				t.Errorf("minute tier %.4f B/sample exceeds %.4f", minBPS, rawBPS*tc.maxMin)
