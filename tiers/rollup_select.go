@@ -28,7 +28,8 @@ func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labe
 }
 
 // selectColumns is Select decoding only the named aggregate columns (nil: all);
-// the others read as zero in the returned windows.
+// the others read as zero in the returned windows, except those the null
+// rules of schema version 2 read to fill in the named ones (derivationInputs).
 //
 // thinStep > 0 keeps per series only the latest window before each time
 // thinOrigin + k*thinStep.
