@@ -3,6 +3,7 @@ package tiers_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -25,7 +26,10 @@ import (
 // arrow-go Parquet implementation (independent of parquet-go, which wrote
 // it) and checks what docs/format/minute.md promises: the numbers, the sort
 // order, zstd, statistics, the page index, the bloom filter on metric_name
-// and the TIMESTAMP(ms) logical type.
+// and the TIMESTAMP(ms) logical type. The numbers are checked as an analyst
+// gets them: a null aggregate is replaced by the rule of schema version 2
+// (docs/format/hour-parquet.md), written out here independently of Strata's
+// reader, and the result must be the window's value bit for bit.
 func TestParquetIndependentReader(t *testing.T) {
 	dir := t.TempDir()
 	cfg := tiers.DefaultMinuteConfig(dir)
@@ -82,8 +86,18 @@ func TestParquetIndependentReader(t *testing.T) {
 	if lt, ok := md.Schema.Column(col("start")).LogicalType().(schema.TimestampLogicalType); !ok || lt.TimeUnit() != schema.TimeUnitMillis || !lt.IsAdjustedToUTC() {
 		t.Fatalf("start logical type %v", md.Schema.Column(col("start")).LogicalType())
 	}
-	if v := md.KeyValueMetadata().FindValue("strata.schema_version"); v == nil || *v != "1" {
+	if v := md.KeyValueMetadata().FindValue("strata.schema_version"); v == nil || *v != "2" {
 		t.Fatalf("schema version metadata %v", v)
+	}
+	// The derivable aggregates are optional columns, everything else required.
+	for _, name := range []string{"sum", "min", "max", "first", "increase", "last", "count", "start"} {
+		want := int16(0)
+		if name != "last" && name != "count" && name != "start" {
+			want = 1
+		}
+		if got := md.Schema.Column(col(name)).MaxDefinitionLevel(); got != want {
+			t.Fatalf("column %s: max definition level %d, want %d", name, got, want)
+		}
 	}
 
 	bloom := rdr.GetBloomFilterReader()
@@ -191,12 +205,18 @@ func TestParquetIndependentReader(t *testing.T) {
 		}
 		return out
 	}
-	floats := func(name string) []float64 {
+	// floats returns a double column and, per row, whether it is null.
+	floats := func(name string) ([]float64, []bool) {
 		var out []float64
+		var null []bool
 		for _, c := range tbl.Column(tbl.Schema().FieldIndices(name)[0]).Data().Chunks() {
-			out = append(out, c.(*array.Float64).Float64Values()...)
+			a := c.(*array.Float64)
+			out = append(out, a.Float64Values()...)
+			for i := range a.Len() {
+				null = append(null, a.IsNull(i))
+			}
 		}
-		return out
+		return out, null
 	}
 	bools := func(name string) []bool {
 		var out []bool
@@ -213,8 +233,48 @@ func TestParquetIndependentReader(t *testing.T) {
 	}
 	names, lbls, gpus := strs("metric_name"), strs("labels"), tbl.Column(tbl.Schema().FieldIndices("gpu")[0]).Data().Chunks()
 	ids, starts, firstTs, lastTs, counts, resets := ints("series_id"), ints("start"), ints("first_ts"), ints("last_ts"), ints("count"), ints("resets")
-	sums, mins, maxs, firsts, lasts, incs := floats("sum"), floats("min"), floats("max"), floats("first"), floats("last"), floats("increase")
+	sums, sumNull := floats("sum")
+	mins, minNull := floats("min")
+	maxs, maxNull := floats("max")
+	firsts, firstNull := floats("first")
+	lasts, lastNull := floats("last")
+	incs, incNull := floats("increase")
 	stale := bools("stale")
+	// The rules of schema version 2, in the order the docs give them.
+	nulls := map[string]int{}
+	for i := range lasts {
+		if lastNull[i] {
+			t.Fatalf("row %d: last is null", i)
+		}
+		if firstNull[i] {
+			firsts[i] = lasts[i]
+			nulls["first"]++
+		}
+		if minNull[i] {
+			mins[i] = math.Min(firsts[i], lasts[i])
+			nulls["min"]++
+		}
+		if maxNull[i] {
+			maxs[i] = math.Max(firsts[i], lasts[i])
+			nulls["max"]++
+		}
+		if incNull[i] {
+			incs[i] = lasts[i] - firsts[i]
+			nulls["increase"]++
+		}
+		if sumNull[i] {
+			sums[i] = float64(counts[i]) * lasts[i]
+			nulls["sum"]++
+		}
+	}
+	// The workload has counters without resets (min, max, increase derived)
+	// and gauges that stay flat for a minute (first, sum derived).
+	for _, c := range []string{"first", "min", "max", "increase", "sum"} {
+		if nulls[c] == 0 {
+			t.Errorf("column %s has no nulls: the rule is not exercised", c)
+		}
+	}
+	t.Logf("nulls per column (of %d rows): %v", len(lasts), nulls)
 	var sumCount int64
 	gpuNulls := 0
 	for _, c := range gpus {
@@ -245,7 +305,7 @@ func TestParquetIndependentReader(t *testing.T) {
 		}
 		got := tiers.Window{Start: starts[i], FirstT: firstTs[i], LastT: lastTs[i], Count: uint32(counts[i]), Sum: sums[i], Min: mins[i], Max: maxs[i], //nolint:gosec // small
 			First: firsts[i], Last: lasts[i], Increase: incs[i], Resets: uint32(resets[i]), Stale: stale[i]} //nolint:gosec // small
-		if got != win {
+		if !sameWindow(got, win) {
 			t.Fatalf("row %d: got %+v want %+v", i, got, win)
 		}
 	}
@@ -255,4 +315,13 @@ func TestParquetIndependentReader(t *testing.T) {
 	if gpuNulls != wantNulls || wantNulls == 0 {
 		t.Fatalf("gpu column has %d nulls, want %d (series without the label)", gpuNulls, wantNulls)
 	}
+}
+
+// sameWindow compares windows field by field, floats by their bits (NaN
+// payloads and the sign of zero included).
+func sameWindow(a, b tiers.Window) bool {
+	f := math.Float64bits
+	return a.Start == b.Start && a.FirstT == b.FirstT && a.LastT == b.LastT && a.Count == b.Count &&
+		f(a.Sum) == f(b.Sum) && f(a.Min) == f(b.Min) && f(a.Max) == f(b.Max) && f(a.First) == f(b.First) &&
+		f(a.Last) == f(b.Last) && f(a.Increase) == f(b.Increase) && a.Resets == b.Resets && a.Stale == b.Stale
 }

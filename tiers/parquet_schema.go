@@ -15,7 +15,11 @@ import (
 // parquetSchemaVersion is written into every rollup file's key/value metadata
 // (key "strata.schema_version"); readers refuse files with a newer version.
 // The layout is documented in docs/format/hour-parquet.md and minute.md.
-const parquetSchemaVersion = "1"
+//
+// Version 2 leaves first, min, max, increase and sum null where a rule over the
+// row's other columns gives them back exactly (parquet_derive.go); version 1
+// stored every aggregate. Readers read both.
+const parquetSchemaVersion = "2"
 
 // parquetRow is one row of a minute or hour rollup file: one series' window.
 //
@@ -26,34 +30,40 @@ const parquetSchemaVersion = "1"
 // as a JSON object so nothing is lost and Strata rebuilds series from it.
 // Absent labels are null. Timestamps are int64 milliseconds annotated as
 // TIMESTAMP(ms, UTC).
+//
+// The aggregates a rule can derive are optional (nil: null, see
+// nullAggregates); `last` never is. Encodings were chosen by measurement at
+// zstd SpeedBestCompression (docs/format/minute.md): byte-stream-split for
+// sum, PLAIN for the others, which zstd's better match finding compresses
+// further than byte-stream-split on this data.
 type parquetRow struct {
-	MetricName string  `parquet:"metric_name,dict"`
-	Job        string  `parquet:"job,optional,dict"`
-	Instance   string  `parquet:"instance,optional,dict"`
-	Namespace  string  `parquet:"namespace,optional,dict"`
-	Pod        string  `parquet:"pod,optional,dict"`
-	Container  string  `parquet:"container,optional,dict"`
-	ModelName  string  `parquet:"model_name,optional,dict"`
-	Engine     string  `parquet:"engine,optional,dict"`
-	GPU        string  `parquet:"gpu,optional,dict"`
-	UUID       string  `parquet:"UUID,optional,dict"`
-	GPUModel   string  `parquet:"modelName,optional,dict"`
-	Hostname   string  `parquet:"Hostname,optional,dict"`
-	Le         string  `parquet:"le,optional,dict"`
-	Labels     string  `parquet:"labels,dict"`
-	SeriesID   int64   `parquet:"series_id"`
-	Start      int64   `parquet:"start,timestamp(millisecond),delta"`
-	FirstTS    int64   `parquet:"first_ts,timestamp(millisecond),delta"`
-	LastTS     int64   `parquet:"last_ts,timestamp(millisecond),delta"`
-	Count      int64   `parquet:"count,delta"`
-	Sum        float64 `parquet:"sum,split"`
-	Min        float64 `parquet:"min,split"`
-	Max        float64 `parquet:"max,split"`
-	First      float64 `parquet:"first,split"`
-	Last       float64 `parquet:"last,split"`
-	Increase   float64 `parquet:"increase,split"`
-	Resets     int32   `parquet:"resets,delta"`
-	Stale      bool    `parquet:"stale"`
+	MetricName string   `parquet:"metric_name,dict"`
+	Job        string   `parquet:"job,optional,dict"`
+	Instance   string   `parquet:"instance,optional,dict"`
+	Namespace  string   `parquet:"namespace,optional,dict"`
+	Pod        string   `parquet:"pod,optional,dict"`
+	Container  string   `parquet:"container,optional,dict"`
+	ModelName  string   `parquet:"model_name,optional,dict"`
+	Engine     string   `parquet:"engine,optional,dict"`
+	GPU        string   `parquet:"gpu,optional,dict"`
+	UUID       string   `parquet:"UUID,optional,dict"`
+	GPUModel   string   `parquet:"modelName,optional,dict"`
+	Hostname   string   `parquet:"Hostname,optional,dict"`
+	Le         string   `parquet:"le,optional,dict"`
+	Labels     string   `parquet:"labels,dict"`
+	SeriesID   int64    `parquet:"series_id"`
+	Start      int64    `parquet:"start,timestamp(millisecond),delta"`
+	FirstTS    int64    `parquet:"first_ts,timestamp(millisecond),delta"`
+	LastTS     int64    `parquet:"last_ts,timestamp(millisecond),delta"`
+	Count      int64    `parquet:"count,delta"`
+	Sum        *float64 `parquet:"sum,optional,split"`
+	Min        *float64 `parquet:"min,optional,plain"`
+	Max        *float64 `parquet:"max,optional,plain"`
+	First      *float64 `parquet:"first,optional,plain"`
+	Last       float64  `parquet:"last,plain"`
+	Increase   *float64 `parquet:"increase,optional,plain"`
+	Resets     int32    `parquet:"resets,delta"`
+	Stale      bool     `parquet:"stale"`
 }
 
 // seriesRowTemplate fills the label columns of a row for one series; the window
@@ -82,10 +92,23 @@ func seriesRowTemplate(lbls labels.Labels) (parquetRow, error) {
 	}, nil
 }
 
-func (r *parquetRow) fillWindow(w Window) {
+// fillWindow sets the window fields of a row. The optional aggregates point
+// into agg (5 values, owned by the row from then on), or are nil where the
+// reader's rule gives the value back.
+func (r *parquetRow) fillWindow(w Window, agg []float64) {
 	r.Start, r.FirstTS, r.LastTS = w.Start, w.FirstT, w.LastT
 	r.Count = int64(w.Count)
-	r.Sum, r.Min, r.Max, r.First, r.Last, r.Increase = w.Sum, w.Min, w.Max, w.First, w.Last, w.Increase
+	agg[0], agg[1], agg[2], agg[3], agg[4] = w.Sum, w.Min, w.Max, w.First, w.Increase
+	nulls := nullAggregates(w)
+	opt := func(bit nullMask, v *float64) *float64 {
+		if nulls&bit != 0 {
+			return nil
+		}
+		return v
+	}
+	r.Sum, r.Min, r.Max = opt(nullSum, &agg[0]), opt(nullMin, &agg[1]), opt(nullMax, &agg[2])
+	r.First, r.Increase = opt(nullFirst, &agg[3]), opt(nullIncrease, &agg[4])
+	r.Last = w.Last
 	r.Resets = int32(min(w.Resets, 1<<31-1)) //nolint:gosec // clamped above
 	r.Stale = w.Stale
 }
@@ -145,21 +168,34 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 		}
 	}
 	rows := make([]parquetRow, 0, n)
+	agg := make([]float64, 5*n)
 	for _, it := range items {
 		for _, w := range it.ws {
 			r := it.tmpl
-			r.fillWindow(w)
+			i := len(rows)
+			r.fillWindow(w, agg[5*i:5*i+5:5*i+5])
 			rows = append(rows, r)
 		}
 	}
 	return rows, nil
 }
 
+// rollupCodec compresses every column of both tiers. SpeedBestCompression:
+// 6-7 % smaller files than SpeedBetterCompression on the size test's data, for
+// about twice the write time (docs/format/minute.md). One codec for all files,
+// because it pools its encoders, whose tables are costly to set up at this
+// level: a new codec per file made writing a small file 3-5x slower.
+var rollupCodec = &zstd.Codec{Level: zstd.SpeedBestCompression}
+
 // parquetWriterOptions are the writer settings shared by both tiers.
 func parquetWriterOptions(rowsPerGroup int64, res string) []parquet.WriterOption {
 	return []parquet.WriterOption{
-		parquet.Compression(&zstd.Codec{Level: zstd.SpeedBetterCompression}),
+		parquet.Compression(rollupCodec),
 		parquet.MaxRowsPerRowGroup(rowsPerGroup),
+		// One data page per column chunk of a 32k-row group (the default 256
+		// KiB buffer cut each double column into two): 1.7 % smaller minute
+		// files, for 1 MiB of buffer per column while a file is written.
+		parquet.PageBufferSize(1 << 20),
 		parquet.DictionaryMaxBytes(4 << 20), // falls back to PLAIN past this (safe since v0.31.0)
 		parquet.SortingWriterConfig(parquet.SortingColumns(
 			parquet.Ascending("metric_name"), parquet.Ascending("series_id"), parquet.Ascending("start"))),

@@ -7,10 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -105,12 +108,13 @@ func (s *fleetSeries) next(step float64) float64 {
 
 // TestRollupSizeRatios measures bytes per raw sample of raw TSDB blocks and
 // of minute and hour Parquet files for the same 2,000-series fleet mix at 1 s
-// and 15 s sampling. It asserts the 1 s targets (minute <= raw/8, hour <=
-// raw/300). At 15 s the targets (minute <= raw, hour <= raw/50) are not met
-// by this workload (a minute window holds only 4 samples, and 6 of its 11
-// aggregates are noisy doubles): the test logs how far off they are and
-// guards against regressions past the measured figures. The figures and the
-// analysis are in docs/format/minute.md.
+// and 15 s sampling, and logs where the bytes of each file go, per column. It
+// asserts the targets of issue 3: at 1 s minute <= raw/8 and hour <=
+// raw/300; at 15 s minute <= raw. The fourth, hour <= raw/50 at 15 s, is not
+// met by this workload (its noisy gauges' doubles do not compress, see
+// docs/format/minute.md): the test logs how far off it is and guards against
+// regressions past the measured figure. The figures and the analysis are in
+// docs/format/minute.md.
 func TestRollupSizeRatios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generates tens of millions of samples")
@@ -121,10 +125,10 @@ func TestRollupSizeRatios(t *testing.T) {
 		step             time.Duration
 		rawHours         int
 		goalMin, goalHou float64 // targets as ratios to raw
-		maxMin, maxHou   float64 // asserted: the targets where met, else the measured figures plus 10 %
+		maxMin, maxHou   float64 // asserted: the targets where met, else the measured figure plus 5 %
 	}{
 		{"1s", time.Second, 2, 1.0 / 8, 1.0 / 300, 1.0 / 8, 1.0 / 300},
-		{"15s", 15 * time.Second, 6, 1, 1.0 / 50, 1.42 * 1.1, 1.1 / 34},
+		{"15s", 15 * time.Second, 6, 1, 1.0 / 50, 1, 1.05 / 42.6},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,14 +187,18 @@ func TestRollupSizeRatios(t *testing.T) {
 				}
 				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes)})
 			}
+			t0 := time.Now()
 			for h, p := range minuteParts {
 				if err := minute.WritePartition(testT0+int64(h)*hourMs, p); err != nil {
 					t.Fatal(err)
 				}
 			}
+			minuteWrite := time.Since(t0)
+			t0 = time.Now()
 			if err := hour.WritePartition(testT0, hourSeries); err != nil {
 				t.Fatal(err)
 			}
+			hourWrite := time.Since(t0)
 			var minuteBytes int64
 			for _, p := range minute.Partitions() {
 				minuteBytes += p.Bytes
@@ -200,13 +208,16 @@ func TestRollupSizeRatios(t *testing.T) {
 			rawBPS := float64(rawBytes) / float64(rawSamples)
 			minBPS := float64(minuteBytes) / float64(rawSamples)
 			hourBPS := float64(hourBytes) / float64(daySamples)
-			t.Logf("%s sampling, %d series: raw %.3f B/sample (%d samples, %d B); minute %.4f B/raw sample = 1/%.1f of raw (%d B for %d h); hour %.5f B/raw sample = 1/%.0f of raw (%d B for 24 h)",
-				tc.name, nSeries, rawBPS, rawSamples, rawBytes, minBPS, rawBPS/minBPS, minuteBytes, tc.rawHours, hourBPS, rawBPS/hourBPS, hourBytes)
+			t.Logf("%s sampling, %d series: raw %.3f B/sample (%d samples, %d B); minute %.4f B/raw sample = %.3fx raw = 1/%.2f of raw (%d B for %d h); hour %.5f B/raw sample = 1/%.1f of raw (%d B for 24 h)",
+				tc.name, nSeries, rawBPS, rawSamples, rawBytes, minBPS, minBPS/rawBPS, rawBPS/minBPS, minuteBytes, tc.rawHours, hourBPS, rawBPS/hourBPS, hourBytes)
+			t.Logf("%s write time (WritePartition, incl. fsync): minute %v for %d files (%v per file), hour %v", tc.name, minuteWrite.Round(time.Millisecond), tc.rawHours, (minuteWrite / time.Duration(tc.rawHours)).Round(time.Millisecond), hourWrite.Round(time.Millisecond))
+			logColumnBytes(t, tc.name+" minute (first file)", minute.Partitions()[0].Path)
+			logColumnBytes(t, tc.name+" hour", hour.Partitions()[0].Path)
 			if minBPS > rawBPS*tc.goalMin {
 				t.Logf("TARGET MISSED: minute tier is %.2fx raw, target %.2fx", minBPS/rawBPS, tc.goalMin)
 			}
 			if hourBPS > rawBPS*tc.goalHou {
-				t.Logf("TARGET MISSED: hour tier is 1/%.0f of raw, target 1/%.0f", rawBPS/hourBPS, 1/tc.goalHou)
+				t.Logf("TARGET MISSED: hour tier is 1/%.1f of raw, target 1/%.0f", rawBPS/hourBPS, 1/tc.goalHou)
 			}
 			if minBPS > rawBPS*tc.maxMin {
 				t.Errorf("minute tier %.4f B/sample exceeds %.4f", minBPS, rawBPS*tc.maxMin)
@@ -216,6 +227,60 @@ func TestRollupSizeRatios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logColumnBytes logs where the bytes of one Parquet file go: the compressed
+// size of each column (dictionary and data pages with their headers, summed
+// over row groups, from the file's metadata) and what is outside the column
+// chunks (page index, bloom filter, footer).
+func logColumnBytes(t testing.TB, what, path string) {
+	t.Helper()
+	f, err := os.Open(path) //nolint:gosec // a test's own temp file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type col struct {
+		name  string
+		bytes int64
+		enc   []string
+	}
+	var cols []col
+	idx := map[string]int{}
+	var inChunks int64
+	for _, rg := range pf.Metadata().RowGroups {
+		for _, c := range rg.Columns {
+			name := strings.Join(c.MetaData.PathInSchema, ".")
+			i, ok := idx[name]
+			if !ok {
+				i = len(cols)
+				idx[name] = i
+				cols = append(cols, col{name: name})
+				for _, e := range c.MetaData.Encoding {
+					cols[i].enc = append(cols[i].enc, e.String())
+				}
+			}
+			cols[i].bytes += c.MetaData.TotalCompressedSize
+			inChunks += c.MetaData.TotalCompressedSize
+		}
+	}
+	rows := pf.NumRows()
+	slices.SortStableFunc(cols, func(a, b col) int { return int(b.bytes - a.bytes) })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s: %d B, %d rows, %d row groups, %.2f B/row; per column (compressed B, B/row, encodings):", what, st.Size(), rows, len(pf.RowGroups()), float64(st.Size())/float64(rows))
+	for _, c := range cols {
+		fmt.Fprintf(&sb, "\n    %-12s %9d %7.3f  %s", c.name, c.bytes, float64(c.bytes)/float64(rows), strings.Join(c.enc, ","))
+	}
+	fmt.Fprintf(&sb, "\n    %-12s %9d %7.3f", "(page index, bloom filter, footer)", st.Size()-inChunks, float64(st.Size()-inChunks)/float64(rows))
+	t.Log(sb.String())
 }
 
 func dirBytes(t testing.TB, dir string) int64 {

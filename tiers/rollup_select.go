@@ -112,7 +112,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	if opts.need == 0 {
 		opts.need = colAll
 	}
-	opts.need |= colLastT
+	opts.need = derivationInputs(opts.need | colLastT)
 	res := r.cfg.Resolution.Milliseconds()
 	q := newRollupQuery(mint, maxt, res, matchers, opts)
 	parts := r.partitionsOverlapping(mint, maxt)
@@ -432,7 +432,8 @@ type fileReader struct {
 	ids    []int64
 	idx    []int32
 	keep   []int32
-	stale  []bool // decoded stale column of the current row group
+	stale  []bool        // decoded stale column of the current row group
+	nulls  windowColumns // null flags of the double columns, indexed like the batch
 	values []parquet.Value
 
 	// batch holds the kept rows of the last row groups in file order, and
@@ -474,8 +475,8 @@ func (fr *fileReader) readFile(ctx context.Context, path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("open parquet file %s: %w", path, err)
 	}
-	if v, ok := pf.Lookup("strata.schema_version"); ok && v != parquetSchemaVersion {
-		return fmt.Errorf("partition %s: schema version %s, this build reads %s", path, v, parquetSchemaVersion)
+	if _, err := schemaVersion(pf.Lookup("strata.schema_version")); err != nil {
+		return fmt.Errorf("partition %s: %w", path, err)
 	}
 	cols, err := lookupColumns(pf.Schema())
 	if err != nil {
@@ -643,20 +644,35 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 			return fmt.Errorf("column %s has %d rows, want %d", x.name, len(*x.dst)-base, n)
 		}
 	}
+	// Schema version 2 leaves derivable aggregates null: decode the null
+	// flags too (indexed like the batch) and fill the values in from the
+	// rules (parquet_derive.go) before rows are squeezed out.
+	nulls := &fr.nulls
 	for _, x := range []struct {
 		name string
 		col  int
 		dst  *[]float64
-	}{{"sum", c.sum, &b.sum}, {"min", c.min, &b.min}, {"max", c.max, &b.max}, {"first", c.first, &b.first}, {"last", c.last, &b.last}, {"increase", c.increase, &b.increase}} {
+		null *[]bool
+	}{{"sum", c.sum, &b.sum, &nulls.SumNull}, {"min", c.min, &b.min, &nulls.MinNull}, {"max", c.max, &b.max, &nulls.MaxNull}, {"first", c.first, &b.first, &nulls.FirstNull}, {"last", c.last, &b.last, &nulls.LastNull}, {"increase", c.increase, &b.increase, &nulls.IncNull}} {
 		if *x.dst == nil {
+			*x.null = nil
 			continue
 		}
-		if *x.dst, err = readDoubles(chunks[x.col], *x.dst, &fr.values); err != nil {
+		*x.null = slices.Grow((*x.null)[:0], base+n)[:base]
+		if *x.dst, *x.null, err = readNullableDoubles(chunks[x.col], *x.dst, *x.null, &fr.values); err != nil {
 			return fmt.Errorf("read %s: %w", x.name, err)
 		}
-		if len(*x.dst) != base+n {
+		if len(*x.dst) != base+n || len(*x.null) != base+n {
 			return fmt.Errorf("column %s has %d rows, want %d", x.name, len(*x.dst)-base, n)
 		}
+	}
+	if err := deriveWindowColumns(windowColumns{
+		Count: tail(b.count, base), Sum: tail(b.sum, base), Min: tail(b.min, base), Max: tail(b.max, base),
+		First: tail(b.first, base), Last: tail(b.last, base), Inc: tail(b.increase, base),
+		SumNull: tail(nulls.SumNull, base), MinNull: tail(nulls.MinNull, base), MaxNull: tail(nulls.MaxNull, base),
+		FirstNull: tail(nulls.FirstNull, base), LastNull: tail(nulls.LastNull, base), IncNull: tail(nulls.IncNull, base),
+	}); err != nil {
+		return err
 	}
 	if b.resets != nil {
 		if b.resets, err = readInt32s(chunks[c.resets], b.resets, &fr.values); err != nil {
@@ -699,6 +715,14 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 		fr.flush()
 	}
 	return nil
+}
+
+// tail returns s[base:], or nil for a nil column.
+func tail[T any](s []T, base int) []T {
+	if s == nil {
+		return nil
+	}
+	return s[base:]
 }
 
 // compact keeps, of the rows from base on, only rows base+keep[k] (ascending).
@@ -957,17 +981,6 @@ func readInt32s(cc parquet.ColumnChunk, dst []int32, vals *[]parquet.Value) ([]i
 		n, err := r.ReadInt32s(b)
 		return n, err, true
 	}, parquet.Value.Int32)
-}
-
-func readDoubles(cc parquet.ColumnChunk, dst []float64, vals *[]parquet.Value) ([]float64, error) {
-	return readColumn(cc, dst, vals, func(vr parquet.ValueReader, b []float64) (int, error, bool) {
-		r, ok := vr.(parquet.DoubleReader)
-		if !ok {
-			return 0, nil, false
-		}
-		n, err := r.ReadDoubles(b)
-		return n, err, true
-	}, parquet.Value.Double)
 }
 
 func readBools(cc parquet.ColumnChunk, dst []bool, vals *[]parquet.Value) ([]bool, error) {
