@@ -452,8 +452,9 @@ type fileReader struct {
 // when filesLeft files were left in the reader's range.
 type batchRun struct{ si, lo, hi, filesLeft int32 }
 
-// batchRows is the batch size that triggers a flush: a few MB, to stay in cache.
-const batchRows = 1 << 17
+// batchRows is the batch size that triggers a flush: a few MB, to stay in
+// cache. A variable so that tests can make it small.
+var batchRows = 1 << 17
 
 func newFileReader(q *rollupQuery) *fileReader {
 	return &fileReader{q: q, byKey: map[string]int32{}, byID: map[int64]int32{}}

@@ -1,0 +1,195 @@
+package tiers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// TestSelectColumnsMatchesWindows checks the column-block reader against the
+// windows written: many partitions read by several readers, series that come
+// and go, stale windows, batches flushed every few rows, every column subset
+// the stitched querier decodes, and plain-selector thinning.
+func TestSelectColumnsMatchesWindows(t *testing.T) {
+	defer func(n int) { batchRows = n }(batchRows)
+	batchRows = 7 // flush in the middle of row groups and files
+	cfg := DefaultMinuteConfig(t.TempDir())
+	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	const nSeries, nParts = 9, 6
+	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string][]Window{}
+	lbls := make([]labels.Labels, nSeries)
+	for i := range lbls {
+		lbls[i] = labels.FromStrings("__name__", fmt.Sprintf("m%d", i%3), "i", fmt.Sprint(i))
+	}
+	for p := range nParts {
+		start := deriveT0 + int64(p)*plen
+		var series []SeriesWindows
+		for i, l := range lbls {
+			if (i+p)%4 == 0 { // absent from this partition
+				continue
+			}
+			var ws []Window
+			for s := start; s < start+plen; s += res {
+				if rng.IntN(5) == 0 { // a gap
+					continue
+				}
+				first := float64(rng.IntN(100))
+				last := first + float64(rng.IntN(10))
+				w := Window{
+					Start: s, FirstT: s + int64(rng.IntN(1000)), Count: uint32(1 + rng.IntN(60)),
+					Sum: float64(rng.IntN(1000)) + 0.5, Min: first - 1, Max: last + 1, First: first, Last: last,
+					Increase: last - first + float64(rng.IntN(3)), Resets: uint32(rng.IntN(2)), Stale: rng.IntN(10) == 0,
+				}
+				w.LastT = w.FirstT + int64(rng.IntN(int(res-(w.FirstT-s))))
+				ws = append(ws, w)
+			}
+			series = append(series, SeriesWindows{Labels: l, Windows: ws})
+			want[l.String()] = append(want[l.String()], ws...)
+		}
+		if err := r.WritePartition(start, series); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mint, maxt := deriveT0+7*res, deriveT0+int64(nParts)*plen-11*res // not aligned to partitions
+	inRange := func(ws []Window) []Window {
+		var out []Window
+		for _, w := range ws {
+			if w.Start >= mint && w.Start <= maxt {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	for mode := modeLast; mode <= modeDelta; mode++ {
+		need := columnsFor(mode)
+		t.Run(fmt.Sprintf("mode %d", mode), func(t *testing.T) {
+			sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: need})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sel) != nSeries {
+				t.Fatalf("%d series, want %d", len(sel), nSeries)
+			}
+			for _, s := range sel {
+				exp := inRange(want[s.lbls.String()])
+				got := s.ws.appendTo(nil)
+				if len(got) != len(exp) {
+					t.Fatalf("%s: %d windows, want %d", s.lbls, len(got), len(exp))
+				}
+				for k, g := range got {
+					e := projectWindow(exp[k], derivationInputs(need|colLastT))
+					if g != e {
+						t.Fatalf("%s window %d:\n got %+v\nwant %+v", s.lbls, k, g, e)
+					}
+				}
+			}
+		})
+	}
+	t.Run("thinned", func(t *testing.T) {
+		step, origin := 7*res, mint+3*res
+		sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: columnsFor(modeLast), thinStep: step, thinOrigin: origin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bucket := func(lt int64) int64 { // first evaluation time at or after lt
+			d := lt - origin
+			k := d / step
+			if d > 0 && d%step != 0 {
+				k++
+			}
+			return k
+		}
+		for _, s := range sel {
+			// Of the windows whose last sample precedes the same evaluation
+			// time, the latest; the reader may keep more at partition and
+			// reader boundaries, never fewer, and never a wrong one.
+			exp := inRange(want[s.lbls.String()])
+			latest := map[int64]Window{}
+			for _, w := range exp {
+				latest[bucket(w.LastT)] = w
+			}
+			got := s.ws.appendTo(nil)
+			seen := map[int64]bool{}
+			for _, g := range got {
+				seen[bucket(g.LastT)] = true
+			}
+			for b, w := range latest {
+				if !seen[b] {
+					t.Fatalf("%s: no window for step %d (want last_ts %d)", s.lbls, b, w.LastT)
+				}
+			}
+			for k, g := range got {
+				if k+1 < len(got) && bucket(got[k+1].LastT) == bucket(g.LastT) {
+					continue // a boundary duplicate: the later one wins in the iterator
+				}
+				if l := latest[bucket(g.LastT)]; l.LastT != g.LastT || l.Last != g.Last || l.Stale != g.Stale {
+					t.Fatalf("%s: step %d kept last_ts %d, want the latest %d", s.lbls, bucket(g.LastT), g.LastT, l.LastT)
+				}
+			}
+		}
+	})
+	t.Run("labels only", func(t *testing.T) {
+		got, err := r.SelectLabels(context.Background(), mint, maxt, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 {
+			t.Fatalf("%d series for m1, want 3", len(got))
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := r.selectColumns(ctx, mint, maxt, nil, selectOptions{}); err == nil {
+			t.Fatal("a cancelled select succeeded")
+		}
+	})
+}
+
+// projectWindow zeroes the fields of w a select decoding only cols leaves zero.
+func projectWindow(w Window, cols colSet) Window {
+	out := Window{Start: w.Start, LastT: w.LastT}
+	if cols&colFirstT != 0 {
+		out.FirstT = w.FirstT
+	}
+	if cols&colCount != 0 {
+		out.Count = w.Count
+	}
+	if cols&colSum != 0 {
+		out.Sum = w.Sum
+	}
+	if cols&colMin != 0 {
+		out.Min = w.Min
+	}
+	if cols&colMax != 0 {
+		out.Max = w.Max
+	}
+	if cols&colFirst != 0 {
+		out.First = w.First
+	}
+	if cols&colLast != 0 {
+		out.Last = w.Last
+	}
+	if cols&colIncrease != 0 {
+		out.Increase = w.Increase
+	}
+	if cols&colResets != 0 {
+		out.Resets = w.Resets
+	}
+	if cols&colStale != 0 {
+		out.Stale = w.Stale
+	}
+	return out
+}
