@@ -97,7 +97,8 @@ type selectedSeries struct {
 //
 // The partitions are split into GOMAXPROCS contiguous time ranges read in
 // parallel. Each reader appends a series' kept windows, column by column and
-// only the columns the query needs, to that series' own block, so a series
+// only the columns the query needs, to that series' own block (through a
+// cache-sized batch, see fileReader.batch), so a series
 // ends with one block per reader, in time order, and its windows lie
 // contiguously in memory: the engine then walks each series in a tight loop
 // (scattering a series over hundreds of per-file blocks cost a cache and TLB
@@ -174,7 +175,7 @@ func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
 			}
 			if n > 0 {
 				ws := &out[gi].ws
-				ws.runs = append(ws.runs, windowRun{b: ls.blk, lo: 0, hi: n})
+				ws.blocks = append(ws.blocks, ls.blk)
 				ws.ends = append(ws.ends, ws.Len()+n)
 			}
 		}
@@ -298,18 +299,12 @@ func (b *windowBlock) window(i int, w *Window) {
 	w.Stale = b.isStale(i)
 }
 
-// windowRun is rows [lo, hi) of a block.
-type windowRun struct {
-	b      *windowBlock
-	lo, hi int
-}
-
-// windowSeq is one series' windows in ascending start order: runs of block
-// rows, read through an index. Its methods take a run hint (the caller's
-// cursor) so that sequential reads find their run in O(1).
+// windowSeq is one series' windows in ascending start order: whole blocks
+// (one per reader), read through an index. Its methods take a block hint
+// (the caller's cursor) so that sequential reads find their block in O(1).
 type windowSeq struct {
-	runs []windowRun
-	ends []int // ends[k]: windows in runs[:k+1]
+	blocks []*windowBlock
+	ends   []int // ends[k]: windows in blocks[:k+1]
 }
 
 // Len is the number of windows.
@@ -320,12 +315,12 @@ func (s *windowSeq) Len() int {
 	return s.ends[len(s.ends)-1]
 }
 
-// locate returns the run holding window i and its row, starting from the run
-// *hint and updating it.
+// locate returns the block holding window i and its row, starting from the
+// block *hint and updating it.
 func (s *windowSeq) locate(i int, hint *int) (*windowBlock, int) {
 	k := *hint
-	if k >= len(s.runs) || i >= s.ends[k] || (k > 0 && i < s.ends[k-1]) {
-		if k+1 < len(s.runs) && i >= s.ends[k] && i < s.ends[k+1] {
+	if k >= len(s.blocks) || i >= s.ends[k] || (k > 0 && i < s.ends[k-1]) {
+		if k+1 < len(s.blocks) && i >= s.ends[k] && i < s.ends[k+1] {
 			k++
 		} else {
 			k = sort.SearchInts(s.ends, i+1)
@@ -336,8 +331,7 @@ func (s *windowSeq) locate(i int, hint *int) (*windowBlock, int) {
 	if k > 0 {
 		base = s.ends[k-1]
 	}
-	r := &s.runs[k]
-	return r.b, r.lo + i - base
+	return s.blocks[k], i - base
 }
 
 // at sets *w to window i (see windowBlock.window).
@@ -354,10 +348,10 @@ func (s *windowSeq) startAt(i int, hint *int) int64 {
 
 // appendTo appends every window to dst.
 func (s *windowSeq) appendTo(dst []Window) []Window {
-	for _, r := range s.runs {
-		for row := r.lo; row < r.hi; row++ {
+	for _, b := range s.blocks {
+		for row := range b.lastT {
 			var w Window
-			r.b.window(row, &w)
+			b.window(row, &w)
 			dst = append(dst, w)
 		}
 	}

@@ -216,7 +216,7 @@ type windowIter struct {
 	p   *seriesPart
 	n   int     // windows in the part
 	i   int     // current window
-	run int     // run hint for p.windows
+	run int     // block hint for p.windows
 	pts []point // current window's samples (when not from loadOne)
 	np  int     // samples in the current window
 	j   int     // current sample, < np
@@ -268,11 +268,8 @@ func (w *windowIter) setSample(j int) {
 // (nothing done) otherwise.
 func (w *windowIter) loadOne(i int) bool {
 	p := w.p
-	var col []float64
 	switch p.mode {
-	case modeLast:
-		col = nil
-	case modeMin, modeMax, modeSum, modeAvg:
+	case modeLast, modeMin, modeMax, modeSum, modeAvg:
 	default:
 		return false
 	}
@@ -307,18 +304,15 @@ func (w *windowIter) loadOne(i int) bool {
 	var v float64
 	switch p.mode {
 	case modeMin:
-		col = b.min
+		v = b.min[row]
 	case modeMax:
-		col = b.max
+		v = b.max[row]
 	case modeSum:
-		col = b.sum
+		v = b.sum[row]
 	case modeAvg:
 		v = b.sum[row] / float64(b.count[row])
 	default:
-		col = b.last
-	}
-	if col != nil {
-		v = col[row]
+		v = b.last[row]
 	}
 	w.ct, w.cv = t, v
 	return true
