@@ -304,7 +304,10 @@ func dirBytes(t testing.TB, dir string) int64 {
 // writeSyntheticTier fills a rollup tier with nSeries gauge series of windows
 // for days days (one window per resolution step), straight from a formula:
 // the query benchmarks measure reading and PromQL, not the rollup pipeline.
-func writeSyntheticTier(b *testing.B, r *tiers.Rollup, nSeries, days int) {
+// The values are full-precision sines (the worst case for compression), or
+// with integers whole percentages, which is what DCGM reports for
+// DCGM_FI_DEV_GPU_UTIL.
+func writeSyntheticTier(b *testing.B, r *tiers.Rollup, nSeries, days int, integers bool) {
 	b.Helper()
 	cfg := r.Config()
 	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
@@ -318,6 +321,9 @@ func writeSyntheticTier(b *testing.B, r *tiers.Rollup, nSeries, days int) {
 			ws := make([]tiers.Window, 0, plen/res)
 			for s := p; s < p+plen; s += res {
 				v := 50 + 40*math.Sin(float64(s)/3.6e6+float64(i))
+				if integers {
+					v = math.Round(v)
+				}
 				ws = append(ws, tiers.Window{Start: s, FirstT: s, LastT: s + res - 1000, Count: uint32(res / 1000), Sum: v * float64(res/1000), Min: v - 5, Max: v + 5, First: v - 1, Last: v})
 			}
 			series[i] = tiers.SeriesWindows{Labels: lbls[i], Windows: ws}
@@ -366,19 +372,24 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // BenchmarkQueryMinuteTier30d: a 30-day range query at a 5 m step over 1,000
-// series served by the minute tier (720 hourly partition files).
+// series served by the minute tier (720 hourly partition files), with
+// full-precision values (the worst case) and with integer percentages.
 func BenchmarkQueryMinuteTier30d(b *testing.B) {
-	minute := openTestRollup(b, tiers.DefaultMinuteConfig(b.TempDir()), nil)
-	writeSyntheticTier(b, minute, 1000, 30)
-	s := tiers.NewStitched(nil, minute, nil)
-	benchmarkRangeQuery(b, s, `DCGM_FI_DEV_GPU_UTIL`, testT0+5*minMs, testT0+30*dayMs, 5*time.Minute, 1000)
+	for _, integers := range []bool{false, true} {
+		b.Run(map[bool]string{false: "values=sines", true: "values=integers"}[integers], func(b *testing.B) {
+			minute := openTestRollup(b, tiers.DefaultMinuteConfig(b.TempDir()), nil)
+			writeSyntheticTier(b, minute, 1000, 30, integers)
+			s := tiers.NewStitched(nil, minute, nil)
+			benchmarkRangeQuery(b, s, `DCGM_FI_DEV_GPU_UTIL`, testT0+5*minMs, testT0+30*dayMs, 5*time.Minute, 1000)
+		})
+	}
 }
 
 // BenchmarkQueryHourTier365d: a 365-day range query at a 1 h step over 1,000
 // series served by the hour tier (365 daily partition files).
 func BenchmarkQueryHourTier365d(b *testing.B) {
 	hour := openTestRollup(b, tiers.DefaultHourConfig(b.TempDir()), nil)
-	writeSyntheticTier(b, hour, 1000, 365)
+	writeSyntheticTier(b, hour, 1000, 365, false)
 	s := tiers.NewStitched(nil, nil, hour)
 	benchmarkRangeQuery(b, s, `DCGM_FI_DEV_GPU_UTIL`, testT0+hourMs, testT0+365*dayMs, time.Hour, 1000)
 }
@@ -386,7 +397,7 @@ func BenchmarkQueryHourTier365d(b *testing.B) {
 // BenchmarkRollupSelectHourPartition: decoding one day of hour windows for 2,000 series.
 func BenchmarkRollupSelectHourPartition(b *testing.B) {
 	hour := openTestRollup(b, tiers.DefaultHourConfig(b.TempDir()), nil)
-	writeSyntheticTier(b, hour, 2000, 1)
+	writeSyntheticTier(b, hour, 2000, 1, false)
 	b.ReportAllocs()
 	for b.Loop() {
 		got, err := hour.Select(context.Background(), testT0, testT0+dayMs)
