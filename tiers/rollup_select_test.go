@@ -14,12 +14,14 @@ import (
 
 // TestSelectColumnsMatchesWindows checks the column-block reader against the
 // windows written: many partitions read by several readers, series that come
-// and go, stale windows, batches flushed every few rows, every column subset
-// the stitched querier decodes, and plain-selector thinning.
+// and go, stale windows, small row groups, batches flushed every few rows,
+// every column subset the stitched querier decodes, and plain-selector
+// thinning.
 func TestSelectColumnsMatchesWindows(t *testing.T) {
 	defer func(n int) { batchRows = n }(batchRows)
 	batchRows = 7 // flush in the middle of row groups and files
 	cfg := DefaultMinuteConfig(t.TempDir())
+	cfg.RowsPerRowGroup = 23 // series span row groups; row groups are pruned by their statistics
 	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
