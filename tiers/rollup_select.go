@@ -256,12 +256,7 @@ func appendCol[T any](dst *[]T, src []T, lo, hi int) {
 }
 
 // startOf returns the start of the window holding t.
-func (b *windowBlock) startOf(t int64) int64 {
-	if t >= 0 {
-		return t - t%b.res
-	}
-	return t - ((t%b.res)+b.res)%b.res
-}
+func (b *windowBlock) startOf(t int64) int64 { return floorTo(t, b.res) }
 
 // window sets *w to row i. Only the block's columns are written: a caller
 // reusing w for rows of blocks with the same columns (one query's) sees the
@@ -374,14 +369,13 @@ type rollupQuery struct {
 
 func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOptions) *rollupQuery {
 	q := &rollupQuery{mint: mint, maxt: maxt, res: res, matchers: ms, opts: opts}
-	floor := func(t int64) int64 { return t - ((t%res)+res)%res }
 	q.loT = math.MinInt64
 	if mint > math.MinInt64+res {
-		if q.loT = floor(mint); q.loT < mint {
+		if q.loT = floorTo(mint, res); q.loT < mint {
 			q.loT += res
 		}
 	}
-	q.hiT = satAdd(floor(maxt), res)
+	q.hiT = satAdd(floorTo(maxt, res), res)
 	for _, m := range ms {
 		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			v := parquet.ByteArrayValue([]byte(m.Value))
@@ -389,16 +383,6 @@ func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOpti
 		}
 	}
 	return q
-}
-
-// stepAtOrAfter returns the first thinning evaluation time at or after t.
-func (q *rollupQuery) stepAtOrAfter(t int64) int64 {
-	d, s := t-q.opts.thinOrigin, q.opts.thinStep
-	k := d / s
-	if d > 0 && d%s != 0 {
-		k++
-	}
-	return q.opts.thinOrigin + k*s
 }
 
 // localSeries is a series one file reader found.
@@ -611,7 +595,7 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 			if si == prevSi && lastT[i]-bucketEnd <= q.opts.thinStep {
 				bucketEnd += q.opts.thinStep // the next step: no division
 			} else {
-				prevSi, bucketEnd = si, q.stepAtOrAfter(lastT[i])
+				prevSi, bucketEnd = si, gridAtOrAfter(lastT[i], q.opts.thinOrigin, q.opts.thinStep)
 			}
 		}
 		keep = append(keep, int32(i)) //nolint:gosec // as above

@@ -122,6 +122,20 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
+// floorTo rounds t down to a multiple of res (negative t included).
+func floorTo(t, res int64) int64 {
+	if t >= 0 {
+		return t - t%res
+	}
+	return t - ((t%res)+res)%res
+}
+
+// gridAtOrAfter returns the first time origin + k*step (k any integer) at or
+// after t: the first evaluation time of a range query that sees t.
+func gridAtOrAfter(t, origin, step int64) int64 {
+	return origin + ceilDiv(t-origin, step)*step
+}
+
 func tierBounds(r *Rollup) (int64, int64, bool) {
 	if r == nil {
 		return 0, 0, false
@@ -305,7 +319,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sel, err := r.selectColumns(ctx, sg.lo-((sg.lo%res)+res)%res, sg.hi-1, ms, selectOptions{
+	sel, err := r.selectColumns(ctx, floorTo(sg.lo, res), sg.hi-1, ms, selectOptions{
 		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
 	})
 	if err != nil {

@@ -287,12 +287,7 @@ func (w *windowIter) loadOne(i int) bool {
 		// so this is usually one addition, not a division).
 		from := max(t+1, t+p.lookback)
 		if w.evalT == 0 || w.evalT-p.fillStep >= from || from-w.evalT > 4*p.fillStep {
-			d := from - p.fillOrigin
-			k := d / p.fillStep
-			if d > 0 && d%p.fillStep != 0 {
-				k++
-			}
-			w.evalT = p.fillOrigin + k*p.fillStep
+			w.evalT = gridAtOrAfter(from, p.fillOrigin, p.fillStep)
 		}
 		for w.evalT < from {
 			w.evalT += p.fillStep
@@ -420,12 +415,7 @@ func windowPoints(dst []point, w *Window, next *Window, p *seriesPart) []point {
 			}
 			if p.fillStep > 0 {
 				// Evaluation times before LastT+lookback see Last itself.
-				d := max(w.LastT+1, w.LastT+p.lookback) - p.fillOrigin
-				k := d / p.fillStep
-				if d > 0 && d%p.fillStep != 0 {
-					k++
-				}
-				for t := p.fillOrigin + k*p.fillStep; t < limit; t += p.fillStep {
+				for t := gridAtOrAfter(max(w.LastT+1, w.LastT+p.lookback), p.fillOrigin, p.fillStep); t < limit; t += p.fillStep {
 					dst = append(dst, point{t, w.Last})
 				}
 			} else {
