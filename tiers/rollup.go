@@ -35,6 +35,11 @@ type RollupConfig struct {
 	// RowsPerRowGroup bounds a Parquet row group (0 means 32768). Smaller row
 	// groups prune better by metric name; larger ones have less footer overhead.
 	RowsPerRowGroup int64
+	// OpenFiles is how many partition files a tier keeps open with their
+	// footers parsed, for queries (least recently used evicted). 0 means
+	// 1024 (the default retention of either tier), at most a quarter of the
+	// process's open-file limit; negative keeps none open.
+	OpenFiles int
 }
 
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
@@ -91,6 +96,7 @@ type Rollup struct {
 	mu     sync.RWMutex
 	parts  map[int64]PartitionInfo
 	closed bool
+	files  *fileCache
 
 	written        prometheus.Counter
 	writeErrors    prometheus.Counter
@@ -125,7 +131,7 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 	}
-	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}}
+	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg))}
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
@@ -246,6 +252,10 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: int64(len(rows)), Bytes: size, Path: final}
 	r.mu.Unlock()
 	r.written.Inc()
+	// A query holding the replaced file keeps reading it; new ones open this one.
+	if err := r.files.drop(start); err != nil {
+		r.logger.Warn("close replaced partition file", "err", err)
+	}
 	return nil
 }
 
@@ -383,6 +393,9 @@ func (r *Rollup) ApplyRetention() (int, error) {
 			continue
 		}
 		delete(r.parts, s)
+		if err := r.files.drop(s); err != nil {
+			errs = append(errs, fmt.Errorf("close deleted %s partition %s: %w", r.cfg.Name, p.Path, err))
+		}
 		n++
 		r.retentionDrops.Inc()
 	}
@@ -395,13 +408,14 @@ func (r *Rollup) ApplyRetention() (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// Close marks the tier closed. Files are always complete on disk, so there is
-// nothing to flush.
+// Close marks the tier closed and closes the files it keeps open for
+// queries (those still being read are closed when their query finishes).
+// Files are always complete on disk, so there is nothing to flush.
 func (r *Rollup) Close() error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.closed = true
-	return nil
+	r.mu.Unlock()
+	return r.files.close()
 }
 
 func cmpInt64(a, b int64) int {

@@ -130,7 +130,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {
 				fr.filesLeft = hi - i
-				err := fr.readFile(ctx, parts[i].Path)
+				err := fr.readFile(ctx, r.files, parts[i])
 				if err != nil && !errors.Is(err, os.ErrNotExist) { // a file deleted by retention after we listed it is skipped
 					errs[w] = err
 					cancel()
@@ -438,35 +438,18 @@ func newFileReader(q *rollupQuery) *fileReader {
 	return &fileReader{q: q, byKey: map[string]int32{}, byID: map[int64]int32{}}
 }
 
-func (fr *fileReader) readFile(ctx context.Context, path string) (err error) {
-	f, err := os.Open(path) //nolint:gosec // path comes from the tier's own listing
+func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p PartitionInfo) (err error) {
+	of, err := files.acquire(p)
 	if err != nil {
-		return fmt.Errorf("open partition: %w", err)
+		return err
 	}
-	defer func() { err = errors.Join(err, f.Close()) }()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("stat partition: %w", err)
-	}
-	// 64 KiB reads instead of parquet-go's 4 KiB: a minute file's column
-	// chunk is a few hundred KB, read in a few syscalls instead of a hundred.
-	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.ReadBufferSize(64<<10))
-	if err != nil {
-		return fmt.Errorf("open parquet file %s: %w", path, err)
-	}
-	if _, err := schemaVersion(pf.Lookup("strata.schema_version")); err != nil {
-		return fmt.Errorf("partition %s: %w", path, err)
-	}
-	cols, err := lookupColumns(pf.Schema())
-	if err != nil {
-		return fmt.Errorf("partition %s: %w", path, err)
-	}
-	for _, rg := range pf.RowGroups() {
+	defer func() { err = errors.Join(err, files.release(of)) }()
+	for _, rg := range of.pf.RowGroups() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := fr.readRowGroup(rg, cols); err != nil {
-			return fmt.Errorf("partition %s: %w", path, err)
+		if err := fr.readRowGroup(rg, of.cols); err != nil {
+			return fmt.Errorf("partition %s: %w", p.Path, err)
 		}
 	}
 	return nil

@@ -1,0 +1,170 @@
+package tiers
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// cacheTestWindows is one partition's windows for one series, valued v.
+// cacheT0 is the tests' first partition start (cacheT0 belongs to package tiers_test).
+var cacheT0 = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC).UnixMilli()
+
+func cacheTestWindows(start int64, v float64) []Window {
+	ws := make([]Window, 60)
+	for i := range ws {
+		s := start + int64(i)*60_000
+		ws[i] = Window{Start: s, FirstT: s, LastT: s + 30_000, Count: 2, Sum: 2 * v, Min: v, Max: v, First: v, Last: v}
+	}
+	return ws
+}
+
+func openCacheTestRollup(t *testing.T, openFiles int, now func() time.Time) *Rollup {
+	t.Helper()
+	cfg := DefaultMinuteConfig(t.TempDir())
+	cfg.OpenFiles = openFiles
+	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// lastValues selects everything and returns each window's Last, in order.
+func lastValues(t *testing.T, r *Rollup) []float64 {
+	t.Helper()
+	got, err := r.Select(context.Background(), 0, 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("got %d series, want 1", len(got))
+	}
+	var out []float64
+	for _, w := range got[0].Windows {
+		out = append(out, w.Last)
+	}
+	return out
+}
+
+// TestFileCacheSeesRewrites: a partition rewritten after a query cached it
+// is read anew, and retention closes what it deletes.
+func TestFileCacheSeesRewrites(t *testing.T) {
+	now := time.UnixMilli(cacheT0 + 10*3_600_000)
+	r := openCacheTestRollup(t, 0, func() time.Time { return now })
+	lbls := labels.FromStrings("__name__", "m")
+	for h := range int64(3) {
+		if err := r.WritePartition(cacheT0+h*3_600_000, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0+h*3_600_000, float64(h))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := lastValues(t, r); len(got) != 180 || got[0] != 0 || got[179] != 2 {
+		t.Fatalf("first read: %d windows, first %v last %v", len(got), got[0], got[len(got)-1])
+	}
+	if n := r.files.len(); n != 3 {
+		t.Fatalf("%d files cached after a query over 3 partitions, want 3", n)
+	}
+	if err := r.WritePartition(cacheT0+3_600_000, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0+3_600_000, 7)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastValues(t, r); got[60] != 7 || got[119] != 7 {
+		t.Fatalf("after the rewrite, windows 60 and 119 are %v and %v, want 7", got[60], got[119])
+	}
+	// Retention: only the first partition ends more than 8.5 h before now.
+	r.cfg.Retention = 8*time.Hour + 30*time.Minute
+	if n, err := r.ApplyRetention(); err != nil || n != 1 {
+		t.Fatalf("retention deleted %d partitions (%v), want 1", n, err)
+	}
+	if n := r.files.len(); n != 2 {
+		t.Fatalf("%d files cached after retention deleted one of 3, want 2", n)
+	}
+	if got := lastValues(t, r); len(got) != 120 || got[0] != 7 {
+		t.Fatalf("after retention: %d windows, first %v", len(got), got[0])
+	}
+}
+
+// TestFileCacheEvicts: a cache smaller than the partitions a query reads
+// evicts the least recently used and still answers correctly.
+func TestFileCacheEvicts(t *testing.T) {
+	r := openCacheTestRollup(t, 2, nil)
+	lbls := labels.FromStrings("__name__", "m")
+	for h := range int64(5) {
+		if err := r.WritePartition(cacheT0+h*3_600_000, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0+h*3_600_000, float64(h))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		got := lastValues(t, r)
+		if len(got) != 300 {
+			t.Fatalf("got %d windows, want 300", len(got))
+		}
+		for i, v := range got {
+			if v != float64(i/60) {
+				t.Fatalf("window %d is %v, want %v", i, v, i/60)
+			}
+		}
+		if n := r.files.len(); n > 2 {
+			t.Fatalf("%d files cached, limit 2", n)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.files.len(); n != 0 {
+		t.Fatalf("%d files cached after Close", n)
+	}
+}
+
+// TestFileCacheConcurrent: queries run while partitions are rewritten and
+// the cache evicts; every query sees each partition whole (all 60 windows
+// of one write). Run with -race.
+func TestFileCacheConcurrent(t *testing.T) {
+	r := openCacheTestRollup(t, 3, nil)
+	lbls := labels.FromStrings("__name__", "m")
+	write := func(h int64, v float64) {
+		if err := r.WritePartition(cacheT0+h*3_600_000, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0+h*3_600_000, v)}}); err != nil {
+			t.Error(err)
+		}
+	}
+	for h := range int64(4) {
+		write(h, 0)
+	}
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			for range 20 {
+				got, err := r.Select(context.Background(), 0, 1<<62)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) != 1 || len(got[0].Windows) != 240 {
+					t.Errorf("reader %d: got %d series", g, len(got))
+					return
+				}
+				ws := got[0].Windows
+				for p := 0; p < 240; p += 60 {
+					for i := p; i < p+60; i++ {
+						if ws[i].Last != ws[p].Last {
+							t.Errorf("reader %d: partition %d mixes writes: %v and %v", g, p/60, ws[p].Last, ws[i].Last)
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 20 {
+			write(int64(i%4), float64(i+1))
+		}
+	})
+	wg.Wait()
+}
