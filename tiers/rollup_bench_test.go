@@ -177,7 +177,7 @@ func TestRollupSizeRatios(t *testing.T) {
 				for ts := testT0; ts < testT0+dayMs; ts += stepMs {
 					buf = append(buf, sample{ts, g.next(tc.step.Seconds())})
 				}
-				mws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(g.lbls, buf).Iterator(nil), downsample.MinuteRes, testT0, testT0+dayMs)
+				mws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(g.lbls, buf).Iterator(nil), downsample.MinuteRes, testT0, testT0+dayMs, downsample.KindOf(g.lbls))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -185,7 +185,7 @@ func TestRollupSizeRatios(t *testing.T) {
 					lo := h * 60
 					minuteParts[h] = append(minuteParts[h], tiers.SeriesWindows{Labels: g.lbls, Windows: mws[lo : lo+60]})
 				}
-				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes)})
+				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes, downsample.KindOf(g.lbls))})
 			}
 			t0 := time.Now()
 			for h, p := range minuteParts {
