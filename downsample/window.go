@@ -109,7 +109,7 @@ func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 		return done, ok
 	}
 	w := &b.w
-	if v < w.Last && b.kind == KindCounter {
+	if v < w.Last && b.kind != KindGauge {
 		w.Resets++
 		b.resetSum += w.Last
 	}
@@ -228,7 +228,7 @@ func Merge(windows []tiers.Window, kind Kind) tiers.Window {
 	sum, c := kahansum.Inc(out.Sum, 0, 0)
 	for i := 1; i < len(windows); i++ {
 		w := &windows[i]
-		if kind == KindCounter {
+		if kind != KindGauge {
 			if w.First < out.Last {
 				out.Resets++
 				out.Increase += w.First
