@@ -284,7 +284,7 @@ func minuteWindows(series []Series, h int64) ([]tiers.SeriesWindows, error) {
 		if i == len(s.Samples) || s.Samples[i].T >= h+downsample.HourRes {
 			continue
 		}
-		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples[i:])), downsample.MinuteRes, h, h+downsample.HourRes)
+		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples[i:])), downsample.MinuteRes, h, h+downsample.HourRes, downsample.KindOf(s.Labels))
 		if err != nil {
 			return nil, fmt.Errorf("roll up %s: %w", s.Labels, err)
 		}

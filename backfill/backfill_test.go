@@ -100,7 +100,7 @@ func reference(t *testing.T, input []Series, res, from, to int64) []tiers.Series
 	t.Helper()
 	var out []tiers.SeriesWindows
 	for _, s := range normalize(input) {
-		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples)), res, from, to)
+		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples)), res, from, to, downsample.KindOf(s.Labels))
 		if err != nil {
 			t.Fatal(err)
 		}

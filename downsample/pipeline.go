@@ -489,7 +489,7 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 			ws = slices.Clone(ws)
 			slices.SortFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) })
 		}
-		hours := Coarsen(nil, ws, HourRes)
+		hours := Coarsen(nil, ws, HourRes, KindOf(s.Labels))
 		windows += len(hours)
 		out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: hours})
 	}
@@ -601,7 +601,7 @@ func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, 
 		s := set.At()
 		it = s.Iterator(it)
 		var sst Stats
-		ws, sst, err = AppendWindows(ws[:0], it, res, from, to)
+		ws, sst, err = AppendWindows(ws[:0], it, res, from, to, KindOf(s.Labels()))
 		st.add(sst)
 		if err != nil {
 			return st, fmt.Errorf("roll up series %s: %w", s.Labels(), err)

@@ -249,7 +249,7 @@ func (w *workload) reference(t *testing.T, res, from, to int64) []tiers.SeriesWi
 	t.Helper()
 	var out []tiers.SeriesWindows
 	for i, l := range w.labels {
-		ws, _, err := AppendWindows(nil, iterOf(w.samples[i]).Iterator(nil), res, from, to)
+		ws, _, err := AppendWindows(nil, iterOf(w.samples[i]).Iterator(nil), res, from, to, KindOf(l))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,6 +61,7 @@ type teeState struct {
 
 type teeSeries struct {
 	lset     labels.Labels
+	kind     Kind     // KindOf(lset), looked up once per series
 	pending  []sample // samples of minutes not computed yet, in arrival order
 	lastSeen int64
 }
@@ -168,7 +169,7 @@ func (p *Pipeline) observe(batch []teeSample) {
 	for _, x := range batch {
 		s := p.tap.series[x.ref]
 		if s == nil {
-			s = &teeSeries{lset: x.lset.Copy()}
+			s = &teeSeries{lset: x.lset.Copy(), kind: KindOf(x.lset)}
 			p.tap.series[x.ref] = s
 		}
 		if x.t < p.tap.drained {
@@ -217,7 +218,7 @@ func (p *Pipeline) drainTee(from, to int64, fn func(lset labels.Labels, ws []tie
 		// The TSDB accepts an identical repeat of a series' newest sample
 		// as a no-op; the tee saw it twice.
 		s.pending = slices.CompactFunc(s.pending, func(a, b sample) bool { return a.t == b.t })
-		b := builder{res: MinuteRes}
+		b := builder{res: MinuteRes, kind: s.kind}
 		ws = ws[:0]
 		i := 0
 		for ; i < len(s.pending) && s.pending[i].t < to; i++ {

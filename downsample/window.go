@@ -71,12 +71,15 @@ func (s *Stats) add(o Stats) {
 //     the tiers.Window comment gives, and a NaN between two finite samples does
 //     not poison it (as in PromQL);
 //   - Resets counts v < previous v, as resets() does (NaN never resets);
+//   - for a KindGauge series there are no resets: Resets is 0 and Increase
+//     is exactly Last - First (see Kind);
 //   - stale markers are not aggregated; a stale marker that is the next
 //     sample after the window's last float sample, at most StaleLookahead
 //     later, sets Stale; stale markers do not break the counter chain (PromQL
 //     drops them from range vectors too).
 type builder struct {
 	res      int64
+	kind     Kind
 	w        tiers.Window
 	open     bool
 	sum, c   float64 // Kahan-Neumaier state of Sum
@@ -106,7 +109,7 @@ func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 		return done, ok
 	}
 	w := &b.w
-	if v < w.Last {
+	if v < w.Last && b.kind != KindGauge {
 		w.Resets++
 		b.resetSum += w.Last
 	}
@@ -131,12 +134,19 @@ func (b *builder) finish() tiers.Window {
 	if !math.IsInf(b.sum, 0) {
 		w.Sum += b.c
 	}
-	w.Increase = w.Last - w.First + b.resetSum
+	if b.kind == KindGauge {
+		// Not + resetSum (0): -0 + 0 is +0, and the rule that stores
+		// Increase as a null must see exactly Last - First.
+		w.Increase = w.Last - w.First
+	} else {
+		w.Increase = w.Last - w.First + b.resetSum
+	}
 	return w
 }
 
 // AppendWindows aggregates the float samples of it with mint <= t < maxt into
 // windows of length res aligned to res, and appends them to dst in time order.
+// kind is the series' kind (KindOf its labels).
 // It reads on past maxt up to the first sample at or after maxt, at most
 // StaleLookahead past it, to see a stale marker that ends the last window:
 // callers that read from a querier select [mint, maxt+StaleLookahead].
@@ -146,12 +156,12 @@ func (b *builder) finish() tiers.Window {
 //
 // The iterator must yield samples in ascending time order, as every
 // storage.Series iterator does.
-func AppendWindows(dst []tiers.Window, it chunkenc.Iterator, res, mint, maxt int64) ([]tiers.Window, Stats, error) {
+func AppendWindows(dst []tiers.Window, it chunkenc.Iterator, res, mint, maxt int64, kind Kind) ([]tiers.Window, Stats, error) {
 	if res <= 0 {
 		return dst, Stats{}, fmt.Errorf("window resolution must be positive, got %d", res)
 	}
 	var (
-		b  = builder{res: res}
+		b  = builder{res: res, kind: kind}
 		st Stats
 	)
 	vt := it.Next()
@@ -200,15 +210,17 @@ func finishAppend(dst []tiers.Window, b *builder, st Stats, it chunkenc.Iterator
 
 // Merge combines consecutive windows of one series (ascending Start, not
 // overlapping) into one window, as if the window had been computed from the
-// raw samples directly: the step from one window's Last to the next window's
-// First is a counter reset when First < Last (a reset exactly at a boundary)
-// and adds First to Increase, else it adds First - Last. Min, Max and Sum keep
-// the PromQL semantics described on AppendWindows.
+// raw samples directly: for KindCounter the step from one window's Last to
+// the next window's First is a counter reset when First < Last (a reset
+// exactly at a boundary) and adds First to Increase, else it adds
+// First - Last; for KindGauge Resets is 0 and Increase is Last - First of the
+// result (also when the windows were written with counter semantics). Min,
+// Max and Sum keep the PromQL semantics described on AppendWindows.
 //
 // The result's Start is windows[0].Start; a caller building a coarser
 // resolution sets it to the coarser window's start. Merge of no windows
 // returns the zero Window (Count 0), which callers must not store.
-func Merge(windows []tiers.Window) tiers.Window {
+func Merge(windows []tiers.Window, kind Kind) tiers.Window {
 	if len(windows) == 0 {
 		return tiers.Window{}
 	}
@@ -216,14 +228,16 @@ func Merge(windows []tiers.Window) tiers.Window {
 	sum, c := kahansum.Inc(out.Sum, 0, 0)
 	for i := 1; i < len(windows); i++ {
 		w := &windows[i]
-		if w.First < out.Last {
-			out.Resets++
-			out.Increase += w.First
-		} else {
-			out.Increase += w.First - out.Last
+		if kind != KindGauge {
+			if w.First < out.Last {
+				out.Resets++
+				out.Increase += w.First
+			} else {
+				out.Increase += w.First - out.Last
+			}
+			out.Increase += w.Increase
+			out.Resets += w.Resets
 		}
-		out.Increase += w.Increase
-		out.Resets += w.Resets
 		out.Count += w.Count
 		sum, c = kahansum.Inc(w.Sum, sum, c)
 		if w.Min < out.Min || math.IsNaN(out.Min) {
@@ -238,20 +252,23 @@ func Merge(windows []tiers.Window) tiers.Window {
 	if !math.IsInf(sum, 0) {
 		out.Sum += c
 	}
+	if kind == KindGauge {
+		out.Increase, out.Resets = out.Last-out.First, 0
+	}
 	return out
 }
 
 // Coarsen merges a series' windows (ascending Start) into windows of the
 // coarser resolution res, appending them to dst: it is how hour windows are
-// built from minute windows.
-func Coarsen(dst, windows []tiers.Window, res int64) []tiers.Window {
+// built from minute windows. kind is the series' kind, as for Merge.
+func Coarsen(dst, windows []tiers.Window, res int64, kind Kind) []tiers.Window {
 	for i := 0; i < len(windows); {
 		start := alignDown(windows[i].Start, res)
 		j := i + 1
 		for j < len(windows) && windows[j].Start < start+res {
 			j++
 		}
-		w := Merge(windows[i:j])
+		w := Merge(windows[i:j], kind)
 		w.Start = start
 		dst = append(dst, w)
 		i = j

@@ -61,7 +61,8 @@ func TestAppendWindows(t *testing.T) {
 			stats:   Stats{Floats: 1},
 		},
 		{
-			name:    "gauge within one minute",
+			// A series of unknown kind is a counter: its drops are resets.
+			name:    "unknown kind going down counts resets",
 			samples: []fs{{0, 3}, {15_000, 1}, {30_000, 4}, {45_000, 2}},
 			want: []tiers.Window{{Start: 0, FirstT: 0, LastT: 45_000, Count: 4, Sum: 10, Min: 1, Max: 4, First: 3, Last: 2,
 				Increase: 2 - 3 + 3 + 4, Resets: 2}},
@@ -167,7 +168,7 @@ func TestAppendWindows(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, st, err := AppendWindows(nil, iterOf(tc.samples).Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64)
+			got, st, err := AppendWindows(nil, iterOf(tc.samples).Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64, KindCounter)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +189,7 @@ func TestAppendWindows(t *testing.T) {
 
 func TestAppendWindowsBounds(t *testing.T) {
 	samples := []fs{{0, 1}, {m, 2}, {2 * m, 3}, {3*m + 1, staleNaN}, {3*m + 2, 4}}
-	got, st, err := AppendWindows(nil, iterOf(samples).Iterator(nil), MinuteRes, m, 3*m)
+	got, st, err := AppendWindows(nil, iterOf(samples).Iterator(nil), MinuteRes, m, 3*m, KindCounter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestAppendWindowsSkipsNativeHistograms(t *testing.T) {
 	s := storage.NewListSeries(labelsFor("h"), []chunks.Sample{
 		tsample{t: 0, h: h}, tsample{t: 1000, h: h},
 	})
-	got, st, err := AppendWindows(nil, s.Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64)
+	got, st, err := AppendWindows(nil, s.Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64, KindCounter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,26 +229,28 @@ func TestMerge(t *testing.T) {
 		{"single window", []fs{{0, 5}}},
 		{"gaps", []fs{{0, 1}, {10 * m, 2}, {50 * m, 1}}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			checkMergeEqualsDirect(t, tc.samples)
-		})
+	for _, kind := range []Kind{KindCounter, KindGauge} {
+		for _, tc := range cases {
+			t.Run(kind.String()+"/"+tc.name, func(t *testing.T) {
+				checkMergeEqualsDirect(t, tc.samples, kind)
+			})
+		}
 	}
 }
 
 // checkMergeEqualsDirect checks that hour windows built from minute windows
 // equal hour windows computed from the raw samples directly.
-func checkMergeEqualsDirect(t *testing.T, samples []fs) {
+func checkMergeEqualsDirect(t *testing.T, samples []fs, kind Kind) {
 	t.Helper()
-	minutes, _, err := AppendWindows(nil, iterOf(samples).Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64)
+	minutes, _, err := AppendWindows(nil, iterOf(samples).Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64, kind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct, _, err := AppendWindows(nil, iterOf(samples).Iterator(nil), HourRes, math.MinInt64, math.MaxInt64)
+	direct, _, err := AppendWindows(nil, iterOf(samples).Iterator(nil), HourRes, math.MinInt64, math.MaxInt64, kind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	merged := Coarsen(nil, minutes, HourRes)
+	merged := Coarsen(nil, minutes, HourRes, kind)
 	if len(merged) != len(direct) {
 		t.Fatalf("merged %d hour windows, direct %d", len(merged), len(direct))
 	}
@@ -259,7 +262,7 @@ func checkMergeEqualsDirect(t *testing.T, samples []fs) {
 }
 
 func TestMergeEmpty(t *testing.T) {
-	if w := Merge(nil); w.Count != 0 {
+	if w := Merge(nil, KindCounter); w.Count != 0 {
 		t.Fatalf("Merge(nil) = %+v, want the zero window", w)
 	}
 }
@@ -294,9 +297,11 @@ func TestMergeRandom(t *testing.T) {
 			}
 			samples = append(samples, fs{ts, v})
 		}
-		t.Run(strconv.Itoa(i), func(t *testing.T) {
-			checkMergeEqualsDirect(t, samples)
-		})
+		for _, kind := range []Kind{KindCounter, KindGauge} {
+			t.Run(kind.String()+"/"+strconv.Itoa(i), func(t *testing.T) {
+				checkMergeEqualsDirect(t, samples, kind)
+			})
+		}
 	}
 }
 
@@ -316,7 +321,7 @@ func BenchmarkAppendWindows(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var err error
-		dst, _, err = AppendWindows(dst[:0], s.Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64)
+		dst, _, err = AppendWindows(dst[:0], s.Iterator(nil), MinuteRes, math.MinInt64, math.MaxInt64, KindCounter)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -461,14 +461,17 @@ func evenlySpaced(dst []point, from, to, n int64, v float64) []point {
 // Without resets and with interp > 1, interp-1 samples linearly interpolated
 // between the ends are added, so that a range only a few windows long still starts with a sample close to its left edge:
 // PromQL extrapolates a rate to the range's start only when the first sample
-// is within 1.1 average sample intervals of it.
+// is within 1.1 average sample intervals of it. Not when Last < First: that
+// is a gauge's window (no resets recorded, see Window), where every
+// interpolated step down would count as one more reset; First and Last alone
+// show the one drop the window is known to hold.
 func counterPoints(dst []point, w *Window, interp int64) []point {
 	dst = append(dst, point{w.FirstT, w.First})
 	if w.Count <= 1 || w.LastT <= w.FirstT {
 		return dst
 	}
 	r := int64(w.Resets)
-	if r == 0 && interp > 1 {
+	if r == 0 && interp > 1 && !(w.Last < w.First) {
 		span := w.LastT - w.FirstT
 		interp = min(interp, span)
 		for j := int64(1); j < interp; j++ {

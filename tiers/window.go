@@ -16,8 +16,11 @@ import "github.com/prometheus/prometheus/model/labels"
 // Resets cover the steps between consecutive samples inside the window; the step
 // from the previous window's Last to this window's First is not in either, so
 // that a reader holding two adjacent windows can see a reset exactly at the
-// boundary (First < previous Last) and never counts it twice. Increase and Resets
-// are computed for every series: a reader uses them only for counter functions.
+// boundary (First < previous Last) and never counts it twice. A reader uses
+// Increase and Resets only for counter functions. For a series the metric
+// catalogue types gauge (downsample.KindOf) there are no resets: Resets is 0 and
+// Increase is Last - First, so drops inside a gauge's window are not recorded
+// (drops between windows still are, as First below the previous Last).
 type Window struct {
 	Start  int64 // window start, ms since the epoch, aligned to the resolution
 	FirstT int64 // timestamp of the first float sample in the window, ms
