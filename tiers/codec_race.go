@@ -11,4 +11,4 @@ import "github.com/parquet-go/parquet-go/compress/zstd"
 // rollup files at the better level instead. The files are equally valid and
 // read back identically; only their size differs, and size is measured by
 // TestRollupSizeRatios, which runs without the race detector.
-func init() { rollupCodec = &zstd.Codec{Level: zstd.SpeedBetterCompression} }
+func init() { rollupCodec = newStoredZstd(zstd.SpeedBetterCompression) }

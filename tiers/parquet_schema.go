@@ -185,7 +185,7 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 // about twice the write time (docs/format/minute.md). One codec for all files,
 // because it pools its encoders, whose tables are costly to set up at this
 // level: a new codec per file made writing a small file 3-5x slower.
-var rollupCodec = &zstd.Codec{Level: zstd.SpeedBestCompression}
+var rollupCodec = newStoredZstd(zstd.SpeedBestCompression)
 
 // parquetWriterOptions are the writer settings shared by both tiers.
 func parquetWriterOptions(rowsPerGroup int64, res string) []parquet.WriterOption {
