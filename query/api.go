@@ -59,6 +59,7 @@ var servedRoutes = []string{
 // the HTTP server has stopped.
 type API struct {
 	engine   *promql.Engine
+	split    *splitEngine // engine, splitting long range queries
 	router   *route.Router
 	metadata http.Handler
 	notFound http.Handler
@@ -126,6 +127,11 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		opts.ActiveQueryTracker = newQueryGate(cfg.MaxConcurrency, cfg.Timeout, rejected, waiting)
 	}
 	engine := promql.NewEngine(opts)
+	parts := cfg.SplitParallelism
+	if parts == 0 {
+		parts = runtime.GOMAXPROCS(0)
+	}
+	split := &splitEngine{QueryEngine: engine, parser: promqlParser, parts: parts, minSteps: minStepsPerPart, maxSamples: cfg.MaxSamples}
 
 	var exemplars storage.ExemplarQueryable
 	if eq, ok := q.(storage.ExemplarQueryable); ok {
@@ -145,7 +151,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	// Prometheus' API is built with everything Strata lacks left nil; those
 	// routes are never reachable (see servedRoutes and Register).
 	papi := v1.NewAPI(
-		engine, q, nil, exemplars,
+		split, q, nil, exemplars,
 		nil, nil, nil, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
 		map[string]string{}, v1.GlobalURLOptions{},
@@ -181,6 +187,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	metaHandler := &metadataHandler{source: meta, cors: cors, logger: logger}
 	return &API{
 		engine:   engine,
+		split:    split,
 		router:   router,
 		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
 		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
@@ -204,10 +211,11 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.Handle(apiPrefix+"/", a.notFound)
 }
 
-// Engine returns the PromQL engine, with the limits of the Config, for other
+// Engine returns the PromQL engine the HTTP API uses, with the limits of the
+// Config (long range queries split, see Config.SplitParallelism), for other
 // components that evaluate PromQL (the rule evaluator). Queries they run share
 // the --query.max-concurrency slots with the HTTP API.
-func (a *API) Engine() promql.QueryEngine { return a.engine }
+func (a *API) Engine() promql.QueryEngine { return a.split }
 
 // Close stops the engine. Queries already running finish; none may be started
 // afterwards.

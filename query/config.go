@@ -32,6 +32,11 @@ type Config struct {
 	// NoStepSubqueryInterval is the step of a subquery written without one
 	// (`x[1h:]`); Prometheus uses its global evaluation interval (1m).
 	NoStepSubqueryInterval time.Duration
+	// SplitParallelism is how many parts, evaluated in parallel, a long
+	// range query is split into by its steps (--query.split-parallelism;
+	// 0, the default, means one per CPU, GOMAXPROCS; 1 never splits). A part
+	// gets at least 1,000 steps, so short queries run whole.
+	SplitParallelism int
 
 	// RemoteReadSampleLimit caps the samples one sampled (non-streamed) remote
 	// read may return (--storage.remote.read-sample-limit, 5e7; 0 = no limit).
@@ -95,6 +100,9 @@ func (c Config) validate() error {
 	}
 	if c.NoStepSubqueryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("subquery default step must be positive, got %s", c.NoStepSubqueryInterval))
+	}
+	if c.SplitParallelism < 0 {
+		errs = append(errs, fmt.Errorf("query split parallelism must not be negative, got %d", c.SplitParallelism))
 	}
 	if c.RemoteReadSampleLimit < 0 || c.RemoteReadConcurrency < 0 {
 		errs = append(errs, errors.New("remote read limits must not be negative"))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/strata-dev/strata/tiers"
@@ -65,6 +66,31 @@ func TestPromQLAcceptance(t *testing.T) {
 	// The whole suite takes about 30 s on two cores, so -short runs it all.
 	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, api.Engine(), newRawTestStorage)
 	t.Logf("PromQL acceptance suite took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestPromQLAcceptanceSplit runs the suite again with every range query of
+// two steps or more split into up to three parts evaluated in parallel
+// (production splits only queries of 2,000 steps or more): the joined
+// results, annotations and errors must be what the suite expects of one
+// evaluation.
+func TestPromQLAcceptanceSplit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.EnableExperimentalFunctions = promqltest.TestParserOpts.EnableExperimentalFunctions
+	cfg.EnableBinopFillModifiers = promqltest.TestParserOpts.EnableBinopFillModifiers
+	cfg.EnableUnquotedUTF8Names = promqltest.TestParserOpts.EnableUnquotedUTF8Names
+	cfg.EnableDelayedNameRemoval = true
+	cfg.MaxSamples = promqltest.DefaultMaxSamplesPerQuery
+	api, err := New(cfg, openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := api.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	split := &splitEngine{QueryEngine: api.engine, parser: parser.NewParser(cfg.parserOptions()), parts: 3, minSteps: 1, maxSamples: cfg.MaxSamples}
+	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, split, newRawTestStorage)
 }
 
 // rawTestStorage is the raw tier as the storage.Storage promqltest loads its

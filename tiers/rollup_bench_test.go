@@ -16,11 +16,13 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -334,9 +336,25 @@ func writeSyntheticTier(b *testing.B, r *tiers.Rollup, nSeries, days int, intege
 	}
 }
 
+// benchmarkRangeQuery runs qs through the engine `strata serve` answers
+// with (query.New's: long range queries split over GOMAXPROCS parts) and,
+// as engine=single, through Prometheus' engine alone.
 func benchmarkRangeQuery(b *testing.B, s *tiers.Stitched, qs string, start, end int64, step time.Duration, wantSeries int) {
 	b.Helper()
-	engine := newTestEngine()
+	api, err := query.New(query.DefaultConfig(), s, nil, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = api.Close() }()
+	for _, e := range []struct {
+		name   string
+		engine promql.QueryEngine
+	}{{"split", api.Engine()}, {"single", newTestEngine()}} {
+		b.Run("engine="+e.name, func(b *testing.B) { benchmarkEngine(b, e.engine, s, qs, start, end, step, wantSeries) })
+	}
+}
+
+func benchmarkEngine(b *testing.B, engine promql.QueryEngine, s *tiers.Stitched, qs string, start, end int64, step time.Duration, wantSeries int) {
 	b.ReportAllocs()
 	// CPU time (all goroutines, from getrusage) besides wall time: on a
 	// shared machine wall time includes waiting for a core.
