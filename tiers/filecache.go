@@ -21,8 +21,9 @@ type openFile struct {
 	f    *os.File
 	pf   *parquet.File
 	cols rollupColumns
-	refs int    // readers holding it, plus one while it is in the cache
-	used uint64 // fileCache.clock at the last acquire
+	runs [][]seriesRun // per row group, from the file's metadata; nil if it has none
+	refs int           // readers holding it, plus one while it is in the cache
+	used uint64        // fileCache.clock at the last acquire
 }
 
 // fileCache holds up to max open partition files of one tier, evicting the
@@ -191,5 +192,9 @@ func openPartition(path string) (of *openFile, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition %s: %w", path, err)
 	}
-	return &openFile{f: f, pf: pf, cols: cols}, nil
+	runs, err := rowGroupRuns(pf)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s: %w", path, err)
+	}
+	return &openFile{f: f, pf: pf, cols: cols, runs: runs}, nil
 }

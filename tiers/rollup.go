@@ -40,11 +40,16 @@ type RollupConfig struct {
 	// 1024 (the default retention of either tier), at most a quarter of the
 	// process's open-file limit; negative keeps none open.
 	OpenFiles int
+	// SeriesRuns writes each file's series runs into its metadata (see
+	// seriesRunsKey), so that queries need not decode the series_id column.
+	// On for the minute tier, whose queries read many rows per series; off
+	// for the hour tier, whose files it would grow by ~3.5 %.
+	SeriesRuns bool
 }
 
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
 func DefaultMinuteConfig(dir string) RollupConfig {
-	return RollupConfig{Name: "minute", Dir: dir, Resolution: time.Minute, PartitionLength: time.Hour, Retention: 30 * 24 * time.Hour}
+	return RollupConfig{Name: "minute", Dir: dir, Resolution: time.Minute, PartitionLength: time.Hour, Retention: 30 * 24 * time.Hour, SeriesRuns: true}
 }
 
 // DefaultHourConfig is the hour tier: 1 h windows, one file per UTC day, 365 d.
@@ -244,7 +249,11 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 		return ErrClosed
 	}
 	final := filepath.Join(r.cfg.Dir, partitionName(start))
-	size, err := writeParquetAtomic(r.cfg.Dir, final, rows, parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String()))
+	opts := parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String())
+	if r.cfg.SeriesRuns {
+		opts = append(opts, parquet.KeyValueMetadata(seriesRunsKey, encodeSeriesRuns(rows)))
+	}
+	size, err := writeParquetAtomic(r.cfg.Dir, final, rows, opts)
 	if err != nil {
 		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, time.UnixMilli(start).UTC().Format(time.RFC3339), err)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/parallel"
 )
 
 // Select returns the series matching all matchers that have windows starting
@@ -117,7 +118,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	res := r.cfg.Resolution.Milliseconds()
 	q := newRollupQuery(mint, maxt, res, matchers, opts)
 	parts := r.partitionsOverlapping(mint, maxt)
-	workers := min(runtime.GOMAXPROCS(0), len(parts))
+	workers := min(parallel.Budget(ctx), len(parts))
 	readers := make([]*fileReader, workers)
 	errs := make([]error, workers)
 	ctx, cancel := context.WithCancel(ctx)
@@ -407,12 +408,13 @@ type fileReader struct {
 	series []localSeries
 
 	// buffers reused across row groups
-	ids    []int64
-	idx    []int32
-	keep   []int32
-	stale  []bool        // decoded stale column of the current row group
-	nulls  windowColumns // null flags of the double columns, indexed like the batch
-	values []parquet.Value
+	ids     []int64
+	idx     []int32
+	rowRuns []rowRun // the current row group's series runs
+	keep    []int32
+	stale   []bool        // decoded stale column of the current row group
+	nulls   windowColumns // null flags of the double columns, indexed like the batch
+	values  []parquet.Value
 
 	// batch holds the kept rows of the last row groups in file order, and
 	// batchRuns which series each run of them belongs to. Copying rows into
@@ -444,11 +446,15 @@ func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p Partitio
 		return err
 	}
 	defer func() { err = errors.Join(err, files.release(of)) }()
-	for _, rg := range of.pf.RowGroups() {
+	for i, rg := range of.pf.RowGroups() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := fr.readRowGroup(rg, of.cols); err != nil {
+		var runs []seriesRun
+		if of.runs != nil {
+			runs = of.runs[i]
+		}
+		if err := fr.readRowGroup(rg, of.cols, runs); err != nil {
 			return fmt.Errorf("partition %s: %w", p.Path, err)
 		}
 	}
@@ -513,7 +519,9 @@ func allFalse(cc parquet.ColumnChunk) bool {
 	return ok && !hi.IsNull() && !hi.Boolean()
 }
 
-func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
+// readRowGroup reads one row group; runs are its series runs from the
+// file's metadata, or nil to read them from the series_id column.
+func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []seriesRun) error {
 	q := fr.q
 	if q.skipRowGroup(rg, c) {
 		return nil
@@ -523,25 +531,34 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 	// is not decoded further. series_id (a hash of the labels) is cheap to
 	// decode: when every id in the row group is already known from an
 	// earlier row group or file, the labels column is not read at all.
-	var err error
-	if fr.ids, err = readInt64s(chunks[c.seriesID], fr.ids[:0], &fr.values); err != nil {
-		return fmt.Errorf("read series_id: %w", err)
+	var (
+		err            error
+		matched, known bool
+	)
+	if runs != nil {
+		fr.rowRuns, matched, known = fr.indexByRuns(runs, fr.rowRuns[:0])
+	} else {
+		if fr.ids, err = readInt64s(chunks[c.seriesID], fr.ids[:0], &fr.values); err != nil {
+			return fmt.Errorf("read series_id: %w", err)
+		}
+		fr.rowRuns, matched, known = fr.indexByID(fr.rowRuns[:0])
 	}
-	idx, matched, known := fr.indexByID(fr.idx[:0])
 	if !known {
-		if idx, matched, err = fr.readSeriesIndex(chunks[c.labels], fr.idx[:0]); err != nil {
+		idx, m, err := fr.readSeriesIndex(chunks[c.labels], fr.idx[:0])
+		if err != nil {
 			return fmt.Errorf("read labels column: %w", err)
 		}
 		if len(idx) != len(fr.ids) {
 			return fmt.Errorf("labels column has %d rows, series_id %d", len(idx), len(fr.ids))
 		}
+		fr.idx, matched = idx, m
 		fr.learnIDs(idx)
+		fr.rowRuns = runsOf(idx, fr.rowRuns[:0])
 	}
-	fr.idx = idx
 	if !matched || q.opts.labelsOnly {
 		return nil
 	}
-	n := len(fr.idx)
+	n := int(rg.NumRows())
 	need := q.opts.need
 	thin := q.opts.thinStep > 0
 	// Columns are decoded straight into the batch, after its rows; the rows
@@ -563,25 +580,18 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 	}
 	lastT := b.lastT[base:]
 	keep := fr.keep[:0]
-	prevSi, bucketEnd := int32(-1), int64(0)
-	for i, si := range fr.idx {
-		if t := lastT[i]; si < 0 || t < q.loT || t >= q.hiT {
+	batchRuns := fr.batchRuns
+	for _, r := range fr.rowRuns {
+		if r.si < 0 {
 			continue
 		}
-		// Thinning: of the windows whose last sample falls before the same
-		// evaluation step, only the latest can be seen by a plain selector.
-		if thin {
-			if si == prevSi && lastT[i] <= bucketEnd {
-				keep[len(keep)-1] = int32(i) //nolint:gosec // a row group's row count fits
-				continue
-			}
-			if si == prevSi && lastT[i]-bucketEnd <= q.opts.thinStep {
-				bucketEnd += q.opts.thinStep // the next step: no division
-			} else {
-				prevSi, bucketEnd = si, gridAtOrAfter(lastT[i], q.opts.thinOrigin, q.opts.thinStep)
-			}
+		from := len(keep)
+		keep = q.keepRows(keep, lastT, int(r.lo), int(r.hi), thin)
+		if len(keep) > from {
+			// Kept rows are squeezed together below: this run's are
+			// batch rows base+from .. base+len(keep).
+			batchRuns = append(batchRuns, batchRun{si: r.si, lo: int32(base + from), hi: int32(base + len(keep)), filesLeft: int32(fr.filesLeft)}) //nolint:gosec // batch rows fit
 		}
-		keep = append(keep, int32(i)) //nolint:gosec // as above
 	}
 	fr.keep = keep
 	if len(keep) == 0 {
@@ -657,22 +667,14 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns) error {
 	if len(keep) < n { // squeeze out the rows not kept (keep is ascending: in place)
 		b.compact(base, keep)
 	}
-	for j := 0; j < len(keep); {
-		si := fr.idx[keep[j]]
-		e := j + 1
-		for e < len(keep) && fr.idx[keep[e]] == si {
-			e++
-		}
-		if anyStale {
-			for k := j; k < e; k++ {
-				if fr.stale[keep[k]] {
-					b.staleRows = append(b.staleRows, int32(base+k)) //nolint:gosec // batch rows fit
-				}
+	if anyStale {
+		for k, row := range keep {
+			if fr.stale[row] {
+				b.staleRows = append(b.staleRows, int32(base+k)) //nolint:gosec // batch rows fit
 			}
 		}
-		fr.batchRuns = append(fr.batchRuns, batchRun{si: si, lo: int32(base + j), hi: int32(base + e), filesLeft: int32(fr.filesLeft)}) //nolint:gosec // as above
-		j = e
 	}
+	fr.batchRuns = batchRuns
 	if len(b.lastT) >= batchRows {
 		fr.flush()
 	}
@@ -755,10 +757,14 @@ func trunc[T any](s []T) []T { return s[:0:cap(s)] }
 
 const idAmbiguous = int32(-2)
 
-// indexByID maps rows to series indexes through fr.ids alone; known is false
-// when some id is new or ambiguous and the labels column must be read.
-func (fr *fileReader) indexByID(dst []int32) (idx []int32, matched, known bool) {
-	dst = slices.Grow(dst[:0], len(fr.ids))[:len(fr.ids)]
+// rowRun is rows [lo, hi) of a row group, all of series si (-1: a series
+// the query does not match).
+type rowRun struct{ si, lo, hi int32 }
+
+// indexByID maps the row group's rows to series through fr.ids alone,
+// appending a run per series to dst; known is false when some id is not
+// known yet (or ambiguous), and the labels column must be read.
+func (fr *fileReader) indexByID(dst []rowRun) (runs []rowRun, matched, known bool) {
 	for i := 0; i < len(fr.ids); {
 		id := fr.ids[i]
 		si, ok := fr.byID[id]
@@ -766,17 +772,64 @@ func (fr *fileReader) indexByID(dst []int32) (idx []int32, matched, known bool) 
 			return dst[:0], false, false
 		}
 		matched = matched || si >= 0
-		// Rows of one series are adjacent: fill its run.
-		j := i + 1
+		j := i + 1 // rows of one series are adjacent
 		for j < len(fr.ids) && fr.ids[j] == id {
 			j++
 		}
-		for k := i; k < j; k++ {
-			dst[k] = si
-		}
+		dst = append(dst, rowRun{si: si, lo: int32(i), hi: int32(j)}) //nolint:gosec // a row group's rows fit
 		i = j
 	}
 	return dst, matched, true
+}
+
+// runsOf turns a row-by-row series index into runs.
+func runsOf(idx []int32, dst []rowRun) []rowRun {
+	for i := 0; i < len(idx); {
+		j := i + 1
+		for j < len(idx) && idx[j] == idx[i] {
+			j++
+		}
+		dst = append(dst, rowRun{si: idx[i], lo: int32(i), hi: int32(j)}) //nolint:gosec // a row group's rows fit
+		i = j
+	}
+	return dst
+}
+
+// keepRows appends to keep the rows of [lo, hi), one series' rows in time
+// order, whose windows the query reads: those with last_ts in [loT, hiT),
+// and when thinning only the latest of those before each evaluation step
+// (a plain selector sees no other).
+func (q *rollupQuery) keepRows(keep []int32, lastT []int64, lo, hi int, thin bool) []int32 {
+	for lo < hi && lastT[lo] < q.loT {
+		lo++
+	}
+	for hi > lo && lastT[hi-1] >= q.hiT {
+		hi--
+	}
+	if lo >= hi {
+		return keep
+	}
+	if !thin {
+		for i := lo; i < hi; i++ {
+			keep = append(keep, int32(i)) //nolint:gosec // a row group's rows fit
+		}
+		return keep
+	}
+	step := q.opts.thinStep
+	bucketEnd := gridAtOrAfter(lastT[lo], q.opts.thinOrigin, step)
+	for i := lo + 1; i < hi; i++ {
+		t := lastT[i]
+		if t <= bucketEnd {
+			continue // a later window before the same step
+		}
+		keep = append(keep, int32(i-1)) //nolint:gosec // as above
+		if t-bucketEnd <= step {
+			bucketEnd += step // the next step: no division
+		} else {
+			bucketEnd = gridAtOrAfter(t, q.opts.thinOrigin, step)
+		}
+	}
+	return append(keep, int32(hi-1)) //nolint:gosec // as above
 }
 
 // learnIDs records the series index of each row's id after a labels-based mapping.

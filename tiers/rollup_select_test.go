@@ -18,10 +18,19 @@ import (
 // every column subset the stitched querier decodes, and plain-selector
 // thinning.
 func TestSelectColumnsMatchesWindows(t *testing.T) {
+	// Files with their series runs in the metadata (the minute tier's) and
+	// without (the hour tier's, and files written before runs existed).
+	for _, runs := range []bool{true, false} {
+		t.Run(fmt.Sprintf("series runs=%v", runs), func(t *testing.T) { testSelectColumnsMatchesWindows(t, runs) })
+	}
+}
+
+func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 	defer func(n int) { batchRows = n }(batchRows)
 	batchRows = 7 // flush in the middle of row groups and files
 	cfg := DefaultMinuteConfig(t.TempDir())
 	cfg.RowsPerRowGroup = 23 // series span row groups; row groups are pruned by their statistics
+	cfg.SeriesRuns = seriesRuns
 	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +108,29 @@ func TestSelectColumnsMatchesWindows(t *testing.T) {
 			}
 		})
 	}
+	t.Run("matchers", func(t *testing.T) {
+		// Two of the nine series: row groups where only some rows match.
+		sel, err := r.selectColumns(context.Background(), mint, maxt, []*labels.Matcher{
+			labels.MustNewMatcher(labels.MatchEqual, "__name__", "m1"), labels.MustNewMatcher(labels.MatchNotEqual, "i", "4"),
+		}, selectOptions{need: colAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sel) != 2 {
+			t.Fatalf("%d series, want 2", len(sel))
+		}
+		for _, s := range sel {
+			exp, got := inRange(want[s.lbls.String()]), s.ws.appendTo(nil)
+			if len(got) != len(exp) {
+				t.Fatalf("%s: %d windows, want %d", s.lbls, len(got), len(exp))
+			}
+			for k := range got {
+				if e := projectWindow(exp[k], derivationInputs(colAll)); got[k] != e {
+					t.Fatalf("%s window %d:\n got %+v\nwant %+v", s.lbls, k, got[k], e)
+				}
+			}
+		}
+	})
 	t.Run("thinned", func(t *testing.T) {
 		step, origin := 7*res, mint+3*res
 		sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: columnsFor(modeLast), thinStep: step, thinOrigin: origin})
