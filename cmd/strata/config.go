@@ -89,6 +89,8 @@ type QueryConfig struct {
 	MaxSamples     int            `yaml:"max_samples"`
 	MaxConcurrency int            `yaml:"max_concurrency"`
 	LookbackDelta  model.Duration `yaml:"lookback_delta"`
+	// SplitParallelism: see query.Config.SplitParallelism.
+	SplitParallelism int `yaml:"split_parallelism"`
 }
 
 // ByteSize is a size in bytes that YAML and flags may write as "32MiB".
@@ -217,5 +219,6 @@ func (c Config) query() query.Config {
 	q.MaxSamples = c.Query.MaxSamples
 	q.MaxConcurrency = c.Query.MaxConcurrency
 	q.LookbackDelta = time.Duration(c.Query.LookbackDelta)
+	q.SplitParallelism = c.Query.SplitParallelism
 	return q
 }

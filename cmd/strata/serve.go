@@ -360,4 +360,6 @@ func addQueryFlags(o *overrides) {
 		func(c *Config) *int { return &c.Query.MaxConcurrency })
 	o.duration("query.lookback-delta", "How far back an instant selector looks for a sample. (default: 5m)",
 		func(c *Config) *model.Duration { return &c.Query.LookbackDelta })
+	o.int("query.split-parallelism", "Parts a range query of 2,000 steps or more is split into, evaluated in parallel; 0 = one per CPU, 1 = never split. (default: 0)",
+		func(c *Config) *int { return &c.Query.SplitParallelism })
 }
