@@ -165,6 +165,8 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	r.written = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_partitions_written_total", Help: "Rollup partition files written (including rewrites).", ConstLabels: cl})
 	r.writeErrors = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_partition_write_errors_total", Help: "Rollup partition writes that failed and left nothing behind.", ConstLabels: cl})
 	r.retentionDrops = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_retention_deleted_partitions_total", Help: "Rollup partition files deleted by retention.", ConstLabels: cl})
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "strata_tiers_open_partition_files", Help: "Rollup partition files kept open, footers parsed, for queries.", ConstLabels: cl},
+		func() float64 { return float64(r.files.len()) })
 	return r, nil
 }
 
