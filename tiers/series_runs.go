@@ -81,7 +81,6 @@ func rowGroupRuns(pf *parquet.File) ([][]seriesRun, error) {
 			if r.rows > left { // the run goes on in the next row group
 				groupRuns = append(groupRuns, seriesRun{id: r.id, rows: left})
 				runs[0].rows -= left
-				left = 0
 				break
 			}
 			groupRuns = append(groupRuns, r)
