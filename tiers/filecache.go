@@ -36,6 +36,10 @@ type fileCache struct {
 	clock  uint64
 	files  map[int64]*openFile // by partition start
 	closed bool                // after close, files are opened per reader only
+	// drops counts drops per partition start: a file opened before its
+	// partition was rewritten must not be cached after the rewrite dropped
+	// the old entry (it would serve the old data until evicted).
+	drops map[int64]uint64
 }
 
 // defaultOpenFiles bounds the cache when the configuration does not: enough
@@ -55,35 +59,51 @@ func defaultOpenFiles(cfg RollupConfig) int {
 }
 
 func newFileCache(maxFiles int) *fileCache {
-	return &fileCache{max: maxFiles, files: map[int64]*openFile{}}
+	return &fileCache{max: maxFiles, files: map[int64]*openFile{}, drops: map[int64]uint64{}}
 }
 
 // acquire returns partition p's open file; the caller must release it.
 func (c *fileCache) acquire(p PartitionInfo) (*openFile, error) {
-	c.mu.Lock()
-	if of, ok := c.files[p.Start]; ok {
-		of.refs++
-		c.clock++
-		of.used = c.clock
-		c.mu.Unlock()
+	of, drops := c.lookup(p.Start)
+	if of != nil {
 		return of, nil
 	}
-	c.mu.Unlock()
 	of, err := openPartition(p.Path)
 	if err != nil {
 		return nil, err
 	}
+	return c.insert(p.Start, of, drops), nil
+}
+
+// lookup returns the cached file of partition start, referenced, or nil
+// and the partition's drop count, for insert.
+func (c *fileCache) lookup(start int64) (*openFile, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if of, ok := c.files[start]; ok {
+		of.refs++
+		c.clock++
+		of.used = c.clock
+		return of, 0
+	}
+	return nil, c.drops[start]
+}
+
+// insert caches of, just opened for partition start, unless the partition
+// was dropped since lookup returned drops, and returns the file the caller
+// holds (of, or the one another reader cached meanwhile).
+func (c *fileCache) insert(start int64, of *openFile, drops uint64) *openFile {
 	of.refs = 1
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.max <= 0 || c.closed {
-		return of, nil
+	if c.max <= 0 || c.closed || c.drops[start] != drops {
+		return of
 	}
-	if cur, ok := c.files[p.Start]; ok { // opened concurrently: keep the cached one
+	if cur, ok := c.files[start]; ok { // opened concurrently: keep the cached one
 		of.refs = 0
 		_ = of.f.Close()
 		cur.refs++
-		return cur, nil
+		return cur
 	}
 	for len(c.files) >= c.max {
 		c.evictOldest()
@@ -91,8 +111,8 @@ func (c *fileCache) acquire(p PartitionInfo) (*openFile, error) {
 	of.refs++ // the cache's reference
 	c.clock++
 	of.used = c.clock
-	c.files[p.Start] = of
-	return of, nil
+	c.files[start] = of
+	return of
 }
 
 // release gives back a file from acquire.
@@ -111,6 +131,7 @@ func (c *fileCache) release(of *openFile) error {
 // file is closed once no reader holds it.
 func (c *fileCache) drop(start int64) error {
 	c.mu.Lock()
+	c.drops[start]++
 	of, ok := c.files[start]
 	if !ok {
 		c.mu.Unlock()

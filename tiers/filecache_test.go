@@ -168,3 +168,39 @@ func TestFileCacheConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 }
+
+// TestFileCacheRewriteWhileOpening: a file opened before its partition was
+// rewritten (the rewrite's drop found nothing cached yet) is not cached
+// afterwards, which would serve the old data until evicted.
+func TestFileCacheRewriteWhileOpening(t *testing.T) {
+	r := openCacheTestRollup(t, 0, nil)
+	lbls := labels.FromStrings("__name__", "m")
+	if err := r.WritePartition(cacheT0, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	p := r.Partitions()[0]
+	c := r.files
+	of, drops := c.lookup(p.Start)
+	if of != nil {
+		t.Fatal("cached before any query")
+	}
+	old, err := openPartition(p.Path) // a reader opens the file...
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ... the partition is rewritten meanwhile ...
+	if err := r.WritePartition(cacheT0, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0, 2)}}); err != nil {
+		t.Fatal(err)
+	}
+	// ... and the reader, done opening, offers the old file to the cache.
+	held := c.insert(p.Start, old, drops)
+	if err := c.release(held); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.len(); n != 0 {
+		t.Fatalf("the old file was cached (%d files)", n)
+	}
+	if got := lastValues(t, r); got[0] != 2 {
+		t.Fatalf("read %v after the rewrite, want 2", got[0])
+	}
+}

@@ -528,9 +528,11 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 	}
 	chunks := rg.ColumnChunks()
 	// Which rows belong to matching series, first; a row group without any
-	// is not decoded further. series_id (a hash of the labels) is cheap to
-	// decode: when every id in the row group is already known from an
-	// earlier row group or file, the labels column is not read at all.
+	// is not decoded further. The series ids (hashes of the labels) come
+	// from the file's series runs, else from the series_id column: when
+	// every id in the row group is already known from an earlier row group
+	// or file, the labels column is not read at all.
+	n := int(rg.NumRows())
 	var (
 		err            error
 		matched, known bool
@@ -540,6 +542,9 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 	} else {
 		if fr.ids, err = readInt64s(chunks[c.seriesID], fr.ids[:0], &fr.values); err != nil {
 			return fmt.Errorf("read series_id: %w", err)
+		}
+		if len(fr.ids) != n {
+			return fmt.Errorf("column series_id has %d rows, want %d", len(fr.ids), n)
 		}
 		fr.rowRuns, matched, known = fr.indexByID(fr.rowRuns[:0])
 	}
@@ -558,7 +563,6 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 	if !matched || q.opts.labelsOnly {
 		return nil
 	}
-	n := int(rg.NumRows())
 	need := q.opts.need
 	thin := q.opts.thinStep > 0
 	// Columns are decoded straight into the batch, after its rows; the rows
