@@ -56,9 +56,8 @@ func (e *splitEngine) NewRangeQuery(ctx context.Context, q storage.Queryable, op
 		return e.QueryEngine.NewRangeQuery(ctx, q, opts, qs, start, end, interval)
 	}
 	sq := &splitQuery{qs: qs, start: start, end: end, interval: interval, maxSamples: e.maxSamples}
-	per := (steps + n - 1) / n
-	for first := int64(0); first < steps; first += per {
-		last := min(first+per, steps) - 1
+	for k := range n { // part k: steps [k*steps/n, (k+1)*steps/n), sizes within one of each other
+		first, last := k*steps/n, (k+1)*steps/n-1
 		part, err := e.QueryEngine.NewRangeQuery(ctx, q, opts, qs, start.Add(time.Duration(first)*interval), start.Add(time.Duration(last)*interval), interval)
 		if err != nil {
 			sq.Close()

@@ -143,3 +143,27 @@ func TestSplitEngineSampleLimit(t *testing.T) {
 		t.Fatalf("errors %v (split) and %v (whole), want both too many samples", got.Err, want.Err)
 	}
 }
+
+// TestSplitEnginePartSizes: parts differ by at most one step and none is
+// shorter than the minimum, so none is a one-step (instant) evaluation.
+func TestSplitEnginePartSizes(t *testing.T) {
+	q, _, split := newSplitTest(t, DefaultConfig())
+	split.parts, split.minSteps = 3, 2
+	_, qry := runRange(t, split, q, nil, "x", 7)
+	sq, ok := qry.(*splitQuery)
+	if !ok || len(sq.parts) != 3 {
+		t.Fatalf("7 steps not split into 3 parts")
+	}
+	next := time.UnixMilli(t0)
+	for i, p := range sq.parts {
+		st := p.Statement().(*parser.EvalStmt)
+		steps := int(st.End.Sub(st.Start)/st.Interval) + 1
+		if !st.Start.Equal(next) || steps < 2 || steps > 3 {
+			t.Errorf("part %d: %s to %s (%d steps), want from %s and 2-3 steps", i, st.Start, st.End, steps, next)
+		}
+		next = st.End.Add(st.Interval)
+	}
+	if want := time.UnixMilli(t0 + 7*testStep); !next.Equal(want) {
+		t.Errorf("parts end before %s, want %s", next, want)
+	}
+}
