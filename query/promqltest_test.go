@@ -42,16 +42,7 @@ func (s skippingTB) Run(name string, f func(*testing.T)) bool {
 // `strata serve` queries.
 func TestPromQLAcceptance(t *testing.T) {
 	start := time.Now()
-	cfg := DefaultConfig()
-	// As Prometheus' own test engine (promqltest.NewTestEngine): the
-	// experimental syntax the files use, delayed __name__ removal, and its
-	// sample limit, which some files exercise.
-	cfg.EnableExperimentalFunctions = promqltest.TestParserOpts.EnableExperimentalFunctions
-	cfg.EnableBinopFillModifiers = promqltest.TestParserOpts.EnableBinopFillModifiers
-	cfg.EnableUnquotedUTF8Names = promqltest.TestParserOpts.EnableUnquotedUTF8Names
-	cfg.EnableDelayedNameRemoval = true
-	cfg.MaxSamples = promqltest.DefaultMaxSamplesPerQuery
-
+	cfg := acceptanceConfig()
 	raw := openTestRaw(t) // only to give New a queryable; each file gets its own tier
 	api, err := New(cfg, raw, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
@@ -74,12 +65,7 @@ func TestPromQLAcceptance(t *testing.T) {
 // results, annotations and errors must be what the suite expects of one
 // evaluation.
 func TestPromQLAcceptanceSplit(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.EnableExperimentalFunctions = promqltest.TestParserOpts.EnableExperimentalFunctions
-	cfg.EnableBinopFillModifiers = promqltest.TestParserOpts.EnableBinopFillModifiers
-	cfg.EnableUnquotedUTF8Names = promqltest.TestParserOpts.EnableUnquotedUTF8Names
-	cfg.EnableDelayedNameRemoval = true
-	cfg.MaxSamples = promqltest.DefaultMaxSamplesPerQuery
+	cfg := acceptanceConfig()
 	api, err := New(cfg, openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +77,19 @@ func TestPromQLAcceptanceSplit(t *testing.T) {
 	})
 	split := &splitEngine{QueryEngine: api.engine, parser: parser.NewParser(cfg.parserOptions()), parts: 3, minSteps: 1, maxSamples: cfg.MaxSamples}
 	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, split, newRawTestStorage)
+}
+
+// acceptanceConfig is the query configuration of Prometheus' own test
+// engine (promqltest.NewTestEngine): the experimental syntax the files use,
+// delayed __name__ removal, and its sample limit, which some files exercise.
+func acceptanceConfig() Config {
+	cfg := DefaultConfig()
+	cfg.EnableExperimentalFunctions = promqltest.TestParserOpts.EnableExperimentalFunctions
+	cfg.EnableBinopFillModifiers = promqltest.TestParserOpts.EnableBinopFillModifiers
+	cfg.EnableUnquotedUTF8Names = promqltest.TestParserOpts.EnableUnquotedUTF8Names
+	cfg.EnableDelayedNameRemoval = true
+	cfg.MaxSamples = promqltest.DefaultMaxSamplesPerQuery
+	return cfg
 }
 
 // rawTestStorage is the raw tier as the storage.Storage promqltest loads its
