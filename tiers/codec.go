@@ -22,7 +22,8 @@ type storedZstd struct {
 func newStoredZstd(level zstd.Level) *storedZstd {
 	// The fastest level without entropy coding finds a few matches at most
 	// in such a page; its literals are stored as they are.
-	enc, err := kzstd.NewWriter(nil, kzstd.WithEncoderLevel(kzstd.SpeedFastest), kzstd.WithNoEntropyCompression(true))
+	enc, err := kzstd.NewWriter(nil, kzstd.WithEncoderLevel(kzstd.SpeedFastest), kzstd.WithNoEntropyCompression(true),
+		kzstd.WithZeroFrames(true), kzstd.WithEncoderCRC(false)) // as parquet-go's codec: pages have their own CRC
 	if err != nil {
 		panic(err) // only for invalid options, which these are not
 	}
