@@ -346,6 +346,10 @@ func benchmarkRangeQuery(b *testing.B, s *tiers.Stitched, qs string, start, end 
 		b.Fatal(err)
 	}
 	defer func() { _ = api.Close() }()
+	// One query first, untimed, as a dashboard's earlier refresh: the
+	// partitions' footers are then cached (both engines read through the
+	// same tiers), so that neither engine's figure includes opening them.
+	runRangeQuery(b, newTestEngine(), s, qs, start, end, step, wantSeries)
 	for _, e := range []struct {
 		name   string
 		engine promql.QueryEngine
@@ -360,24 +364,29 @@ func benchmarkEngine(b *testing.B, engine promql.QueryEngine, s *tiers.Stitched,
 	// shared machine wall time includes waiting for a core.
 	cpu0 := processCPU(b)
 	for b.Loop() {
-		qry, err := engine.NewRangeQuery(context.Background(), s, nil, qs, time.UnixMilli(start), time.UnixMilli(end), step)
-		if err != nil {
-			b.Fatal(err)
-		}
-		res := qry.Exec(context.Background())
-		if res.Err != nil {
-			b.Fatal(res.Err)
-		}
-		m, err := res.Matrix()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(m) != wantSeries || len(m[0].Floats) == 0 {
-			b.Fatalf("got %d series", len(m))
-		}
-		qry.Close()
+		runRangeQuery(b, engine, s, qs, start, end, step, wantSeries)
 	}
 	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+func runRangeQuery(b *testing.B, engine promql.QueryEngine, s *tiers.Stitched, qs string, start, end int64, step time.Duration, wantSeries int) {
+	b.Helper()
+	qry, err := engine.NewRangeQuery(context.Background(), s, nil, qs, time.UnixMilli(start), time.UnixMilli(end), step)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer qry.Close()
+	res := qry.Exec(context.Background())
+	if res.Err != nil {
+		b.Fatal(res.Err)
+	}
+	m, err := res.Matrix()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(m) != wantSeries || len(m[0].Floats) == 0 {
+		b.Fatalf("got %d series", len(m))
+	}
 }
 
 func processCPU(b *testing.B) time.Duration {
