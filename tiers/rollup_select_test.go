@@ -83,6 +83,22 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 		}
 		return out
 	}
+	// checkSelected compares each selected series' windows with those
+	// written, projected onto the columns a select of need decodes.
+	checkSelected := func(t *testing.T, sel []selectedSeries, need colSet) {
+		t.Helper()
+		for _, s := range sel {
+			exp, got := inRange(want[s.lbls.String()]), s.ws.appendTo(nil)
+			if len(got) != len(exp) {
+				t.Fatalf("%s: %d windows, want %d", s.lbls, len(got), len(exp))
+			}
+			for k := range got {
+				if e := projectWindow(exp[k], derivationInputs(need|colLastT)); got[k] != e {
+					t.Fatalf("%s window %d:\n got %+v\nwant %+v", s.lbls, k, got[k], e)
+				}
+			}
+		}
+	}
 	for mode := modeLast; mode <= modeDelta; mode++ {
 		need := columnsFor(mode)
 		t.Run(fmt.Sprintf("mode %d", mode), func(t *testing.T) {
@@ -93,19 +109,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 			if len(sel) != nSeries {
 				t.Fatalf("%d series, want %d", len(sel), nSeries)
 			}
-			for _, s := range sel {
-				exp := inRange(want[s.lbls.String()])
-				got := s.ws.appendTo(nil)
-				if len(got) != len(exp) {
-					t.Fatalf("%s: %d windows, want %d", s.lbls, len(got), len(exp))
-				}
-				for k, g := range got {
-					e := projectWindow(exp[k], derivationInputs(need|colLastT))
-					if g != e {
-						t.Fatalf("%s window %d:\n got %+v\nwant %+v", s.lbls, k, g, e)
-					}
-				}
-			}
+			checkSelected(t, sel, need)
 		})
 	}
 	t.Run("matchers", func(t *testing.T) {
@@ -119,17 +123,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 		if len(sel) != 2 {
 			t.Fatalf("%d series, want 2", len(sel))
 		}
-		for _, s := range sel {
-			exp, got := inRange(want[s.lbls.String()]), s.ws.appendTo(nil)
-			if len(got) != len(exp) {
-				t.Fatalf("%s: %d windows, want %d", s.lbls, len(got), len(exp))
-			}
-			for k := range got {
-				if e := projectWindow(exp[k], derivationInputs(colAll)); got[k] != e {
-					t.Fatalf("%s window %d:\n got %+v\nwant %+v", s.lbls, k, got[k], e)
-				}
-			}
-		}
+		checkSelected(t, sel, colAll)
 	})
 	t.Run("thinned", func(t *testing.T) {
 		step, origin := 7*res, mint+3*res
