@@ -47,13 +47,16 @@ type fileCache struct {
 // partitions), and at most a quarter of the process's file descriptor limit,
 // so that a low limit is left for sockets and the TSDB.
 func defaultOpenFiles(cfg RollupConfig) int {
+	switch {
+	case cfg.OpenFiles < 0:
+		return 0 // none kept: every query opens the files it reads
+	case cfg.OpenFiles > 0:
+		return cfg.OpenFiles
+	}
 	n := 1024
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur/4 < uint64(n) {
 		n = int(rl.Cur / 4) //nolint:gosec // below 1024
-	}
-	if cfg.OpenFiles > 0 {
-		n = cfg.OpenFiles
 	}
 	return n
 }

@@ -122,6 +122,24 @@ func TestFileCacheEvicts(t *testing.T) {
 	}
 }
 
+// TestFileCacheNone: a negative OpenFiles keeps no file open, and queries
+// still read every partition.
+func TestFileCacheNone(t *testing.T) {
+	r := openCacheTestRollup(t, -1, nil)
+	lbls := labels.FromStrings("__name__", "m")
+	for h := range int64(2) {
+		if err := r.WritePartition(cacheT0+h*3_600_000, []SeriesWindows{{Labels: lbls, Windows: cacheTestWindows(cacheT0+h*3_600_000, float64(h))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := lastValues(t, r); len(got) != 120 || got[119] != 1 {
+		t.Fatalf("%d windows, last %v; want 120 ending in 1", len(got), got[len(got)-1])
+	}
+	if n := r.files.len(); n != 0 {
+		t.Fatalf("%d files kept open with OpenFiles -1", n)
+	}
+}
+
 // TestFileCacheConcurrent: queries run while partitions are rewritten and
 // the cache evicts; every query sees each partition whole (all 60 windows
 // of one write). Run with -race.
