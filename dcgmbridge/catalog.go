@@ -11,9 +11,10 @@ import (
 	"strconv"
 )
 
-// dcgmFieldsCSV is derived from ../shared/fixtures/dcgm_field_ids.csv (go-dcgm
-// dcgm_fields.h, DCGM 4.6.1), with the Prometheus type, unit and dcgm-exporter 1.x
-// name added by hand from dcgm-exporter's etc/*.csv. It is a list of public field
+// dcgmFieldsCSV is derived from DCGM 4.6.1's field list (go-dcgm
+// pkg/dcgm/dcgm_fields.h, copied as testdata/dcgm_field_ids.csv), with the
+// Prometheus type, unit and dcgm-exporter 1.x name added by hand from
+// dcgm-exporter's etc/*.csv (testdata/README.md gives the sources). It is a list of public field
 // IDs, kept as CSV so that a review sees one line per field; TestFieldCatalogueMatchesFixture
 // checks it against the fixture.
 //

@@ -15,15 +15,13 @@ import (
 
 var update = flag.Bool("update", false, "rewrite rules/canonical.rules.yml and docs/metrics.md from the catalogue")
 
-// fixturesDir is ../shared/fixtures relative to the repository root.
+// fixturesDir holds the exporter fixtures (testdata/README.md gives their
+// sources).
 func fixturesDir(t testing.TB) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "fixtures"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const dir = "testdata"
 	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("fixtures not found at %s: %v", dir, err)
+		t.Fatalf("fixtures not found: %v", err)
 	}
 	return dir
 }

@@ -406,10 +406,11 @@ func TestRunAndClose(t *testing.T) {
 
 func FuzzParseExposition(f *testing.F) {
 	for _, name := range []string{"vllm_v0_legacy.prom", "bpftrace_exporter/histmap.metrics"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "shared", "fixtures", name))
-		if err == nil {
-			f.Add(b, "text/plain")
+		b, err := os.ReadFile(filepath.Join(fixturesDir(f), name))
+		if err != nil {
+			f.Fatal(err)
 		}
+		f.Add(b, "text/plain")
 	}
 	f.Add([]byte("# TYPE a counter\na_total 1\n# EOF\n"), "application/openmetrics-text; version=1.0.0")
 	f.Add([]byte("a{b=\"\\\"\"} 1\n"), "")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,14 +15,13 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 )
 
-// fixture reads a file of ../shared/fixtures relative to the repository root.
+// fixture reads one of the exporter fixtures of package dcgmbridge
+// (../testdata/README.md gives their sources).
 func fixture(t *testing.T, name string) []byte {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	b, err := os.ReadFile(filepath.Join(root, "..", "shared", "fixtures", name))
+	b, err := os.ReadFile(filepath.Join("..", "testdata", name))
 	if err != nil {
-		t.Skipf("fixture %s not available: %v", name, err)
+		t.Fatal(err)
 	}
 	return b
 }

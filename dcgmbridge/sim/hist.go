@@ -54,7 +54,11 @@ func (h *hist) fillCumulative(dst []float64) {
 	}
 }
 
-// Bucket layouts of the real exporters (docs/research/sources.md §1.1, §1.3, §4.1).
+// Bucket layouts of the real exporters: vLLM V1's vllm/v1/metrics/loggers.py
+// (https://github.com/vllm-project/vllm, 0.11/0.12 era), V0's
+// vllm/engine/metrics.py (shorter latency buckets), and ebpf_exporter's exp2
+// bucket type (https://github.com/cloudflare/ebpf_exporter, README
+// "Histograms"). ../testdata holds captures of each.
 func bucketsTTFTv1() []float64 {
 	return []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
 }
