@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // dcgmFieldsCSV is derived from DCGM 4.6.1's field list (go-dcgm
@@ -231,18 +232,11 @@ func (c *Catalogue) Lookup(name string) []SourceMetric {
 func familyCandidates(name string) []string {
 	out := []string{name}
 	for _, suf := range []string{"_bucket", "_sum", "_count"} {
-		if base, ok := cutSuffix(name, suf); ok {
-			out = append(out, base)
+		if len(name) > len(suf) && strings.HasSuffix(name, suf) {
+			out = append(out, name[:len(name)-len(suf)])
 		}
 	}
 	return out
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
-		return s[:len(s)-len(suffix)], true
-	}
-	return s, false
 }
 
 var errFieldsHeader = errors.New("unexpected header")
@@ -293,10 +287,10 @@ func labelAliases() []LabelAlias {
 	}
 }
 
-// aliasesFor returns the label aliases that apply to src.
-func aliasesFor(all []LabelAlias, src Source) []LabelAlias {
+// Aliases returns the label aliases that apply to src.
+func (c *Catalogue) Aliases(src Source) []LabelAlias {
 	var out []LabelAlias
-	for _, a := range all {
+	for _, a := range c.LabelAliases {
 		if a.Source == src {
 			out = append(out, a)
 		}

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/dcgmbridge/scrape"
 )
 
 // startScraper scrapes the configured sources and, when self_scrape is on,
@@ -16,14 +16,15 @@ import (
 // server listens on; it becomes the self target's instance label.
 func (s *server) startScraper(ctx context.Context, addr string) error {
 	cfg := s.cfg.Sources
-	cfg.Targets = append([]dcgmbridge.Target(nil), cfg.Targets...)
+	cfg.Targets = append([]scrape.Target(nil), cfg.Targets...)
+	cfg.Limits = s.write.Limits()
 	selfHost := ""
 	if s.cfg.SelfScrape.Enabled {
 		selfHost = addr
-		cfg.Targets = append(cfg.Targets, dcgmbridge.Target{
+		cfg.Targets = append(cfg.Targets, scrape.Target{
 			Name:     "strata",
 			URL:      "http://" + addr + "/metrics",
-			Kind:     dcgmbridge.KindGeneric,
+			Kind:     scrape.KindGeneric,
 			Interval: time.Duration(s.cfg.SelfScrape.Interval),
 		})
 	}
@@ -31,8 +32,7 @@ func (s *server) startScraper(ctx context.Context, addr string) error {
 		return nil
 	}
 	client := &http.Client{Transport: &inProcessTransport{host: selfHost, handler: s.metricsHandler(), next: http.DefaultTransport}}
-	scr, err := dcgmbridge.NewScraper(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now,
-		dcgmbridge.WithValidator(s.write.Limits()), dcgmbridge.WithHTTPClient(client))
+	scr, err := scrape.New(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now, scrape.WithHTTPClient(client))
 	if err != nil {
 		return err
 	}

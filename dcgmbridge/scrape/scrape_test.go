@@ -1,4 +1,4 @@
-package dcgmbridge
+package scrape
 
 import (
 	"bytes"
@@ -22,12 +22,32 @@ import (
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
+	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/tiers"
 )
 
-// remotewrite.Limits is the validator the lead wires in.
-var _ SeriesValidator = remotewrite.Limits{}
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// fixturesDir holds the exporter fixtures of package dcgmbridge
+// (../testdata/README.md gives their sources).
+func fixturesDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join("..", "testdata")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("fixtures not found: %v", err)
+	}
+	return dir
+}
+
+func newTestCatalogue(t testing.TB) *dcgmbridge.Catalogue {
+	t.Helper()
+	c, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // fakeClock is an injected clock that tests move by hand.
 type fakeClock struct {
@@ -92,10 +112,10 @@ func newScrapeEnv(t *testing.T) *scrapeEnv {
 	return &scrapeEnv{raw: raw, clock: &fakeClock{t: t0}, logs: &bytes.Buffer{}}
 }
 
-func (e *scrapeEnv) scraper(t *testing.T, cfg SourcesConfig, opts ...ScraperOption) *Scraper {
+func (e *scrapeEnv) scraper(t *testing.T, cfg Config, opts ...Option) *Scraper {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(e.logs, nil))
-	s, err := NewScraper(cfg, e.raw, logger, prometheus.NewRegistry(), e.clock.now, opts...)
+	s, err := New(cfg, e.raw, logger, prometheus.NewRegistry(), e.clock.now, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +189,7 @@ func TestScrapeFixturesEndToEnd(t *testing.T) {
 	bpft.ctype = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 	// Served as OpenMetrics (what bpftrace_exporter speaks): no blank lines, # EOF.
 	bpft.set(append(bytes.TrimLeft(readFixture(t, "bpftrace_exporter/histmap.metrics"), "\n"), "# EOF\n"...), http.StatusOK)
-	s := e.scraper(t, SourcesConfig{Targets: []Target{
+	s := e.scraper(t, Config{Targets: []Target{
 		{Name: "dcgm", URL: dcgm.URL + "/metrics", Kind: KindDCGM},
 		{Name: "vllm", URL: vllm.URL + "/metrics", Kind: KindVLLM, Labels: map[string]string{"namespace": "inference", "pod": "vllm-0"}},
 		{Name: "ebpf", URL: ebpf.URL + "/metrics", Kind: KindEBPF},
@@ -253,11 +273,11 @@ func TestScrapeHostile(t *testing.T) {
 		name   string
 		body   string
 		status int
-		limits func(*SourcesConfig)
-		opts   []ScraperOption
+		limits func(*Config)
+		opts   []Option
 		reason string
 	}{
-		{name: "huge line", body: good + "big{l=\"" + strings.Repeat("a", 5000) + "\"} 1\n", limits: func(c *SourcesConfig) { c.LineLimit = 4096 }, reason: ReasonLineTooLong},
+		{name: "huge line", body: good + "big{l=\"" + strings.Repeat("a", 5000) + "\"} 1\n", limits: func(c *Config) { c.LineLimit = 4096 }, reason: ReasonLineTooLong},
 		{name: "escape eats the closing quote", body: good + "bad{l=\"\\\"} 1\n", reason: ReasonParse},
 		{name: "unterminated label", body: good + "bad{l=\"x} 1\n", reason: ReasonParse},
 		{name: "not a number", body: good + "bad 1x\n", reason: ReasonParse},
@@ -266,14 +286,18 @@ func TestScrapeHostile(t *testing.T) {
 		{name: "negative counter", body: good + "# TYPE c_total counter\nc_total -5\n", reason: ReasonWrongType},
 		{name: "bucket without le", body: good + "# TYPE h histogram\nh_bucket{x=\"1\"} 1\nh_count 1\nh_sum 1\n", reason: ReasonWrongType},
 		{name: "unknown type", body: "# TYPE t banana\nt 1\n", reason: ReasonParse},
-		{name: "too many samples", body: good + many, limits: func(c *SourcesConfig) { c.SampleLimit = 10 }, reason: ReasonTooManySamples},
-		{name: "body too large", body: good + many, limits: func(c *SourcesConfig) { c.BodyLimit = 64 }, reason: ReasonBodyTooLarge},
+		{name: "too many samples", body: good + many, limits: func(c *Config) { c.SampleLimit = 10 }, reason: ReasonTooManySamples},
+		{name: "body too large", body: good + many, limits: func(c *Config) { c.BodyLimit = 64 }, reason: ReasonBodyTooLarge},
 		{name: "label value over the remote-write limit", body: good + "long{l=\"" + strings.Repeat("v", 300) + "\"} 1\n",
-			opts: []ScraperOption{WithValidator(remotewrite.Limits{MaxLabelValueLength: 256})}, reason: remotewrite.ReasonLabelValueTooLong},
+			limits: func(c *Config) { c.Limits.MaxLabelValueLength = 256 }, reason: remotewrite.ReasonLabelValueTooLong},
 		{name: "invalid utf-8 label", body: good + "u{l=\"\xff\"} 1\n", reason: ReasonParse},
 		{name: "too many labels for remote write", body: good + "w{a=\"1\",b=\"2\",c=\"3\",d=\"4\"} 1\n",
-			opts: []ScraperOption{WithValidator(remotewrite.Limits{MaxLabelsPerSeries: 5})}, reason: remotewrite.ReasonTooManyLabels},
+			limits: func(c *Config) { c.Limits.MaxLabelsPerSeries = 5 }, reason: remotewrite.ReasonTooManyLabels},
 		{name: "http 503", body: good, status: http.StatusServiceUnavailable, reason: ReasonHTTP},
+		// With no limits configured the receiver's defaults and its structural
+		// checks still apply.
+		{name: "label value over the default remote-write limit", body: good + "long{l=\"" + strings.Repeat("v", 4097) + "\"} 1\n", reason: remotewrite.ReasonLabelValueTooLong},
+		{name: "exposed exported_job and job give a repeated label name", body: good + "x{exported_job=\"a\",job=\"b\"} 1\n", reason: remotewrite.ReasonDuplicateLabel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newScrapeEnv(t)
@@ -281,7 +305,7 @@ func TestScrapeHostile(t *testing.T) {
 			if tc.status != 0 {
 				srv.set([]byte(tc.body), tc.status)
 			}
-			cfg := SourcesConfig{Targets: []Target{{Name: "hostile", URL: srv.URL + "/metrics"}}}
+			cfg := Config{Targets: []Target{{Name: "hostile", URL: srv.URL + "/metrics"}}}
 			if tc.limits != nil {
 				tc.limits(&cfg)
 			}
@@ -316,14 +340,14 @@ func TestScrapeTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	s := e.scraper(t, SourcesConfig{Targets: []Target{{Name: "slow", URL: srv.URL, Interval: time.Second, Timeout: 100 * time.Millisecond}}})
+	s := e.scraper(t, Config{Targets: []Target{{Name: "slow", URL: srv.URL, Interval: time.Second, Timeout: 100 * time.Millisecond}}})
 	s.ScrapeOnce(context.Background())
 	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("slow", ReasonTimeout)); got != 1 {
 		t.Errorf("timeout failures = %g; logs:\n%s", got, e.logs)
 	}
 }
 
-func TestSourcesConfigValidate(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
 	ok := Target{Name: "a", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM}
 	for _, tc := range []struct {
 		name    string
@@ -340,28 +364,28 @@ func TestSourcesConfigValidate(t *testing.T) {
 		{"invalid label", []Target{{Name: "a", URL: ok.URL, Labels: map[string]string{"a-b": "x"}}}, "cannot be set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := SourcesConfig{Targets: tc.targets}.Validate()
+			err := Config{Targets: tc.targets}.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want error containing %q, got %v", tc.want, err)
 			}
 		})
 	}
-	if err := (SourcesConfig{Targets: []Target{ok}}).Validate(); err != nil {
+	if err := (Config{Targets: []Target{ok}}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := (SourcesConfig{Targets: []Target{ok}}).withDefaults().Targets[0]; got.Interval != DCGMCollectInterval || got.Timeout != DefaultScrapeTimeout {
+	if got := (Config{Targets: []Target{ok}}).withDefaults().Targets[0]; got.Interval != DCGMCollectInterval || got.Timeout != DefaultScrapeTimeout {
 		t.Errorf("dcgm defaults: %+v", got)
 	}
 }
 
 func TestDCGMFastScrapeWarning(t *testing.T) {
 	e := newScrapeEnv(t)
-	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "dcgm", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM, Interval: 5 * time.Second, Timeout: time.Second}}})
+	e.scraper(t, Config{Targets: []Target{{Name: "dcgm", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM, Interval: 5 * time.Second, Timeout: time.Second}}})
 	if !strings.Contains(e.logs.String(), "faster than dcgm-exporter") || !strings.Contains(e.logs.String(), `target \"dcgm\"`) {
 		t.Fatalf("no warning in logs:\n%s", e.logs)
 	}
 	e.logs.Reset()
-	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "vllm", URL: "http://127.0.0.1:8000/metrics", Kind: KindVLLM, Interval: 5 * time.Second, Timeout: time.Second}}})
+	e.scraper(t, Config{Targets: []Target{{Name: "vllm", URL: "http://127.0.0.1:8000/metrics", Kind: KindVLLM, Interval: 5 * time.Second, Timeout: time.Second}}})
 	if strings.Contains(e.logs.String(), "faster than") {
 		t.Fatalf("warning for a vLLM target:\n%s", e.logs)
 	}
@@ -372,7 +396,7 @@ func TestDCGMFastScrapeWarning(t *testing.T) {
 func TestRunAndClose(t *testing.T) {
 	e := newScrapeEnv(t)
 	srv := newBodyServer(t, []byte("# TYPE g gauge\ng 1\n"))
-	s := e.scraper(t, SourcesConfig{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}})
+	s := e.scraper(t, Config{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}})
 	var runErr atomic.Value
 	done := make(chan struct{})
 	go func() {
@@ -414,11 +438,11 @@ func FuzzParseExposition(f *testing.F) {
 	}
 	f.Add([]byte("# TYPE a counter\na_total 1\n# EOF\n"), "application/openmetrics-text; version=1.0.0")
 	f.Add([]byte("a{b=\"\\\"\"} 1\n"), "")
-	cat, err := NewCatalogue()
+	cat, err := dcgmbridge.NewCatalogue()
 	if err != nil {
 		f.Fatal(err)
 	}
-	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: 1000, MaxLineBytes: 4096}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Validator: remotewrite.Limits{MaxLabelValueLength: 1024}}
+	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: 1000, MaxLineBytes: 4096}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Series: remotewrite.Limits{MaxLabelValueLength: 1024}}
 	target := labels.FromStrings("job", "fuzz", "instance", "x:1")
 	f.Fuzz(func(t *testing.T, body []byte, ctype string) {
 		exp, err := p.Parse(body, ctype, target, t0)
@@ -446,11 +470,11 @@ func BenchmarkParseVLLMExposition(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat, err := NewCatalogue()
+	cat, err := dcgmbridge.NewCatalogue()
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: DefaultSampleLimit, MaxLineBytes: DefaultLineLimit}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Validator: remotewrite.Limits{}}
+	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: DefaultSampleLimit, MaxLineBytes: DefaultLineLimit}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Series: remotewrite.DefaultLimits()}
 	target := labels.FromStrings("job", "vllm", "instance", "10.0.0.5:8000", "namespace", "inference", "pod", "p")
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -478,7 +502,7 @@ func BenchmarkScrapeDCGMIntoRawTier(b *testing.B) {
 	}
 	defer raw.Close()
 	clock := &fakeClock{t: time.Now()}
-	s, err := NewScraper(SourcesConfig{Targets: []Target{{Name: "dcgm", URL: srv.URL, Kind: KindDCGM}}}, raw, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), clock.now)
+	s, err := New(Config{Targets: []Target{{Name: "dcgm", URL: srv.URL, Kind: KindDCGM}}}, raw, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -503,23 +527,5 @@ func TestTargetLabelsWinOverExposedLabels(t *testing.T) {
 	want := labels.FromStrings("__name__", "m", "exported_job", "inner", "exported_pod", "a", "instance", "h:1", "job", "outer", "pod", "b")
 	if len(exp.Samples) != 1 || !labels.Equal(exp.Samples[0].Labels, want) {
 		t.Fatalf("got %v, want %v", exp.Samples, want)
-	}
-}
-
-func TestPackageLevelRuleGroups(t *testing.T) {
-	g, err := RuleGroups(DefaultRulesConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := RulesYAML(DefaultRulesConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	committed, err := os.ReadFile(filepath.Join("..", "rules", "canonical.rules.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(y, committed) || len(g.Groups) != 1 {
-		t.Fatal("package-level helpers disagree with the committed rule file")
 	}
 }
