@@ -123,6 +123,7 @@ type Catalogue struct {
 	Fields       []Field
 	byID         map[int]int
 	byName       map[string]int
+	gauges       map[string]struct{}
 	Metrics      []SourceMetric
 	LabelAliases []LabelAlias
 	Canonical    []CanonicalMetric
@@ -191,7 +192,62 @@ func NewCatalogue() (*Catalogue, error) {
 			}
 		}
 	}
+	c.gauges = c.gaugeNames()
 	return c, nil
+}
+
+// IsGauge reports whether the catalogue knows the metric name and types it
+// gauge wherever it knows it: as a DCGM field (under any spelling, whether or
+// not a canonical series uses it) and in every source's metric list. Every
+// other name is not a gauge: counters, histogram families and their _bucket,
+// _sum and _count series, DCGM "label" fields, names the catalogue does not
+// know. The answer depends on the name and this catalogue alone, which is
+// what rollup windows need (downsample.Config.KindOf).
+func (c *Catalogue) IsGauge(name string) bool {
+	_, ok := c.gauges[name]
+	return ok
+}
+
+// gaugeNames is the set of names IsGauge accepts, built once: a map lookup per
+// series instead of Lookup's scan of every entry. Only names the catalogue
+// lists (DCGM fields under every spelling, source metrics) can be gauges: for
+// any other name FieldByName finds nothing and Lookup finds only a histogram
+// family (a _bucket, _sum or _count series), so testing the listed names is
+// testing them all.
+func (c *Catalogue) gaugeNames() map[string]struct{} {
+	var names []string
+	for _, f := range c.Fields {
+		names = append(names, f.Names()...)
+	}
+	for _, m := range c.Metrics {
+		names = append(names, m.Name)
+	}
+	out := map[string]struct{}{}
+	for _, n := range names {
+		if c.listedGauge(n) {
+			out[n] = struct{}{}
+		}
+	}
+	return out
+}
+
+// listedGauge reports whether c knows name and types it gauge wherever it
+// knows it.
+func (c *Catalogue) listedGauge(name string) bool {
+	known := false
+	if f, ok := c.FieldByName(name); ok {
+		if f.Type != "gauge" {
+			return false
+		}
+		known = true
+	}
+	for _, m := range c.Lookup(name) {
+		if m.Type != "gauge" {
+			return false
+		}
+		known = true
+	}
+	return known
 }
 
 // Field returns the DCGM field with the given ID.

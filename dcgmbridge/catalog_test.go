@@ -128,3 +128,77 @@ func TestLookup(t *testing.T) {
 		t.Fatalf("unknown metric: %+v", got)
 	}
 }
+
+func TestIsGauge(t *testing.T) {
+	c := newTestCatalogue(t)
+	cases := []struct {
+		name string
+		want bool
+	}{
+		// A DCGM gauge no canonical series uses: known from the field list only.
+		{"DCGM_FI_DEV_POWER_USAGE", true},
+		{"DCGM_FI_DEV_GPU_UTIL", true},
+		{"DCGM_FI_PROF_SM_ACTIVE", true},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", false},
+		{"DCGM_FI_DRIVER_VERSION", false}, // a DCGM "label" field
+		{"vllm:num_requests_running", true},
+		{"vllm:request_success_total", false},
+		{"vllm:e2e_request_latency_seconds_bucket", false},
+		{"vllm:e2e_request_latency_seconds_sum", false},
+		{"vllm:e2e_request_latency_seconds_count", false},
+		{"vllm:e2e_request_latency_seconds", false}, // the histogram family name
+		{"vllm:num_requests_running_count", false},  // a gauge's name plus a histogram suffix
+		{"node_memory_MemFree_bytes", false},        // a gauge, but not in the catalogue
+		{"", false},
+	}
+	for _, tc := range cases {
+		if got := c.IsGauge(tc.name); got != tc.want {
+			t.Errorf("IsGauge(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestIsGaugeMatchesEntries checks IsGauge against the catalogue entry by
+// entry: a name is a gauge exactly when no entry for it says anything but
+// gauge.
+func TestIsGaugeMatchesEntries(t *testing.T) {
+	c := newTestCatalogue(t)
+	types := map[string]map[string]bool{}
+	note := func(name, typ string) {
+		if types[name] == nil {
+			types[name] = map[string]bool{}
+		}
+		types[name][typ] = true
+	}
+	for _, f := range c.Fields {
+		for _, n := range f.Names() {
+			note(n, f.Type)
+		}
+	}
+	for _, m := range c.Metrics {
+		note(m.Name, m.Type)
+	}
+	gauges := 0
+	for name, ts := range types {
+		want := len(ts) == 1 && ts["gauge"]
+		if want {
+			gauges++
+		}
+		if got := c.IsGauge(name); got != want {
+			t.Errorf("IsGauge(%q) = %v, want %v (catalogue types %v)", name, got, want, ts)
+		}
+		// A histogram suffix on a listed name gives an unlisted name (the
+		// listed ones are checked above): a counter, whatever name's type.
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if _, listed := types[name+suffix]; listed {
+				continue
+			}
+			if c.IsGauge(name + suffix) {
+				t.Errorf("IsGauge(%q) = true, want false", name+suffix)
+			}
+		}
+	}
+	if gauges < 40 {
+		t.Errorf("only %d gauge names in the catalogue", gauges)
+	}
+}

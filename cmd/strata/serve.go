@@ -140,6 +140,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
+	if dsCfg.KindOf, err = rollupTyping(); err != nil {
+		return nil, err
+	}
 	srv.rollup, err = downsample.New(dsCfg, downsample.FromRaw(srv.raw), srv.minute, srv.hour, logger, reg, time.Now)
 	if err != nil {
 		return nil, err

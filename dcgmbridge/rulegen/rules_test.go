@@ -140,4 +140,3 @@ func TestRulesConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
