@@ -90,7 +90,11 @@ func RunLoad(ctx context.Context, cfg LoadConfig, logger *slog.Logger) (LoadResu
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return newLoadRun(cfg, newGenerator(cfg), logger).run(ctx)
+	gen, err := newGenerator(cfg)
+	if err != nil {
+		return LoadResult{}, err
+	}
+	return newLoadRun(cfg, gen, logger).run(ctx)
 }
 
 // loadRun is the state of one RunLoad call.

@@ -187,7 +187,10 @@ func TestRunLoadContinues(t *testing.T) {
 			ns := &noSleep{}
 			cfg := LoadConfig{URL: srv.URL, Series: 1000, BatchSize: 300, Concurrency: 2, MaxRequests: 25,
 				Timestamps: clock, Backfill: time.Hour, sleep: ns.sleep}.withDefaults()
-			gen := newGenerator(cfg)
+			gen, err := newGenerator(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 2 {
 				res, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler)).run(context.Background())
 				if err != nil {

@@ -142,7 +142,10 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 		}
 	}
 
-	gen := newGenerator(load)
+	gen, err := newGenerator(load)
+	if err != nil {
+		return Report{}, err
+	}
 	client := &http.Client{Timeout: sc.QueryTimeout}
 	base, _ := baseOf(load.URL)
 	var cumAccepted int64

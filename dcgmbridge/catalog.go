@@ -117,13 +117,15 @@ type LabelAlias struct {
 }
 
 // Catalogue is everything Strata knows about its sources: DCGM fields by ID, the
-// upstream metric names and the canonical series built from them. It is
-// immutable after NewCatalogue.
+// upstream metric names, the canonical series built from them and the shape
+// of each exporter's exposition (Exposition). It is immutable after
+// NewCatalogue and safe for concurrent use.
 type Catalogue struct {
 	Fields       []Field
 	byID         map[int]int
 	byName       map[string]int
 	gauges       map[string]struct{}
+	expositions  []Exposition
 	Metrics      []SourceMetric
 	LabelAliases []LabelAlias
 	Canonical    []CanonicalMetric
@@ -193,6 +195,9 @@ func NewCatalogue() (*Catalogue, error) {
 		}
 	}
 	c.gauges = c.gaugeNames()
+	if c.expositions, err = c.buildExpositions(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
