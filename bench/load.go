@@ -156,7 +156,9 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 	}
 	startMs := start.UnixMilli()
 	if cfg.Timestamps == TimestampsInterval {
-		startMs = startMs / step * step
+		// Up, not down: StartTime is the earliest timestamp allowed, and a
+		// repeated run sets it just after the previous run's last one.
+		startMs = (startMs + step - 1) / step * step
 	}
 
 	gate := newRoundGate(len(senders))
