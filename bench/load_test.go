@@ -192,7 +192,11 @@ func TestRunLoadContinues(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 2 {
-				res, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler)).run(context.Background())
+				run, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := run.run(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -361,21 +365,6 @@ func TestRunLoadBadConfig(t *testing.T) {
 	} {
 		if _, err := RunLoad(context.Background(), cfg, nil); err == nil {
 			t.Errorf("config %+v accepted", cfg)
-		}
-	}
-}
-
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-	}{
-		{"", 0}, {"3", 3 * time.Second}, {"junk", 0},
-		{now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second},
-	} {
-		if got := retryAfter(tc.in, now); got != tc.want {
-			t.Errorf("retryAfter(%q) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
 }
