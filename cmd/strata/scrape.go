@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
+	"github.com/strata-dev/strata/query"
 )
 
 // startScraper scrapes the configured sources and, when self_scrape is on,
@@ -37,6 +43,7 @@ func (s *server) startScraper(ctx context.Context, addr string) error {
 		return err
 	}
 	s.closer = append(s.closer, scr.Close)
+	s.targets.scraper.Store(scr)
 	go func() {
 		if err := scr.Run(ctx); err != nil {
 			s.logger.Error("scraper stopped", "err", err)
@@ -92,4 +99,45 @@ func (b *bufferedResponse) WriteHeader(code int) {
 func (b *bufferedResponse) Write(p []byte) (int, error) {
 	b.wrote = true
 	return b.body.Write(p)
+}
+
+// scrapeTargets is the scraper's view of its targets for /api/v1/targets
+// (query.TargetSource). The scraper starts once the listener is up, after
+// the API is built; until then, and when nothing is scraped, there are no
+// targets.
+type scrapeTargets struct {
+	scraper atomic.Pointer[scrape.Scraper]
+}
+
+func (t *scrapeTargets) ActiveTargets() []query.ActiveTarget {
+	scr := t.scraper.Load()
+	if scr == nil {
+		return nil
+	}
+	st := scr.Targets()
+	out := make([]query.ActiveTarget, len(st))
+	for i, x := range st {
+		out[i] = query.ActiveTarget{
+			Pool: x.Target.Name, URL: x.Target.URL,
+			Labels: x.Labels, Discovered: labels.FromMap(x.Target.Labels),
+			Interval: x.Target.Interval, Timeout: x.Target.Timeout,
+			LastScrape: x.LastScrape, LastScrapeDuration: x.LastScrapeDuration, LastError: x.LastError,
+		}
+	}
+	return out
+}
+
+// externalHost is where clients reach Strata, as Prometheus defaults its
+// --web.external-url: this host's name and the listen port. /api/v1/targets
+// names it in the globalUrl of targets on localhost.
+func externalHost(listen string) string {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -315,6 +315,32 @@ func (s *Scraper) Close() error {
 	return nil
 }
 
+// TargetStatus is a target and the outcome of its latest scrape.
+type TargetStatus struct {
+	// Target is as configured, with the defaults applied.
+	Target Target
+	// Labels are the labels the target adds to its series: job, instance
+	// and Target.Labels.
+	Labels labels.Labels
+	// LastScrape is when the latest scrape started; zero before the first.
+	LastScrape         time.Time
+	LastScrapeDuration time.Duration
+	// LastError is why the latest scrape failed, nil after a success.
+	LastError error
+}
+
+// Targets returns every target's status, in configuration order. It is safe
+// to call while Run scrapes.
+func (s *Scraper) Targets() []TargetStatus {
+	out := make([]TargetStatus, len(s.loops))
+	for i, l := range s.loops {
+		l.mu.Lock()
+		out[i] = TargetStatus{Target: l.t, Labels: l.target, LastScrape: l.lastScrape, LastScrapeDuration: l.lastDuration, LastError: l.lastErr}
+		l.mu.Unlock()
+	}
+	return out
+}
+
 // ScrapeOnce scrapes every target once, in order, at now(). It is what Run
 // does on each tick, exposed for tests and for `strata` one-shot imports.
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
@@ -324,12 +350,17 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 }
 
 // scrapeLoop is one target's state: the series of its last successful
-// scrape, for staleness.
+// scrape, for staleness, and the outcome of its latest scrape.
 type scrapeLoop struct {
 	s      *Scraper
 	t      Target
 	target labels.Labels // job, instance and the configured labels
 	prev   map[uint64]labels.Labels
+
+	mu           sync.Mutex // guards the fields below, read by Targets
+	lastScrape   time.Time
+	lastDuration time.Duration
+	lastErr      error
 }
 
 func newScrapeLoop(s *Scraper, t Target) *scrapeLoop {
@@ -370,6 +401,9 @@ func (l *scrapeLoop) scrape(ctx context.Context) {
 		return // shutting down: run() writes the final stale markers
 	}
 	dur := l.s.now().Sub(start)
+	l.mu.Lock()
+	l.lastScrape, l.lastDuration, l.lastErr = start, dur, err
+	l.mu.Unlock()
 	n := 0
 	up := 1.0
 	if err != nil {

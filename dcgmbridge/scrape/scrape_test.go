@@ -529,3 +529,30 @@ func TestTargetLabelsWinOverExposedLabels(t *testing.T) {
 		t.Fatalf("got %v, want %v", exp.Samples, want)
 	}
 }
+
+// TestTargetsReportScrapes checks what /api/v1/targets is built from: each
+// target's latest scrape, unknown before the first, with the failure's
+// error and the target's labels.
+func TestTargetsReportScrapes(t *testing.T) {
+	e := newScrapeEnv(t)
+	ok := newBodyServer(t, []byte("# TYPE g gauge\ng 1\n"))
+	bad := newBodyServer(t, nil)
+	bad.set([]byte("oops"), http.StatusServiceUnavailable)
+	s := e.scraper(t, Config{Targets: []Target{
+		{Name: "ok", URL: ok.URL + "/metrics", Labels: map[string]string{"pod": "p"}},
+		{Name: "bad", URL: bad.URL + "/metrics", Kind: KindDCGM},
+	}})
+	before := s.Targets()
+	if len(before) != 2 || !before[0].LastScrape.IsZero() || before[1].Target.Interval != DCGMCollectInterval {
+		t.Fatalf("before any scrape: %+v", before)
+	}
+	e.clock.advance(time.Second)
+	s.ScrapeOnce(context.Background())
+	got := s.Targets()
+	if got[0].LastError != nil || !got[0].LastScrape.Equal(e.clock.now()) || got[0].Labels.Get("pod") != "p" || got[0].Labels.Get("job") != "ok" {
+		t.Errorf("ok target: %+v", got[0])
+	}
+	if got[1].LastError == nil || !strings.Contains(got[1].LastError.Error(), "503") || got[1].LastScrape.IsZero() {
+		t.Errorf("bad target: %+v", got[1])
+	}
+}
