@@ -12,14 +12,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/strata-dev/strata/dcgmbridge"
@@ -326,25 +328,108 @@ func TestScrapeHostile(t *testing.T) {
 	}
 }
 
+// TestScrapeTimeout runs in a synctest bubble: the target never answers, and
+// the scrape's 100 ms timeout passes on the bubble's clock, at once.
 func TestScrapeTimeout(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for a 100 ms scrape timeout")
-	}
-	e := newScrapeEnv(t)
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
+	synctest.Test(t, func(t *testing.T) {
+		// The target hangs until the request is canceled; it is served in
+		// memory, as a network connection would leave the bubble.
+		hang := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		})
+		logs := &bytes.Buffer{}
+		app := &memAppendable{}
+		s, err := New(Config{Targets: []Target{{Name: "slow", URL: "http://127.0.0.1:9/metrics", Interval: time.Second, Timeout: 100 * time.Millisecond}}},
+			app, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), time.Now, WithHTTPClient(&http.Client{Transport: hang}))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}))
-	defer srv.Close()
-	defer close(release)
-	s := e.scraper(t, Config{Targets: []Target{{Name: "slow", URL: srv.URL, Interval: time.Second, Timeout: 100 * time.Millisecond}}})
-	s.ScrapeOnce(context.Background())
-	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("slow", ReasonTimeout)); got != 1 {
-		t.Errorf("timeout failures = %g; logs:\n%s", got, e.logs)
+		start := time.Now()
+		s.ScrapeOnce(context.Background())
+		if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("slow", ReasonTimeout)); got != 1 {
+			t.Errorf("timeout failures = %g; logs:\n%s", got, logs)
+		}
+		if waited := time.Since(start); waited != 100*time.Millisecond {
+			t.Errorf("the scrape gave up after %s, want the 100ms timeout", waited)
+		}
+		if up, ok := app.last("up"); !ok || up != 0 {
+			t.Errorf("up = %g (stored %v)", up, ok)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// memAppendable keeps committed float samples in memory, by metric name.
+type memAppendable struct {
+	mu      sync.Mutex
+	samples map[string][]float64
+}
+
+func (m *memAppendable) AppenderV2(context.Context) storage.AppenderV2 { return &memAppender{m: m} }
+
+// last returns the newest committed value of the metric name.
+func (m *memAppendable) last(name string) (float64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vs := m.samples[name]
+	if len(vs) == 0 {
+		return 0, false
 	}
+	return vs[len(vs)-1], true
+}
+
+type memAppender struct {
+	m       *memAppendable
+	pending []labels.Labels
+	values  []float64
+}
+
+func (a *memAppender) Append(_ storage.SeriesRef, ls labels.Labels, _, _ int64, v float64, _ *histogram.Histogram, _ *histogram.FloatHistogram, _ storage.AOptions) (storage.SeriesRef, error) {
+	a.pending, a.values = append(a.pending, ls), append(a.values, v)
+	return storage.SeriesRef(ls.Hash()), nil
+}
+
+func (a *memAppender) Commit() error {
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	if a.m.samples == nil {
+		a.m.samples = map[string][]float64{}
+	}
+	for i, ls := range a.pending {
+		name := ls.Get("__name__")
+		a.m.samples[name] = append(a.m.samples[name], a.values[i])
+	}
+	return nil
+}
+
+func (a *memAppender) Rollback() error { return nil }
+
+// commitSignal appends through next and signals every commit of it.
+type commitSignal struct {
+	next      storage.AppendableV2
+	committed chan struct{}
+}
+
+func (c *commitSignal) AppenderV2(ctx context.Context) storage.AppenderV2 {
+	return &signalAppender{AppenderV2: c.next.AppenderV2(ctx), committed: c.committed}
+}
+
+type signalAppender struct {
+	storage.AppenderV2
+	committed chan<- struct{}
+}
+
+func (a *signalAppender) Commit() error {
+	err := a.AppenderV2.Commit()
+	a.committed <- struct{}{}
+	return err
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -391,36 +476,38 @@ func TestDCGMFastScrapeWarning(t *testing.T) {
 	}
 }
 
-// TestRunAndClose runs the loop, waits for the first scrape, closes, and
-// checks that Close ends the target's series with stale markers.
+// TestRunAndClose runs the loop, waits for the first scrape's two commits
+// (its samples, then its health series), closes, and checks that Close ends
+// the target's series with stale markers.
 func TestRunAndClose(t *testing.T) {
 	e := newScrapeEnv(t)
 	srv := newBodyServer(t, []byte("# TYPE g gauge\ng 1\n"))
-	s := e.scraper(t, Config{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}})
-	var runErr atomic.Value
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Run(context.Background()); err != nil {
-			runErr.Store(err)
+	app := &commitSignal{next: e.raw, committed: make(chan struct{}, 8)}
+	s, err := New(Config{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}}, app,
+		slog.New(slog.NewTextHandler(e.logs, nil)), prometheus.NewRegistry(), e.clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.Run(context.Background()) }()
+	for range 2 {
+		select {
+		case <-app.committed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no scrape committed within 10 s; logs:\n%s", e.logs)
 		}
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(s.metrics.samples.WithLabelValues("t")) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no scrape within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a bounded deadline, not timing logic
 	}
 	e.clock.advance(time.Second)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	<-done
-	if err, _ := runErr.Load().(error); err != nil {
+	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
 	vs := e.series(t, nameIs("g"))
+	if len(vs) != 1 {
+		t.Fatalf("series %v", vs)
+	}
 	for k, v := range vs {
 		if len(v) != 2 || v[0] != 1 || !value.IsStaleNaN(v[1]) {
 			t.Errorf("%s: %v", k, v)
