@@ -375,7 +375,7 @@ func canonicalMetrics() []CanonicalMetric {
 		{
 			Name: "strata:network_latency_seconds:p99", Help: "99th percentile time a connection waits in the accept queue, from eBPF.",
 			Unit: "seconds", Cause: CauseNetwork, Felt: FeltLatency, Level: LevelHost,
-			Fallback: "ebpf_exporter accept-latency (exp2 buckets; _sum may be 0, so only quantiles are used) -> extra histograms from RulesConfig.NetworkHistograms (bpftrace_exporter sparse buckets: quantile per series, worst kept).",
+			Fallback: "ebpf_exporter accept-latency (exp2 buckets; _sum may be 0, so only quantiles are used) -> extra histograms from rulegen.Config.NetworkHistograms (bpftrace_exporter sparse buckets: quantile per series, worst kept).",
 			Terms: []Term{
 				{Source: SourceEBPF, Kind: TermQuantile, Metric: "ebpf_exporter_accept_latency_seconds", Quantile: 0.99, Versions: "examples/accept-latency.yaml", Unit: "seconds", Note: "exp2 buckets 1 us - 67 s"},
 			},
@@ -452,6 +452,6 @@ func sourceMetrics() []SourceMetric {
 		{Name: "ebpf_exporter_udp_fail_queue_rcv_skbs_total", Source: SourceEBPF, Versions: "examples/udp-drops.yaml", Type: "counter", Unit: "packets"},
 		{Name: "ebpf_exporter_unix_socket_backlog", Source: SourceEBPF, Versions: "examples/unix-socket-backlog.yaml", Type: "histogram", Unit: "connections"},
 		{Name: "ebpf_exporter_kfree_skb_total", Source: SourceEBPF, Versions: "examples/kfree_skb.yaml", Type: "counter", Unit: "packets"},
-		{Name: "bpftrace_<script>_<var>", Source: SourceBPFTrace, Versions: "all", Type: "histogram", Unit: "script-defined", Note: "sparse log2 buckets (own le set per series), _sum = -1; map to network latency with RulesConfig.NetworkHistograms"},
+		{Name: "bpftrace_<script>_<var>", Source: SourceBPFTrace, Versions: "all", Type: "histogram", Unit: "script-defined", Note: "sparse log2 buckets (own le set per series), _sum = -1; map to network latency with rulegen.Config.NetworkHistograms"},
 	}
 }
