@@ -76,19 +76,8 @@ func newPushMetrics(reg prometheus.Registerer) *pushMetrics {
 // wall-clock time for duration (model time advances by the same amount).
 // It is PushWith with a ticker for pacing.
 func (c *Cluster) Push(ctx context.Context, url string, interval, duration time.Duration) error {
-	_, err := c.PushWith(ctx, PushOptions{URL: url, Interval: interval, Duration: duration, Pace: sleepCtx})
+	_, err := c.PushWith(ctx, PushOptions{URL: url, Interval: interval, Duration: duration, Pace: rwclient.Sleep})
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // PushWith runs the push loop: at model time now, now+Interval, ... it steps

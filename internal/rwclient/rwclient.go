@@ -105,7 +105,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleepCtx
+		cfg.Sleep = Sleep
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -224,8 +224,10 @@ func RetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// sleepCtx waits for d or until ctx ends, whichever is first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits for d or until ctx ends, whichever is first, and returns ctx's
+// error if it ended: the default Config.Sleep, and the pacing of senders
+// between requests.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
