@@ -46,6 +46,11 @@ type Series struct {
 
 // Config configures a backfill.
 type Config struct {
+	// KindOf types each series for its rollup windows, as the rollup
+	// pipeline does (downsample.Config.KindOf; nil makes every series a
+	// counter). Give both the same typing: the windows a backfill writes must
+	// be those the pipeline would have written.
+	KindOf downsample.KindFunc
 	// ProgressFile records what is done (partitions written, how far raw was
 	// filled) so that an interrupted backfill resumes where it stopped. Empty
 	// disables resuming (partitions that exist are still never rewritten).
@@ -207,7 +212,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		case t.Minute.HasPartition(h):
 			res.PartitionsSkipped++
 		default:
-			windows, err := minuteWindows(series, h)
+			windows, err := minuteWindows(series, h, cfg.KindOf)
 			if err != nil {
 				return res, err
 			}
@@ -238,7 +243,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 			return res, err
 		}
 		if !slices.Contains(st.Hour, d) && dayComplete(t.Minute, d, cutoff) {
-			if _, _, err := downsample.BuildHourPartition(ctx, t.Minute, t.Hour, d); err != nil {
+			if _, _, err := downsample.BuildHourPartition(ctx, t.Minute, t.Hour, d, cfg.KindOf); err != nil {
 				return res, fmt.Errorf("backfill: %w", err)
 			}
 			res.PartitionsWritten++
@@ -277,14 +282,14 @@ func dayComplete(minute downsample.MinuteTier, d, cutoff int64) bool {
 }
 
 // minuteWindows computes hour h's minute windows for every series.
-func minuteWindows(series []Series, h int64) ([]tiers.SeriesWindows, error) {
+func minuteWindows(series []Series, h int64, kindOf downsample.KindFunc) ([]tiers.SeriesWindows, error) {
 	var out []tiers.SeriesWindows
 	for _, s := range series {
 		i, _ := slices.BinarySearchFunc(s.Samples, h, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
 		if i == len(s.Samples) || s.Samples[i].T >= h+downsample.HourRes {
 			continue
 		}
-		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples[i:])), downsample.MinuteRes, h, h+downsample.HourRes, downsample.KindOf(s.Labels))
+		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples[i:])), downsample.MinuteRes, h, h+downsample.HourRes, kindOf.Of(s.Labels))
 		if err != nil {
 			return nil, fmt.Errorf("roll up %s: %w", s.Labels, err)
 		}

@@ -26,6 +26,17 @@ const (
 	day    = downsample.DayLen
 )
 
+// testKindOf types history's series as the metric catalogue that cmd/strata
+// wires in does: DCGM_FI_DEV_GPU_UTIL is a gauge, the others are counters.
+var testKindOf = downsample.GaugesByName(func(name string) bool { return name == "DCGM_FI_DEV_GPU_UTIL" })
+
+// testConfig is DefaultConfig with testKindOf.
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.KindOf = testKindOf
+	return cfg
+}
+
 // history is days of 30 s samples: gauges, counters with resets (some exactly
 // on hour boundaries) and a series that goes stale for a while every 5 hours.
 func history(start, end int64) []Series {
@@ -100,7 +111,7 @@ func reference(t *testing.T, input []Series, res, from, to int64) []tiers.Series
 	t.Helper()
 	var out []tiers.SeriesWindows
 	for _, s := range normalize(input) {
-		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples)), res, from, to, downsample.KindOf(s.Labels))
+		ws, _, err := downsample.AppendWindows(nil, storage.NewListSeriesIterator(samplesView(s.Samples)), res, from, to, testKindOf.Of(s.Labels))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,10 +195,12 @@ func TestBackfillThenPipeline(t *testing.T) {
 func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	input := history(histStart, histEnd)
 	e := openEnv(t, true)
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	now := histEnd + 15*minute
 	cfg.Now = func() time.Time { return time.UnixMilli(now) }
-	p, err := downsample.New(downsample.DefaultConfig(), downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
+	dsCfg := downsample.DefaultConfig()
+	dsCfg.KindOf = testKindOf
+	p, err := downsample.New(dsCfg, downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +264,7 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 func TestBackfillResume(t *testing.T) {
 	input := history(histStart, histEnd)
 	now := histEnd + 15*minute
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Now = func() time.Time { return time.UnixMilli(now) }
 	cfg.BatchSize = 500
 
@@ -319,7 +332,7 @@ func TestBackfillNeverOverwrites(t *testing.T) {
 	if err := e.minute.WritePartition(histStart+hour, existing); err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Now = func() time.Time { return time.UnixMilli(histStart + 4*hour) }
 	res, err := Run(context.Background(), cfg, input, e.targets(), nil)
 	if err != nil {
@@ -335,7 +348,7 @@ func TestBackfillNeverOverwrites(t *testing.T) {
 func TestBackfillDropsBeyondHourRetention(t *testing.T) {
 	input := history(histStart, histStart+2*hour)
 	e := openEnv(t, false)
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Now = func() time.Time { return time.UnixMilli(histStart + 400*day) }
 	res, err := Run(context.Background(), cfg, input, e.targets(), nil)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/strata-dev/strata/internal/rwclient"
 )
 
 // Timestamp clocks of LoadConfig.Timestamps.
@@ -187,7 +189,7 @@ func (c LoadConfig) withDefaults() LoadConfig {
 		c.Now = time.Now
 	}
 	if c.sleep == nil {
-		c.sleep = sleepCtx
+		c.sleep = rwclient.Sleep
 	}
 	return c
 }
@@ -224,19 +226,4 @@ func (c LoadConfig) validate() error {
 		return fmt.Errorf("%w: durations must not be negative and max backoff must be at least min backoff", ErrBadConfig)
 	}
 	return nil
-}
-
-// sleepCtx waits for d or until ctx ends, whichever is first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -120,7 +120,10 @@ func BenchmarkEncode(b *testing.B) {
 	for _, proto := range []Protocol{ProtocolV1, ProtocolV2} {
 		b.Run(string(proto), func(b *testing.B) {
 			cfg := LoadConfig{URL: "http://127.0.0.1:1/api/v1/write", Series: 10000}.withDefaults()
-			g := newGenerator(cfg)
+			g, err := newGenerator(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
 			enc := newEncoder(proto)
 			batch := make([]sampleRef, 0, DefaultBatchSize)
 			for i := range DefaultBatchSize {
@@ -144,7 +147,10 @@ func BenchmarkEncode(b *testing.B) {
 
 func BenchmarkAdvance(b *testing.B) {
 	cfg := LoadConfig{URL: "http://127.0.0.1:1/api/v1/write", Series: 10000}.withDefaults()
-	g := newGenerator(cfg)
+	g, err := newGenerator(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, u := range g.units {

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
 // generator holds the precomputed series set and the value state of every
@@ -58,8 +60,16 @@ type group struct {
 }
 
 // newGenerator builds the series set for cfg (which has its defaults).
-func newGenerator(cfg LoadConfig) *generator {
-	g := &generator{cfg: cfg, shapes: []*shape{dcgmShape(), vllmShape(), ebpfShape()}}
+func newGenerator(cfg LoadConfig) (*generator, error) {
+	cat, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		return nil, err
+	}
+	shapes, err := newShapes(cat)
+	if err != nil {
+		return nil, err
+	}
+	g := &generator{cfg: cfg, shapes: shapes}
 	shares := []float64{cfg.Mix.DCGM, cfg.Mix.VLLM, cfg.Mix.EBPF}
 	total := shares[0] + shares[1] + shares[2]
 	for i, s := range g.shapes {
@@ -84,7 +94,7 @@ func newGenerator(cfg LoadConfig) *generator {
 			g.units = append(g.units, u)
 		}
 	}
-	return g
+	return g, nil
 }
 
 // buildUnit (re)creates the unit's labels and resets its value state, as a

@@ -17,7 +17,11 @@ func testGenerator(t *testing.T, cfg LoadConfig) *generator {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	return newGenerator(cfg)
+	g, err := newGenerator(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 func TestGeneratorSeriesCount(t *testing.T) {

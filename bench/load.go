@@ -1,11 +1,9 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -13,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strata-dev/strata/internal/rwclient"
 )
 
 // LoadResult is what one bounded load run measured on the client side.
@@ -90,7 +90,15 @@ func RunLoad(ctx context.Context, cfg LoadConfig, logger *slog.Logger) (LoadResu
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return newLoadRun(cfg, newGenerator(cfg), logger).run(ctx)
+	gen, err := newGenerator(cfg)
+	if err != nil {
+		return LoadResult{}, err
+	}
+	l, err := newLoadRun(cfg, gen, logger)
+	if err != nil {
+		return LoadResult{}, err
+	}
+	return l.run(ctx)
 }
 
 // loadRun is the state of one RunLoad call.
@@ -98,7 +106,8 @@ type loadRun struct {
 	cfg    LoadConfig
 	gen    *generator
 	logger *slog.Logger
-	client *http.Client
+	http   *http.Client
+	client *rwclient.Client
 
 	budget atomic.Int64 // requests left
 	byReq  atomic.Bool  // the request budget ended the run
@@ -111,13 +120,25 @@ type loadRun struct {
 	errors []string
 }
 
-func newLoadRun(cfg LoadConfig, gen *generator, logger *slog.Logger) *loadRun {
+func newLoadRun(cfg LoadConfig, gen *generator, logger *slog.Logger) (*loadRun, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = cfg.Concurrency
 	tr.DisableCompression = true
-	l := &loadRun{cfg: cfg, gen: gen, logger: logger, client: &http.Client{Transport: tr, Timeout: cfg.Timeout}}
+	l := &loadRun{cfg: cfg, gen: gen, logger: logger, http: &http.Client{Transport: tr, Timeout: cfg.Timeout}}
 	l.budget.Store(int64(cfg.MaxRequests))
-	return l
+	enc := newEncoder(cfg.Protocol)
+	var err error
+	l.client, err = rwclient.New(rwclient.Config{
+		URL: cfg.URL, ContentType: enc.contentType(), Version: enc.version(), UserAgent: "strata-bench",
+		Username: cfg.Username, Password: cfg.Password, HTTPClient: l.http,
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
+		Admit: func() bool { return l.budget.Add(-1) >= 0 },
+		Sleep: cfg.sleep, Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // sender owns a fixed share of the units, like a Prometheus shard, so each
@@ -135,7 +156,7 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 	cfg := l.cfg
 	ctx, cancel := context.WithTimeout(parent, cfg.Duration)
 	defer cancel()
-	defer l.client.CloseIdleConnections()
+	defer l.http.CloseIdleConnections()
 
 	senders := make([]*sender, min(cfg.Concurrency, len(l.gen.units)))
 	for i := range senders {
@@ -152,7 +173,9 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 	}
 	startMs := start.UnixMilli()
 	if cfg.Timestamps == TimestampsInterval {
-		startMs = startMs / step * step
+		// Up, not down: StartTime is the earliest timestamp allowed, and a
+		// repeated run sets it just after the previous run's last one.
+		startMs = (startMs + step - 1) / step * step
 	}
 
 	gate := newRoundGate(len(senders))
@@ -300,98 +323,53 @@ func (l *loadRun) flush(ctx context.Context, s *sender) error {
 	return l.send(ctx, s, body, n)
 }
 
-// send posts one body, retrying like Prometheus' queue manager: 5xx, 429 and
-// network errors are retried after a backoff that starts at MinBackoff and
-// doubles up to MaxBackoff, or after the reply's Retry-After; other 4xx
-// replies are refusals and are never retried.
+// send posts one body through the remote-write client, which retries like
+// Prometheus' queue manager: 5xx, 429 and network errors after a backoff
+// that starts at MinBackoff and doubles up to MaxBackoff, or after the
+// reply's Retry-After; other 4xx replies are refusals and are never retried.
+// Every attempt is counted; the request budget is the client's Admit.
 func (l *loadRun) send(ctx context.Context, s *sender, body []byte, samples int) error {
-	backoff := l.cfg.MinBackoff
 	n := int64(samples)
-	for {
-		if ctx.Err() != nil {
-			l.dropped.Add(n)
-			return errStop
-		}
-		if l.budget.Add(-1) < 0 {
-			l.byReq.Store(true)
-			l.dropped.Add(n)
-			return errStop
-		}
+	observe := func(a rwclient.Attempt) {
 		l.requests.Add(1)
-		began := time.Now()
-		code, hdr, msg, err := l.post(ctx, s.enc, body)
-		s.latencies = append(s.latencies, time.Since(began).Seconds())
-		wait := backoff
+		s.latencies = append(s.latencies, a.Latency.Seconds())
 		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				l.dropped.Add(n)
-				return errStop
+		case a.Err != nil:
+			if ctx.Err() == nil {
+				l.netErr.Add(1)
+				l.noteError(a.Err.Error())
 			}
-			l.netErr.Add(1)
-			l.noteError(err.Error())
-		case code/100 == 2:
+		case a.Status/100 == 2:
 			l.s2xx.Add(1)
-			l.accepted.Add(l.written(hdr, n))
-			return nil
-		case code == http.StatusTooManyRequests || code/100 == 5:
-			if code == http.StatusTooManyRequests {
-				l.s429.Add(1)
-			} else {
-				l.s5xx.Add(1)
-			}
-			l.noteError(fmt.Sprintf("HTTP %d: %s", code, msg))
-			if ra := retryAfter(hdr.Get("Retry-After"), l.cfg.Now()); ra > 0 {
-				wait = ra
-			}
+		case a.Status == http.StatusTooManyRequests:
+			l.s429.Add(1)
+			l.noteError(fmt.Sprintf("HTTP %d: %s", a.Status, a.Message))
+		case a.Status/100 == 5:
+			l.s5xx.Add(1)
+			l.noteError(fmt.Sprintf("HTTP %d: %s", a.Status, a.Message))
 		default:
 			l.s4xx.Add(1)
-			ok := min(l.written(hdr, 0), n)
-			l.accepted.Add(ok)
-			l.refused.Add(n - ok)
-			l.noteError(fmt.Sprintf("HTTP %d: %s", code, msg))
-			return nil
+			l.noteError(fmt.Sprintf("HTTP %d: %s", a.Status, a.Message))
 		}
-		l.retries.Add(1)
-		if err := l.cfg.sleep(ctx, wait); err != nil {
-			l.dropped.Add(n)
-			return errStop
-		}
-		backoff = min(wait*2, l.cfg.MaxBackoff)
-	}
-}
-
-// post sends one request and returns the status, headers and the start of
-// the body of an error reply. The body is drained so the connection is kept.
-func (l *loadRun) post(ctx context.Context, enc *encoder, body []byte) (int, http.Header, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.cfg.URL, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, "", fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Encoding", "snappy")
-	req.Header.Set("Content-Type", enc.contentType())
-	req.Header.Set("X-Prometheus-Remote-Write-Version", enc.version())
-	req.Header.Set("User-Agent", "strata-bench")
-	if l.cfg.Username != "" {
-		req.SetBasicAuth(l.cfg.Username, l.cfg.Password)
-	}
-	resp, err := l.client.Do(req)
-	if err != nil {
-		return 0, nil, "", fmt.Errorf("post %s: %w", l.cfg.URL, err)
-	}
-	var msg []byte
-	if resp.StatusCode/100 != 2 {
-		msg, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
-		// Receivers name the series first and the reason last: keep both.
-		if len(msg) > 400 {
-			msg = append(append(msg[:150:150], " ... "...), msg[len(msg)-250:]...)
+		if a.Retry {
+			l.retries.Add(1)
 		}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	if err := resp.Body.Close(); err != nil {
-		return 0, nil, "", fmt.Errorf("close reply body: %w", err)
+	last, err := l.client.Send(ctx, body, observe)
+	switch {
+	case err == nil:
+		l.accepted.Add(l.written(last.Header, n))
+		return nil
+	case errors.Is(err, rwclient.ErrRejected):
+		ok := min(l.written(last.Header, 0), n)
+		l.accepted.Add(ok)
+		l.refused.Add(n - ok)
+		return nil
+	case errors.Is(err, rwclient.ErrNotAdmitted):
+		l.byReq.Store(true)
 	}
-	return resp.StatusCode, resp.Header, string(bytes.TrimSpace(msg)), nil
+	l.dropped.Add(n)
+	return errStop
 }
 
 // written is the RW 2.0 samples-written count of a reply, or def when the
@@ -408,21 +386,6 @@ func (l *loadRun) written(h http.Header, def int64) int64 {
 		return def
 	}
 	return n
-}
-
-// retryAfter parses a Retry-After value (seconds or an HTTP date), as
-// Prometheus' remote-write client does; zero means "use the backoff".
-func retryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 func (l *loadRun) noteError(msg string) {

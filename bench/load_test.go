@@ -187,9 +187,16 @@ func TestRunLoadContinues(t *testing.T) {
 			ns := &noSleep{}
 			cfg := LoadConfig{URL: srv.URL, Series: 1000, BatchSize: 300, Concurrency: 2, MaxRequests: 25,
 				Timestamps: clock, Backfill: time.Hour, sleep: ns.sleep}.withDefaults()
-			gen := newGenerator(cfg)
+			gen, err := newGenerator(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 2 {
-				res, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler)).run(context.Background())
+				run, err := newLoadRun(cfg, gen, slog.New(slog.DiscardHandler))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := run.run(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -358,21 +365,6 @@ func TestRunLoadBadConfig(t *testing.T) {
 	} {
 		if _, err := RunLoad(context.Background(), cfg, nil); err == nil {
 			t.Errorf("config %+v accepted", cfg)
-		}
-	}
-}
-
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-	}{
-		{"", 0}, {"3", 3 * time.Second}, {"junk", 0},
-		{now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second},
-	} {
-		if got := retryAfter(tc.in, now); got != tc.want {
-			t.Errorf("retryAfter(%q) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
 }

@@ -45,9 +45,9 @@ prometheus)
 	if [[ ! -x "$bin" ]]; then
 		# A throwaway module: building cmd/prometheus inside Strata's module
 		# would add its service-discovery dependencies to our go.mod.
-		# v0.316.0 needs no replace directive (v0.314.0 did, see
-		# docs/research/remote-write.md §4.3). The web UI is not embedded
-		# without -tags builtinassets; the API works.
+		# v0.316.0 needs no replace directive (v0.314.0 did: its go.mod
+		# replaces cloud.google.com/go, which `go install` refuses). The web
+		# UI is not embedded without -tags builtinassets; the API works.
 		mod="$work/prombuild"
 		mkdir -p "$mod"
 		printf 'module prombuild\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus %s\n' "$promver" >"$mod/go.mod"

@@ -142,12 +142,19 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 		}
 	}
 
-	gen := newGenerator(load)
+	gen, err := newGenerator(load)
+	if err != nil {
+		return Report{}, err
+	}
 	client := &http.Client{Timeout: sc.QueryTimeout}
 	base, _ := baseOf(load.URL)
 	var cumAccepted int64
 	for i := range sc.Repeats {
 		logger.Info("bench repetition", "run", i+1, "of", sc.Repeats, "target", load.URL)
+		run, err := newLoadRun(load, gen, logger)
+		if err != nil {
+			return rep, err
+		}
 		var rr RunResult
 		var profErr chan error
 		if i == 0 && sc.CPUProfilePath != "" {
@@ -161,7 +168,7 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 		if sc.PID != 0 {
 			ps = startProcSampler(sc.ProcRoot, sc.PID, sc.ProcSampleInterval)
 		}
-		lr, err := newLoadRun(load, gen, logger).run(ctx)
+		lr, err := run.run(ctx)
 		if ps != nil {
 			rr.Server = ps.stop(lr)
 		}

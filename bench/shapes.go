@@ -1,16 +1,26 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
-// This file holds the metric shapes the generator emits: names, types, labels
-// and bucket edges as the real exporters expose them (docs/research/sources.md
-// §1-2, §4), and value models that make compression realistic: gauges drift
-// and jitter, counters grow by Poisson amounts, histograms fill their buckets
-// from a log-normal latency distribution.
+// This file holds what the generator emits: a subset of the families of
+// dcgm-exporter, vLLM V1 and ebpf_exporter, whose names, types, HELP, label
+// names and bucket edges come from the metric catalogue (dcgmbridge's
+// exposition shapes, the ones the simulator renders too), and value models
+// that make compression realistic: gauges drift and jitter, counters grow by
+// Poisson amounts, histograms fill their buckets from a log-normal latency
+// distribution.
+//
+// RW 2.0 metadata carries the HELP of the DCGM families and of the vLLM
+// gauges, and the unit "seconds" of the histograms; the other families go
+// without, as in the runs docs/bench.md reports (the metadata is part of each
+// request's size).
 
 type metricKind uint8
 
@@ -41,7 +51,8 @@ type gaugeModel struct {
 	decimals     int     // -1 keeps full float precision
 }
 
-// family is one metric family of a shape.
+// family is one metric family of a shape: its name, kind and buckets from the
+// catalogue, the metadata sent with it, and its value model.
 type family struct {
 	name string
 	help string
@@ -100,21 +111,17 @@ func (f *family) prepare() {
 
 func lognormalMedian(median float64) float64 { return math.Log(median) }
 
-// Bucket edges from sources.md.
-var (
-	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
-	itlBuckets  = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
-	reqBuckets  = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
-)
-
-// exp2Buckets is ebpf_exporter's exp2 bucket type: le = 2^i × multiplier for
-// i in [0, maxKey].
-func exp2Buckets(maxKey int, multiplier float64) []float64 {
-	b := make([]float64, maxKey+1)
-	for i := range b {
-		b[i] = math.Ldexp(1, i) * multiplier
+// kindOf maps a family's TYPE onto the generator's kinds.
+func kindOf(f dcgmbridge.Family) (metricKind, error) {
+	switch f.Type {
+	case "gauge":
+		return kindGauge, nil
+	case "counter":
+		return kindCounter, nil
+	case "histogram":
+		return kindHistogram, nil
 	}
-	return b
+	return 0, fmt.Errorf("family %q: type %q", f.Name, f.Type)
 }
 
 // shape is a kind of unit (a GPU, a vLLM engine, a host's eBPF exporter) and
@@ -132,43 +139,111 @@ func (s *shape) seriesPerUnit() int {
 	return n
 }
 
-// The three shapes. They are built fresh per generator because prepare writes
-// derived fields.
-func dcgmShape() *shape {
-	g := func(name, help string, m gaugeModel) *family {
-		return &family{name: name, help: help, kind: kindGauge, gauge: m}
-	}
-	return &shape{name: "dcgm", families: []*family{
-		g("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", gaugeModel{1410, 1980, 15, 0, 0}),
-		g("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", gaugeModel{2619, 2619, 0, 0, 0}),
-		g("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", gaugeModel{35, 85, 0.3, 0.4, 0}),
-		g("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", gaugeModel{30, 85, 0.3, 0.4, 0}),
-		g("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", gaugeModel{70, 700, 8, 12, 3}),
-		g("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", gaugeModel{0, 100, 3, 4, 0}),
-		g("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", gaugeModel{0, 100, 2, 3, 0}),
-		g("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", gaugeModel{1000, 80000, 50, 0, 0}),
-		g("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", gaugeModel{1000, 80000, 50, 0, 0}),
-		g("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", gaugeModel{0, 1, 0.02, 0.03, 6}),
-		g("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", gaugeModel{0, 1, 0.02, 0.03, 6}),
-		g("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", gaugeModel{0, 1, 0.02, 0.03, 6}),
-		g("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", gaugeModel{0, 2e9, 2e7, 5e7, 0}),
-		g("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", gaugeModel{0, 2e9, 2e7, 5e7, 0}),
-		{name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", help: "Total energy consumption since boot (in mJ).", kind: kindCounter, rate: 400000},
-		{name: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", help: "Total number of PCIe retries.", kind: kindCounter, rate: 0.001},
-	}}
+// shapeBuilder takes the families of one exporter from the catalogue; the
+// first family it cannot find is its error.
+type shapeBuilder struct {
+	exp dcgmbridge.Exposition
+	err error
 }
 
-func vllmShape() *shape {
-	h := func(name string, bounds []float64, rate, median, sigma float64) *family {
-		return &family{name: name, kind: kindHistogram, unit: "seconds", bounds: bounds, rate: rate, mu: lognormalMedian(median), sigma: sigma}
+func newShapeBuilder(cat *dcgmbridge.Catalogue, src dcgmbridge.Source) *shapeBuilder {
+	exp, ok := cat.Exposition(src)
+	b := &shapeBuilder{exp: exp}
+	if !ok {
+		b.err = fmt.Errorf("the catalogue has no %s exposition", src)
+	}
+	return b
+}
+
+// family returns a generator family for the catalogue family name; help says
+// whether its HELP goes into the metadata.
+func (b *shapeBuilder) family(name string, help bool) *family {
+	f, ok := b.exp.Family(name)
+	if !ok && b.err == nil {
+		b.err = fmt.Errorf("family %s is not in the catalogue's %s exposition", name, b.exp.Source)
+	}
+	k, err := kindOf(f)
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	out := &family{name: f.Name, kind: k, bounds: f.Buckets}
+	if help {
+		out.help = f.Help
+	}
+	if k == kindHistogram {
+		out.unit = "seconds"
+	}
+	return out
+}
+
+// newShapes builds the three shapes. They are built fresh per generator
+// because prepare writes derived fields.
+func newShapes(cat *dcgmbridge.Catalogue) ([]*shape, error) {
+	var out []*shape
+	for _, build := range []func(*dcgmbridge.Catalogue) (*shape, error){dcgmShape, vllmShape, ebpfShape} {
+		s, err := build(cat)
+		if err != nil {
+			return nil, fmt.Errorf("bench shapes: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func dcgmShape(cat *dcgmbridge.Catalogue) (*shape, error) {
+	b := newShapeBuilder(cat, dcgmbridge.SourceDCGM)
+	g := func(name string, m gaugeModel) *family {
+		f := b.family(name, true)
+		f.gauge = m
+		return f
+	}
+	c := func(name string, rate float64) *family {
+		f := b.family(name, true)
+		f.rate = rate
+		return f
+	}
+	s := &shape{name: "dcgm", families: []*family{
+		g("DCGM_FI_DEV_SM_CLOCK", gaugeModel{1410, 1980, 15, 0, 0}),
+		g("DCGM_FI_DEV_MEM_CLOCK", gaugeModel{2619, 2619, 0, 0, 0}),
+		g("DCGM_FI_DEV_MEMORY_TEMP", gaugeModel{35, 85, 0.3, 0.4, 0}),
+		g("DCGM_FI_DEV_GPU_TEMP", gaugeModel{30, 85, 0.3, 0.4, 0}),
+		g("DCGM_FI_DEV_POWER_USAGE", gaugeModel{70, 700, 8, 12, 3}),
+		g("DCGM_FI_DEV_GPU_UTIL", gaugeModel{0, 100, 3, 4, 0}),
+		g("DCGM_FI_DEV_MEM_COPY_UTIL", gaugeModel{0, 100, 2, 3, 0}),
+		g("DCGM_FI_DEV_FB_FREE", gaugeModel{1000, 80000, 50, 0, 0}),
+		g("DCGM_FI_DEV_FB_USED", gaugeModel{1000, 80000, 50, 0, 0}),
+		g("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gaugeModel{0, 1, 0.02, 0.03, 6}),
+		g("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gaugeModel{0, 1, 0.02, 0.03, 6}),
+		g("DCGM_FI_PROF_DRAM_ACTIVE", gaugeModel{0, 1, 0.02, 0.03, 6}),
+		g("DCGM_FI_PROF_PCIE_TX_BYTES", gaugeModel{0, 2e9, 2e7, 5e7, 0}),
+		g("DCGM_FI_PROF_PCIE_RX_BYTES", gaugeModel{0, 2e9, 2e7, 5e7, 0}),
+		c("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 400000),
+		c("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 0.001),
+	}}
+	return s, b.err
+}
+
+func vllmShape(cat *dcgmbridge.Catalogue) (*shape, error) {
+	b := newShapeBuilder(cat, dcgmbridge.SourceVLLMV1)
+	g := func(name string, m gaugeModel) *family {
+		f := b.family(name, true)
+		f.gauge = m
+		return f
+	}
+	h := func(name string, rate, median, sigma float64) *family {
+		f := b.family(name, false)
+		f.rate, f.mu, f.sigma = rate, lognormalMedian(median), sigma
+		return f
 	}
 	c := func(name string, rate float64, extra ...[2]string) *family {
-		return &family{name: name, kind: kindCounter, rate: rate, extra: extra}
+		f := b.family(name, false)
+		f.rate, f.extra = rate, extra
+		return f
 	}
-	return &shape{name: "vllm", families: []*family{
-		{name: "vllm:num_requests_running", help: "Number of requests in model execution batches.", kind: kindGauge, gauge: gaugeModel{0, 256, 4, 2, 0}},
-		{name: "vllm:num_requests_waiting", help: "Number of requests waiting to be processed.", kind: kindGauge, gauge: gaugeModel{0, 50, 1, 1, 0}},
-		{name: "vllm:kv_cache_usage_perc", help: "KV-cache usage. 1 means 100 percent usage.", kind: kindGauge, gauge: gaugeModel{0, 1, 0.01, 0.005, -1}},
+	s := &shape{name: "vllm", families: []*family{
+		g("vllm:num_requests_running", gaugeModel{0, 256, 4, 2, 0}),
+		g("vllm:num_requests_waiting", gaugeModel{0, 50, 1, 1, 0}),
+		g("vllm:kv_cache_usage_perc", gaugeModel{0, 1, 0.01, 0.005, -1}),
 		c("vllm:prompt_tokens_total", 2000),
 		c("vllm:generation_tokens_total", 600),
 		c("vllm:num_preemptions_total", 0.05),
@@ -177,20 +252,25 @@ func vllmShape() *shape {
 		c("vllm:request_success_total", 4, [2]string{"finished_reason", "stop"}),
 		c("vllm:request_success_total", 0.5, [2]string{"finished_reason", "length"}),
 		c("vllm:request_success_total", 0.05, [2]string{"finished_reason", "abort"}),
-		h("vllm:time_to_first_token_seconds", ttftBuckets, 4, 0.15, 1.0),
-		h("vllm:inter_token_latency_seconds", itlBuckets, 600, 0.03, 0.5),
-		h("vllm:e2e_request_latency_seconds", reqBuckets, 4, 8, 0.8),
-		h("vllm:request_queue_time_seconds", reqBuckets, 4, 0.05, 1.5),
+		h("vllm:time_to_first_token_seconds", 4, 0.15, 1.0),
+		h("vllm:inter_token_latency_seconds", 600, 0.03, 0.5),
+		h("vllm:e2e_request_latency_seconds", 4, 8, 0.8),
+		h("vllm:request_queue_time_seconds", 4, 0.05, 1.5),
 	}}
+	return s, b.err
 }
 
-func ebpfShape() *shape {
-	h := func(name string, bounds []float64, rate, median, sigma float64, extra ...[2]string) *family {
-		return &family{name: name, kind: kindHistogram, unit: "seconds", bounds: bounds, rate: rate, mu: lognormalMedian(median), sigma: sigma, extra: extra}
+func ebpfShape(cat *dcgmbridge.Catalogue) (*shape, error) {
+	b := newShapeBuilder(cat, dcgmbridge.SourceEBPF)
+	h := func(name string, rate, median, sigma float64, extra ...[2]string) *family {
+		f := b.family(name, false)
+		f.rate, f.mu, f.sigma, f.extra = rate, lognormalMedian(median), sigma, extra
+		return f
 	}
-	return &shape{name: "ebpf", families: []*family{
-		h("ebpf_exporter_bio_latency_seconds", exp2Buckets(27, 1e-6), 300, 200e-6, 1.2, [2]string{"device", "nvme0n1"}, [2]string{"operation", "read"}),
-		h("ebpf_exporter_bio_latency_seconds", exp2Buckets(27, 1e-6), 150, 500e-6, 1.2, [2]string{"device", "nvme0n1"}, [2]string{"operation", "write"}),
-		h("ebpf_exporter_accept_latency_seconds", exp2Buckets(26, 1e-6), 20, 50e-6, 1.5, [2]string{"port", "8000"}),
+	s := &shape{name: "ebpf", families: []*family{
+		h("ebpf_exporter_bio_latency_seconds", 300, 200e-6, 1.2, [2]string{"device", "nvme0n1"}, [2]string{"operation", "read"}),
+		h("ebpf_exporter_bio_latency_seconds", 150, 500e-6, 1.2, [2]string{"device", "nvme0n1"}, [2]string{"operation", "write"}),
+		h("ebpf_exporter_accept_latency_seconds", 20, 50e-6, 1.5, [2]string{"port", "8000"}),
 	}}
+	return s, b.err
 }

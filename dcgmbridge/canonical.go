@@ -8,7 +8,7 @@ import (
 )
 
 // Level says which label set a canonical series is aggregated to: the join
-// configuration (Joins) gives the labels of each level.
+// configuration (rulegen.Joins) gives the labels of each level.
 type Level string
 
 // The aggregation levels.
@@ -18,36 +18,38 @@ const (
 	LevelHost    Level = "host"    // one series per host (eBPF exporters)
 )
 
-// termKind is the recipe that turns one source metric into a canonical value.
-type termKind int
+// TermKind is the recipe that turns one source metric into a canonical value;
+// package rulegen renders each kind into PromQL.
+type TermKind int
 
+// The recipes.
 const (
-	// kindGauge aggregates a gauge (Agg by level) and divides it by Scale.
-	kindGauge termKind = iota
-	// kindRate is the per-second rate of a counter, summed by level.
-	kindRate
-	// kindRatio is rate(Metric{Match}) / sum of rate(Den...), divided by Scale.
-	kindRatio
-	// kindQuantile is histogram_quantile(Quantile) over buckets summed by level.
-	kindQuantile
-	// kindSparseQuantile computes the quantile per series and keeps the worst:
+	// TermGauge aggregates a gauge (Agg by level) and divides it by Scale.
+	TermGauge TermKind = iota
+	// TermRate is the per-second rate of a counter, summed by level.
+	TermRate
+	// TermRatio is rate(Metric{Match}) / sum of rate(Den...), divided by Scale.
+	TermRatio
+	// TermQuantile is histogram_quantile(Quantile) over buckets summed by level.
+	TermQuantile
+	// TermSparseQuantile computes the quantile per series and keeps the worst:
 	// bpftrace_exporter emits a different le set per series, so buckets of
 	// different series must never be summed.
-	kindSparseQuantile
-	// kindHistMean is rate(_sum) / rate(_count) of a histogram.
-	kindHistMean
-	// kindFieldsRate sums the per-second rates of several DCGM counters
+	TermSparseQuantile
+	// TermHistMean is rate(_sum) / rate(_count) of a histogram.
+	TermHistMean
+	// TermFieldsRate sums the per-second rates of several DCGM counters
 	// (FieldIDs), divided by Scale and clamped to 1.
-	kindFieldsRate
-	// kindClockEventBits is 1 when the DCGM clock-event-reason bitmask has a
+	TermFieldsRate
+	// TermClockEventBits is 1 when the DCGM clock-event-reason bitmask has a
 	// power or thermal slowdown bit set.
-	kindClockEventBits
-	// kindJoin projects a GPU-level canonical series (Metric) onto the serving
-	// series of Den[0], joined by Joins.On.
-	kindJoin
-	// kindResidual is Metric minus the sum of the Den canonical series
+	TermClockEventBits
+	// TermJoin projects a GPU-level canonical series (Metric) onto the serving
+	// series of Den[0], joined by the join labels.
+	TermJoin
+	// TermResidual is Metric minus the sum of the Den canonical series
 	// (clamped at 0): the part of end-to-end latency no component explains.
-	kindResidual
+	TermResidual
 )
 
 // Term is one way of computing a canonical series from one source. A canonical
@@ -56,9 +58,9 @@ const (
 // version rename are both expressed.
 type Term struct {
 	Source Source
-	kind   termKind
+	Kind   TermKind
 	// Metric is the exposed metric (histogram family name for quantiles), or the
-	// canonical series for kindJoin and kindResidual.
+	// canonical series for TermJoin and TermResidual.
 	Metric string
 	// FieldIDs select DCGM fields by ID (every spelling of the field matches).
 	FieldIDs []int
@@ -95,10 +97,10 @@ func (cm CanonicalMetric) DisplayName() string {
 
 // sourceType is the Prometheus type the term reads.
 func (t Term) sourceType() string {
-	switch t.kind {
-	case kindGauge, kindClockEventBits:
+	switch t.Kind {
+	case TermGauge, TermClockEventBits:
 		return "gauge"
-	case kindQuantile, kindSparseQuantile, kindHistMean:
+	case TermQuantile, TermSparseQuantile, TermHistMean:
 		return "histogram"
 	default:
 		return "counter"
@@ -122,8 +124,11 @@ type CanonicalMetric struct {
 	Terms    []Term
 }
 
+// FieldGPUUtil is DCGM_FI_DEV_GPU_UTIL, which a Term's StuckGuard compares
+// against.
+const FieldGPUUtil = 203
+
 const (
-	fieldGPUUtil          = 203
 	fieldMemCopyUtil      = 204
 	fieldClockEvents      = 112
 	fieldPowerViolation   = 240
@@ -134,7 +139,7 @@ const (
 )
 
 func histQuantile(src Source, name string, q float64, versions, note string) Term {
-	return Term{Source: src, kind: kindQuantile, Metric: name, Quantile: q, Versions: versions, Unit: "seconds", Note: note}
+	return Term{Source: src, Kind: TermQuantile, Metric: name, Quantile: q, Versions: versions, Unit: "seconds", Note: note}
 }
 
 func latencyQuantile(name, help string, q float64, cause Cause, families []Term) CanonicalMetric {
@@ -181,7 +186,7 @@ func queueFamilies() []Term {
 }
 
 func histMean(src Source, name, versions, note string) Term {
-	return Term{Source: src, kind: kindHistMean, Metric: name, Versions: versions, Unit: "seconds", Note: note}
+	return Term{Source: src, Kind: TermHistMean, Metric: name, Versions: versions, Unit: "seconds", Note: note}
 }
 
 // canonicalMetrics is the canonical model. Order matters: rules are evaluated in
@@ -194,9 +199,9 @@ func canonicalMetrics() []CanonicalMetric {
 			Unit: "ratio", Cause: CauseCompute, Felt: FeltUtilisation, Level: LevelGPU,
 			Fallback: "PROF_SM_ACTIVE (1002, off by default) -> PROF_GR_ENGINE_ACTIVE (1001) -> DEV_GPU_UTIL (203) / 100; strata_source names the link used. A profiling value of 0 while GPU_UTIL > 50% is taken as stuck (dcgm-exporter #662) and skipped. GPU_UTIL reads 100% as soon as any kernel runs: low confidence.",
 			Terms: []Term{
-				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldSMActive}, Agg: "avg", Tag: "sm_active", StuckGuard: true, Versions: "custom CSV only", Unit: "ratio"},
-				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldGREngineActive}, Agg: "avg", Tag: "gr_engine_active", StuckGuard: true, Versions: "default CSV", Unit: "ratio"},
-				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldGPUUtil}, Agg: "avg", Scale: 100, Tag: "gpu_util", Versions: "default CSV", Unit: "percent", Note: "DCGM 4.6 spelling GPU_UTIL_RATIO is assumed to keep the 0-100 scale of the exporter help text (unverified)"},
+				{Source: SourceDCGM, Kind: TermGauge, FieldIDs: []int{fieldSMActive}, Agg: "avg", Tag: "sm_active", StuckGuard: true, Versions: "custom CSV only", Unit: "ratio"},
+				{Source: SourceDCGM, Kind: TermGauge, FieldIDs: []int{fieldGREngineActive}, Agg: "avg", Tag: "gr_engine_active", StuckGuard: true, Versions: "default CSV", Unit: "ratio"},
+				{Source: SourceDCGM, Kind: TermGauge, FieldIDs: []int{FieldGPUUtil}, Agg: "avg", Scale: 100, Tag: "gpu_util", Versions: "default CSV", Unit: "percent", Note: "DCGM 4.6 spelling GPU_UTIL_RATIO is assumed to keep the 0-100 scale of the exporter help text (unverified)"},
 			},
 		},
 		{
@@ -204,8 +209,8 @@ func canonicalMetrics() []CanonicalMetric {
 			Unit: "ratio", Cause: CauseMemory, Felt: FeltUtilisation, Level: LevelGPU,
 			Fallback: "PROF_DRAM_ACTIVE (1005; skipped when stuck at 0 while GPU_UTIL > 50%) -> DEV_MEM_COPY_UTIL (204) / 100.",
 			Terms: []Term{
-				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldDRAMActive}, Agg: "avg", Tag: "dram_active", StuckGuard: true, Versions: "default CSV", Unit: "ratio"},
-				{Source: SourceDCGM, kind: kindGauge, FieldIDs: []int{fieldMemCopyUtil}, Agg: "avg", Scale: 100, Tag: "mem_copy_util", Versions: "default CSV", Unit: "percent"},
+				{Source: SourceDCGM, Kind: TermGauge, FieldIDs: []int{fieldDRAMActive}, Agg: "avg", Tag: "dram_active", StuckGuard: true, Versions: "default CSV", Unit: "ratio"},
+				{Source: SourceDCGM, Kind: TermGauge, FieldIDs: []int{fieldMemCopyUtil}, Agg: "avg", Scale: 100, Tag: "mem_copy_util", Versions: "default CSV", Unit: "percent"},
 			},
 		},
 		{
@@ -213,8 +218,8 @@ func canonicalMetrics() []CanonicalMetric {
 			Unit: "ratio", Cause: CauseCompute, Felt: FeltThroughput, Level: LevelGPU,
 			Fallback: "rate(POWER_VIOLATION 240 + THERMAL_VIOLATION 241, ns) / 1e9 -> CLOCKS_EVENT_REASONS (112) power/thermal bits set (0 or 1). Both are off in the default CSV.",
 			Terms: []Term{
-				{Source: SourceDCGM, kind: kindFieldsRate, FieldIDs: []int{fieldPowerViolation, fieldThermalViolation}, Scale: 1e9, Tag: "violation_counters", Versions: "custom CSV", Unit: "nanoseconds"},
-				{Source: SourceDCGM, kind: kindClockEventBits, FieldIDs: []int{fieldClockEvents}, Tag: "clock_event_reasons", Versions: "custom CSV", Unit: "bitmask", Note: "bits SW_POWER_CAP 0x4, HW_SLOWDOWN 0x8, SW_THERMAL 0x20, HW_THERMAL 0x40, HW_POWER_BRAKE 0x80"},
+				{Source: SourceDCGM, Kind: TermFieldsRate, FieldIDs: []int{fieldPowerViolation, fieldThermalViolation}, Scale: 1e9, Tag: "violation_counters", Versions: "custom CSV", Unit: "nanoseconds"},
+				{Source: SourceDCGM, Kind: TermClockEventBits, FieldIDs: []int{fieldClockEvents}, Tag: "clock_event_reasons", Versions: "custom CSV", Unit: "bitmask", Note: "bits SW_POWER_CAP 0x4, HW_SLOWDOWN 0x8, SW_THERMAL 0x20, HW_THERMAL 0x40, HW_POWER_BRAKE 0x80"},
 			},
 		},
 		// Serving level.
@@ -230,7 +235,7 @@ func canonicalMetrics() []CanonicalMetric {
 				histMean(SourceVLLMV1, "vllm:e2e_request_latency_seconds", "all", ""),
 				histMean(SourceSGLang, "sglang:e2e_request_latency_seconds", "all", ""),
 				histMean(SourceTGI, "tgi_request_duration", "all", ""),
-				{Source: SourceTriton, kind: kindRatio, Metric: "nv_inference_request_duration_us", Den: []string{"nv_inference_request_success", "nv_inference_request_failure"}, Scale: 1e6, Versions: "all", Unit: "microseconds", Note: "cumulative microsecond counter, not a histogram"},
+				{Source: SourceTriton, Kind: TermRatio, Metric: "nv_inference_request_duration_us", Den: []string{"nv_inference_request_success", "nv_inference_request_failure"}, Scale: 1e6, Versions: "all", Unit: "microseconds", Note: "cumulative microsecond counter, not a histogram"},
 			},
 		},
 		{
@@ -241,7 +246,7 @@ func canonicalMetrics() []CanonicalMetric {
 				histMean(SourceVLLMV1, "vllm:request_queue_time_seconds", "V1 0.8+", ""),
 				histMean(SourceSGLang, "sglang:queue_time_seconds", "all", ""),
 				histMean(SourceTGI, "tgi_request_queue_duration", "all", ""),
-				{Source: SourceTriton, kind: kindRatio, Metric: "nv_inference_queue_duration_us", Den: []string{"nv_inference_request_success", "nv_inference_request_failure"}, Scale: 1e6, Versions: "all", Unit: "microseconds", Note: "cumulative microsecond counter"},
+				{Source: SourceTriton, Kind: TermRatio, Metric: "nv_inference_queue_duration_us", Den: []string{"nv_inference_request_success", "nv_inference_request_failure"}, Scale: 1e6, Versions: "all", Unit: "microseconds", Note: "cumulative microsecond counter"},
 			},
 		},
 		{
@@ -265,65 +270,65 @@ func canonicalMetrics() []CanonicalMetric {
 			Help: "Mean end-to-end latency not explained by queue, prefill and decode (API server, detokenisation), so the components stack up to strata:e2e_latency_seconds:mean.",
 			Unit: "seconds", Cause: CauseScheduling, Felt: FeltLatency, Level: LevelServing,
 			Terms: []Term{
-				{kind: kindResidual, Metric: "strata:e2e_latency_seconds:mean", Den: []string{`strata:latency_seconds:component{component=~"queue|prefill|decode"}`}},
+				{Kind: TermResidual, Metric: "strata:e2e_latency_seconds:mean", Den: []string{`strata:latency_seconds:component{component=~"queue|prefill|decode"}`}},
 			},
 		},
 		{
 			Name: "strata:requests_waiting", Help: "Requests waiting to be scheduled.",
 			Unit: "requests", Cause: CauseScheduling, Felt: FeltLatency, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindGauge, Metric: "vllm:num_requests_waiting", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceSGLang, kind: kindGauge, Metric: "sglang:num_queue_reqs", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceTGI, kind: kindGauge, Metric: "tgi_queue_size", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceTriton, kind: kindGauge, Metric: "nv_inference_pending_request_count", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceTRTLLM, kind: kindGauge, Metric: "trtllm_num_requests_waiting", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceVLLMV1, Kind: TermGauge, Metric: "vllm:num_requests_waiting", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceSGLang, Kind: TermGauge, Metric: "sglang:num_queue_reqs", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceTGI, Kind: TermGauge, Metric: "tgi_queue_size", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceTriton, Kind: TermGauge, Metric: "nv_inference_pending_request_count", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceTRTLLM, Kind: TermGauge, Metric: "trtllm_num_requests_waiting", Agg: "sum", Versions: "all", Unit: "requests"},
 			},
 		},
 		{
 			Name: "strata:requests_running", Help: "Requests in the running batch.",
 			Unit: "requests", Cause: CauseScheduling, Felt: FeltUtilisation, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindGauge, Metric: "vllm:num_requests_running", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceSGLang, kind: kindGauge, Metric: "sglang:num_running_reqs", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceTGI, kind: kindGauge, Metric: "tgi_batch_current_size", Agg: "sum", Versions: "all", Unit: "requests"},
-				{Source: SourceTRTLLM, kind: kindGauge, Metric: "trtllm_num_requests_running", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceVLLMV1, Kind: TermGauge, Metric: "vllm:num_requests_running", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceSGLang, Kind: TermGauge, Metric: "sglang:num_running_reqs", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceTGI, Kind: TermGauge, Metric: "tgi_batch_current_size", Agg: "sum", Versions: "all", Unit: "requests"},
+				{Source: SourceTRTLLM, Kind: TermGauge, Metric: "trtllm_num_requests_running", Agg: "sum", Versions: "all", Unit: "requests"},
 			},
 		},
 		{
 			Name: "strata:requests:rate", Help: "Finished requests per second.",
 			Unit: "requests_per_second", Cause: CauseScheduling, Felt: FeltThroughput, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRate, Metric: "vllm:request_success_total", Versions: "all", Unit: "requests", Note: "all finished_reason values"},
-				{Source: SourceSGLang, kind: kindRate, Metric: "sglang:num_requests_total", Versions: "all", Unit: "requests"},
-				{Source: SourceTGI, kind: kindRate, Metric: "tgi_request_count", Versions: "all", Unit: "requests"},
-				{Source: SourceTriton, kind: kindRate, Metric: "nv_inference_request_success", Versions: "all", Unit: "requests"},
+				{Source: SourceVLLMV1, Kind: TermRate, Metric: "vllm:request_success_total", Versions: "all", Unit: "requests", Note: "all finished_reason values"},
+				{Source: SourceSGLang, Kind: TermRate, Metric: "sglang:num_requests_total", Versions: "all", Unit: "requests"},
+				{Source: SourceTGI, Kind: TermRate, Metric: "tgi_request_count", Versions: "all", Unit: "requests"},
+				{Source: SourceTriton, Kind: TermRate, Metric: "nv_inference_request_success", Versions: "all", Unit: "requests"},
 			},
 		},
 		{
 			Name: "strata:generation_tokens:rate", Help: "Generated (decode) tokens per second.",
 			Unit: "tokens_per_second", Cause: CauseCompute, Felt: FeltThroughput, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRate, Metric: "vllm:generation_tokens_total", Versions: "all", Unit: "tokens"},
-				{Source: SourceSGLang, kind: kindRate, Metric: "sglang:generation_tokens_total", Versions: "all", Unit: "tokens"},
-				{Source: SourceTGI, kind: kindRate, Metric: "tgi_request_generated_tokens_sum", Versions: "all", Unit: "tokens", Note: "_sum of the per-request histogram"},
+				{Source: SourceVLLMV1, Kind: TermRate, Metric: "vllm:generation_tokens_total", Versions: "all", Unit: "tokens"},
+				{Source: SourceSGLang, Kind: TermRate, Metric: "sglang:generation_tokens_total", Versions: "all", Unit: "tokens"},
+				{Source: SourceTGI, Kind: TermRate, Metric: "tgi_request_generated_tokens_sum", Versions: "all", Unit: "tokens", Note: "_sum of the per-request histogram"},
 			},
 		},
 		{
 			Name: "strata:prompt_tokens:rate", Help: "Prompt (prefill) tokens per second.",
 			Unit: "tokens_per_second", Cause: CauseCompute, Felt: FeltThroughput, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRate, Metric: "vllm:prompt_tokens_total", Versions: "all", Unit: "tokens"},
-				{Source: SourceSGLang, kind: kindRate, Metric: "sglang:prompt_tokens_total", Versions: "all", Unit: "tokens"},
-				{Source: SourceTGI, kind: kindRate, Metric: "tgi_request_input_length_sum", Versions: "all", Unit: "tokens", Note: "_sum of the per-request histogram"},
+				{Source: SourceVLLMV1, Kind: TermRate, Metric: "vllm:prompt_tokens_total", Versions: "all", Unit: "tokens"},
+				{Source: SourceSGLang, Kind: TermRate, Metric: "sglang:prompt_tokens_total", Versions: "all", Unit: "tokens"},
+				{Source: SourceTGI, Kind: TermRate, Metric: "tgi_request_input_length_sum", Versions: "all", Unit: "tokens", Note: "_sum of the per-request histogram"},
 			},
 		},
 		{
 			Name: "strata:request_errors:ratio", Help: "Fraction of finished requests that were aborted or failed.",
 			Unit: "ratio", Cause: CauseScheduling, Felt: FeltQuality, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRatio, Metric: "vllm:request_success_total", Match: `finished_reason="abort"`, Den: []string{"vllm:request_success_total"}, Versions: "V1 (V0 has no abort reason)", Unit: "requests"},
-				{Source: SourceSGLang, kind: kindRatio, Metric: "sglang:num_aborted_requests_total", Den: []string{"sglang:num_requests_total"}, Versions: "all", Unit: "requests"},
-				{Source: SourceTriton, kind: kindRatio, Metric: "nv_inference_request_failure", Den: []string{"nv_inference_request_success", "nv_inference_request_failure"}, Versions: "all", Unit: "requests"},
+				{Source: SourceVLLMV1, Kind: TermRatio, Metric: "vllm:request_success_total", Match: `finished_reason="abort"`, Den: []string{"vllm:request_success_total"}, Versions: "V1 (V0 has no abort reason)", Unit: "requests"},
+				{Source: SourceSGLang, Kind: TermRatio, Metric: "sglang:num_aborted_requests_total", Den: []string{"sglang:num_requests_total"}, Versions: "all", Unit: "requests"},
+				{Source: SourceTriton, Kind: TermRatio, Metric: "nv_inference_request_failure", Den: []string{"nv_inference_request_success", "nv_inference_request_failure"}, Versions: "all", Unit: "requests"},
 			},
 		},
 		{
@@ -331,10 +336,10 @@ func canonicalMetrics() []CanonicalMetric {
 			Unit: "ratio", Cause: CauseMemory, Felt: FeltUtilisation, Level: LevelServing,
 			Fallback: "kv_cache_usage_perc (0.9+) -> gpu_cache_usage_perc (V0 - 0.10) -> SGLang token_usage -> TRT-LLM kv_cache_utilization.",
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindGauge, Metric: "vllm:kv_cache_usage_perc", Agg: "max", Versions: "0.9+", Unit: "ratio", Note: "a fraction despite the _perc suffix"},
-				{Source: SourceVLLMV0, kind: kindGauge, Metric: "vllm:gpu_cache_usage_perc", Agg: "max", Versions: "V0 - 0.10", Unit: "ratio", Note: "deprecated in 0.9"},
-				{Source: SourceSGLang, kind: kindGauge, Metric: "sglang:token_usage", Agg: "max", Versions: "all", Unit: "ratio"},
-				{Source: SourceTRTLLM, kind: kindGauge, Metric: "trtllm_kv_cache_utilization", Agg: "max", Versions: "all", Unit: "ratio"},
+				{Source: SourceVLLMV1, Kind: TermGauge, Metric: "vllm:kv_cache_usage_perc", Agg: "max", Versions: "0.9+", Unit: "ratio", Note: "a fraction despite the _perc suffix"},
+				{Source: SourceVLLMV0, Kind: TermGauge, Metric: "vllm:gpu_cache_usage_perc", Agg: "max", Versions: "V0 - 0.10", Unit: "ratio", Note: "deprecated in 0.9"},
+				{Source: SourceSGLang, Kind: TermGauge, Metric: "sglang:token_usage", Agg: "max", Versions: "all", Unit: "ratio"},
+				{Source: SourceTRTLLM, Kind: TermGauge, Metric: "trtllm_kv_cache_utilization", Agg: "max", Versions: "all", Unit: "ratio"},
 			},
 		},
 		{
@@ -342,18 +347,18 @@ func canonicalMetrics() []CanonicalMetric {
 			Unit: "ratio", Cause: CauseMemory, Felt: FeltLatency, Level: LevelServing,
 			Fallback: "prefix_cache_hits/queries (tokens, 0.9+) -> gpu_prefix_cache_hits/queries (blocks, 0.8) -> V0 gauge gpu_prefix_cache_hit_rate -> SGLang cache_hit_rate.",
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRatio, Metric: "vllm:prefix_cache_hits_total", Den: []string{"vllm:prefix_cache_queries_total"}, Versions: "0.9+", Unit: "tokens"},
-				{Source: SourceVLLMV1, kind: kindRatio, Metric: "vllm:gpu_prefix_cache_hits_total", Den: []string{"vllm:gpu_prefix_cache_queries_total"}, Versions: "0.8 (blocks)", Unit: "blocks", Note: "deprecated in 0.9"},
-				{Source: SourceVLLMV0, kind: kindGauge, Metric: "vllm:gpu_prefix_cache_hit_rate", Agg: "avg", Versions: "V0", Unit: "ratio"},
-				{Source: SourceSGLang, kind: kindGauge, Metric: "sglang:cache_hit_rate", Agg: "avg", Versions: "all", Unit: "ratio"},
+				{Source: SourceVLLMV1, Kind: TermRatio, Metric: "vllm:prefix_cache_hits_total", Den: []string{"vllm:prefix_cache_queries_total"}, Versions: "0.9+", Unit: "tokens"},
+				{Source: SourceVLLMV1, Kind: TermRatio, Metric: "vllm:gpu_prefix_cache_hits_total", Den: []string{"vllm:gpu_prefix_cache_queries_total"}, Versions: "0.8 (blocks)", Unit: "blocks", Note: "deprecated in 0.9"},
+				{Source: SourceVLLMV0, Kind: TermGauge, Metric: "vllm:gpu_prefix_cache_hit_rate", Agg: "avg", Versions: "V0", Unit: "ratio"},
+				{Source: SourceSGLang, Kind: TermGauge, Metric: "sglang:cache_hit_rate", Agg: "avg", Versions: "all", Unit: "ratio"},
 			},
 		},
 		{
 			Name: "strata:preemptions:rate", Help: "Requests preempted (KV-cache evictions) per second.",
 			Unit: "per_second", Cause: CauseMemory, Felt: FeltLatency, Level: LevelServing,
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRate, Metric: "vllm:num_preemptions_total", Versions: "all", Unit: "preemptions"},
-				{Source: SourceSGLang, kind: kindRate, Metric: "sglang:num_retracted_requests_total", Versions: "all", Unit: "requests"},
+				{Source: SourceVLLMV1, Kind: TermRate, Metric: "vllm:num_preemptions_total", Versions: "all", Unit: "preemptions"},
+				{Source: SourceSGLang, Kind: TermRate, Metric: "sglang:num_retracted_requests_total", Versions: "all", Unit: "requests"},
 			},
 		},
 		{
@@ -361,30 +366,30 @@ func canonicalMetrics() []CanonicalMetric {
 			Unit: "ratio", Cause: CauseCompute, Felt: FeltThroughput, Level: LevelServing,
 			Fallback: "rate(accepted)/rate(draft) counters (V0 and V1) -> V0 gauge spec_decode_draft_acceptance_rate -> SGLang spec_accept_rate.",
 			Terms: []Term{
-				{Source: SourceVLLMV1, kind: kindRatio, Metric: "vllm:spec_decode_num_accepted_tokens_total", Den: []string{"vllm:spec_decode_num_draft_tokens_total"}, Versions: "V0 and V1", Unit: "tokens"},
-				{Source: SourceVLLMV0, kind: kindGauge, Metric: "vllm:spec_decode_draft_acceptance_rate", Agg: "avg", Versions: "V0", Unit: "ratio", Note: "cumulative since start, not windowed"},
-				{Source: SourceSGLang, kind: kindGauge, Metric: "sglang:spec_accept_rate", Agg: "avg", Versions: "all", Unit: "ratio"},
+				{Source: SourceVLLMV1, Kind: TermRatio, Metric: "vllm:spec_decode_num_accepted_tokens_total", Den: []string{"vllm:spec_decode_num_draft_tokens_total"}, Versions: "V0 and V1", Unit: "tokens"},
+				{Source: SourceVLLMV0, Kind: TermGauge, Metric: "vllm:spec_decode_draft_acceptance_rate", Agg: "avg", Versions: "V0", Unit: "ratio", Note: "cumulative since start, not windowed"},
+				{Source: SourceSGLang, Kind: TermGauge, Metric: "sglang:spec_accept_rate", Agg: "avg", Versions: "all", Unit: "ratio"},
 			},
 		},
 		// Host level (eBPF).
 		{
 			Name: "strata:network_latency_seconds:p99", Help: "99th percentile time a connection waits in the accept queue, from eBPF.",
 			Unit: "seconds", Cause: CauseNetwork, Felt: FeltLatency, Level: LevelHost,
-			Fallback: "ebpf_exporter accept-latency (exp2 buckets; _sum may be 0, so only quantiles are used) -> extra histograms from RulesConfig.NetworkHistograms (bpftrace_exporter sparse buckets: quantile per series, worst kept).",
+			Fallback: "ebpf_exporter accept-latency (exp2 buckets; _sum may be 0, so only quantiles are used) -> extra histograms from rulegen.Config.NetworkHistograms (bpftrace_exporter sparse buckets: quantile per series, worst kept).",
 			Terms: []Term{
-				{Source: SourceEBPF, kind: kindQuantile, Metric: "ebpf_exporter_accept_latency_seconds", Quantile: 0.99, Versions: "examples/accept-latency.yaml", Unit: "seconds", Note: "exp2 buckets 1 us - 67 s"},
+				{Source: SourceEBPF, Kind: TermQuantile, Metric: "ebpf_exporter_accept_latency_seconds", Quantile: 0.99, Versions: "examples/accept-latency.yaml", Unit: "seconds", Note: "exp2 buckets 1 us - 67 s"},
 			},
 		},
 		// Joins (after their inputs).
 		{
 			Name: "strata:serving_gpu_sm_active:ratio", Help: "SM activity of the GPUs serving an instance, on the serving series' labels (join by Joins.On).",
 			Unit: "ratio", Cause: CauseCompute, Felt: FeltUtilisation, Level: LevelServing,
-			Terms: []Term{{kind: kindJoin, Metric: "strata:gpu_sm_active:ratio", Den: []string{"strata:generation_tokens:rate"}}},
+			Terms: []Term{{Kind: TermJoin, Metric: "strata:gpu_sm_active:ratio", Den: []string{"strata:generation_tokens:rate"}}},
 		},
 		{
 			Name: "strata:serving_gpu_memory_bandwidth_active:ratio", Help: "Memory-bandwidth activity of the GPUs serving an instance (join by Joins.On).",
 			Unit: "ratio", Cause: CauseMemory, Felt: FeltUtilisation, Level: LevelServing,
-			Terms: []Term{{kind: kindJoin, Metric: "strata:gpu_memory_bandwidth_active:ratio", Den: []string{"strata:generation_tokens:rate"}}},
+			Terms: []Term{{Kind: TermJoin, Metric: "strata:gpu_memory_bandwidth_active:ratio", Den: []string{"strata:generation_tokens:rate"}}},
 		},
 	}
 }
@@ -447,6 +452,6 @@ func sourceMetrics() []SourceMetric {
 		{Name: "ebpf_exporter_udp_fail_queue_rcv_skbs_total", Source: SourceEBPF, Versions: "examples/udp-drops.yaml", Type: "counter", Unit: "packets"},
 		{Name: "ebpf_exporter_unix_socket_backlog", Source: SourceEBPF, Versions: "examples/unix-socket-backlog.yaml", Type: "histogram", Unit: "connections"},
 		{Name: "ebpf_exporter_kfree_skb_total", Source: SourceEBPF, Versions: "examples/kfree_skb.yaml", Type: "counter", Unit: "packets"},
-		{Name: "bpftrace_<script>_<var>", Source: SourceBPFTrace, Versions: "all", Type: "histogram", Unit: "script-defined", Note: "sparse log2 buckets (own le set per series), _sum = -1; map to network latency with RulesConfig.NetworkHistograms"},
+		{Name: "bpftrace_<script>_<var>", Source: SourceBPFTrace, Versions: "all", Type: "histogram", Unit: "script-defined", Note: "sparse log2 buckets (own le set per series), _sum = -1; map to network latency with rulegen.Config.NetworkHistograms"},
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 )
 
-// dcgmFieldsCSV is derived from ../shared/fixtures/dcgm_field_ids.csv (go-dcgm
-// dcgm_fields.h, DCGM 4.6.1), with the Prometheus type, unit and dcgm-exporter 1.x
-// name added by hand from dcgm-exporter's etc/*.csv. It is a list of public field
+// dcgmFieldsCSV is derived from DCGM 4.6.1's field list (go-dcgm
+// pkg/dcgm/dcgm_fields.h, copied as testdata/dcgm_field_ids.csv), with the
+// Prometheus type, unit and dcgm-exporter 1.x name added by hand from
+// dcgm-exporter's etc/*.csv (testdata/README.md gives the sources). It is a list of public field
 // IDs, kept as CSV so that a review sees one line per field; TestFieldCatalogueMatchesFixture
 // checks it against the fixture.
 //
@@ -115,12 +117,15 @@ type LabelAlias struct {
 }
 
 // Catalogue is everything Strata knows about its sources: DCGM fields by ID, the
-// upstream metric names and the canonical series built from them. It is
-// immutable after NewCatalogue.
+// upstream metric names, the canonical series built from them and the shape
+// of each exporter's exposition (Exposition). It is immutable after
+// NewCatalogue and safe for concurrent use.
 type Catalogue struct {
 	Fields       []Field
 	byID         map[int]int
 	byName       map[string]int
+	gauges       map[string]struct{}
+	expositions  []Exposition
 	Metrics      []SourceMetric
 	LabelAliases []LabelAlias
 	Canonical    []CanonicalMetric
@@ -189,7 +194,65 @@ func NewCatalogue() (*Catalogue, error) {
 			}
 		}
 	}
+	c.gauges = c.gaugeNames()
+	if c.expositions, err = c.buildExpositions(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// IsGauge reports whether the catalogue knows the metric name and types it
+// gauge wherever it knows it: as a DCGM field (under any spelling, whether or
+// not a canonical series uses it) and in every source's metric list. Every
+// other name is not a gauge: counters, histogram families and their _bucket,
+// _sum and _count series, DCGM "label" fields, names the catalogue does not
+// know. The answer depends on the name and this catalogue alone, which is
+// what rollup windows need (downsample.Config.KindOf).
+func (c *Catalogue) IsGauge(name string) bool {
+	_, ok := c.gauges[name]
+	return ok
+}
+
+// gaugeNames is the set of names IsGauge accepts, built once: a map lookup per
+// series instead of Lookup's scan of every entry. Only names the catalogue
+// lists (DCGM fields under every spelling, source metrics) can be gauges: for
+// any other name FieldByName finds nothing and Lookup finds only a histogram
+// family (a _bucket, _sum or _count series), so testing the listed names is
+// testing them all.
+func (c *Catalogue) gaugeNames() map[string]struct{} {
+	var names []string
+	for _, f := range c.Fields {
+		names = append(names, f.Names()...)
+	}
+	for _, m := range c.Metrics {
+		names = append(names, m.Name)
+	}
+	out := map[string]struct{}{}
+	for _, n := range names {
+		if c.listedGauge(n) {
+			out[n] = struct{}{}
+		}
+	}
+	return out
+}
+
+// listedGauge reports whether c knows name and types it gauge wherever it
+// knows it.
+func (c *Catalogue) listedGauge(name string) bool {
+	known := false
+	if f, ok := c.FieldByName(name); ok {
+		if f.Type != "gauge" {
+			return false
+		}
+		known = true
+	}
+	for _, m := range c.Lookup(name) {
+		if m.Type != "gauge" {
+			return false
+		}
+		known = true
+	}
+	return known
 }
 
 // Field returns the DCGM field with the given ID.
@@ -230,18 +293,11 @@ func (c *Catalogue) Lookup(name string) []SourceMetric {
 func familyCandidates(name string) []string {
 	out := []string{name}
 	for _, suf := range []string{"_bucket", "_sum", "_count"} {
-		if base, ok := cutSuffix(name, suf); ok {
-			out = append(out, base)
+		if len(name) > len(suf) && strings.HasSuffix(name, suf) {
+			out = append(out, name[:len(name)-len(suf)])
 		}
 	}
 	return out
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
-		return s[:len(s)-len(suffix)], true
-	}
-	return s, false
 }
 
 var errFieldsHeader = errors.New("unexpected header")
@@ -292,10 +348,10 @@ func labelAliases() []LabelAlias {
 	}
 }
 
-// aliasesFor returns the label aliases that apply to src.
-func aliasesFor(all []LabelAlias, src Source) []LabelAlias {
+// Aliases returns the label aliases that apply to src.
+func (c *Catalogue) Aliases(src Source) []LabelAlias {
 	var out []LabelAlias
-	for _, a := range all {
+	for _, a := range c.LabelAliases {
 		if a.Source == src {
 			out = append(out, a)
 		}

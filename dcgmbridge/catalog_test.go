@@ -1,29 +1,21 @@
 package dcgmbridge
 
 import (
-	"bytes"
 	"encoding/csv"
-	"flag"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/prometheus/promql/parser"
 )
 
-var update = flag.Bool("update", false, "rewrite rules/canonical.rules.yml and docs/metrics.md from the catalogue")
-
-// fixturesDir is ../shared/fixtures relative to the repository root.
+// fixturesDir holds the exporter fixtures (testdata/README.md gives their
+// sources).
 func fixturesDir(t testing.TB) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "fixtures"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const dir = "testdata"
 	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("fixtures not found at %s: %v", dir, err)
+		t.Fatalf("fixtures not found: %v", err)
 	}
 	return dir
 }
@@ -35,112 +27,6 @@ func newTestCatalogue(t testing.TB) *Catalogue {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// TestCommittedArtefacts checks that the committed rule file and metric docs
-// are what the catalogue generates, so neither can drift from the code.
-func TestCommittedArtefacts(t *testing.T) {
-	c := newTestCatalogue(t)
-	cfg := DefaultRulesConfig()
-	rulesYAML, err := c.RulesYAML(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := c.MetricsDoc(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		path string
-		want []byte
-	}{
-		{filepath.Join("..", "rules", "canonical.rules.yml"), rulesYAML},
-		{filepath.Join("..", "docs", "metrics.md"), doc},
-	} {
-		t.Run(filepath.Base(tc.path), func(t *testing.T) {
-			if *update {
-				if err := os.WriteFile(tc.path, tc.want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got, err := os.ReadFile(tc.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, tc.want) {
-				t.Fatalf("%s is stale: run go test ./dcgmbridge -run TestCommittedArtefacts -update", tc.path)
-			}
-		})
-	}
-}
-
-func TestRulesLoadWithRulefmtAndParser(t *testing.T) {
-	c := newTestCatalogue(t)
-	for name, cfg := range map[string]RulesConfig{
-		"by pod":      DefaultRulesConfig(),
-		"by host+gpu": func() RulesConfig { c := DefaultRulesConfig(); c.Joins = JoinByHostGPU(); return c }(),
-		"with bpftrace": func() RulesConfig {
-			c := DefaultRulesConfig()
-			c.NetworkHistograms = []HistogramSource{{Name: "bpftrace_tcpaccept_usecs", Scale: 1e6, Sparse: true}}
-			return c
-		}(),
-	} {
-		t.Run(name, func(t *testing.T) {
-			groups, err := c.RuleGroups(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(groups.Groups) != 1 || len(groups.Groups[0].Rules) != len(c.Canonical) {
-				t.Fatalf("want 1 group with %d rules, got %+v", len(c.Canonical), groups)
-			}
-			p := parser.NewParser(parser.Options{})
-			for _, r := range groups.Groups[0].Rules {
-				if !strings.HasPrefix(r.Record, "strata:") {
-					t.Errorf("rule %s is not strata:-prefixed", r.Record)
-				}
-				if r.Labels["strata_cause"] == "" || r.Labels["strata_felt"] == "" {
-					t.Errorf("rule %s lacks an axis label: %v", r.Record, r.Labels)
-				}
-				if _, err := p.ParseExpr(r.Expr); err != nil {
-					t.Errorf("rule %s: %v", r.Record, err)
-				}
-				for _, want := range cfg.Joins.On {
-					if strings.Contains(r.Record, "serving_gpu") && !strings.Contains(r.Expr, want) {
-						t.Errorf("join rule %s does not join on %s", r.Record, want)
-					}
-				}
-			}
-			if _, err := c.RecordingRules(cfg); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
-}
-
-func TestRulesConfigValidate(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		edit func(*RulesConfig)
-		want string
-	}{
-		{"join label not in gpu", func(c *RulesConfig) { c.Joins.On = []string{"model_name"} }, "must be in both"},
-		{"empty serving", func(c *RulesConfig) { c.Joins.Serving = nil }, "serving labels are empty"},
-		{"le as label", func(c *RulesConfig) { c.Joins.Host = []string{"le"} }, "not usable"},
-		{"zero window", func(c *RulesConfig) { c.RateWindow = 0 }, "rate window"},
-		{"bad histogram", func(c *RulesConfig) { c.NetworkHistograms = []HistogramSource{{Name: "a-b"}} }, "not a valid metric name"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultRulesConfig()
-			tc.edit(&cfg)
-			err := cfg.Validate()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("want error containing %q, got %v", tc.want, err)
-			}
-		})
-	}
-	if err := DefaultRulesConfig().Validate(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestFieldCatalogueMatchesFixture checks the embedded field table against the
@@ -240,5 +126,79 @@ func TestLookup(t *testing.T) {
 	}
 	if got := c.Lookup("no_such_metric"); got != nil {
 		t.Fatalf("unknown metric: %+v", got)
+	}
+}
+
+func TestIsGauge(t *testing.T) {
+	c := newTestCatalogue(t)
+	cases := []struct {
+		name string
+		want bool
+	}{
+		// A DCGM gauge no canonical series uses: known from the field list only.
+		{"DCGM_FI_DEV_POWER_USAGE", true},
+		{"DCGM_FI_DEV_GPU_UTIL", true},
+		{"DCGM_FI_PROF_SM_ACTIVE", true},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", false},
+		{"DCGM_FI_DRIVER_VERSION", false}, // a DCGM "label" field
+		{"vllm:num_requests_running", true},
+		{"vllm:request_success_total", false},
+		{"vllm:e2e_request_latency_seconds_bucket", false},
+		{"vllm:e2e_request_latency_seconds_sum", false},
+		{"vllm:e2e_request_latency_seconds_count", false},
+		{"vllm:e2e_request_latency_seconds", false}, // the histogram family name
+		{"vllm:num_requests_running_count", false},  // a gauge's name plus a histogram suffix
+		{"node_memory_MemFree_bytes", false},        // a gauge, but not in the catalogue
+		{"", false},
+	}
+	for _, tc := range cases {
+		if got := c.IsGauge(tc.name); got != tc.want {
+			t.Errorf("IsGauge(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestIsGaugeMatchesEntries checks IsGauge against the catalogue entry by
+// entry: a name is a gauge exactly when no entry for it says anything but
+// gauge.
+func TestIsGaugeMatchesEntries(t *testing.T) {
+	c := newTestCatalogue(t)
+	types := map[string]map[string]bool{}
+	note := func(name, typ string) {
+		if types[name] == nil {
+			types[name] = map[string]bool{}
+		}
+		types[name][typ] = true
+	}
+	for _, f := range c.Fields {
+		for _, n := range f.Names() {
+			note(n, f.Type)
+		}
+	}
+	for _, m := range c.Metrics {
+		note(m.Name, m.Type)
+	}
+	gauges := 0
+	for name, ts := range types {
+		want := len(ts) == 1 && ts["gauge"]
+		if want {
+			gauges++
+		}
+		if got := c.IsGauge(name); got != want {
+			t.Errorf("IsGauge(%q) = %v, want %v (catalogue types %v)", name, got, want, ts)
+		}
+		// A histogram suffix on a listed name gives an unlisted name (the
+		// listed ones are checked above): a counter, whatever name's type.
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if _, listed := types[name+suffix]; listed {
+				continue
+			}
+			if c.IsGauge(name + suffix) {
+				t.Errorf("IsGauge(%q) = true, want false", name+suffix)
+			}
+		}
+	}
+	if gauges < 40 {
+		t.Errorf("only %d gauge names in the catalogue", gauges)
 	}
 }

@@ -1,11 +1,6 @@
 package dcgmbridge
 
-import (
-	"strings"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-)
+import "strings"
 
 // DCGM's "blank" values (dcgm_structs.h): a field that is not supported, not
 // found or not permitted reads as a blank sentinel. Current dcgm-exporter drops
@@ -40,43 +35,14 @@ func isDCGMName(name string) bool {
 	return strings.HasPrefix(name, "DCGM_") || strings.HasPrefix(name, "dcgm_")
 }
 
-// SentinelFilter drops DCGM sentinel values and counts them per field in
-// strata_dcgmbridge_sentinel_dropped_total{field}. It is safe for concurrent
-// use; the remote-write receiver may share it with the scraper.
-type SentinelFilter struct {
-	cat     *Catalogue
-	dropped *prometheus.CounterVec
-}
-
-// NewSentinelFilter registers the drop counter with reg.
-func NewSentinelFilter(cat *Catalogue, reg prometheus.Registerer) *SentinelFilter {
-	return &SentinelFilter{
-		cat: cat,
-		dropped: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
-			Name: "strata_dcgmbridge_sentinel_dropped_total",
-			Help: "DCGM blank / not-supported sentinel values dropped, by field (legacy name, or \"other\" for fields outside the catalogue).",
-		}, []string{"field"}),
-	}
-}
-
-// Keep reports whether the sample (metric name, value) should be stored; a
-// DCGM sentinel is counted and not kept.
-func (s *SentinelFilter) Keep(name string, v float64) bool {
-	field, drop := s.classify(name, v)
-	if drop {
-		s.count(field, 1)
-	}
-	return !drop
-}
-
-// classify reports whether (name, v) is a sentinel and the field label to
-// count it under, without counting: the scraper counts only once a body is
-// accepted.
-func (s *SentinelFilter) classify(name string, v float64) (field string, drop bool) {
+// Sentinel reports whether the sample (metric name, value) is a DCGM blank
+// sentinel and, if so, the field to count it under: the field's legacy name,
+// or "other" for a DCGM name outside the catalogue.
+func (c *Catalogue) Sentinel(name string, v float64) (field string, ok bool) {
 	if v < DCGMFP64Blank || !isDCGMName(name) {
 		return "", false
 	}
-	f, known := s.cat.FieldByName(name)
+	f, known := c.FieldByName(name)
 	if !IsDCGMSentinel(f, known, v) {
 		return "", false
 	}
@@ -84,8 +50,4 @@ func (s *SentinelFilter) classify(name string, v float64) (field string, drop bo
 		return f.Legacy, true
 	}
 	return "other", true
-}
-
-func (s *SentinelFilter) count(field string, n int) {
-	s.dropped.WithLabelValues(field).Add(float64(n))
 }

@@ -8,6 +8,24 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
+// testKindOf types the test workloads' DCGM gauges as gauges and every other
+// series as a counter, as the metric catalogue that cmd/strata wires in does
+// for these names.
+var testKindOf = GaugesByName(func(name string) bool {
+	switch name {
+	case "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP":
+		return true
+	}
+	return false
+})
+
+// testConfig is DefaultConfig with testKindOf.
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.KindOf = testKindOf
+	return cfg
+}
+
 func labelsFor(name string, kv ...string) labels.Labels {
 	return labels.FromStrings(append([]string{model.MetricNameLabel, name}, kv...)...)
 }

@@ -1,12 +1,8 @@
 package downsample
 
 import (
-	"sync"
-
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
-
-	"github.com/strata-dev/strata/dcgmbridge"
 )
 
 // Kind says how a series' windows treat a drop from one sample to the next.
@@ -37,75 +33,31 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// KindOf returns the kind of the series lbls from its metric name alone:
-// KindGauge when Strata's static metric catalogue (package dcgmbridge) knows
-// the name and every source exposing it types it gauge; KindCounter for
-// everything else (counters, histogram families and their _bucket, _sum and
-// _count series, DCGM "label" fields, unknown names).
+// KindFunc returns the kind of the series with labels lbls (Config.KindOf).
 //
-// The answer depends on nothing but the name and the catalogue compiled into
-// the binary, never on remote-write metadata: windows recomputed from raw
-// after a crash must equal the windows the tee wrote. A catalogue change in a
-// later release changes only the partitions written after it.
-func KindOf(lbls labels.Labels) Kind {
-	if _, ok := gaugeNames()[lbls.Get(model.MetricNameLabel)]; ok {
-		return KindGauge
+// The answer must depend on nothing but lbls and what is compiled into the
+// binary, never on remote-write metadata or on when a sample arrived: windows
+// recomputed from raw after a crash must equal the windows the tee wrote. A
+// typing change in a later release changes only the partitions written after
+// it. A nil KindFunc makes every series a counter.
+type KindFunc func(lbls labels.Labels) Kind
+
+// Of returns f(lbls), or KindCounter when f is nil.
+func (f KindFunc) Of(lbls labels.Labels) Kind {
+	if f == nil {
+		return KindCounter
 	}
-	return KindCounter
+	return f(lbls)
 }
 
-// gaugeNames is the set of metric names KindOf calls gauges, built once from
-// the immutable catalogue: a map lookup per series instead of
-// Catalogue.Lookup's scan of every entry.
-//
-// Only names the catalogue lists (DCGM fields under every spelling, source
-// metrics) can be gauges: for any other name FieldByName finds nothing and
-// Lookup finds only a histogram family (a _bucket, _sum or _count series), so
-// testing the listed names is testing them all.
-var gaugeNames = sync.OnceValue(func() map[string]struct{} {
-	c, err := dcgmbridge.NewCatalogue()
-	if err != nil {
-		// The catalogue is compiled in and checked by dcgmbridge's tests;
-		// should it ever fail to build, every series is a counter: the
-		// safe default, and still deterministic.
-		return nil
-	}
-	return gaugeNamesOf(c)
-})
-
-func gaugeNamesOf(c *dcgmbridge.Catalogue) map[string]struct{} {
-	var names []string
-	for _, f := range c.Fields {
-		names = append(names, f.Names()...)
-	}
-	for _, m := range c.Metrics {
-		names = append(names, m.Name)
-	}
-	out := map[string]struct{}{}
-	for _, n := range names {
-		if catalogueGauge(c, n) {
-			out[n] = struct{}{}
+// GaugesByName returns the KindFunc that makes a series a gauge when isGauge
+// says so of its metric name, and a counter otherwise. cmd/strata passes the
+// metric catalogue's dcgmbridge.Catalogue.IsGauge.
+func GaugesByName(isGauge func(name string) bool) KindFunc {
+	return func(lbls labels.Labels) Kind {
+		if isGauge(lbls.Get(model.MetricNameLabel)) {
+			return KindGauge
 		}
+		return KindCounter
 	}
-	return out
-}
-
-// catalogueGauge reports whether c knows name and types it gauge wherever it
-// knows it: as a DCGM field (whether or not a canonical series uses it) and
-// in every source's metric list.
-func catalogueGauge(c *dcgmbridge.Catalogue, name string) bool {
-	known := false
-	if f, ok := c.FieldByName(name); ok {
-		if f.Type != "gauge" {
-			return false
-		}
-		known = true
-	}
-	for _, m := range c.Lookup(name) {
-		if m.Type != "gauge" {
-			return false
-		}
-		known = true
-	}
-	return known
 }

@@ -4,87 +4,32 @@ import (
 	"math"
 	"testing"
 
-	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/strata-dev/strata/tiers"
 )
 
-func TestKindOf(t *testing.T) {
-	cases := []struct {
-		name string
+func TestGaugesByName(t *testing.T) {
+	kindOf := GaugesByName(func(name string) bool { return name == "g" })
+	for _, tc := range []struct {
+		lbls labels.Labels
 		want Kind
 	}{
-		// A DCGM gauge no canonical series uses: known from the field list only.
-		{"DCGM_FI_DEV_POWER_USAGE", KindGauge},
-		{"DCGM_FI_DEV_GPU_UTIL", KindGauge},
-		{"DCGM_FI_PROF_SM_ACTIVE", KindGauge},
-		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", KindCounter},
-		{"DCGM_FI_DRIVER_VERSION", KindCounter}, // a DCGM "label" field
-		{"vllm:num_requests_running", KindGauge},
-		{"vllm:request_success_total", KindCounter},
-		{"vllm:e2e_request_latency_seconds_bucket", KindCounter},
-		{"vllm:e2e_request_latency_seconds_sum", KindCounter},
-		{"vllm:e2e_request_latency_seconds_count", KindCounter},
-		{"vllm:e2e_request_latency_seconds", KindCounter}, // the histogram family name
-		{"vllm:num_requests_running_count", KindCounter},  // a gauge's name plus a histogram suffix
-		{"node_memory_MemFree_bytes", KindCounter},        // a gauge, but not in the catalogue
-		{"", KindCounter},
-	}
-	for _, tc := range cases {
-		if got := KindOf(labelsFor(tc.name, "instance", "a")); got != tc.want {
-			t.Errorf("KindOf(%q) = %v, want %v", tc.name, got, tc.want)
+		{labelsFor("g", "instance", "a"), KindGauge},
+		{labelsFor("c_total"), KindCounter},
+		{labels.FromStrings("instance", "g"), KindCounter}, // no metric name
+	} {
+		if got := kindOf(tc.lbls); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.lbls, got, tc.want)
 		}
+	}
+	// Without a typing every series is a counter.
+	if got := KindFunc(nil).Of(labelsFor("g")); got != KindCounter {
+		t.Errorf("nil KindFunc: %v, want counter", got)
 	}
 }
 
-// TestKindOfCatalogue checks KindOf against the catalogue entry by entry: a
-// name is a gauge exactly when no entry for it says anything but gauge.
-func TestKindOfCatalogue(t *testing.T) {
-	c, err := dcgmbridge.NewCatalogue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	types := map[string]map[string]bool{}
-	note := func(name, typ string) {
-		if types[name] == nil {
-			types[name] = map[string]bool{}
-		}
-		types[name][typ] = true
-	}
-	for _, f := range c.Fields {
-		for _, n := range f.Names() {
-			note(n, f.Type)
-		}
-	}
-	for _, m := range c.Metrics {
-		note(m.Name, m.Type)
-	}
-	gauges := 0
-	for name, ts := range types {
-		want := KindCounter
-		if len(ts) == 1 && ts["gauge"] {
-			want = KindGauge
-			gauges++
-		}
-		if got := KindOf(labelsFor(name)); got != want {
-			t.Errorf("KindOf(%q) = %v, want %v (catalogue types %v)", name, got, want, ts)
-		}
-		// A histogram suffix on a listed name gives an unlisted name (the
-		// listed ones are checked above): a counter, whatever name's type.
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if _, listed := types[name+suffix]; listed {
-				continue
-			}
-			if got := KindOf(labelsFor(name + suffix)); got != KindCounter {
-				t.Errorf("KindOf(%q) = %v, want counter", name+suffix, got)
-			}
-		}
-	}
-	if gauges < 40 {
-		t.Errorf("only %d gauge names in the catalogue", gauges)
-	}
-}
-
-// TestGaugeWindows: a catalogue gauge's windows record no resets, for drops
+// TestGaugeWindows: a gauge's windows record no resets, for drops
 // inside a window, at a minute boundary and at an hour boundary; Increase is
 // exactly Last - First (bit for bit: the rollup files store it as a null
 // then), in minute windows and in hours merged from them. The same samples
@@ -96,10 +41,7 @@ func TestGaugeWindows(t *testing.T) {
 		{m, 0}, {m + 15_000, 100}, {m + 30_000, negZero}, // drops at the minute boundary and inside; First +0, Last -0
 		{HourRes - 15_000, 400}, {HourRes, 90}, {HourRes + 15_000, 80}, // a drop at the hour boundary, one after it
 	}
-	gauge, counter := KindOf(labelsFor("DCGM_FI_DEV_POWER_USAGE")), KindOf(labelsFor("vllm:request_success_total"))
-	if gauge != KindGauge || counter != KindCounter {
-		t.Fatalf("kinds %v, %v", gauge, counter)
-	}
+	gauge, counter := KindGauge, KindCounter
 	sameBits := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
 	checkGauge := func(what string, ws []tiers.Window) {
 		t.Helper()

@@ -51,6 +51,10 @@ type MinuteTier interface {
 
 // Config configures the pipeline.
 type Config struct {
+	// KindOf types each series as a counter or a gauge (see Kind). nil makes
+	// every series a counter; cmd/strata passes the metric catalogue's
+	// typing (GaugesByName(dcgmbridge.Catalogue.IsGauge)).
+	KindOf KindFunc
 	// Lateness is how far behind the raw tier's newest sample a sample may
 	// still arrive and must reach the rollups: the raw tier's out-of-order
 	// window. Minute windows are computed once the watermark (newest raw
@@ -345,7 +349,7 @@ func (p *Pipeline) extend(ctx context.Context, h, from, to int64) error {
 	if p.teeCovers(from) {
 		st = p.drainTee(from, to, add)
 	} else {
-		st, err = walkWindows(ctx, p.src, MinuteRes, from, to, add)
+		st, err = walkWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf, add)
 	}
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
@@ -453,7 +457,7 @@ func (p *Pipeline) buildDays(ctx context.Context) error {
 // buildDay writes day d's hour partition from its minute partitions. A day
 // with no minute partition at all (before the tier existed) is skipped.
 func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
-	series, windows, err := BuildHourPartition(ctx, p.minute, p.hour, d)
+	series, windows, err := BuildHourPartition(ctx, p.minute, p.hour, d, p.cfg.KindOf)
 	if err != nil || series < 0 {
 		return err
 	}
@@ -466,8 +470,9 @@ func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
 // BuildHourPartition writes the hour partition of day d (ms, UTC midnight)
 // from the minute tier's windows of that day, replacing an existing one: hour
 // windows are always derived from minute windows, never from raw data. A day
-// without any minute partition is not written and series is -1.
-func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWriter, d int64) (series, windows int, err error) {
+// without any minute partition is not written and series is -1. kindOf types
+// the series as the minute windows were typed (Config.KindOf).
+func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWriter, d int64, kindOf KindFunc) (series, windows int, err error) {
 	if d != alignDown(d, DayLen) {
 		return -1, 0, fmt.Errorf("hour partition start %d is not a UTC midnight", d)
 	}
@@ -489,7 +494,7 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 			ws = slices.Clone(ws)
 			slices.SortFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) })
 		}
-		hours := Coarsen(nil, ws, HourRes, KindOf(s.Labels))
+		hours := Coarsen(nil, ws, HourRes, kindOf.Of(s.Labels))
 		windows += len(hours)
 		out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: hours})
 	}
@@ -556,7 +561,7 @@ func (p *Pipeline) Close() error {
 // computeMinutes reads raw samples in [from, to) and returns every series'
 // minute windows, in no particular order.
 func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.SeriesWindows, error) {
-	series, st, err := ComputeWindows(ctx, p.src, MinuteRes, from, to)
+	series, st, err := ComputeWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf)
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
 	return series, err
@@ -567,9 +572,10 @@ func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.
 // no particular order. It reads StaleLookahead past to, so that a stale
 // marker right after the range marks the last window stale (see
 // AppendWindows). Labels are copied: they stay valid after the querier closes.
-func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64) ([]tiers.SeriesWindows, Stats, error) {
+// kindOf types the series (Config.KindOf).
+func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc) ([]tiers.SeriesWindows, Stats, error) {
 	var out []tiers.SeriesWindows
-	st, err := walkWindows(ctx, q, res, from, to, func(lset labels.Labels, ws []tiers.Window) {
+	st, err := walkWindows(ctx, q, res, from, to, kindOf, func(lset labels.Labels, ws []tiers.Window) {
 		out = append(out, tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})
 	})
 	if err != nil {
@@ -581,7 +587,7 @@ func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int6
 // walkWindows computes the windows of every series of q in [from, to) and
 // calls fn with each series that has some. lset and ws are only valid during
 // the call: ws is reused, and lset may point into a block's index.
-func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, fn func(lset labels.Labels, ws []tiers.Window)) (st Stats, err error) {
+func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc, fn func(lset labels.Labels, ws []tiers.Window)) (st Stats, err error) {
 	qr, err := q.Querier(from, to+StaleLookahead)
 	if err != nil {
 		return st, fmt.Errorf("query raw tier: %w", err)
@@ -601,7 +607,7 @@ func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, 
 		s := set.At()
 		it = s.Iterator(it)
 		var sst Stats
-		ws, sst, err = AppendWindows(ws[:0], it, res, from, to, KindOf(s.Labels()))
+		ws, sst, err = AppendWindows(ws[:0], it, res, from, to, kindOf.Of(s.Labels()))
 		st.add(sst)
 		if err != nil {
 			return st, fmt.Errorf("roll up series %s: %w", s.Labels(), err)

@@ -249,7 +249,7 @@ func (w *workload) reference(t *testing.T, res, from, to int64) []tiers.SeriesWi
 	t.Helper()
 	var out []tiers.SeriesWindows
 	for i, l := range w.labels {
-		ws, _, err := AppendWindows(nil, iterOf(w.samples[i]).Iterator(nil), res, from, to, KindOf(l))
+		ws, _, err := AppendWindows(nil, iterOf(w.samples[i]).Iterator(nil), res, from, to, testKindOf(l))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +462,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	clock := &testClock{t: time.UnixMilli(start)}
 	reg := prometheus.NewRegistry()
 	src := &countingSource{Source: FromRaw(raw)}
-	p, err := New(DefaultConfig(), src, minute, hour, promslog.NewNopLogger(), reg, clock.now)
+	p, err := New(testConfig(), src, minute, hour, promslog.NewNopLogger(), reg, clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +559,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
 
-	p1, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p1, err := New(testConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +592,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	w.deliver(t, raw, crashAt, downUntil)
 	clock.t = time.UnixMilli(downUntil)
 
-	p2, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p2, err := New(testConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +620,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 
 	// A third start over complete tiers is a no-op: idempotent.
 	minuteWrites, hourWrites := minute.writeCount(), hour.writeCount()
-	p3, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p3, err := New(testConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +655,7 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(DefaultConfig(), FromRaw(emptyRaw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p, err := New(testConfig(), FromRaw(emptyRaw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -701,7 +701,7 @@ func TestNewValidates(t *testing.T) {
 func TestEmptyRawIsANoOp(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(DefaultConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
+	p, err := New(testConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -720,7 +720,7 @@ func TestEmptyRawIsANoOp(t *testing.T) {
 func TestRunStops(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(DefaultConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
+	p, err := New(testConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -764,7 +764,7 @@ func TestPipelineReadFailure(t *testing.T) {
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
 	src := &failingSource{Source: FromRaw(raw), failAt: 40}
-	p, err := New(DefaultConfig(), src, minute, hour, nil, prometheus.NewRegistry(), clock.now)
+	p, err := New(testConfig(), src, minute, hour, nil, prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}

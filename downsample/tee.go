@@ -61,7 +61,7 @@ type teeState struct {
 
 type teeSeries struct {
 	lset     labels.Labels
-	kind     Kind     // KindOf(lset), looked up once per series
+	kind     Kind     // Config.KindOf(lset), looked up once per series
 	pending  []sample // samples of minutes not computed yet, in arrival order
 	lastSeen int64
 }
@@ -169,7 +169,7 @@ func (p *Pipeline) observe(batch []teeSample) {
 	for _, x := range batch {
 		s := p.tap.series[x.ref]
 		if s == nil {
-			s = &teeSeries{lset: x.lset.Copy(), kind: KindOf(x.lset)}
+			s = &teeSeries{lset: x.lset.Copy(), kind: p.cfg.KindOf.Of(x.lset)}
 			p.tap.series[x.ref] = s
 		}
 		if x.t < p.tap.drained {

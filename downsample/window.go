@@ -146,7 +146,7 @@ func (b *builder) finish() tiers.Window {
 
 // AppendWindows aggregates the float samples of it with mint <= t < maxt into
 // windows of length res aligned to res, and appends them to dst in time order.
-// kind is the series' kind (KindOf its labels).
+// kind is the series' kind (Config.KindOf of its labels).
 // It reads on past maxt up to the first sample at or after maxt, at most
 // StaleLookahead past it, to see a stale marker that ends the last window:
 // callers that read from a querier select [mint, maxt+StaleLookahead].

@@ -29,10 +29,11 @@ import (
 const apiPrefix = "/api/v1"
 
 // servedRoutes are the Prometheus API v1 routes Strata answers with
-// Prometheus' own handlers. Everything else under /api/v1/ (targets, rules,
-// alerts, admin, status/config, ...) depends on parts of Prometheus that Strata
-// does not have and gets a JSON 404 instead of reaching a handler whose
-// retriever is nil. /api/v1/metadata is served by this package (see
+// Prometheus' own handlers; /targets is served too when the API has a
+// TargetSource (WithTargets). Everything else under /api/v1/ (rules,
+// alerts, admin, status/config, targets/metadata, ...) depends on parts of
+// Prometheus that Strata does not have and gets a JSON 404 instead of reaching
+// a handler whose retriever is nil. /api/v1/metadata is served by this package (see
 // metadata.go) because Strata's metadata comes from remote write, not from
 // scrape targets.
 var servedRoutes = []string{
@@ -63,6 +64,7 @@ type API struct {
 	router   *route.Router
 	metadata http.Handler
 	notFound http.Handler
+	targets  bool // /targets is served
 }
 
 // New builds the PromQL engine with cfg's limits and the API over q. meta
@@ -72,7 +74,8 @@ type API struct {
 //
 // Annotations returned by q's queriers (warnings, and infos wrapped with
 // annotations.PromQLInfo) reach the response's "warnings" and "infos" fields.
-func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, logger *slog.Logger, reg prometheus.Registerer) (*API, error) {
+// with adds optional parts (WithTargets).
+func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, logger *slog.Logger, reg prometheus.Registerer, with ...Option) (*API, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("query config: %w", err)
 	}
@@ -81,6 +84,10 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	var o options
+	for _, opt := range with {
+		opt(&o)
 	}
 	cors, err := cfg.corsRegexp()
 	if err != nil {
@@ -152,9 +159,9 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	// routes are never reachable (see servedRoutes and Register).
 	papi := v1.NewAPI(
 		split, q, nil, exemplars,
-		nil, nil, nil, // scrape pools, targets, alertmanagers
+		nil, o.targetRetriever(), nil, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
-		map[string]string{}, v1.GlobalURLOptions{},
+		map[string]string{}, o.globalURLOptions(),
 		func(f http.HandlerFunc) http.HandlerFunc { return f }, // always ready
 		nil, "", false, // no TSDB admin API
 		false, 0, // no search API
@@ -190,6 +197,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		split:    split,
 		router:   router,
 		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
+		targets:  o.targets != nil,
 		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
 			rejected.WithLabelValues("unsupported_endpoint").Inc()
 			httputil.SetCORS(w, cors, r)
@@ -206,6 +214,9 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 func (a *API) Register(mux *http.ServeMux) {
 	for _, p := range servedRoutes {
 		mux.Handle(apiPrefix+p, a.router)
+	}
+	if a.targets {
+		mux.Handle(apiPrefix+"/targets", a.router)
 	}
 	mux.Handle(apiPrefix+"/metadata", a.metadata)
 	mux.Handle(apiPrefix+"/", a.notFound)

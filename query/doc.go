@@ -9,7 +9,8 @@
 //
 // The handlers are Prometheus' own (web/api/v1), so replies are Prometheus'
 // byte for byte; this package chooses which routes are reachable (everything
-// that needs scrape targets, rules or the TSDB admin API answers a JSON 404),
+// that needs rules or the TSDB admin API answers a JSON 404; /api/v1/targets
+// is served from a TargetSource, the scraper's view, when given one),
 // serves /api/v1/metadata from remote-write metadata (MetadataSource), and
 // builds the engine with Strata's limits: timeout, max samples, lookback and a
 // concurrency gate that queues queries until their timeout. The endpoints,

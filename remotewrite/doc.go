@@ -11,6 +11,6 @@
 // and decompression; handler.go decides status codes and applies
 // backpressure; write.go validates and appends in one transaction; cache.go
 // remembers series references; metadata.go keeps and persists metadata;
-// limits.go is the per-series validation the scraper (dcgmbridge) shares.
+// limits.go is the per-series validation the scraper (dcgmbridge/scrape) shares.
 // docs/api-remote-write.md is the receiver's contract.
 package remotewrite

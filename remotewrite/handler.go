@@ -86,12 +86,7 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		Limits: Limits{
-			MaxLabelsPerSeries:  64,
-			MaxLabelNameLength:  1024,
-			MaxLabelValueLength: 4096,
-			MaxFutureSkew:       10 * time.Minute,
-		},
+		Limits:               DefaultLimits(),
 		MaxCompressedBytes:   32 << 20,
 		MaxDecompressedBytes: 128 << 20,
 		MaxInflightRequests:  64,
@@ -105,18 +100,7 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Limits.MaxLabelsPerSeries <= 0 {
-		c.Limits.MaxLabelsPerSeries = d.Limits.MaxLabelsPerSeries
-	}
-	if c.Limits.MaxLabelNameLength <= 0 {
-		c.Limits.MaxLabelNameLength = d.Limits.MaxLabelNameLength
-	}
-	if c.Limits.MaxLabelValueLength <= 0 {
-		c.Limits.MaxLabelValueLength = d.Limits.MaxLabelValueLength
-	}
-	if c.Limits.MaxFutureSkew <= 0 {
-		c.Limits.MaxFutureSkew = d.Limits.MaxFutureSkew
-	}
+	c.Limits = c.Limits.WithDefaults()
 	if c.MaxCompressedBytes <= 0 {
 		c.MaxCompressedBytes = d.MaxCompressedBytes
 	}
@@ -260,7 +244,8 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	return h, nil
 }
 
-// Limits returns the series validation the handler applies, for the scraper.
+// Limits returns the series validation the handler applies, for the scraper
+// (scrape.Config.Limits).
 func (h *Handler) Limits() Limits { return h.cfg.Limits }
 
 // protoVersion is the protocol of a request, as chosen by its Content-Type.

@@ -14,7 +14,7 @@ import (
 
 // Rejection reasons, the values of the reason label of
 // strata_remotewrite_rejected_total. They are stable: dashboards and alerts
-// select on them, and the scraper (dcgmbridge) reports its own rejections with
+// select on them, and the scraper (dcgmbridge/scrape) reports its own rejections with
 // the same words.
 const (
 	ReasonBodyTooLarge         = "body_too_large"
@@ -76,6 +76,37 @@ type Limits struct {
 	MaxLabelValueLength int
 	// MaxFutureSkew is how far beyond the receiver's clock a timestamp may be.
 	MaxFutureSkew time.Duration
+}
+
+// DefaultLimits returns the receiver's default limits, documented on
+// Config.Limits.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxLabelsPerSeries:  64,
+		MaxLabelNameLength:  1024,
+		MaxLabelValueLength: 4096,
+		MaxFutureSkew:       10 * time.Minute,
+	}
+}
+
+// WithDefaults returns l with every limit that is zero or negative replaced by
+// its default, as NewHandler does, so a limit cannot be switched off by
+// forgetting it.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxLabelsPerSeries <= 0 {
+		l.MaxLabelsPerSeries = d.MaxLabelsPerSeries
+	}
+	if l.MaxLabelNameLength <= 0 {
+		l.MaxLabelNameLength = d.MaxLabelNameLength
+	}
+	if l.MaxLabelValueLength <= 0 {
+		l.MaxLabelValueLength = d.MaxLabelValueLength
+	}
+	if l.MaxFutureSkew <= 0 {
+		l.MaxFutureSkew = d.MaxFutureSkew
+	}
+	return l
 }
 
 // CheckSeries validates a label set that is already sorted by name, as

@@ -113,7 +113,7 @@ func (s *fleetSeries) next(step float64) float64 {
 // and 15 s sampling, and logs where the bytes of each file go, per column. It
 // asserts the targets of issue 3: at 1 s minute <= raw/8 and hour <=
 // raw/300; at 15 s minute <= raw and hour <= raw/50. The windows are made as
-// the pipeline makes them, each series with downsample.KindOf its labels: the
+// the pipeline makes them, each series typed by the metric catalogue: the
 // DCGM series are catalogue gauges, whose windows record no resets, which is
 // what brings the 15 s hour file under raw/50 (its noisy gauges' doubles do
 // not compress). The figures and the analysis are in docs/format/minute.md.
@@ -179,7 +179,7 @@ func TestRollupSizeRatios(t *testing.T) {
 				for ts := testT0; ts < testT0+dayMs; ts += stepMs {
 					buf = append(buf, sample{ts, g.next(tc.step.Seconds())})
 				}
-				mws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(g.lbls, buf).Iterator(nil), downsample.MinuteRes, testT0, testT0+dayMs, downsample.KindOf(g.lbls))
+				mws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(g.lbls, buf).Iterator(nil), downsample.MinuteRes, testT0, testT0+dayMs, catalogueKind(t, g.lbls))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -187,7 +187,7 @@ func TestRollupSizeRatios(t *testing.T) {
 					lo := h * 60
 					minuteParts[h] = append(minuteParts[h], tiers.SeriesWindows{Labels: g.lbls, Windows: mws[lo : lo+60]})
 				}
-				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes, downsample.KindOf(g.lbls))})
+				hourSeries = append(hourSeries, tiers.SeriesWindows{Labels: g.lbls, Windows: downsample.Coarsen(nil, mws, downsample.HourRes, catalogueKind(t, g.lbls))})
 			}
 			t0 := time.Now()
 			for h, p := range minuteParts {

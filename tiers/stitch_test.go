@@ -189,7 +189,7 @@ func (s testSeries) minuteWindows(t testing.TB, mint, maxt int64) []tiers.Window
 	for i, smp := range s.samples {
 		cs[i] = smp
 	}
-	ws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(s.lbls, cs).Iterator(nil), downsample.MinuteRes, mint, maxt, downsample.KindOf(s.lbls))
+	ws, _, err := downsample.AppendWindows(nil, storage.NewListSeries(s.lbls, cs).Iterator(nil), downsample.MinuteRes, mint, maxt, catalogueKind(t, s.lbls))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func (w *workload) writeRollups(t testing.TB, minute, hour *tiers.Rollup, minute
 	hourPart := map[int64][]tiers.SeriesWindows{}
 	for _, s := range w.series {
 		mws := s.minuteWindows(t, w.start, w.end)
-		hws := downsample.Coarsen(nil, mws, downsample.HourRes, downsample.KindOf(s.lbls))
+		hws := downsample.Coarsen(nil, mws, downsample.HourRes, catalogueKind(t, s.lbls))
 		for _, win := range mws {
 			p := win.Start - win.Start%hourMs
 			if p < minuteFrom {

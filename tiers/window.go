@@ -18,7 +18,7 @@ import "github.com/prometheus/prometheus/model/labels"
 // that a reader holding two adjacent windows can see a reset exactly at the
 // boundary (First < previous Last) and never counts it twice. A reader uses
 // Increase and Resets only for counter functions. For a series the metric
-// catalogue types gauge (downsample.KindOf) there are no resets: Resets is 0 and
+// catalogue types gauge (downsample.Config.KindOf) there are no resets: Resets is 0 and
 // Increase is Last - First, so drops inside a gauge's window are not recorded
 // (drops between windows still are, as First below the previous Last).
 type Window struct {

@@ -94,6 +94,9 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	bcfg := backfill.DefaultConfig()
 	bcfg.RawRetention = time.Duration(cfg.Storage.Raw.Retention)
 	bcfg.HourRetention = time.Duration(cfg.Storage.Hour.Retention)
+	if bcfg.KindOf, err = rollupTyping(); err != nil {
+		return err
+	}
 	bcfg.ProgressFile = c.progressFile
 	if bcfg.ProgressFile == "" {
 		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")

@@ -13,7 +13,8 @@ import (
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
-	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/dcgmbridge/rulegen"
+	"github.com/strata-dev/strata/dcgmbridge/scrape"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 )
@@ -25,13 +26,13 @@ var defaultConfigYAML []byte
 // --config.file over it, then flags set on the command line. docs/configuration.md
 // documents every key.
 type Config struct {
-	Storage     StorageConfig            `yaml:"storage"`
-	Web         WebConfig                `yaml:"web"`
-	RemoteWrite RemoteWriteConfig        `yaml:"remote_write"`
-	Query       QueryConfig              `yaml:"query"`
-	Rules       RulesConfig              `yaml:"rules"`
-	SelfScrape  SelfScrapeConfig         `yaml:"self_scrape"`
-	Sources     dcgmbridge.SourcesConfig `yaml:"sources"`
+	Storage     StorageConfig     `yaml:"storage"`
+	Web         WebConfig         `yaml:"web"`
+	RemoteWrite RemoteWriteConfig `yaml:"remote_write"`
+	Query       QueryConfig       `yaml:"query"`
+	Rules       RulesConfig       `yaml:"rules"`
+	SelfScrape  SelfScrapeConfig  `yaml:"self_scrape"`
+	Sources     scrape.Config     `yaml:"sources"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.
@@ -180,15 +181,15 @@ func (c Config) validate() error {
 
 // canonicalRules maps the rules section onto the canonical rule generator's
 // configuration.
-func (c Config) canonicalRules() (dcgmbridge.RulesConfig, error) {
-	rc := dcgmbridge.DefaultRulesConfig()
+func (c Config) canonicalRules() (rulegen.Config, error) {
+	rc := rulegen.DefaultConfig()
 	rc.Interval = time.Duration(c.Rules.CanonicalInterval)
 	rc.RateWindow = time.Duration(c.Rules.CanonicalRateWindow)
 	switch c.Rules.CanonicalJoin {
 	case "pod", "":
-		rc.Joins = dcgmbridge.JoinByPod()
+		rc.Joins = rulegen.JoinByPod()
 	case "host_gpu":
-		rc.Joins = dcgmbridge.JoinByHostGPU()
+		rc.Joins = rulegen.JoinByHostGPU()
 	default:
 		return rc, fmt.Errorf("rules.canonical_join must be pod or host_gpu, got %q", c.Rules.CanonicalJoin)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
 	"github.com/strata-dev/strata/dcgmbridge/sim"
@@ -84,5 +85,27 @@ func TestScrapeSimulatedCluster(t *testing.T) {
 	for q := range want {
 		v, _, _, _ := client.Query(ctx, q, time.Now())
 		t.Errorf("%s never held; last answer %v", q, v)
+	}
+
+	// /api/v1/targets, read by client_golang as Grafana and promtool read
+	// it: every source and the self-scrape, healthy, in its own pool.
+	res, err := client.Targets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string]promv1.HealthStatus{}
+	for _, a := range res.Active {
+		pools[a.ScrapePool] = a.Health
+		if a.Health == promv1.HealthGood && (a.LastScrape.IsZero() || a.ScrapeURL == "" || a.Labels["job"] != model.LabelValue(a.ScrapePool)) {
+			t.Errorf("target %+v", a)
+		}
+	}
+	for i, tg := range targets {
+		if pool := fmt.Sprintf("%s-%d", tg.Job, i); pools[pool] != promv1.HealthGood {
+			t.Errorf("target %s: health %q", pool, pools[pool])
+		}
+	}
+	if len(pools) != len(targets)+1 || len(res.Dropped) != 0 {
+		t.Errorf("active pools %v (want the %d sources and strata), dropped %v", pools, len(targets), res.Dropped)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
@@ -38,7 +39,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 		if err != nil {
 			return nil, err
 		}
-		yml, err := cat.RulesYAML(rc)
+		yml, err := rulegen.YAML(cat, rc)
 		if err != nil {
 			return nil, fmt.Errorf("render canonical rules: %w", err)
 		}

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"sync/atomic"
 	"time"
 
-	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/dcgmbridge/scrape"
+	"github.com/strata-dev/strata/query"
 )
 
 // startScraper scrapes the configured sources and, when self_scrape is on,
@@ -16,14 +22,15 @@ import (
 // server listens on; it becomes the self target's instance label.
 func (s *server) startScraper(ctx context.Context, addr string) error {
 	cfg := s.cfg.Sources
-	cfg.Targets = append([]dcgmbridge.Target(nil), cfg.Targets...)
+	cfg.Targets = append([]scrape.Target(nil), cfg.Targets...)
+	cfg.Limits = s.write.Limits()
 	selfHost := ""
 	if s.cfg.SelfScrape.Enabled {
 		selfHost = addr
-		cfg.Targets = append(cfg.Targets, dcgmbridge.Target{
+		cfg.Targets = append(cfg.Targets, scrape.Target{
 			Name:     "strata",
 			URL:      "http://" + addr + "/metrics",
-			Kind:     dcgmbridge.KindGeneric,
+			Kind:     scrape.KindGeneric,
 			Interval: time.Duration(s.cfg.SelfScrape.Interval),
 		})
 	}
@@ -31,12 +38,12 @@ func (s *server) startScraper(ctx context.Context, addr string) error {
 		return nil
 	}
 	client := &http.Client{Transport: &inProcessTransport{host: selfHost, handler: s.metricsHandler(), next: http.DefaultTransport}}
-	scr, err := dcgmbridge.NewScraper(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now,
-		dcgmbridge.WithValidator(s.write.Limits()), dcgmbridge.WithHTTPClient(client))
+	scr, err := scrape.New(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now, scrape.WithHTTPClient(client))
 	if err != nil {
 		return err
 	}
 	s.closer = append(s.closer, scr.Close)
+	s.targets.scraper.Store(scr)
 	go func() {
 		if err := scr.Run(ctx); err != nil {
 			s.logger.Error("scraper stopped", "err", err)
@@ -92,4 +99,45 @@ func (b *bufferedResponse) WriteHeader(code int) {
 func (b *bufferedResponse) Write(p []byte) (int, error) {
 	b.wrote = true
 	return b.body.Write(p)
+}
+
+// scrapeTargets is the scraper's view of its targets for /api/v1/targets
+// (query.TargetSource). The scraper starts once the listener is up, after
+// the API is built; until then, and when nothing is scraped, there are no
+// targets.
+type scrapeTargets struct {
+	scraper atomic.Pointer[scrape.Scraper]
+}
+
+func (t *scrapeTargets) ActiveTargets() []query.ActiveTarget {
+	scr := t.scraper.Load()
+	if scr == nil {
+		return nil
+	}
+	st := scr.Targets()
+	out := make([]query.ActiveTarget, len(st))
+	for i, x := range st {
+		out[i] = query.ActiveTarget{
+			Pool: x.Target.Name, URL: x.Target.URL,
+			Labels: x.Labels, Discovered: labels.FromMap(x.Target.Labels),
+			Interval: x.Target.Interval, Timeout: x.Target.Timeout,
+			LastScrape: x.LastScrape, LastScrapeDuration: x.LastScrapeDuration, LastError: x.LastError,
+		}
+	}
+	return out
+}
+
+// externalHost is where clients reach Strata, as Prometheus defaults its
+// --web.external-url: this host's name and the listen port. /api/v1/targets
+// names it in the globalUrl of targets on localhost.
+func externalHost(listen string) string {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }

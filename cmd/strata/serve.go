@@ -86,6 +86,7 @@ type server struct {
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
 	api      *query.API
+	targets  *scrapeTargets // the scraper's targets, for /api/v1/targets
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -140,6 +141,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
+	if dsCfg.KindOf, err = rollupTyping(); err != nil {
+		return nil, err
+	}
 	srv.rollup, err = downsample.New(dsCfg, downsample.FromRaw(srv.raw), srv.minute, srv.hour, logger, reg, time.Now)
 	if err != nil {
 		return nil, err
@@ -164,7 +168,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err := srv.stitched.RegisterMetrics(reg); err != nil {
 		return nil, err
 	}
-	srv.api, err = query.New(cfg.query(), srv.stitched, srv.meta, logger.With("component", "query"), reg)
+	srv.targets = &scrapeTargets{}
+	srv.api, err = query.New(cfg.query(), srv.stitched, srv.meta, logger.With("component", "query"), reg,
+		query.WithTargets(srv.targets, cfg.Web.ListenAddress, externalHost(cfg.Web.ListenAddress)))
 	if err != nil {
 		return nil, err
 	}

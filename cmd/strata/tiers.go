@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -59,4 +61,15 @@ func (t storageTiers) close() error {
 		errs = append(errs, t.raw.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// rollupTyping types each series for its rollup windows from the metric
+// catalogue (a gauge's windows record no counter resets). strata serve's
+// pipeline and strata backfill use it alike, so both write the same windows.
+func rollupTyping() (downsample.KindFunc, error) {
+	cat, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		return nil, err
+	}
+	return downsample.GaugesByName(cat.IsGauge), nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
 // Cluster is a simulated inference cluster. All methods are safe for
@@ -23,6 +25,46 @@ type Cluster struct {
 	models    []modelTraffic
 	faults    []*activeFault
 	targets   []*target
+	shapes    shapes
+}
+
+// shapes are the simulated exporters' family shapes (names, types, HELP,
+// labels, buckets), from the metric catalogue: the simulator renders them,
+// it does not define them.
+type shapes struct {
+	vllm       dcgmbridge.Exposition // V1's or V0's, per Config.VLLMVersion
+	vllmV1     dcgmbridge.Exposition
+	dcgm, ebpf dcgmbridge.Exposition
+}
+
+func newShapes(cfg Config) (shapes, error) {
+	cat, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		return shapes{}, err
+	}
+	vllm := dcgmbridge.SourceVLLMV1
+	if cfg.VLLMVersion == "v0" {
+		vllm = dcgmbridge.SourceVLLMV0
+	}
+	var s shapes
+	for _, x := range []struct {
+		src dcgmbridge.Source
+		dst *dcgmbridge.Exposition
+	}{{vllm, &s.vllm}, {dcgmbridge.SourceVLLMV1, &s.vllmV1}, {dcgmbridge.SourceDCGM, &s.dcgm}, {dcgmbridge.SourceEBPF, &s.ebpf}} {
+		e, ok := cat.Exposition(x.src)
+		if !ok {
+			return shapes{}, fmt.Errorf("the catalogue has no %s exposition", x.src)
+		}
+		*x.dst = e
+	}
+	return s, nil
+}
+
+// famShape returns the shape of the family name of e; an unknown name gives an
+// empty shape, which New reports.
+func famShape(e dcgmbridge.Exposition, name string) dcgmbridge.Family {
+	f, _ := e.Family(name)
+	return f
 }
 
 // modelTraffic is the shared demand process of one served model: instances of
@@ -41,7 +83,11 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sim config: %w", err)
 	}
-	c := &Cluster{cfg: cfg, tick: cfg.Tick.Seconds()}
+	sh, err := newShapes(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	c := &Cluster{cfg: cfg, tick: cfg.Tick.Seconds(), shapes: sh}
 	seedRNG := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	for mi, m := range cfg.Models {
 		c.models = append(c.models, modelTraffic{name: m, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(1000+mi)))})
@@ -72,6 +118,13 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.namePods()
 	c.buildTargets()
+	for _, t := range c.targets {
+		for _, f := range t.families {
+			if f.name == "" || f.typ == "" {
+				return nil, fmt.Errorf("sim: a family of %s is missing from the catalogue's exposition", t.path)
+			}
+		}
+	}
 	return c, nil
 }
 

@@ -9,9 +9,9 @@
 // cloudflare/ebpf_exporter, and injected faults leave a ground-truth log that
 // the diagnosis rules can be scored against.
 //
-// Data flow: sim -> /metrics handlers (scraped by Prometheus or dcgmbridge),
-// or sim -> remote write (Push) -> remotewrite -> tiers, or sim -> Backfill ->
-// tiers for weeks of history in minutes.
+// Data flow: sim -> /metrics handlers (scraped by Prometheus or
+// dcgmbridge/scrape), or sim -> remote write (Push) -> remotewrite -> tiers,
+// or sim -> Backfill -> tiers for weeks of history in minutes.
 //
 // Time is always an input: the model never reads the wall clock, and the same
 // seed and the same Step times give byte-identical output. docs/simulator.md

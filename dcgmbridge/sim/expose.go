@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
 // Scrape jobs of the simulated exporters; also the "job" label of pushed and
@@ -140,26 +142,28 @@ func lbl(kv ...string) []labels.Label {
 	return out
 }
 
-// multi adds a family with one series per label set; get writes the values
-// in the same order.
-func (b *famBuilder) multi(name, typ, help string, sets [][]labels.Label, vf valueFormat, get func(dst []float64)) {
-	f := family{name: name, help: help, typ: typ, fill: get}
+// multi adds the family shaped fam with one series per label set; get writes
+// the values in the same order.
+func (b *famBuilder) multi(fam dcgmbridge.Family, sets [][]labels.Label, vf valueFormat, get func(dst []float64)) {
+	f := family{name: fam.Name, help: fam.Help, typ: fam.Type, fill: get}
 	for _, s := range sets {
-		f.series = append(f.series, b.makeSeries(name, s, vf))
+		f.series = append(f.series, b.makeSeries(fam.Name, s, vf))
 	}
 	b.fams = append(b.fams, f)
 }
 
-func (b *famBuilder) scalar(name, typ, help string, set []labels.Label, get func() float64) {
-	b.multi(name, typ, help, [][]labels.Label{set}, b.vf, func(dst []float64) { dst[0] = get() })
+func (b *famBuilder) scalar(fam dcgmbridge.Family, set []labels.Label, get func() float64) {
+	b.multi(fam, [][]labels.Label{set}, b.vf, func(dst []float64) { dst[0] = get() })
 }
 
-// histogram adds a classic histogram; get returns the live *hist (it changes
-// when vLLM restarts). Sample order follows the exporter: prometheus_client
-// in multiprocess mode prints _sum, buckets, _count; client_golang prints
+// histogram adds the classic histogram shaped fam, with its buckets; get
+// returns the live *hist (it changes when vLLM restarts) and must have the
+// same buckets. Sample order follows the exporter: prometheus_client in
+// multiprocess mode prints _sum, buckets, _count; client_golang prints
 // buckets, _sum, _count.
-func (b *famBuilder) histogram(name, help string, set []labels.Label, bounds []float64, get func() *hist) {
-	f := family{name: name, help: help, typ: "histogram"}
+func (b *famBuilder) histogram(fam dcgmbridge.Family, set []labels.Label, get func() *hist) {
+	name, bounds := fam.Name, fam.Buckets
+	f := family{name: name, help: fam.Help, typ: fam.Type}
 	bucket := func(i int) series {
 		le := "+Inf"
 		if i < len(bounds) {
@@ -244,56 +248,55 @@ func buildVLLM(t *target) []family {
 		buildVLLMv0(b, in)
 		return b.fams
 	}
+	v1 := func(name string) dcgmbridge.Family { return famShape(in.c.shapes.vllm, name) }
 	base := lbl("engine", "0", "model_name", in.model)
 	s := func() *vllmState { return &in.s }
 	with := func(kv ...string) []labels.Label { return append(slices.Clone(base), lbl(kv...)...) }
-	b.scalar("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", base, func() float64 { return float64(len(in.running)) })
-	b.scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", base, func() float64 { return float64(in.waiting.len()) })
-	b.multi("vllm:engine_sleep_state", "gauge", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+	b.scalar(v1("vllm:num_requests_running"), base, func() float64 { return float64(len(in.running)) })
+	b.scalar(v1("vllm:num_requests_waiting"), base, func() float64 { return float64(in.waiting.len()) })
+	b.multi(v1("vllm:engine_sleep_state"),
 		[][]labels.Label{with("sleep_state", "awake"), with("sleep_state", "weights_offloaded"), with("sleep_state", "discard_all")}, fmtPython,
 		func(dst []float64) { dst[0], dst[1], dst[2] = 1, 0, 0 })
-	b.scalar("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", base, in.kvUsage)
-	b.scalar("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", base, func() float64 { return floor(s().prefixQueries) })
-	b.scalar("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", base, func() float64 { return floor(s().prefixHits) })
+	b.scalar(v1("vllm:kv_cache_usage_perc"), base, in.kvUsage)
+	b.scalar(v1("vllm:prefix_cache_queries_total"), base, func() float64 { return floor(s().prefixQueries) })
+	b.scalar(v1("vllm:prefix_cache_hits_total"), base, func() float64 { return floor(s().prefixHits) })
 	zero := func() float64 { return 0 }
-	b.scalar("vllm:external_prefix_cache_queries_total", "counter", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", base, zero)
-	b.scalar("vllm:external_prefix_cache_hits_total", "counter", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", base, zero)
-	b.scalar("vllm:mm_cache_queries_total", "counter", "Multi-modal cache queries, in terms of number of queried items.", base, zero)
-	b.scalar("vllm:mm_cache_hits_total", "counter", "Multi-modal cache hits, in terms of number of cached items.", base, zero)
-	b.scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", base, func() float64 { return floor(s().preemptions) })
-	b.scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", base, func() float64 { return floor(s().promptTokens) })
-	b.scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", base, func() float64 { return floor(s().genTokens) })
-	b.multi("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+	b.scalar(v1("vllm:external_prefix_cache_queries_total"), base, zero)
+	b.scalar(v1("vllm:external_prefix_cache_hits_total"), base, zero)
+	b.scalar(v1("vllm:mm_cache_queries_total"), base, zero)
+	b.scalar(v1("vllm:mm_cache_hits_total"), base, zero)
+	b.scalar(v1("vllm:num_preemptions_total"), base, func() float64 { return floor(s().preemptions) })
+	b.scalar(v1("vllm:prompt_tokens_total"), base, func() float64 { return floor(s().promptTokens) })
+	b.scalar(v1("vllm:generation_tokens_total"), base, func() float64 { return floor(s().genTokens) })
+	b.multi(v1("vllm:request_success_total"),
 		[][]labels.Label{with("finished_reason", "stop"), with("finished_reason", "length"), with("finished_reason", "abort")}, fmtPython,
 		func(dst []float64) { copy(dst, s().success[:]) })
-	tok := buckets125(maxModelLen)
-	b.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", base, tok, func() *hist { return s().promptHist })
-	b.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", base, tok, func() *hist { return s().genHist })
-	b.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", base, bucketsIterationTokens(), func() *hist { return s().iterTokens })
-	b.histogram("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", base, tok, func() *hist { return s().maxGenHist })
-	b.histogram("vllm:request_params_n", "Histogram of the n request parameter.", base, bucketsParamsN(), func() *hist { return s().paramsN })
-	b.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", base, tok, func() *hist { return s().paramsMaxTokens })
-	b.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", base, bucketsTTFTv1(), func() *hist { return s().ttft })
-	b.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", base, bucketsITLv1(), func() *hist { return s().itl })
+	b.histogram(v1("vllm:request_prompt_tokens"), base, func() *hist { return s().promptHist })
+	b.histogram(v1("vllm:request_generation_tokens"), base, func() *hist { return s().genHist })
+	b.histogram(v1("vllm:iteration_tokens_total"), base, func() *hist { return s().iterTokens })
+	b.histogram(v1("vllm:request_max_num_generation_tokens"), base, func() *hist { return s().maxGenHist })
+	b.histogram(v1("vllm:request_params_n"), base, func() *hist { return s().paramsN })
+	b.histogram(v1("vllm:request_params_max_tokens"), base, func() *hist { return s().paramsMaxTokens })
+	b.histogram(v1("vllm:time_to_first_token_seconds"), base, func() *hist { return s().ttft })
+	b.histogram(v1("vllm:inter_token_latency_seconds"), base, func() *hist { return s().itl })
 	if cfg.VLLMShowDeprecated {
-		b.histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.", base, bucketsITLv1(), func() *hist { return s().itl })
+		b.histogram(v1("vllm:time_per_output_token_seconds"), base, func() *hist { return s().itl })
 	}
-	b.histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", base, bucketsITLv1(), func() *hist { return s().reqTPOT })
-	lat := bucketsRequestLatency()
-	b.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", base, lat, func() *hist { return s().e2e })
-	b.histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", base, lat, func() *hist { return s().queue })
-	b.histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", base, lat, func() *hist { return s().inference })
-	b.histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", base, lat, func() *hist { return s().prefill })
-	b.histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", base, lat, func() *hist { return s().decode })
+	b.histogram(v1("vllm:request_time_per_output_token_seconds"), base, func() *hist { return s().reqTPOT })
+	b.histogram(v1("vllm:e2e_request_latency_seconds"), base, func() *hist { return s().e2e })
+	b.histogram(v1("vllm:request_queue_time_seconds"), base, func() *hist { return s().queue })
+	b.histogram(v1("vllm:request_inference_time_seconds"), base, func() *hist { return s().inference })
+	b.histogram(v1("vllm:request_prefill_time_seconds"), base, func() *hist { return s().prefill })
+	b.histogram(v1("vllm:request_decode_time_seconds"), base, func() *hist { return s().decode })
 	if k := cfg.SpeculativeTokens; k > 0 {
-		b.scalar("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", base, func() float64 { return floor(s().drafts) })
-		b.scalar("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", base, func() float64 { return floor(s().draftTokens) })
-		b.scalar("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", base, func() float64 { return floor(s().accepted) })
+		b.scalar(v1("vllm:spec_decode_num_drafts_total"), base, func() float64 { return floor(s().drafts) })
+		b.scalar(v1("vllm:spec_decode_num_draft_tokens_total"), base, func() float64 { return floor(s().draftTokens) })
+		b.scalar(v1("vllm:spec_decode_num_accepted_tokens_total"), base, func() float64 { return floor(s().accepted) })
 		var sets [][]labels.Label
 		for i := range k {
 			sets = append(sets, with("position", strconv.Itoa(i)))
 		}
-		b.multi("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.", sets, fmtPython, func(dst []float64) {
+		b.multi(v1("vllm:spec_decode_num_accepted_tokens_per_pos_total"), sets, fmtPython, func(dst []float64) {
 			for i, v := range s().acceptedPerPos {
 				dst[i] = floor(v)
 			}
@@ -303,50 +306,52 @@ func buildVLLM(t *target) []family {
 		"enable_prefix_caching", "True", "engine", "0", "gpu_memory_utilization", "0.9", "is_attention_free", "False", "num_cpu_blocks", "None",
 		"num_gpu_blocks", strconv.Itoa(cfg.NumGPUBlocks), "num_gpu_blocks_override", "None", "prefix_caching_hash_algo", "sha256",
 		"sliding_window", "None", "swap_space", "4", "swap_space_bytes", "4294967296")
-	b.scalar("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", info, func() float64 { return 1 })
+	b.scalar(v1("vllm:cache_config_info"), info, func() float64 { return 1 })
 	return b.fams
 }
 
 func buildVLLMv0(b *famBuilder, in *instance) {
+	v0 := func(name string) dcgmbridge.Family { return famShape(in.c.shapes.vllm, name) }
 	base := lbl("model_name", in.model)
 	s := func() *vllmState { return &in.s }
 	with := func(kv ...string) []labels.Label { return append(slices.Clone(base), lbl(kv...)...) }
 	zero := func() float64 { return 0 }
-	b.scalar("vllm:num_requests_running", "gauge", "Number of requests currently running on GPU.", base, func() float64 { return float64(len(in.running)) })
-	b.scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", base, func() float64 { return float64(in.waiting.len()) })
-	b.scalar("vllm:num_requests_swapped", "gauge", "Number of requests swapped to CPU.", base, zero)
-	b.scalar("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", base, in.kvUsage)
-	b.scalar("vllm:cpu_cache_usage_perc", "gauge", "CPU KV-cache usage. 1 means 100 percent usage.", base, zero)
+	b.scalar(v0("vllm:num_requests_running"), base, func() float64 { return float64(len(in.running)) })
+	b.scalar(v0("vllm:num_requests_waiting"), base, func() float64 { return float64(in.waiting.len()) })
+	b.scalar(v0("vllm:num_requests_swapped"), base, zero)
+	b.scalar(v0("vllm:gpu_cache_usage_perc"), base, in.kvUsage)
+	b.scalar(v0("vllm:cpu_cache_usage_perc"), base, zero)
 	if in.c.cfg.SpeculativeTokens > 0 {
-		b.scalar("vllm:spec_decode_draft_acceptance_rate", "gauge", "Speulative token acceptance rate.", base, func() float64 { return s().acceptRate })
-		b.scalar("vllm:spec_decode_efficiency", "gauge", "Speculative decoding system efficiency.", base, func() float64 { return s().efficiency })
+		b.scalar(v0("vllm:spec_decode_draft_acceptance_rate"), base, func() float64 { return s().acceptRate })
+		b.scalar(v0("vllm:spec_decode_efficiency"), base, func() float64 { return s().efficiency })
 	}
-	b.scalar("vllm:avg_prompt_throughput_toks_per_s", "gauge", "Average prefill throughput in tokens/s.", base, func() float64 { return s().promptTPS })
-	b.scalar("vllm:avg_generation_throughput_toks_per_s", "gauge", "Average generation throughput in tokens/s.", base, func() float64 { return s().genTPS })
-	b.scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", base, func() float64 { return floor(s().preemptions) })
-	b.scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", base, func() float64 { return floor(s().promptTokens) })
-	b.scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", base, func() float64 { return floor(s().genTokens) })
+	b.scalar(v0("vllm:avg_prompt_throughput_toks_per_s"), base, func() float64 { return s().promptTPS })
+	b.scalar(v0("vllm:avg_generation_throughput_toks_per_s"), base, func() float64 { return s().genTPS })
+	b.scalar(v0("vllm:num_preemptions_total"), base, func() float64 { return floor(s().preemptions) })
+	b.scalar(v0("vllm:prompt_tokens_total"), base, func() float64 { return floor(s().promptTokens) })
+	b.scalar(v0("vllm:generation_tokens_total"), base, func() float64 { return floor(s().genTokens) })
 	if in.c.cfg.SpeculativeTokens > 0 {
-		b.scalar("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", base, func() float64 { return floor(s().accepted) })
-		b.scalar("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", base, func() float64 { return floor(s().draftTokens) })
-		b.scalar("vllm:spec_decode_num_emitted_tokens_total", "counter", "Number of emitted tokens.", base, func() float64 { return floor(s().accepted + s().drafts) })
+		b.scalar(v0("vllm:spec_decode_num_accepted_tokens_total"), base, func() float64 { return floor(s().accepted) })
+		b.scalar(v0("vllm:spec_decode_num_draft_tokens_total"), base, func() float64 { return floor(s().draftTokens) })
+		b.scalar(v0("vllm:spec_decode_num_emitted_tokens_total"), base, func() float64 { return floor(s().accepted + s().drafts) })
 	}
 	// The V0 capture has only stop and length; aborted requests are not
 	// exported there.
-	b.multi("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+	b.multi(v0("vllm:request_success_total"),
 		[][]labels.Label{with("finished_reason", "stop"), with("finished_reason", "length")}, fmtPython,
 		func(dst []float64) { dst[0], dst[1] = s().success[0], s().success[1] })
-	b.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", base, bucketsTTFTv0(), func() *hist { return s().ttft })
-	b.histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", base, bucketsTPOTv0(), func() *hist { return s().itl })
-	b.histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", base, bucketsE2Ev0(), func() *hist { return s().e2e })
+	b.histogram(v0("vllm:time_to_first_token_seconds"), base, func() *hist { return s().ttft })
+	b.histogram(v0("vllm:time_per_output_token_seconds"), base, func() *hist { return s().itl })
+	b.histogram(v0("vllm:e2e_request_latency_seconds"), base, func() *hist { return s().e2e })
 }
 
-// dcgmField is one dcgm-exporter CSV line: name, type, help, printing and
-// the GPU field it reads.
+// dcgmField is one field the simulated dcgm-exporter exposes: its name (the
+// catalogue's dcgm-exporter exposition gives its type and HELP), how DCGM
+// prints its value (int64 fields %d, doubles %f) and the GPU state it reads.
 type dcgmField struct {
-	name, typ, help string
-	vf              valueFormat
-	get             func(g *gpu) float64
+	name string
+	vf   valueFormat
+	get  func(g *gpu) float64
 }
 
 // dcgmFields returns the field list of a field set, in default-counters.csv
@@ -355,48 +360,48 @@ func dcgmFields(set string) []dcgmField {
 	i, f := fmtDCGMInt, fmtDCGMFloat
 	zero := func(*gpu) float64 { return 0 }
 	out := []dcgmField{
-		{"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", i, func(g *gpu) float64 { return g.smClock }},
-		{"DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", i, func(g *gpu) float64 { return g.memClock }},
-		{"DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", i, func(g *gpu) float64 { return g.memTemp }},
-		{"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", i, func(g *gpu) float64 { return g.temp }},
-		{"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", f, func(g *gpu) float64 { return g.power }},
-		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", i, func(g *gpu) float64 { return math.Floor(g.energy) }},
-		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", i, zero},
-		{"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", i, func(g *gpu) float64 { return g.util }},
-		{"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", i, func(g *gpu) float64 { return g.memCopy }},
-		{"DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", i, zero},
-		{"DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", i, zero},
-		{"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", i, func(g *gpu) float64 { return g.xid }},
-		{"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", i, func(g *gpu) float64 { return fbTotalMiB - fbReservedMiB - g.fbUsed }},
-		{"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", i, func(g *gpu) float64 { return g.fbUsed }},
-		{"DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", i, func(*gpu) float64 { return fbReservedMiB }},
-		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes.", i, func(g *gpu) float64 { return math.Floor(g.nvlinkCtr) }},
-		{"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status", i, zero},
-		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors", i, zero},
-		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors", i, zero},
-		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", i, zero},
-		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.", f, func(g *gpu) float64 { return g.grEngine }},
-		{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", f, func(g *gpu) float64 { return g.tensor }},
-		{"DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active sending or receiving data.", f, func(g *gpu) float64 { return g.dram }},
-		{"DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", i, func(g *gpu) float64 { return g.pcieTx }},
-		{"DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", i, func(g *gpu) float64 { return g.pcieRx }},
+		{"DCGM_FI_DEV_SM_CLOCK", i, func(g *gpu) float64 { return g.smClock }},
+		{"DCGM_FI_DEV_MEM_CLOCK", i, func(g *gpu) float64 { return g.memClock }},
+		{"DCGM_FI_DEV_MEMORY_TEMP", i, func(g *gpu) float64 { return g.memTemp }},
+		{"DCGM_FI_DEV_GPU_TEMP", i, func(g *gpu) float64 { return g.temp }},
+		{"DCGM_FI_DEV_POWER_USAGE", f, func(g *gpu) float64 { return g.power }},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", i, func(g *gpu) float64 { return math.Floor(g.energy) }},
+		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", i, zero},
+		{"DCGM_FI_DEV_GPU_UTIL", i, func(g *gpu) float64 { return g.util }},
+		{"DCGM_FI_DEV_MEM_COPY_UTIL", i, func(g *gpu) float64 { return g.memCopy }},
+		{"DCGM_FI_DEV_ENC_UTIL", i, zero},
+		{"DCGM_FI_DEV_DEC_UTIL", i, zero},
+		{"DCGM_FI_DEV_XID_ERRORS", i, func(g *gpu) float64 { return g.xid }},
+		{"DCGM_FI_DEV_FB_FREE", i, func(g *gpu) float64 { return fbTotalMiB - fbReservedMiB - g.fbUsed }},
+		{"DCGM_FI_DEV_FB_USED", i, func(g *gpu) float64 { return g.fbUsed }},
+		{"DCGM_FI_DEV_FB_RESERVED", i, func(*gpu) float64 { return fbReservedMiB }},
+		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", i, func(g *gpu) float64 { return math.Floor(g.nvlinkCtr) }},
+		{"DCGM_FI_DEV_VGPU_LICENSE_STATUS", i, zero},
+		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", i, zero},
+		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", i, zero},
+		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", i, zero},
+		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", f, func(g *gpu) float64 { return g.grEngine }},
+		{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", f, func(g *gpu) float64 { return g.tensor }},
+		{"DCGM_FI_PROF_DRAM_ACTIVE", f, func(g *gpu) float64 { return g.dram }},
+		{"DCGM_FI_PROF_PCIE_TX_BYTES", i, func(g *gpu) float64 { return g.pcieTx }},
+		{"DCGM_FI_PROF_PCIE_RX_BYTES", i, func(g *gpu) float64 { return g.pcieRx }},
 	}
 	if set == "default" {
 		return out
 	}
 	out = append(out,
-		dcgmField{"DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.", f, func(g *gpu) float64 { return g.smActive }},
-		dcgmField{"DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", f, func(g *gpu) float64 { return g.smOcc }},
-		dcgmField{"DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "The total number of bytes of active NvLink tx (transmit) data including both header and payload.", i, func(g *gpu) float64 { return g.nvlinkTx }},
-		dcgmField{"DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The total number of bytes of active NvLink rx (read) data including both header and payload.", i, func(g *gpu) float64 { return g.nvlinkRx }},
+		dcgmField{"DCGM_FI_PROF_SM_ACTIVE", f, func(g *gpu) float64 { return g.smActive }},
+		dcgmField{"DCGM_FI_PROF_SM_OCCUPANCY", f, func(g *gpu) float64 { return g.smOcc }},
+		dcgmField{"DCGM_FI_PROF_NVLINK_TX_BYTES", i, func(g *gpu) float64 { return g.nvlinkTx }},
+		dcgmField{"DCGM_FI_PROF_NVLINK_RX_BYTES", i, func(g *gpu) float64 { return g.nvlinkRx }},
 	)
 	if set == "profiling" {
 		return out
 	}
 	return append(out,
-		dcgmField{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).", i, func(g *gpu) float64 { return g.reasons }},
-		dcgmField{"DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in ns).", i, func(g *gpu) float64 { return g.powerViolation }},
-		dcgmField{"DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns).", i, func(g *gpu) float64 { return g.thermalViolate }},
+		dcgmField{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", i, func(g *gpu) float64 { return g.reasons }},
+		dcgmField{"DCGM_FI_DEV_POWER_VIOLATION", i, func(g *gpu) float64 { return g.powerViolation }},
+		dcgmField{"DCGM_FI_DEV_THERMAL_VIOLATION", i, func(g *gpu) float64 { return g.thermalViolate }},
 	)
 }
 
@@ -431,7 +436,7 @@ func buildDCGM(t *target) []family {
 		if fd.name == "DCGM_FI_DEV_XID_ERRORS" {
 			fs = xidSets
 		}
-		b.multi(fd.name, fd.typ, fd.help, fs, fd.vf, func(dst []float64) {
+		b.multi(famShape(nd.c.shapes.dcgm, fd.name), fs, fd.vf, func(dst []float64) {
 			for i, g := range nd.gpus {
 				dst[i] = get(g)
 			}
@@ -458,15 +463,16 @@ func xidMessage(code float64) string {
 func buildEBPF(t *target) []family {
 	nd := t.node
 	b := &famBuilder{style: styleGo, vf: fmtGo, target: targetLabels(t)}
+	ebpf := func(name string) dcgmbridge.Family { return famShape(nd.c.shapes.ebpf, name) }
 	// client_golang gathers families sorted by name.
-	b.histogram("ebpf_exporter_accept_latency_seconds", "Latency histogram for how long sockets sit in accept queue", lbl("port", "8000"), bucketsExp2(0, 26, 1e-6), func() *hist { return nd.accept })
-	b.multi("ebpf_exporter_enabled_configs", "gauge", "The set of enabled configs",
+	b.histogram(ebpf("ebpf_exporter_accept_latency_seconds"), lbl("port", "8000"), func() *hist { return nd.accept })
+	b.multi(ebpf("ebpf_exporter_enabled_configs"),
 		[][]labels.Label{lbl("name", "accept-latency"), lbl("name", "softirq-latency-net-rx"), lbl("name", "tcp-retransmit")}, fmtGo,
 		func(dst []float64) { dst[0], dst[1], dst[2] = 1, 1, 1 })
-	b.scalar("ebpf_exporter_softirq_raised_total", "counter", "Total number of times NET_RX softirq were raised", nil, func() float64 { return floor(nd.softirqRaised) })
-	b.scalar("ebpf_exporter_softirq_serviced_total", "counter", "Total number of times NET_RX softirq were serviced", nil, func() float64 { return floor(nd.softirqServiced) })
-	b.histogram("ebpf_exporter_softirq_wait_seconds", "Latency histogram for how long it takes from NET_RX softirq raise to entry aka wait time", nil, bucketsExp2(0, 31, 1e-9), func() *hist { return nd.softirqWait })
-	b.multi("ebpf_exporter_tcp_retransmit_ipv4_packets_total", "counter", "Total count of IPv4 TCP retransmissions",
+	b.scalar(ebpf("ebpf_exporter_softirq_raised_total"), nil, func() float64 { return floor(nd.softirqRaised) })
+	b.scalar(ebpf("ebpf_exporter_softirq_serviced_total"), nil, func() float64 { return floor(nd.softirqServiced) })
+	b.histogram(ebpf("ebpf_exporter_softirq_wait_seconds"), nil, func() *hist { return nd.softirqWait })
+	b.multi(ebpf("ebpf_exporter_tcp_retransmit_ipv4_packets_total"),
 		[][]labels.Label{
 			lbl("local_ip", nd.ip, "main_port", "8000", "peer_ip", routerIP, "type", "retransmit"),
 			lbl("local_ip", nd.ip, "main_port", "8000", "peer_ip", routerIP, "type", "tail_loss_probe"),

@@ -2,9 +2,9 @@ package sim
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,16 +14,17 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
-// fixture reads a file of ../shared/fixtures relative to the repository root.
+// fixture reads one of the exporter fixtures of package dcgmbridge
+// (../testdata/README.md gives their sources).
 func fixture(t *testing.T, name string) []byte {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	b, err := os.ReadFile(filepath.Join(root, "..", "shared", "fixtures", name))
+	b, err := os.ReadFile(filepath.Join("..", "testdata", name))
 	if err != nil {
-		t.Skipf("fixture %s not available: %v", name, err)
+		t.Fatal(err)
 	}
 	return b
 }
@@ -173,7 +174,7 @@ func TestEBPFBucketsMatchConfigs(t *testing.T) {
 			y := string(fixture(t, tc.file))
 			lo, hi, mult := yamlNum(t, y, "bucket_min:"), yamlNum(t, y, "bucket_max:"), yamlNum(t, y, "bucket_multiplier:")
 			var want []string
-			for _, b := range bucketsExp2(int(lo), int(hi), mult) {
+			for _, b := range dcgmbridge.Exp2Buckets(int(lo), int(hi), mult) {
 				want = append(want, strconv.FormatFloat(b, 'g', -1, 64))
 			}
 			want = append(want, "+Inf")
@@ -292,5 +293,77 @@ func TestPositionAcceptance(t *testing.T) {
 				t.Errorf("overall acceptance %v, want %v", got, tc.rate)
 			}
 		})
+	}
+}
+
+// TestExpositionFollowsCatalogue checks every family the simulator renders,
+// in every variant (V1 with the deprecated family, V0, the full DCGM field
+// set), against the catalogue's shape: the label names its series carry and
+// its bucket edges. Names, types, HELP and buckets are taken from the shapes;
+// the label values come from the model, so this is where the label names are
+// held to the one definition.
+func TestExpositionFollowsCatalogue(t *testing.T) {
+	cat, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []Config{
+		{VLLMShowDeprecated: true, DCGMFields: "full"},
+		{VLLMVersion: "v0"},
+	} {
+		cfg.Nodes, cfg.GPUsPerNode, cfg.Seed = 1, 2, 5
+		c := mustNew(t, cfg)
+		c.Step(at(c, time.Hour))
+		vllm := dcgmbridge.SourceVLLMV1
+		if cfg.VLLMVersion == "v0" {
+			vllm = dcgmbridge.SourceVLLMV0
+		}
+		for _, tc := range []struct {
+			path string
+			src  dcgmbridge.Source
+		}{
+			{"/gpu-node-0/vllm/8000/metrics", vllm},
+			{"/gpu-node-0/dcgm/metrics", dcgmbridge.SourceDCGM},
+			{"/gpu-node-0/ebpf/metrics", dcgmbridge.SourceEBPF},
+		} {
+			exp, ok := cat.Exposition(tc.src)
+			if !ok {
+				t.Fatalf("no %s exposition", tc.src)
+			}
+			p := parseText(t, scrape(t, c, tc.path), "text/plain")
+			for name, typ := range p.types {
+				want, ok := exp.Family(name)
+				if !ok || want.Type != typ {
+					t.Errorf("%s: %s %q, catalogue %+v", tc.path, name, typ, want)
+					continue
+				}
+				samples := []string{name}
+				if typ == "histogram" {
+					samples = []string{name + "_bucket", name + "_sum", name + "_count"}
+				}
+				for _, sample := range samples {
+					for _, l := range p.byName[sample] {
+						var names []string
+						var le float64
+						l.Range(func(x labels.Label) {
+							switch {
+							case x.Name == model.MetricNameLabel || slices.Contains(exp.Optional, x.Name):
+							case x.Name == labels.BucketLabel:
+								le, _ = strconv.ParseFloat(x.Value, 64)
+							default:
+								names = append(names, x.Name)
+							}
+						})
+						slices.Sort(names)
+						if !slices.Equal(names, want.Labels) {
+							t.Errorf("%s: %s has labels %v, catalogue %v", tc.path, sample, names, want.Labels)
+						}
+						if sample == name+"_bucket" && !math.IsInf(le, 1) && !slices.Contains(want.Buckets, le) {
+							t.Errorf("%s: %s le %g is not a catalogue bucket", tc.path, sample, le)
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -8,9 +8,11 @@ import (
 	"time"
 )
 
-// Kind names a fault or decoy. The fault kinds equal the diagnosis labels of
-// docs/research/examples/diagnosis-rules.yaml where one exists, so a scorer
-// can compare a firing alert's diagnosis label with the ground truth directly.
+// Kind names a fault or decoy. A fault kind is the value of the diagnosis
+// label that the diagnosis rule for that fault sets on its alert (for example
+// kv_cache_eviction_storm, request_queue_backlog, under_batched_gpu,
+// draft_model_drift), so a scorer can compare a firing alert's diagnosis label
+// with the ground truth directly.
 type Kind string
 
 // Faults: each one changes the metrics a diagnosis rule reads.

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
 // effects are the fault-driven modifiers of one instance for one tick; the
@@ -126,7 +128,7 @@ func newInstance(c *Cluster, idx int, nd *node, gpus []*gpu, model int, rng *ran
 	port := 8000 + len(nd.instances)
 	in := &instance{c: c, idx: idx, node: nd, gpus: gpus, model: c.cfg.Models[model], port: port,
 		addr: nd.host + ":" + strconv.Itoa(port), rng: rng}
-	in.s = newVLLMState(c.cfg)
+	in.s = newVLLMState(c)
 	in.promptMu = logMean(c.cfg.MeanPromptTokens, promptSigma)
 	in.outputMu = logMean(c.cfg.MeanOutputTokens, outputSigma)
 	in.alphaFor = -1
@@ -140,31 +142,43 @@ const (
 	outputSigma = 0.7
 )
 
-func newVLLMState(cfg Config) vllmState {
+// maxModelLen is the served context length. It caps prompt lengths; the
+// catalogue's vLLM token buckets (dcgmbridge.VLLMTokenBuckets) are vLLM's for
+// the same length.
+const maxModelLen = 32768
+
+// newVLLMState returns a fresh engine's state, its histograms with the
+// buckets of the vLLM exposition's families. V0 has only the TTFT, TPOT and
+// e2e histograms; the others are kept (with V1's buckets) but not exposed.
+func newVLLMState(c *Cluster) vllmState {
+	cfg := &c.cfg
+	v1, v0 := c.shapes.vllm, c.shapes.vllm
+	if cfg.VLLMVersion == "v0" {
+		// The histograms V0 does not expose still need buckets.
+		v1 = c.shapes.vllmV1
+	}
+	h := func(e dcgmbridge.Exposition, name string) *hist { return newHist(famShape(e, name).Buckets) }
 	s := vllmState{
-		reqTPOT: newHist(bucketsITLv1()), queue: newHist(bucketsRequestLatency()),
-		inference: newHist(bucketsRequestLatency()), prefill: newHist(bucketsRequestLatency()),
-		decode: newHist(bucketsRequestLatency()), promptHist: newHist(buckets125(maxModelLen)),
-		genHist: newHist(buckets125(maxModelLen)),
-		paramsN: newHist(bucketsParamsN()), paramsMaxTokens: newHist(buckets125(maxModelLen)),
-		iterTokens: newHist(bucketsIterationTokens()),
+		reqTPOT: h(v1, "vllm:request_time_per_output_token_seconds"), queue: h(v1, "vllm:request_queue_time_seconds"),
+		inference: h(v1, "vllm:request_inference_time_seconds"), prefill: h(v1, "vllm:request_prefill_time_seconds"),
+		decode: h(v1, "vllm:request_decode_time_seconds"), promptHist: h(v1, "vllm:request_prompt_tokens"),
+		genHist: h(v1, "vllm:request_generation_tokens"),
+		paramsN: h(v1, "vllm:request_params_n"), paramsMaxTokens: h(v1, "vllm:request_params_max_tokens"),
+		iterTokens: h(v1, "vllm:iteration_tokens_total"),
 	}
 	// Every request here gets exactly its max generation length's worth of
 	// budget, so the two histograms are the same observations.
 	s.maxGenHist = s.genHist
 	if cfg.VLLMVersion == "v0" {
-		s.ttft, s.itl, s.e2e = newHist(bucketsTTFTv0()), newHist(bucketsTPOTv0()), newHist(bucketsE2Ev0())
+		s.ttft, s.itl, s.e2e = h(v0, "vllm:time_to_first_token_seconds"), h(v0, "vllm:time_per_output_token_seconds"), h(v0, "vllm:e2e_request_latency_seconds")
 	} else {
-		s.ttft, s.itl, s.e2e = newHist(bucketsTTFTv1()), newHist(bucketsITLv1()), newHist(bucketsRequestLatency())
+		s.ttft, s.itl, s.e2e = h(v1, "vllm:time_to_first_token_seconds"), h(v1, "vllm:inter_token_latency_seconds"), h(v1, "vllm:e2e_request_latency_seconds")
 	}
 	if cfg.SpeculativeTokens > 0 {
 		s.acceptedPerPos = make([]float64, cfg.SpeculativeTokens)
 	}
 	return s
 }
-
-// maxModelLen is the served context length; it sets the 1-2-5 token buckets.
-const maxModelLen = 32768
 
 // shutdown drops all in-flight work: the process is gone.
 func (in *instance) shutdown() {
@@ -183,7 +197,7 @@ func (in *instance) shutdown() {
 // a real restart does, so consumers see a counter reset.
 func (in *instance) restart() {
 	in.shutdown()
-	in.s = newVLLMState(in.c.cfg)
+	in.s = newVLLMState(in.c)
 }
 
 func (in *instance) alloc() *request {

@@ -38,8 +38,8 @@ func newNode(c *Cluster, idx int, rng *rand.Rand) *node {
 	return &node{
 		c: c, idx: idx, host: hostName(idx), ip: "10.0.1." + strconv.Itoa(10+idx), rng: rng,
 		retransFactor: 1,
-		accept:        newHist(bucketsExp2(0, 26, 1e-6)),
-		softirqWait:   newHist(bucketsExp2(0, 31, 1e-9)),
+		accept:        newHist(famShape(c.shapes.ebpf, "ebpf_exporter_accept_latency_seconds").Buckets),
+		softirqWait:   newHist(famShape(c.shapes.ebpf, "ebpf_exporter_softirq_wait_seconds").Buckets),
 	}
 }
 

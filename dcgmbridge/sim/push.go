@@ -1,11 +1,9 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/strata-dev/strata/internal/rwclient"
 )
 
 // PushOptions configures the remote-write push loop.
@@ -33,8 +33,8 @@ type PushOptions struct {
 	// (default 2000, Prometheus' max_samples_per_send).
 	MaxSamplesPerSend int
 	// MaxRetries bounds the retries of one request on 429 and 5xx (default
-	// 8); the backoff doubles from MinBackoff to MaxBackoff and honours
-	// Retry-After.
+	// 8); the backoff doubles from MinBackoff to MaxBackoff, and a reply's
+	// Retry-After replaces it (package rwclient).
 	MaxRetries int
 	MinBackoff time.Duration // default 30ms, as Prometheus
 	MaxBackoff time.Duration // default 5s
@@ -53,7 +53,7 @@ type PushStats struct {
 
 // ErrPushRejected marks a 4xx other than 429: the receiver will never accept
 // that body, so it is dropped and not retried.
-var ErrPushRejected = errors.New("remote write rejected")
+var ErrPushRejected = rwclient.ErrRejected
 
 type pushMetrics struct {
 	requests *prometheus.CounterVec
@@ -76,19 +76,8 @@ func newPushMetrics(reg prometheus.Registerer) *pushMetrics {
 // wall-clock time for duration (model time advances by the same amount).
 // It is PushWith with a ticker for pacing.
 func (c *Cluster) Push(ctx context.Context, url string, interval, duration time.Duration) error {
-	_, err := c.PushWith(ctx, PushOptions{URL: url, Interval: interval, Duration: duration, Pace: sleepCtx})
+	_, err := c.PushWith(ctx, PushOptions{URL: url, Interval: interval, Duration: duration, Pace: rwclient.Sleep})
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // PushWith runs the push loop: at model time now, now+Interval, ... it steps
@@ -111,17 +100,15 @@ func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 8
 	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = 30 * time.Millisecond
-	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 5 * time.Second
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 30 * time.Second}
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	client, err := rwclient.New(rwclient.Config{
+		URL: o.URL, ContentType: "application/x-protobuf", Version: "0.1.0", UserAgent: "strata-sim",
+		HTTPClient: o.Client, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, MaxRetries: o.MaxRetries,
+	})
+	if err != nil {
+		return st, fmt.Errorf("push: %w", err)
 	}
 	m := newPushMetrics(o.Registerer)
 	start := c.Now()
@@ -144,7 +131,7 @@ func (c *Cluster) PushWith(ctx context.Context, o PushOptions) (PushStats, error
 			for _, ts := range wr.Timeseries {
 				n += len(ts.Samples)
 			}
-			err := c.sendWithRetry(ctx, o, m, &st, wr)
+			err := c.send(ctx, client, o.Logger, m, &st, wr)
 			switch {
 			case err == nil:
 				st.SamplesSent += n
@@ -190,65 +177,25 @@ func (c *Cluster) collect(e *emitter, t time.Time, maxSamples int) []*prompb.Wri
 	return out
 }
 
-func (c *Cluster) sendWithRetry(ctx context.Context, o PushOptions, m *pushMetrics, st *PushStats, wr *prompb.WriteRequest) error {
+// send posts one write request through the remote-write client, counting
+// every attempt and retry.
+func (c *Cluster) send(ctx context.Context, client *rwclient.Client, logger *slog.Logger, m *pushMetrics, st *PushStats, wr *prompb.WriteRequest) error {
 	raw, err := wr.Marshal()
 	if err != nil {
 		return fmt.Errorf("marshal write request: %w", err)
 	}
-	body := snappy.Encode(nil, raw)
-	backoff := o.MinBackoff
-	for attempt := 0; ; attempt++ {
-		retryAfter, err := c.sendOnce(ctx, o, m, body)
+	_, err = client.Send(ctx, snappy.Encode(nil, raw), func(a rwclient.Attempt) {
 		st.Requests++
-		if err == nil || errors.Is(err, ErrPushRejected) || attempt >= o.MaxRetries || ctx.Err() != nil {
-			return err
+		code := "error"
+		if a.Err == nil {
+			code = strconv.Itoa(a.Status)
 		}
-		st.Retries++
-		m.retries.Inc()
-		wait := backoff
-		if retryAfter > 0 {
-			wait = retryAfter
+		m.requests.WithLabelValues(code).Inc()
+		if a.Retry {
+			st.Retries++
+			m.retries.Inc()
+			logger.Debug("remote write retry", "attempt", st.Requests, "status", a.Status, "err", a.Err)
 		}
-		wait = min(wait, o.MaxBackoff)
-		o.Logger.Debug("remote write retry", "attempt", attempt+1, "wait", wait, "err", err)
-		if err := sleepCtx(ctx, wait); err != nil {
-			return err
-		}
-		backoff = min(2*backoff, o.MaxBackoff)
-	}
-}
-
-// sendOnce posts one body; it returns a retryable error for 429, 5xx and
-// transport errors, ErrPushRejected for other 4xx.
-func (c *Cluster) sendOnce(ctx context.Context, o PushOptions, m *pushMetrics, body []byte) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(body))
-	if err != nil {
-		return 0, fmt.Errorf("%w: build request: %w", ErrPushRejected, err)
-	}
-	req.Header.Set("Content-Type", "application/x-protobuf")
-	req.Header.Set("Content-Encoding", "snappy")
-	req.Header.Set("User-Agent", "strata-sim")
-	req.Header.Set("X-Prometheus-Remote-Write-Version", "0.1.0")
-	resp, err := o.Client.Do(req)
-	if err != nil {
-		m.requests.WithLabelValues("error").Inc()
-		return 0, fmt.Errorf("post remote write: %w", err)
-	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if cerr := resp.Body.Close(); cerr != nil {
-		return 0, fmt.Errorf("close remote write response: %w", cerr)
-	}
-	m.requests.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
-	switch {
-	case resp.StatusCode/100 == 2:
-		return 0, nil
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode/100 == 5:
-		var ra time.Duration
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			ra = time.Duration(s) * time.Second
-		}
-		return ra, fmt.Errorf("remote write status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
-	default:
-		return 0, fmt.Errorf("%w: status %d: %s", ErrPushRejected, resp.StatusCode, bytes.TrimSpace(msg))
-	}
+	})
+	return err
 }

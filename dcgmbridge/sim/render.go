@@ -126,6 +126,17 @@ func (c *Cluster) Handlers(now func() time.Time) map[string]http.Handler {
 // time.Now for a live demo (with Config.Start set near now: the first scrape
 // simulates every tick from Start), or a scaled clock to fast-forward.
 func (c *Cluster) Serve(ctx context.Context, addr string, now func() time.Time) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("sim serve: %w", err)
+	}
+	return c.ServeListener(ctx, ln, now)
+}
+
+// ServeListener is Serve on a listener the caller opened, for a caller that
+// needs the address or must know the endpoints answer before it scrapes. It
+// closes ln when it returns.
+func (c *Cluster) ServeListener(ctx context.Context, ln net.Listener, now func() time.Time) error {
 	mux := http.NewServeMux()
 	for p, h := range c.Handlers(now) {
 		mux.Handle(p, h)
@@ -144,11 +155,7 @@ func (c *Cluster) Serve(ctx context.Context, addr string, now func() time.Time) 
 		sb.WriteString("]\n")
 		_, _ = io.WriteString(w, sb.String())
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("sim serve: %w", err)
-	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

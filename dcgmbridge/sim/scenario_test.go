@@ -45,31 +45,25 @@ func TestGenerateFaults(t *testing.T) {
 
 func TestServeOnLoopback(t *testing.T) {
 	c := mustNew(t, Config{Nodes: 1, GPUsPerNode: 1, Seed: 4})
+	// Listening first, the endpoints answer as soon as Serve runs: no retry.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := c.Config().Start.Add(10 * time.Minute)
 	done := make(chan error, 1)
-	go func() { done <- c.Serve(ctx, addr, func() time.Time { return clock }) }()
-	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + addr + "/gpu-node-0/dcgm/metrics")
-		if err != nil {
-			time.Sleep(20 * time.Millisecond) // server still starting; bounded by deadline
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		body = string(b)
-		break
+	go func() { done <- c.ServeListener(ctx, ln, func() time.Time { return clock }) }()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + addr + "/gpu-node-0/dcgm/metrics")
+	if err != nil {
+		cancel()
+		t.Fatal(err)
 	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	body := string(b)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v", err)

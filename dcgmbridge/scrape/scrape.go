@@ -1,4 +1,4 @@
-package dcgmbridge
+package scrape
 
 import (
 	"context"
@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/remotewrite"
 )
 
 // Kind is what a scrape target exports; it sets defaults (dcgm-exporter
@@ -54,8 +57,8 @@ type Target struct {
 	Labels map[string]string `yaml:"labels"`
 }
 
-// SourcesConfig is the `sources:` section of Strata's configuration.
-type SourcesConfig struct {
+// Config is the `sources:` section of Strata's configuration.
+type Config struct {
 	Targets []Target `yaml:"targets"`
 	// BodyLimit caps one response body, in bytes. Default 16 MiB.
 	BodyLimit int64 `yaml:"body_limit"`
@@ -63,9 +66,15 @@ type SourcesConfig struct {
 	SampleLimit int `yaml:"sample_limit"`
 	// LineLimit caps one exposition line, in bytes. Default 64 KiB.
 	LineLimit int `yaml:"line_limit"`
+	// Limits is the per-series validation every scraped series passes: the
+	// remote-write receiver's (remotewrite.Config.Limits), so that data
+	// arriving either way passes the same checks. Zero fields get the
+	// receiver's defaults; the checks that take no limit (non-empty, valid
+	// UTF-8, unique label names, a __name__) always apply.
+	Limits remotewrite.Limits `yaml:"-"`
 }
 
-// Defaults of SourcesConfig and Target.
+// Defaults of Config and Target.
 const (
 	DefaultBodyLimit      = 16 << 20
 	DefaultSampleLimit    = 200_000
@@ -74,11 +83,11 @@ const (
 	DefaultScrapeTimeout  = 10 * time.Second
 )
 
-// ErrInvalidSources is wrapped by every SourcesConfig validation error.
+// ErrInvalidSources is wrapped by every Config validation error.
 var ErrInvalidSources = errors.New("invalid sources config")
 
 // withDefaults returns the config with zero values replaced by defaults.
-func (c SourcesConfig) withDefaults() SourcesConfig {
+func (c Config) withDefaults() Config {
 	if c.BodyLimit == 0 {
 		c.BodyLimit = DefaultBodyLimit
 	}
@@ -88,6 +97,7 @@ func (c SourcesConfig) withDefaults() SourcesConfig {
 	if c.LineLimit == 0 {
 		c.LineLimit = DefaultLineLimit
 	}
+	c.Limits = c.Limits.WithDefaults()
 	targets := make([]Target, len(c.Targets))
 	for i, t := range c.Targets {
 		if t.Kind == "" {
@@ -110,7 +120,7 @@ func (c SourcesConfig) withDefaults() SourcesConfig {
 
 // Validate checks the configuration (after defaults) and returns every
 // problem found, each naming the target.
-func (c SourcesConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -161,7 +171,7 @@ func (c SourcesConfig) Validate() error {
 // Warnings returns configuration that is valid but wasteful, for the log at
 // config load: a dcgm target scraped faster than dcgm-exporter collects
 // (-c 30000 by default) only stores repeated values.
-func (c SourcesConfig) Warnings() []string {
+func (c Config) Warnings() []string {
 	var out []string
 	for _, t := range c.withDefaults().Targets {
 		if t.Kind == KindDCGM && t.Interval < DCGMCollectInterval {
@@ -180,9 +190,10 @@ type scrapeMetrics struct {
 }
 
 // Scraper scrapes the configured targets and appends their samples, after the
-// same validation as remote write, to an Appendable (the raw tier). Each
-// target gets Prometheus' health series (up, scrape_duration_seconds,
-// scrape_samples_scraped) and stale markers when its series disappear.
+// same series validation as remote write (Config.Limits), to an Appendable
+// (the raw tier). Each target gets Prometheus' health series (up,
+// scrape_duration_seconds, scrape_samples_scraped) and stale markers when its
+// series disappear; Targets reports each target's latest scrape.
 //
 // A body is parsed and checked completely before anything is appended; a
 // broken or hostile body appends nothing but the health series (up = 0) and
@@ -190,7 +201,7 @@ type scrapeMetrics struct {
 //
 // Run may be called once; Close stops it and MUST be called.
 type Scraper struct {
-	cfg     SourcesConfig
+	cfg     Config
 	app     storage.AppendableV2
 	logger  *slog.Logger
 	now     func() time.Time
@@ -207,29 +218,23 @@ type Scraper struct {
 	done    chan struct{}
 }
 
-// ScraperOption adjusts a Scraper.
-type ScraperOption func(*Scraper)
-
-// WithValidator applies the remote-write receiver's series validation
-// (remotewrite.Limits) to scraped series.
-func WithValidator(v SeriesValidator) ScraperOption {
-	return func(s *Scraper) { s.parser.Validator = v }
-}
+// Option adjusts a Scraper.
+type Option func(*Scraper)
 
 // WithHTTPClient replaces the HTTP client (TLS, proxies). Timeouts are still
 // set per scrape.
-func WithHTTPClient(c *http.Client) ScraperOption {
+func WithHTTPClient(c *http.Client) Option {
 	return func(s *Scraper) { s.client = c }
 }
 
-// NewScraper validates cfg and prepares one loop per target. It logs a
-// warning for a dcgm target scraped faster than dcgm-exporter collects.
-func NewScraper(cfg SourcesConfig, app storage.AppendableV2, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time, opts ...ScraperOption) (*Scraper, error) {
+// New validates cfg and prepares one loop per target. It logs a warning for a
+// dcgm target scraped faster than dcgm-exporter collects.
+func New(cfg Config, app storage.AppendableV2, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time, opts ...Option) (*Scraper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	cat, err := NewCatalogue()
+	cat, err := dcgmbridge.NewCatalogue()
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +247,7 @@ func NewScraper(cfg SourcesConfig, app storage.AppendableV2, logger *slog.Logger
 		client: &http.Client{},
 		parser: &ExpositionParser{
 			Limits:    ParseLimits{MaxSamples: cfg.SampleLimit, MaxLineBytes: cfg.LineLimit},
+			Series:    cfg.Limits,
 			Sentinels: NewSentinelFilter(cat, reg),
 		},
 		metrics: scrapeMetrics{
@@ -309,6 +315,32 @@ func (s *Scraper) Close() error {
 	return nil
 }
 
+// TargetStatus is a target and the outcome of its latest scrape.
+type TargetStatus struct {
+	// Target is as configured, with the defaults applied.
+	Target Target
+	// Labels are the labels the target adds to its series: job, instance
+	// and Target.Labels.
+	Labels labels.Labels
+	// LastScrape is when the latest scrape started; zero before the first.
+	LastScrape         time.Time
+	LastScrapeDuration time.Duration
+	// LastError is why the latest scrape failed, nil after a success.
+	LastError error
+}
+
+// Targets returns every target's status, in configuration order. It is safe
+// to call while Run scrapes.
+func (s *Scraper) Targets() []TargetStatus {
+	out := make([]TargetStatus, len(s.loops))
+	for i, l := range s.loops {
+		l.mu.Lock()
+		out[i] = TargetStatus{Target: l.t, Labels: l.target, LastScrape: l.lastScrape, LastScrapeDuration: l.lastDuration, LastError: l.lastErr}
+		l.mu.Unlock()
+	}
+	return out
+}
+
 // ScrapeOnce scrapes every target once, in order, at now(). It is what Run
 // does on each tick, exposed for tests and for `strata` one-shot imports.
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
@@ -318,12 +350,17 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 }
 
 // scrapeLoop is one target's state: the series of its last successful
-// scrape, for staleness.
+// scrape, for staleness, and the outcome of its latest scrape.
 type scrapeLoop struct {
 	s      *Scraper
 	t      Target
 	target labels.Labels // job, instance and the configured labels
 	prev   map[uint64]labels.Labels
+
+	mu           sync.Mutex // guards the fields below, read by Targets
+	lastScrape   time.Time
+	lastDuration time.Duration
+	lastErr      error
 }
 
 func newScrapeLoop(s *Scraper, t Target) *scrapeLoop {
@@ -364,6 +401,9 @@ func (l *scrapeLoop) scrape(ctx context.Context) {
 		return // shutting down: run() writes the final stale markers
 	}
 	dur := l.s.now().Sub(start)
+	l.mu.Lock()
+	l.lastScrape, l.lastDuration, l.lastErr = start, dur, err
+	l.mu.Unlock()
 	n := 0
 	up := 1.0
 	if err != nil {

@@ -1,11 +1,9 @@
-package dcgmbridge
+package rulegen
 
 import (
 	"context"
 	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +14,8 @@ import (
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/rules"
 
+	"github.com/strata-dev/strata/dcgmbridge"
+	"github.com/strata-dev/strata/dcgmbridge/scrape"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -24,8 +24,8 @@ type evalEnv struct {
 	t      *testing.T
 	raw    *tiers.Raw
 	engine *promql.Engine
-	cat    *Catalogue
-	parser *ExpositionParser
+	cat    *dcgmbridge.Catalogue
+	parser *scrape.ExpositionParser
 }
 
 func newEvalEnv(t *testing.T) *evalEnv {
@@ -45,17 +45,14 @@ func newEvalEnv(t *testing.T) *evalEnv {
 		raw:    raw,
 		cat:    cat,
 		engine: promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute}),
-		parser: &ExpositionParser{Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry())},
+		parser: &scrape.ExpositionParser{Sentinels: scrape.NewSentinelFilter(cat, prometheus.NewRegistry())},
 	}
 }
 
 // parseFixture parses a fixture (or body, when fixture is "") for target.
-func (e *evalEnv) parseFixture(fixture string, target []string) []Sample {
+func (e *evalEnv) parseFixture(fixture string, target []string) []scrape.Sample {
 	e.t.Helper()
-	body, err := os.ReadFile(filepath.Join(fixturesDir(e.t), fixture))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	body := readFixture(e.t, fixture)
 	exp, err := e.parser.Parse(body, "text/plain; version=0.0.4", labels.FromStrings(target...), t0)
 	if err != nil {
 		e.t.Fatalf("parse %s: %v", fixture, err)
@@ -66,7 +63,7 @@ func (e *evalEnv) parseFixture(fixture string, target []string) []Sample {
 // scrapeSequence appends what a 15 s scrape would have seen between from (at
 // t0) and to (at t1): every value moves linearly, so counters stay monotonic
 // and the ratio of two counters' increases is the same in every sub-window.
-func (e *evalEnv) scrapeSequence(from, to []Sample) {
+func (e *evalEnv) scrapeSequence(from, to []scrape.Sample) {
 	e.t.Helper()
 	start := map[uint64]float64{}
 	for _, s := range from {
@@ -94,8 +91,8 @@ func (e *evalEnv) scrapeSequence(from, to []Sample) {
 
 // grown returns samples with every counter-like value (counters, histogram
 // buckets, sums and counts) multiplied by f: more traffic, same shape.
-func grown(samples []Sample, f float64) []Sample {
-	out := make([]Sample, len(samples))
+func grown(samples []scrape.Sample, f float64) []scrape.Sample {
+	out := make([]scrape.Sample, len(samples))
 	for i, s := range samples {
 		out[i] = s
 		name := s.Labels.Get("__name__")
@@ -110,9 +107,9 @@ func grown(samples []Sample, f float64) []Sample {
 
 // evalRules runs the canonical rule group once at ts through Prometheus'
 // rules package, appending the results to the raw tier as rules.Manager would.
-func (e *evalEnv) evalRules(cfg RulesConfig, ts time.Time) {
+func (e *evalEnv) evalRules(cfg Config, ts time.Time) {
 	e.t.Helper()
-	rs, err := e.cat.RecordingRules(cfg)
+	rs, err := RecordingRules(e.cat, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -189,7 +186,7 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 	e.scrapeSequence(bare, grown(bare, 1.1))
 	dcgm := e.parseFixture("dcgm_exporter_profiling_k8s.prom", dcgmTgt)
 	e.scrapeSequence(dcgm, dcgm)
-	cfg := DefaultRulesConfig()
+	cfg := DefaultConfig()
 	// A 1 m window at t1 holds the 15 s samples after t0: the storm minute.
 	cfg.RateWindow = time.Minute
 	e.evalRules(cfg, t0)
@@ -290,10 +287,7 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 // TestSMActivityFallbackChain checks each link of the chain on the default
 // (no profiling SM_ACTIVE) fixture and on edited copies.
 func TestSMActivityFallbackChain(t *testing.T) {
-	body, err := os.ReadFile(filepath.Join(fixturesDir(t), "dcgm_exporter_default_k8s.prom"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := readFixture(t, "dcgm_exporter_default_k8s.prom")
 	drop := func(prefix string) string {
 		var keep []string
 		for line := range strings.SplitSeq(string(body), "\n") {
@@ -330,7 +324,7 @@ func TestSMActivityFallbackChain(t *testing.T) {
 			if err := app.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			e.evalRules(DefaultRulesConfig(), t0)
+			e.evalRules(DefaultConfig(), t0)
 			v := e.query(`strata:gpu_sm_active:ratio{gpu="0"}`, t0)
 			if len(v) != 1 {
 				t.Fatalf("got %v", v)

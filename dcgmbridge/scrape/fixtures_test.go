@@ -1,4 +1,4 @@
-package dcgmbridge
+package scrape
 
 import (
 	"os"
@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/model/labels"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/strata-dev/strata/dcgmbridge"
 )
 
 // fixtureCase says what one fixture must parse into.
@@ -18,7 +20,7 @@ type fixtureCase struct {
 	// canonical series the fixture's metrics feed (checked via the catalogue).
 	canonical []string
 	// check runs extra assertions on the parsed exposition (.prom files).
-	check func(t *testing.T, c *Catalogue, exp *Exposition)
+	check func(t *testing.T, c *dcgmbridge.Catalogue, exp *Exposition)
 }
 
 func fixtureCases() map[string]fixtureCase {
@@ -36,7 +38,7 @@ func fixtureCases() map[string]fixtureCase {
 		"vllm_v0_legacy.prom": {canonical: []string{
 			"strata:kv_cache_usage:ratio", "strata:ttft_seconds:p99", "strata:tpot_seconds:p99", "strata:spec_decode_acceptance:ratio",
 		}, check: checkEveryNameKnown},
-		"ebpf_exporter/bio_latency_exposition.prom": {check: func(t *testing.T, c *Catalogue, exp *Exposition) {
+		"ebpf_exporter/bio_latency_exposition.prom": {check: func(t *testing.T, c *dcgmbridge.Catalogue, exp *Exposition) {
 			les := map[string]bool{}
 			for _, s := range exp.Samples {
 				if le := s.Labels.Get("le"); le != "" {
@@ -48,7 +50,7 @@ func fixtureCases() map[string]fixtureCase {
 			}
 			checkEveryNameKnown(t, c, exp)
 		}},
-		"bpftrace_exporter/histmap.metrics": {check: func(t *testing.T, c *Catalogue, exp *Exposition) {
+		"bpftrace_exporter/histmap.metrics": {check: func(t *testing.T, c *dcgmbridge.Catalogue, exp *Exposition) {
 			perKey := map[string][]string{}
 			for _, s := range exp.Samples {
 				if strings.HasSuffix(s.Labels.Get("__name__"), "_bucket") {
@@ -198,7 +200,7 @@ func ebpfConfigNames(t *testing.T, body []byte) []string {
 
 // checkEveryNameKnown requires the catalogue to know every metric of a vLLM or
 // eBPF exposition: an unknown name would be a rename the catalogue missed.
-func checkEveryNameKnown(t *testing.T, c *Catalogue, exp *Exposition) {
+func checkEveryNameKnown(t *testing.T, c *dcgmbridge.Catalogue, exp *Exposition) {
 	t.Helper()
 	for _, s := range exp.Samples {
 		if n := s.Labels.Get("__name__"); len(c.Lookup(n)) == 0 {
@@ -207,8 +209,8 @@ func checkEveryNameKnown(t *testing.T, c *Catalogue, exp *Exposition) {
 	}
 }
 
-func checkDCGMExposition(profiling bool) func(t *testing.T, c *Catalogue, exp *Exposition) {
-	return func(t *testing.T, c *Catalogue, exp *Exposition) {
+func checkDCGMExposition(profiling bool) func(t *testing.T, c *dcgmbridge.Catalogue, exp *Exposition) {
+	return func(t *testing.T, c *dcgmbridge.Catalogue, exp *Exposition) {
 		hasSM := false
 		for _, s := range exp.Samples {
 			n := s.Labels.Get("__name__")
@@ -239,12 +241,12 @@ func TestSentinels(t *testing.T) {
 		keep bool
 	}{
 		{"DCGM_FI_DEV_MEMORY_TEMP", 9223372036854775794, false}, // dcgm-exporter README sample
-		{"DCGM_FI_DEV_GPU_TEMP", DCGMFP64Blank, false},
-		{"DCGM_FI_DEV_POWER_USAGE", DCGMFP64Blank + 2, false},
+		{"DCGM_FI_DEV_GPU_TEMP", dcgmbridge.DCGMFP64Blank, false},
+		{"DCGM_FI_DEV_POWER_USAGE", dcgmbridge.DCGMFP64Blank + 2, false},
 		{"DCGM_FI_DEV_POWER_USAGE", 512.6, true},
 		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 2e14, true}, // a counter may pass 1.4e14
 		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 9.3e18, false},
-		{"DCGM_FI_CUSTOM_THING", DCGMFP64Blank + 1, false},
+		{"DCGM_FI_CUSTOM_THING", dcgmbridge.DCGMFP64Blank + 1, false},
 		{"DCGM_FI_CUSTOM_THING", 3e14, true},
 		{"vllm:num_requests_running", 9.3e18, true}, // not DCGM
 	} {

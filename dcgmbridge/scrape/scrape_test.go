@@ -1,4 +1,4 @@
-package dcgmbridge
+package scrape
 
 import (
 	"bytes"
@@ -12,22 +12,44 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
+	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/tiers"
 )
 
-// remotewrite.Limits is the validator the lead wires in.
-var _ SeriesValidator = remotewrite.Limits{}
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// fixturesDir holds the exporter fixtures of package dcgmbridge
+// (../testdata/README.md gives their sources).
+func fixturesDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join("..", "testdata")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("fixtures not found: %v", err)
+	}
+	return dir
+}
+
+func newTestCatalogue(t testing.TB) *dcgmbridge.Catalogue {
+	t.Helper()
+	c, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // fakeClock is an injected clock that tests move by hand.
 type fakeClock struct {
@@ -92,10 +114,10 @@ func newScrapeEnv(t *testing.T) *scrapeEnv {
 	return &scrapeEnv{raw: raw, clock: &fakeClock{t: t0}, logs: &bytes.Buffer{}}
 }
 
-func (e *scrapeEnv) scraper(t *testing.T, cfg SourcesConfig, opts ...ScraperOption) *Scraper {
+func (e *scrapeEnv) scraper(t *testing.T, cfg Config, opts ...Option) *Scraper {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(e.logs, nil))
-	s, err := NewScraper(cfg, e.raw, logger, prometheus.NewRegistry(), e.clock.now, opts...)
+	s, err := New(cfg, e.raw, logger, prometheus.NewRegistry(), e.clock.now, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +191,7 @@ func TestScrapeFixturesEndToEnd(t *testing.T) {
 	bpft.ctype = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 	// Served as OpenMetrics (what bpftrace_exporter speaks): no blank lines, # EOF.
 	bpft.set(append(bytes.TrimLeft(readFixture(t, "bpftrace_exporter/histmap.metrics"), "\n"), "# EOF\n"...), http.StatusOK)
-	s := e.scraper(t, SourcesConfig{Targets: []Target{
+	s := e.scraper(t, Config{Targets: []Target{
 		{Name: "dcgm", URL: dcgm.URL + "/metrics", Kind: KindDCGM},
 		{Name: "vllm", URL: vllm.URL + "/metrics", Kind: KindVLLM, Labels: map[string]string{"namespace": "inference", "pod": "vllm-0"}},
 		{Name: "ebpf", URL: ebpf.URL + "/metrics", Kind: KindEBPF},
@@ -253,11 +275,11 @@ func TestScrapeHostile(t *testing.T) {
 		name   string
 		body   string
 		status int
-		limits func(*SourcesConfig)
-		opts   []ScraperOption
+		limits func(*Config)
+		opts   []Option
 		reason string
 	}{
-		{name: "huge line", body: good + "big{l=\"" + strings.Repeat("a", 5000) + "\"} 1\n", limits: func(c *SourcesConfig) { c.LineLimit = 4096 }, reason: ReasonLineTooLong},
+		{name: "huge line", body: good + "big{l=\"" + strings.Repeat("a", 5000) + "\"} 1\n", limits: func(c *Config) { c.LineLimit = 4096 }, reason: ReasonLineTooLong},
 		{name: "escape eats the closing quote", body: good + "bad{l=\"\\\"} 1\n", reason: ReasonParse},
 		{name: "unterminated label", body: good + "bad{l=\"x} 1\n", reason: ReasonParse},
 		{name: "not a number", body: good + "bad 1x\n", reason: ReasonParse},
@@ -266,14 +288,18 @@ func TestScrapeHostile(t *testing.T) {
 		{name: "negative counter", body: good + "# TYPE c_total counter\nc_total -5\n", reason: ReasonWrongType},
 		{name: "bucket without le", body: good + "# TYPE h histogram\nh_bucket{x=\"1\"} 1\nh_count 1\nh_sum 1\n", reason: ReasonWrongType},
 		{name: "unknown type", body: "# TYPE t banana\nt 1\n", reason: ReasonParse},
-		{name: "too many samples", body: good + many, limits: func(c *SourcesConfig) { c.SampleLimit = 10 }, reason: ReasonTooManySamples},
-		{name: "body too large", body: good + many, limits: func(c *SourcesConfig) { c.BodyLimit = 64 }, reason: ReasonBodyTooLarge},
+		{name: "too many samples", body: good + many, limits: func(c *Config) { c.SampleLimit = 10 }, reason: ReasonTooManySamples},
+		{name: "body too large", body: good + many, limits: func(c *Config) { c.BodyLimit = 64 }, reason: ReasonBodyTooLarge},
 		{name: "label value over the remote-write limit", body: good + "long{l=\"" + strings.Repeat("v", 300) + "\"} 1\n",
-			opts: []ScraperOption{WithValidator(remotewrite.Limits{MaxLabelValueLength: 256})}, reason: remotewrite.ReasonLabelValueTooLong},
+			limits: func(c *Config) { c.Limits.MaxLabelValueLength = 256 }, reason: remotewrite.ReasonLabelValueTooLong},
 		{name: "invalid utf-8 label", body: good + "u{l=\"\xff\"} 1\n", reason: ReasonParse},
 		{name: "too many labels for remote write", body: good + "w{a=\"1\",b=\"2\",c=\"3\",d=\"4\"} 1\n",
-			opts: []ScraperOption{WithValidator(remotewrite.Limits{MaxLabelsPerSeries: 5})}, reason: remotewrite.ReasonTooManyLabels},
+			limits: func(c *Config) { c.Limits.MaxLabelsPerSeries = 5 }, reason: remotewrite.ReasonTooManyLabels},
 		{name: "http 503", body: good, status: http.StatusServiceUnavailable, reason: ReasonHTTP},
+		// With no limits configured the receiver's defaults and its structural
+		// checks still apply.
+		{name: "label value over the default remote-write limit", body: good + "long{l=\"" + strings.Repeat("v", 4097) + "\"} 1\n", reason: remotewrite.ReasonLabelValueTooLong},
+		{name: "exposed exported_job and job give a repeated label name", body: good + "x{exported_job=\"a\",job=\"b\"} 1\n", reason: remotewrite.ReasonDuplicateLabel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newScrapeEnv(t)
@@ -281,7 +307,7 @@ func TestScrapeHostile(t *testing.T) {
 			if tc.status != 0 {
 				srv.set([]byte(tc.body), tc.status)
 			}
-			cfg := SourcesConfig{Targets: []Target{{Name: "hostile", URL: srv.URL + "/metrics"}}}
+			cfg := Config{Targets: []Target{{Name: "hostile", URL: srv.URL + "/metrics"}}}
 			if tc.limits != nil {
 				tc.limits(&cfg)
 			}
@@ -302,28 +328,111 @@ func TestScrapeHostile(t *testing.T) {
 	}
 }
 
+// TestScrapeTimeout runs in a synctest bubble: the target never answers, and
+// the scrape's 100 ms timeout passes on the bubble's clock, at once.
 func TestScrapeTimeout(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for a 100 ms scrape timeout")
-	}
-	e := newScrapeEnv(t)
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
+	synctest.Test(t, func(t *testing.T) {
+		// The target hangs until the request is canceled; it is served in
+		// memory, as a network connection would leave the bubble.
+		hang := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		})
+		logs := &bytes.Buffer{}
+		app := &memAppendable{}
+		s, err := New(Config{Targets: []Target{{Name: "slow", URL: "http://127.0.0.1:9/metrics", Interval: time.Second, Timeout: 100 * time.Millisecond}}},
+			app, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), time.Now, WithHTTPClient(&http.Client{Transport: hang}))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}))
-	defer srv.Close()
-	defer close(release)
-	s := e.scraper(t, SourcesConfig{Targets: []Target{{Name: "slow", URL: srv.URL, Interval: time.Second, Timeout: 100 * time.Millisecond}}})
-	s.ScrapeOnce(context.Background())
-	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("slow", ReasonTimeout)); got != 1 {
-		t.Errorf("timeout failures = %g; logs:\n%s", got, e.logs)
-	}
+		start := time.Now()
+		s.ScrapeOnce(context.Background())
+		if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("slow", ReasonTimeout)); got != 1 {
+			t.Errorf("timeout failures = %g; logs:\n%s", got, logs)
+		}
+		if waited := time.Since(start); waited != 100*time.Millisecond {
+			t.Errorf("the scrape gave up after %s, want the 100ms timeout", waited)
+		}
+		if up, ok := app.last("up"); !ok || up != 0 {
+			t.Errorf("up = %g (stored %v)", up, ok)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
-func TestSourcesConfigValidate(t *testing.T) {
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// memAppendable keeps committed float samples in memory, by metric name.
+type memAppendable struct {
+	mu      sync.Mutex
+	samples map[string][]float64
+}
+
+func (m *memAppendable) AppenderV2(context.Context) storage.AppenderV2 { return &memAppender{m: m} }
+
+// last returns the newest committed value of the metric name.
+func (m *memAppendable) last(name string) (float64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vs := m.samples[name]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return vs[len(vs)-1], true
+}
+
+type memAppender struct {
+	m       *memAppendable
+	pending []labels.Labels
+	values  []float64
+}
+
+func (a *memAppender) Append(_ storage.SeriesRef, ls labels.Labels, _, _ int64, v float64, _ *histogram.Histogram, _ *histogram.FloatHistogram, _ storage.AOptions) (storage.SeriesRef, error) {
+	a.pending, a.values = append(a.pending, ls), append(a.values, v)
+	return storage.SeriesRef(ls.Hash()), nil
+}
+
+func (a *memAppender) Commit() error {
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	if a.m.samples == nil {
+		a.m.samples = map[string][]float64{}
+	}
+	for i, ls := range a.pending {
+		name := ls.Get("__name__")
+		a.m.samples[name] = append(a.m.samples[name], a.values[i])
+	}
+	return nil
+}
+
+func (a *memAppender) Rollback() error { return nil }
+
+// commitSignal appends through next and signals every commit of it.
+type commitSignal struct {
+	next      storage.AppendableV2
+	committed chan struct{}
+}
+
+func (c *commitSignal) AppenderV2(ctx context.Context) storage.AppenderV2 {
+	return &signalAppender{AppenderV2: c.next.AppenderV2(ctx), committed: c.committed}
+}
+
+type signalAppender struct {
+	storage.AppenderV2
+	committed chan<- struct{}
+}
+
+func (a *signalAppender) Commit() error {
+	err := a.AppenderV2.Commit()
+	a.committed <- struct{}{}
+	return err
+}
+
+func TestConfigValidate(t *testing.T) {
 	ok := Target{Name: "a", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM}
 	for _, tc := range []struct {
 		name    string
@@ -340,63 +449,65 @@ func TestSourcesConfigValidate(t *testing.T) {
 		{"invalid label", []Target{{Name: "a", URL: ok.URL, Labels: map[string]string{"a-b": "x"}}}, "cannot be set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := SourcesConfig{Targets: tc.targets}.Validate()
+			err := Config{Targets: tc.targets}.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want error containing %q, got %v", tc.want, err)
 			}
 		})
 	}
-	if err := (SourcesConfig{Targets: []Target{ok}}).Validate(); err != nil {
+	if err := (Config{Targets: []Target{ok}}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := (SourcesConfig{Targets: []Target{ok}}).withDefaults().Targets[0]; got.Interval != DCGMCollectInterval || got.Timeout != DefaultScrapeTimeout {
+	if got := (Config{Targets: []Target{ok}}).withDefaults().Targets[0]; got.Interval != DCGMCollectInterval || got.Timeout != DefaultScrapeTimeout {
 		t.Errorf("dcgm defaults: %+v", got)
 	}
 }
 
 func TestDCGMFastScrapeWarning(t *testing.T) {
 	e := newScrapeEnv(t)
-	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "dcgm", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM, Interval: 5 * time.Second, Timeout: time.Second}}})
+	e.scraper(t, Config{Targets: []Target{{Name: "dcgm", URL: "http://127.0.0.1:9400/metrics", Kind: KindDCGM, Interval: 5 * time.Second, Timeout: time.Second}}})
 	if !strings.Contains(e.logs.String(), "faster than dcgm-exporter") || !strings.Contains(e.logs.String(), `target \"dcgm\"`) {
 		t.Fatalf("no warning in logs:\n%s", e.logs)
 	}
 	e.logs.Reset()
-	e.scraper(t, SourcesConfig{Targets: []Target{{Name: "vllm", URL: "http://127.0.0.1:8000/metrics", Kind: KindVLLM, Interval: 5 * time.Second, Timeout: time.Second}}})
+	e.scraper(t, Config{Targets: []Target{{Name: "vllm", URL: "http://127.0.0.1:8000/metrics", Kind: KindVLLM, Interval: 5 * time.Second, Timeout: time.Second}}})
 	if strings.Contains(e.logs.String(), "faster than") {
 		t.Fatalf("warning for a vLLM target:\n%s", e.logs)
 	}
 }
 
-// TestRunAndClose runs the loop, waits for the first scrape, closes, and
-// checks that Close ends the target's series with stale markers.
+// TestRunAndClose runs the loop, waits for the first scrape's two commits
+// (its samples, then its health series), closes, and checks that Close ends
+// the target's series with stale markers.
 func TestRunAndClose(t *testing.T) {
 	e := newScrapeEnv(t)
 	srv := newBodyServer(t, []byte("# TYPE g gauge\ng 1\n"))
-	s := e.scraper(t, SourcesConfig{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}})
-	var runErr atomic.Value
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Run(context.Background()); err != nil {
-			runErr.Store(err)
+	app := &commitSignal{next: e.raw, committed: make(chan struct{}, 8)}
+	s, err := New(Config{Targets: []Target{{Name: "t", URL: srv.URL, Interval: time.Hour}}}, app,
+		slog.New(slog.NewTextHandler(e.logs, nil)), prometheus.NewRegistry(), e.clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.Run(context.Background()) }()
+	for range 2 {
+		select {
+		case <-app.committed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no scrape committed within 10 s; logs:\n%s", e.logs)
 		}
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(s.metrics.samples.WithLabelValues("t")) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no scrape within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a bounded deadline, not timing logic
 	}
 	e.clock.advance(time.Second)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	<-done
-	if err, _ := runErr.Load().(error); err != nil {
+	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
 	vs := e.series(t, nameIs("g"))
+	if len(vs) != 1 {
+		t.Fatalf("series %v", vs)
+	}
 	for k, v := range vs {
 		if len(v) != 2 || v[0] != 1 || !value.IsStaleNaN(v[1]) {
 			t.Errorf("%s: %v", k, v)
@@ -406,18 +517,19 @@ func TestRunAndClose(t *testing.T) {
 
 func FuzzParseExposition(f *testing.F) {
 	for _, name := range []string{"vllm_v0_legacy.prom", "bpftrace_exporter/histmap.metrics"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "shared", "fixtures", name))
-		if err == nil {
-			f.Add(b, "text/plain")
+		b, err := os.ReadFile(filepath.Join(fixturesDir(f), name))
+		if err != nil {
+			f.Fatal(err)
 		}
+		f.Add(b, "text/plain")
 	}
 	f.Add([]byte("# TYPE a counter\na_total 1\n# EOF\n"), "application/openmetrics-text; version=1.0.0")
 	f.Add([]byte("a{b=\"\\\"\"} 1\n"), "")
-	cat, err := NewCatalogue()
+	cat, err := dcgmbridge.NewCatalogue()
 	if err != nil {
 		f.Fatal(err)
 	}
-	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: 1000, MaxLineBytes: 4096}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Validator: remotewrite.Limits{MaxLabelValueLength: 1024}}
+	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: 1000, MaxLineBytes: 4096}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Series: remotewrite.Limits{MaxLabelValueLength: 1024}}
 	target := labels.FromStrings("job", "fuzz", "instance", "x:1")
 	f.Fuzz(func(t *testing.T, body []byte, ctype string) {
 		exp, err := p.Parse(body, ctype, target, t0)
@@ -445,11 +557,11 @@ func BenchmarkParseVLLMExposition(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat, err := NewCatalogue()
+	cat, err := dcgmbridge.NewCatalogue()
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: DefaultSampleLimit, MaxLineBytes: DefaultLineLimit}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Validator: remotewrite.Limits{}}
+	p := &ExpositionParser{Limits: ParseLimits{MaxSamples: DefaultSampleLimit, MaxLineBytes: DefaultLineLimit}, Sentinels: NewSentinelFilter(cat, prometheus.NewRegistry()), Series: remotewrite.DefaultLimits()}
 	target := labels.FromStrings("job", "vllm", "instance", "10.0.0.5:8000", "namespace", "inference", "pod", "p")
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -477,7 +589,7 @@ func BenchmarkScrapeDCGMIntoRawTier(b *testing.B) {
 	}
 	defer raw.Close()
 	clock := &fakeClock{t: time.Now()}
-	s, err := NewScraper(SourcesConfig{Targets: []Target{{Name: "dcgm", URL: srv.URL, Kind: KindDCGM}}}, raw, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), clock.now)
+	s, err := New(Config{Targets: []Target{{Name: "dcgm", URL: srv.URL, Kind: KindDCGM}}}, raw, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -505,20 +617,29 @@ func TestTargetLabelsWinOverExposedLabels(t *testing.T) {
 	}
 }
 
-func TestPackageLevelRuleGroups(t *testing.T) {
-	g, err := RuleGroups(DefaultRulesConfig())
-	if err != nil {
-		t.Fatal(err)
+// TestTargetsReportScrapes checks what /api/v1/targets is built from: each
+// target's latest scrape, unknown before the first, with the failure's
+// error and the target's labels.
+func TestTargetsReportScrapes(t *testing.T) {
+	e := newScrapeEnv(t)
+	ok := newBodyServer(t, []byte("# TYPE g gauge\ng 1\n"))
+	bad := newBodyServer(t, nil)
+	bad.set([]byte("oops"), http.StatusServiceUnavailable)
+	s := e.scraper(t, Config{Targets: []Target{
+		{Name: "ok", URL: ok.URL + "/metrics", Labels: map[string]string{"pod": "p"}},
+		{Name: "bad", URL: bad.URL + "/metrics", Kind: KindDCGM},
+	}})
+	before := s.Targets()
+	if len(before) != 2 || !before[0].LastScrape.IsZero() || before[1].Target.Interval != DCGMCollectInterval {
+		t.Fatalf("before any scrape: %+v", before)
 	}
-	y, err := RulesYAML(DefaultRulesConfig())
-	if err != nil {
-		t.Fatal(err)
+	e.clock.advance(time.Second)
+	s.ScrapeOnce(context.Background())
+	got := s.Targets()
+	if got[0].LastError != nil || !got[0].LastScrape.Equal(e.clock.now()) || got[0].Labels.Get("pod") != "p" || got[0].Labels.Get("job") != "ok" {
+		t.Errorf("ok target: %+v", got[0])
 	}
-	committed, err := os.ReadFile(filepath.Join("..", "rules", "canonical.rules.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(y, committed) || len(g.Groups) != 1 {
-		t.Fatal("package-level helpers disagree with the committed rule file")
+	if got[1].LastError == nil || !strings.Contains(got[1].LastError.Error(), "503") || got[1].LastScrape.IsZero() {
+		t.Errorf("bad target: %+v", got[1])
 	}
 }

@@ -1,11 +1,9 @@
-package dcgmbridge
+package rulegen
 
 import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +11,8 @@ import (
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
+
+	"github.com/strata-dev/strata/dcgmbridge/scrape"
 )
 
 // TestNetworkLatencyFromEBPF checks the eBPF network-latency series: exp2
@@ -24,17 +24,17 @@ func TestNetworkLatencyFromEBPF(t *testing.T) {
 	// The only real ebpf_exporter exposition is biolatency; accept-latency has
 	// the same exp2 shape (µs edges in seconds), so rename it.
 	bio := e.parseFixture("ebpf_exporter/bio_latency_exposition.prom", host)
-	accept := make([]Sample, len(bio))
+	accept := make([]scrape.Sample, len(bio))
 	for i, s := range bio {
 		b := labels.NewBuilder(s.Labels)
 		b.Set("__name__", strings.Replace(s.Labels.Get("__name__"), "bio_latency", "accept_latency", 1))
-		accept[i] = Sample{Labels: b.Labels(), Value: s.Value}
+		accept[i] = scrape.Sample{Labels: b.Labels(), Value: s.Value}
 	}
 	e.scrapeSequence(accept, grown(accept, 2))
 	hist := e.parseFixture("bpftrace_exporter/histmap.metrics", []string{"job", "bpftrace", "instance", "gpu-node-a17:9101"})
 	e.scrapeSequence(hist, grown(hist, 2))
 
-	cfg := DefaultRulesConfig()
+	cfg := DefaultConfig()
 	cfg.RateWindow = time.Minute
 	cfg.NetworkHistograms = []HistogramSource{{Name: "bpftrace_histmap_h", Scale: 1e6, Sparse: true}}
 	e.evalRules(cfg, t1)
@@ -71,7 +71,7 @@ func TestQuantileFromNativeHistograms(t *testing.T) {
 		}
 		appendNHCB(t, native, step.fixture, step.ts)
 	}
-	cfg := DefaultRulesConfig()
+	cfg := DefaultConfig()
 	classic.evalRules(cfg, t1)
 	native.evalRules(cfg, t1)
 	for _, name := range []string{"strata:ttft_seconds:p99", "strata:queue_time_seconds:p99", "strata:e2e_latency_seconds:p99"} {
@@ -87,10 +87,7 @@ func TestQuantileFromNativeHistograms(t *testing.T) {
 // appends the native histograms only.
 func appendNHCB(t *testing.T, e *evalEnv, fixture string, ts time.Time) {
 	t.Helper()
-	body, err := os.ReadFile(filepath.Join(fixturesDir(t), fixture))
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := readFixture(t, fixture)
 	p, err := textparse.New(body, "text/plain", labels.NewSymbolTable(), textparse.ParserOptions{ConvertClassicHistogramsToNHCB: true})
 	if err != nil {
 		t.Fatal(err)

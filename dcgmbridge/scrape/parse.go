@@ -1,4 +1,4 @@
-package dcgmbridge
+package scrape
 
 import (
 	"bytes"
@@ -13,11 +13,14 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 	"github.com/prometheus/prometheus/model/value"
+
+	"github.com/strata-dev/strata/remotewrite"
 )
 
 // Scrape failure reasons: the reason label of
-// strata_dcgmbridge_scrape_failures_total. Label problems reuse the validator's
-// reasons (remotewrite's Reason* words), so both ingest paths count alike.
+// strata_dcgmbridge_scrape_failures_total. Label problems reuse
+// remotewrite.Limits' reasons (remotewrite's Reason* words), so both ingest
+// paths count alike.
 const (
 	ReasonHTTP            = "http_error"
 	ReasonTimeout         = "timeout"
@@ -35,14 +38,6 @@ const (
 // ErrRejected is wrapped by every parse rejection; a rejected body appends
 // nothing.
 var ErrRejected = errors.New("exposition rejected")
-
-// SeriesValidator is the label and timestamp validation the remote-write
-// receiver applies (remotewrite.Limits implements it), so scraped series pass
-// the same checks. A non-empty reason means the series is rejected.
-type SeriesValidator interface {
-	CheckSeries(lbls labels.Labels) (reason string, err error)
-	CheckTimestamp(t int64, now time.Time) (reason string, err error)
-}
 
 // ParseLimits bound one exposition body.
 type ParseLimits struct {
@@ -94,8 +89,12 @@ type Exposition struct {
 // ExpositionParser parses scrape bodies. It holds no per-body state and is
 // safe for concurrent use.
 type ExpositionParser struct {
-	Limits    ParseLimits
-	Validator SeriesValidator // may be nil: then only the parser's checks apply
+	Limits ParseLimits
+	// Series is the remote-write receiver's series validation, applied to
+	// every series with the target's labels added. Its zero value still
+	// rejects empty, repeated or invalid UTF-8 label names and a missing
+	// __name__; its limits are off.
+	Series    remotewrite.Limits
 	Sentinels *SentinelFilter // may be nil: then sentinels are kept
 }
 
@@ -167,20 +166,16 @@ func (p *ExpositionParser) Parse(body []byte, contentType string, target labels.
 			return nil, reject(ReasonDuplicateSeries, "series %s appears twice", truncate(full.String()))
 		}
 		seen[h] = struct{}{}
-		if p.Validator != nil {
-			if reason, err := p.Validator.CheckSeries(full); reason != "" {
-				return nil, &rejectError{reason: reason, err: err}
-			}
+		if reason, err := p.Series.CheckSeries(full); reason != "" {
+			return nil, &rejectError{reason: reason, err: err}
 		}
 		if p.Limits.MaxSamples > 0 && len(out.Samples) >= p.Limits.MaxSamples {
 			return nil, reject(ReasonTooManySamples, "more than %d samples", p.Limits.MaxSamples)
 		}
 		out.Samples = append(out.Samples, Sample{Labels: full, Value: v})
 	}
-	if p.Validator != nil {
-		if reason, err := p.Validator.CheckTimestamp(now.UnixMilli(), now); reason != "" {
-			return nil, &rejectError{reason: ReasonTimestamp, err: err}
-		}
+	if reason, err := p.Series.CheckTimestamp(now.UnixMilli(), now); reason != "" {
+		return nil, &rejectError{reason: ReasonTimestamp, err: err}
 	}
 	return out, nil
 }
@@ -249,6 +244,14 @@ func longestLine(b []byte) int {
 		b = b[min(i+1, len(b)):]
 	}
 	return longest
+}
+
+// cutSuffix cuts suffix off s when s is longer than it.
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
 }
 
 func truncate(s string) string {
