@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -246,22 +247,22 @@ func (p *Pipeline) tick(ctx context.Context) error {
 	wm := rawMax - p.cfg.Lateness.Milliseconds()
 	p.m.watermark.Set(float64(wm) / 1000)
 	if !p.started {
-		p.mark = alignDown(rawMin, HourRes)
-		p.dayMark = alignDown(p.now().Add(-p.cfg.MinuteRetention).UnixMilli()+DayLen-1, DayLen)
+		p.mark = timegrid.Floor(rawMin, HourRes)
+		p.dayMark = timegrid.Ceil(p.now().Add(-p.cfg.MinuteRetention).UnixMilli(), DayLen)
 		p.started = true
 	}
 	// Raw retention may have removed data this pipeline never saw (it was
 	// stopped for longer than raw holds): start at what raw still has.
-	if start := alignDown(rawMin, HourRes); p.mark < start && len(p.openStarts()) == 0 {
+	if start := timegrid.Floor(rawMin, HourRes); p.mark < start && len(p.openStarts()) == 0 {
 		p.logger.Warn("raw data expired before it was rolled up", "from", fmtTime(p.mark), "to", fmtTime(start))
 		p.mark = start
 	}
-	end := alignDown(wm, MinuteRes) // minutes ending at or before the watermark are final
+	end := timegrid.Floor(wm, MinuteRes) // minutes ending at or before the watermark are final
 	for p.mark < end {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		h := alignDown(p.mark, HourRes)
+		h := timegrid.Floor(p.mark, HourRes)
 		if p.mark == h && p.minute.HasPartition(h) {
 			p.mark = h + HourRes // written before a restart, or by a backfill
 			continue
@@ -468,7 +469,7 @@ func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
 // windows are always derived from minute windows, never from raw data. A day
 // without any minute partition is not written and series is -1.
 func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWriter, d int64) (series, windows int, err error) {
-	if d != alignDown(d, DayLen) {
+	if d != timegrid.Floor(d, DayLen) {
 		return -1, 0, fmt.Errorf("hour partition start %d is not a UTC midnight", d)
 	}
 	found := false

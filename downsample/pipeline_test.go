@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -315,7 +316,7 @@ func readPartition(t *testing.T, tier readableTier, start, length int64) []tiers
 func checkTiers(t *testing.T, w *workload, minute, hour readableTier, wm int64) {
 	t.Helper()
 	var lastMinute int64
-	for h := alignDown(w.start, HourRes); flushable(h, wm); h += HourRes {
+	for h := timegrid.Floor(w.start, HourRes); flushable(h, wm); h += HourRes {
 		if !minute.HasPartition(h) {
 			t.Errorf("minute partition %s missing at watermark %s", fmtTime(h), fmtTime(wm))
 			continue
@@ -326,7 +327,7 @@ func checkTiers(t *testing.T, w *workload, minute, hour readableTier, wm int64) 
 	if lastMinute == 0 {
 		t.Fatal("no minute partition to check")
 	}
-	for d := alignDown(w.start, DayLen); d+DayLen <= lastMinute; d += DayLen {
+	for d := timegrid.Floor(w.start, DayLen); d+DayLen <= lastMinute; d += DayLen {
 		if !hour.HasPartition(d) {
 			t.Errorf("hour partition %s missing", fmtTime(d))
 			continue
@@ -481,7 +482,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 		t.Fatal("no open windows")
 	}
 	from := open[0].Windows[0].Start
-	from = alignDown(from, HourRes)
+	from = timegrid.Floor(from, HourRes)
 	for _, s := range open {
 		for _, win := range s.Windows {
 			if win.Start+MinuteRes > p.mark {
@@ -603,7 +604,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	_, rawMax, _ := FromRaw(raw).Bounds()
 	wm := rawMax - DefaultConfig().Lateness.Milliseconds()
 	wantNew := 0
-	for h := alignDown(crashAt, HourRes); flushable(h, wm); h += HourRes {
+	for h := timegrid.Floor(crashAt, HourRes); flushable(h, wm); h += HourRes {
 		wantNew++
 	}
 	if got := minute.writeCount() - writesBefore; got != wantNew {
@@ -639,12 +640,12 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 	start := testStart + 2*HourRes
 	w := genWorkload(start, start+3*HourRes, 10_000)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	for h := alignDown(start, HourRes); h < w.end; h += HourRes {
+	for h := timegrid.Floor(start, HourRes); h < w.end; h += HourRes {
 		if err := minute.WritePartition(h, w.reference(t, MinuteRes, h, h+HourRes)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	day := alignDown(start, DayLen)
+	day := timegrid.Floor(start, DayLen)
 	clock := &testClock{t: time.UnixMilli(w.end)}
 	emptyRaw := openTestRaw(t)
 	// Raw holds only a sample far later, as if everything older had expired.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -38,7 +39,7 @@ func (p *Pipeline) Tee(next storage.AppendableV2) storage.AppendableV2 {
 		p.tap.enabled = true
 		p.tap.from = math.MinInt64
 		if _, rawMax, ok := p.src.Bounds(); ok {
-			p.tap.from = alignDown(rawMax, MinuteRes) + MinuteRes
+			p.tap.from = timegrid.Floor(rawMax, MinuteRes) + MinuteRes
 		}
 		p.tap.series = map[storage.SeriesRef]*teeSeries{}
 		p.tap.late = map[int64]struct{}{}
@@ -174,7 +175,7 @@ func (p *Pipeline) observe(batch []teeSample) {
 		}
 		if x.t < p.tap.drained {
 			late++
-			p.tap.late[alignDown(x.t, HourRes)] = struct{}{}
+			p.tap.late[timegrid.Floor(x.t, HourRes)] = struct{}{}
 			continue
 		}
 		s.pending = append(s.pending, sample{x.t, x.v})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/strata-dev/strata/internal/parallel"
+	"github.com/strata-dev/strata/internal/timegrid"
 )
 
 // Select returns the series matching all matchers that have windows starting
@@ -185,13 +185,11 @@ type rollupQuery struct {
 
 func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOptions) *rollupQuery {
 	q := &rollupQuery{mint: mint, maxt: maxt, res: res, matchers: ms, opts: opts}
-	q.loT = math.MinInt64
-	if mint > math.MinInt64+res {
-		if q.loT = floorTo(mint, res); q.loT < mint {
-			q.loT += res
-		}
-	}
-	q.hiT = satAdd(floorTo(maxt, res), res)
+	// Window starts are multiples of res: one starts at or after mint iff
+	// its last sample does, at or before maxt iff its last sample is
+	// before the window after maxt's.
+	q.loT = timegrid.Ceil(mint, res)
+	q.hiT = satAdd(timegrid.Floor(maxt, res), res)
 	for _, m := range ms {
 		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			v := parquet.ByteArrayValue([]byte(m.Value))

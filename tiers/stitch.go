@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/strata-dev/strata/internal/timegrid"
 )
 
 // Stitched is the one storage.SampleAndChunkQueryable the query path reads:
@@ -106,34 +108,17 @@ func (s *Stitched) rawStart() int64 {
 	if !ok {
 		return math.MaxInt64
 	}
-	const m = int64(time.Minute / time.Millisecond)
-	up := ceilDiv(mint, m) * m
+	up := timegrid.Ceil(mint, time.Minute.Milliseconds())
 	if _, mHi, ok := tierBounds(s.minute); ok && mHi >= up {
 		return up
 	}
 	return mint
 }
 
-func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a > 0 {
-		q++
-	}
-	return q
-}
-
-// floorTo rounds t down to a multiple of res (negative t included).
-func floorTo(t, res int64) int64 {
-	if t >= 0 {
-		return t - t%res
-	}
-	return t - ((t%res)+res)%res
-}
-
 // gridAtOrAfter returns the first time origin + k*step (k any integer) at or
 // after t: the first evaluation time of a range query that sees t.
 func gridAtOrAfter(t, origin, step int64) int64 {
-	return origin + ceilDiv(t-origin, step)*step
+	return origin + timegrid.Ceil(t-origin, step)
 }
 
 func tierBounds(r *Rollup) (int64, int64, bool) {
@@ -319,7 +304,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sel, err := r.selectColumns(ctx, floorTo(sg.lo, res), sg.hi-1, ms, selectOptions{
+	sel, err := r.selectColumns(ctx, timegrid.Floor(sg.lo, res), sg.hi-1, ms, selectOptions{
 		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
 	})
 	if err != nil {

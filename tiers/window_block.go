@@ -1,6 +1,10 @@
 package tiers
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/strata-dev/strata/internal/timegrid"
+)
 
 // colSet is a set of aggregate columns. last_ts is always read: a window's
 // start is derived from it.
@@ -94,7 +98,7 @@ func appendCol[T any](dst *[]T, src []T, lo, hi int) {
 }
 
 // startOf returns the start of the window holding t.
-func (b *windowBlock) startOf(t int64) int64 { return floorTo(t, b.res) }
+func (b *windowBlock) startOf(t int64) int64 { return timegrid.Floor(t, b.res) }
 
 // window sets *w to row i. Only the block's columns are written: a caller
 // reusing w for rows of blocks with the same columns (one query's) sees the
