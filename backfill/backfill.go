@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	}
 	cutoff := int64(math.MaxInt64)
 	if t.Raw != nil {
-		if rawMin, _, ok := downsample.FromRaw(t.Raw).Bounds(); ok {
+		if rawMin, _, ok := t.Raw.Bounds(); ok {
 			cutoff = timegrid.Floor(rawMin, downsample.HourRes)
 		} else {
 			cutoff = timegrid.Ceil(now-cfg.RawRetention.Milliseconds(), downsample.HourRes)

@@ -188,7 +188,7 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	cfg := DefaultConfig()
 	now := histEnd + 15*minute
 	cfg.Now = func() time.Time { return time.UnixMilli(now) }
-	p, err := downsample.New(downsample.DefaultConfig(), downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
+	p, err := downsample.New(downsample.DefaultConfig(), e.raw, e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func BenchmarkRollupMinute(b *testing.B) {
 		report(b, cpu0)
 	})
 	b.Run("incremental-minutes", func(b *testing.B) {
-		p, err := New(DefaultConfig(), FromRaw(raw), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
+		p, err := New(DefaultConfig(), raw, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func BenchmarkRollupTee(b *testing.B) {
 	const series = 500
 	f := newFleet(series)
 	raw := openBenchRaw(b)
-	p, err := New(DefaultConfig(), FromRaw(raw), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
+	p, err := New(DefaultConfig(), raw, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,13 +22,15 @@ import (
 )
 
 // Source is the raw tier as the pipeline reads it: samples through a
-// storage.Queryable, and the time range it holds. FromRaw adapts *tiers.Raw.
+// storage.Queryable, and the time range it holds. *tiers.Raw implements it.
 type Source interface {
 	storage.Queryable
-	// Bounds returns the oldest and the newest sample timestamp (ms) the tier
-	// holds, and false when it is empty.
+	// Bounds returns the oldest and the newest sample timestamp (ms, both
+	// inclusive) the tier holds, and false when it is empty.
 	Bounds() (mint, maxt int64, ok bool)
 }
+
+var _ Source = (*tiers.Raw)(nil)
 
 // PartitionWriter is a rollup tier as the pipeline writes it; *tiers.Rollup
 // implements it. WritePartition must be atomic (a partition either exists

@@ -462,7 +462,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	raw := openTestRaw(t)
 	clock := &testClock{t: time.UnixMilli(start)}
 	reg := prometheus.NewRegistry()
-	src := &countingSource{Source: FromRaw(raw)}
+	src := &countingSource{Source: raw}
 	p, err := New(DefaultConfig(), src, minute, hour, promslog.NewNopLogger(), reg, clock.now)
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +473,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	if err := run(t, p, raw, w, clock, start-1, w.deliveries[len(w.deliveries)-1].at, true); err != nil {
 		t.Fatal(err)
 	}
-	_, rawMax, _ := FromRaw(raw).Bounds()
+	_, rawMax, _ := raw.Bounds()
 	wm := rawMax - DefaultConfig().Lateness.Milliseconds()
 
 	// The open hour is in memory and equals the reference so far.
@@ -560,7 +560,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
 
-	p1, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p1, err := New(DefaultConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +593,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	w.deliver(t, raw, crashAt, downUntil)
 	clock.t = time.UnixMilli(downUntil)
 
-	p2, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p2, err := New(DefaultConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +601,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Recovery wrote only what was missing: partitions on disk were not rewritten.
-	_, rawMax, _ := FromRaw(raw).Bounds()
+	_, rawMax, _ := raw.Bounds()
 	wm := rawMax - DefaultConfig().Lateness.Milliseconds()
 	wantNew := 0
 	for h := timegrid.Floor(crashAt, HourRes); flushable(h, wm); h += HourRes {
@@ -616,12 +616,12 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, rawMax, _ = FromRaw(raw).Bounds()
+	_, rawMax, _ = raw.Bounds()
 	checkTiers(t, w, minute, hour, rawMax-DefaultConfig().Lateness.Milliseconds())
 
 	// A third start over complete tiers is a no-op: idempotent.
 	minuteWrites, hourWrites := minute.writeCount(), hour.writeCount()
-	p3, err := New(DefaultConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p3, err := New(DefaultConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +656,7 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(DefaultConfig(), FromRaw(emptyRaw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p, err := New(DefaultConfig(), emptyRaw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,7 +692,7 @@ func TestNewValidates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			tc.mod(&cfg)
-			if _, err := New(cfg, FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), now); err == nil {
+			if _, err := New(cfg, raw, minute, hour, nil, prometheus.NewRegistry(), now); err == nil {
 				t.Fatal("New accepted an invalid config")
 			}
 		})
@@ -702,7 +702,7 @@ func TestNewValidates(t *testing.T) {
 func TestEmptyRawIsANoOp(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(DefaultConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
+	p, err := New(DefaultConfig(), raw, minute, hour, nil, prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -721,7 +721,7 @@ func TestEmptyRawIsANoOp(t *testing.T) {
 func TestRunStops(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(DefaultConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
+	p, err := New(DefaultConfig(), raw, minute, hour, nil, prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -764,7 +764,7 @@ func TestPipelineReadFailure(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
-	src := &failingSource{Source: FromRaw(raw), failAt: 40}
+	src := &failingSource{Source: raw, failAt: 40}
 	p, err := New(DefaultConfig(), src, minute, hour, nil, prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
@@ -780,7 +780,7 @@ func TestPipelineReadFailure(t *testing.T) {
 			}
 		}
 	}
-	_, rawMax, _ := FromRaw(raw).Bounds()
+	_, rawMax, _ := raw.Bounds()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}

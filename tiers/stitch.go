@@ -104,7 +104,7 @@ func (s *Stitched) rawStart() int64 {
 	if s.raw == nil {
 		return math.MaxInt64
 	}
-	mint, ok := s.raw.MinTime()
+	mint, _, ok := s.raw.Bounds()
 	if !ok {
 		return math.MaxInt64
 	}

@@ -140,7 +140,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
-	srv.rollup, err = downsample.New(dsCfg, downsample.FromRaw(srv.raw), srv.minute, srv.hour, logger, reg, time.Now)
+	srv.rollup, err = downsample.New(dsCfg, srv.raw, srv.minute, srv.hour, logger, reg, time.Now)
 	if err != nil {
 		return nil, err
 	}
