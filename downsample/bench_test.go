@@ -115,7 +115,7 @@ func BenchmarkRollupMinute(b *testing.B) {
 		cpu0 := processCPU(b)
 		for b.Loop() {
 			var err error
-			got, _, err = ComputeWindows(ctx, raw, MinuteRes, start, start+HourRes)
+			got, _, err = computeWindows(ctx, raw, MinuteRes, start, start+HourRes)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func BenchmarkRollupMinute(b *testing.B) {
 				}
 			}
 		}
-		got := p.OpenWindows()
+		got := p.openWindows()
 		check(b, got)
 		if n := len(got[0].Windows); n != 60 {
 			b.Fatalf("got %d windows per series, want 60", n)
@@ -199,7 +199,7 @@ func BenchmarkRollupTee(b *testing.B) {
 			}
 		}
 	}
-	got := p.OpenWindows()
+	got := p.openWindows()
 	if len(got) != series || len(got[0].Windows) != 60 {
 		b.Fatalf("got %d series", len(got))
 	}

@@ -67,11 +67,6 @@ type Config struct {
 	// partitions are rebuilt only for days whose minute partitions are all
 	// still retained (a day partly deleted would give short hours).
 	MinuteRetention time.Duration
-	// RereadOnFlush re-reads every hour from raw before writing its minute
-	// partition even when Tee feeds the pipeline: set it when some writer of
-	// the raw tier does not append through the tee. Without Tee every hour is
-	// re-read anyway.
-	RereadOnFlush bool
 }
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
@@ -86,8 +81,9 @@ func DefaultConfig() Config {
 // every partition without a file is recomputed from the finer tier after a
 // restart (see docs/rollups.md).
 //
-// Tick, Windows and Close are safe for concurrent use; ticks are serialized.
-// The caller MUST call Close, before closing the tiers.
+// Tick, Run, Close and the appenders Tee returns are safe for concurrent
+// use; ticks are serialized. The caller MUST call Close, before closing the
+// tiers.
 type Pipeline struct {
 	cfg    Config
 	src    Source
@@ -503,42 +499,6 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 	return len(out), windows, nil
 }
 
-// OpenWindows returns copies of the minute windows computed but not yet
-// flushed (the current hour, and the previous one until its flush), for the
-// series matching all matchers, sorted by labels. Windows of one series are
-// ascending.
-func (p *Pipeline) OpenWindows(matchers ...*labels.Matcher) []tiers.SeriesWindows {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	byKey := map[uint64]int{}
-	var out []tiers.SeriesWindows
-	starts := make([]int64, 0, len(p.open))
-	for h := range p.open {
-		starts = append(starts, h)
-	}
-	slices.Sort(starts)
-	for _, h := range starts {
-	series:
-		for _, s := range p.open[h].all() {
-			for _, m := range matchers {
-				if !m.Matches(s.Labels.Get(m.Name)) {
-					continue series
-				}
-			}
-			// Hash collisions only merge series when labels are equal too.
-			key := s.Labels.Hash()
-			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
-				out[i].Windows = append(out[i].Windows, s.Windows...)
-				continue
-			}
-			byKey[key] = len(out)
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
-		}
-	}
-	sortSeries(out)
-	return out
-}
-
 // Close runs a last tick, so that partitions that became final are written,
 // and stops the pipeline. The windows of the open hour are dropped: they are
 // recomputed from raw on the next start. Close does not close the tiers.
@@ -559,18 +519,18 @@ func (p *Pipeline) Close() error {
 // computeMinutes reads raw samples in [from, to) and returns every series'
 // minute windows, in no particular order.
 func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.SeriesWindows, error) {
-	series, st, err := ComputeWindows(ctx, p.src, MinuteRes, from, to)
+	series, st, err := computeWindows(ctx, p.src, MinuteRes, from, to)
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
 	return series, err
 }
 
-// ComputeWindows reads every series of q in [from, to) and returns their
+// computeWindows reads every series of q in [from, to) and returns their
 // windows of resolution res, leaving out series without a float sample, in
 // no particular order. It reads StaleLookahead past to, so that a stale
 // marker right after the range marks the last window stale (see
 // AppendWindows). Labels are copied: they stay valid after the querier closes.
-func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64) ([]tiers.SeriesWindows, Stats, error) {
+func computeWindows(ctx context.Context, q storage.Queryable, res, from, to int64) ([]tiers.SeriesWindows, Stats, error) {
 	var out []tiers.SeriesWindows
 	st, err := walkWindows(ctx, q, res, from, to, func(lset labels.Labels, ws []tiers.Window) {
 		out = append(out, tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})

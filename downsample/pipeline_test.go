@@ -477,7 +477,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	wm := rawMax - DefaultConfig().Lateness.Milliseconds()
 
 	// The open hour is in memory and equals the reference so far.
-	open := p.OpenWindows()
+	open := p.openWindows()
 	if len(open) == 0 {
 		t.Fatal("no open windows")
 	}
@@ -503,9 +503,6 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 		}
 	}
 	checkSeries(t, "open windows", openNoLag, refNoLag)
-	if m := p.OpenWindows(labels.MustNewMatcher(labels.MatchEqual, "pod", "a")); len(m) != 1 {
-		t.Errorf("OpenWindows with a matcher returned %d series, want 1", len(m))
-	}
 
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -583,7 +580,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	if !minute.HasPartition(failing) {
 		t.Error("the failed partition was not retried by a later tick")
 	}
-	if len(p1.OpenWindows()) == 0 {
+	if len(p1.openWindows()) == 0 {
 		t.Fatal("the crash must lose in-memory windows; there were none")
 	}
 	writesBefore := minute.writeCount()
@@ -773,7 +770,7 @@ func TestPipelineReadFailure(t *testing.T) {
 	if err := run(t, p, raw, w, clock, start-1, end, false); err == nil {
 		t.Fatal("the injected failure did not surface")
 	}
-	for _, s := range p.OpenWindows() {
+	for _, s := range p.openWindows() {
 		for i := 1; i < len(s.Windows); i++ {
 			if s.Windows[i].Start <= s.Windows[i-1].Start {
 				t.Fatalf("%s: duplicate or unordered open windows after a failed read", s.Labels)

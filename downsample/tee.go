@@ -26,9 +26,9 @@ import (
 // With the tee, a minute partition is written from the in-memory windows;
 // only an hour that received samples after its minute was computed (counted
 // in strata_downsample_late_samples_total) is re-read from raw first. So
-// every writer of the raw tier must append through the tee, or
-// Config.RereadOnFlush must be set: samples that bypass the tee would
-// otherwise be missing from the minute tier.
+// every writer of the raw tier must append through the tee: samples that
+// bypass it would be missing from the minute tier. (strata serve hands the
+// tee to every writer: remote write, scrapes and rule results.)
 //
 // Call Tee once, before appends start; minutes before the raw tier's newest
 // sample at that moment are computed from raw.
@@ -270,7 +270,7 @@ func (p *Pipeline) flushFromMemory(h int64) bool {
 	defer p.tap.mu.Unlock()
 	_, late := p.tap.late[h]
 	delete(p.tap.late, h)
-	return p.tap.enabled && !late && !p.cfg.RereadOnFlush
+	return p.tap.enabled && !late
 }
 
 // forceReread makes hour h's flush re-read raw, whether or not the tee fed it.

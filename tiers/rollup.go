@@ -76,7 +76,8 @@ var (
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("rollup tier closed")
 	// ErrTooManyWindows is returned when a query would hold more rollup
-	// windows in memory than the stitched view allows (WithMaxWindows).
+	// windows in memory than the stitched view allows (20,000,000, see
+	// NewStitched).
 	ErrTooManyWindows = errors.New("query selects too many rollup windows")
 )
 
@@ -206,12 +207,6 @@ func statPartition(path string, start, length int64) (info PartitionInfo, err er
 		return info, fmt.Errorf("read partition footer %s: %w", path, err)
 	}
 	return PartitionInfo{Start: start, End: start + length, Rows: pf.NumRows(), Bytes: st.Size(), Path: path}, nil
-}
-
-// PartitionStart returns the start of the partition holding time t (ms).
-func (r *Rollup) PartitionStart(t int64) int64 {
-	l := r.cfg.PartitionLength.Milliseconds()
-	return t - ((t%l)+l)%l
 }
 
 // WritePartition writes the partition starting at start (ms, a multiple of

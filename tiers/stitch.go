@@ -30,8 +30,7 @@ type Stitched struct {
 	raw          *Raw
 	minute, hour *Rollup
 	lookback     time.Duration
-	autoRes      bool
-	maxWindows   int
+	maxWindows   int // bound on the rollup windows one Select holds (0: none)
 }
 
 // StitchOption configures a Stitched.
@@ -48,21 +47,18 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 	}
 }
 
-// WithMaxWindows bounds the rollup windows one Select may hold in memory
-// (16 bytes each for a plain selector, 52 for rate-like functions;
-// default 20,000,000, 0 for no bound). A query past it
-// fails with ErrTooManyWindows instead of exhausting memory.
-func WithMaxWindows(n int) StitchOption { return func(s *Stitched) { s.maxWindows = max(n, 0) } }
-
-// WithAutoResolution turns on (default) or off serving coarse-step queries
-// from a coarser tier (Thanos' rule: the coarsest tier whose resolution is at
-// most step/5, capped at range/2 for rate-like functions).
-func WithAutoResolution(on bool) StitchOption { return func(s *Stitched) { s.autoRes = on } }
-
 // NewStitched returns the stitched view over the three tiers. minute and hour
 // may be nil (that tier is then empty).
+//
+// One Select holds at most 20,000,000 rollup windows in memory (16 bytes
+// each for a plain selector, 52 for rate-like functions); a query past that
+// fails with ErrTooManyWindows instead of exhausting memory.
+//
+// A coarse-step query is served from a coarser tier where one holds its
+// range (Thanos' rule: the coarsest tier whose resolution is at most
+// step/5, capped at range/2 for rate-like functions).
 func NewStitched(raw *Raw, minute, hour *Rollup, opts ...StitchOption) *Stitched {
-	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, autoRes: true, maxWindows: 20_000_000}
+	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, maxWindows: 20_000_000}
 	for _, o := range opts {
 		o(s)
 	}
@@ -166,10 +162,7 @@ func (s *Stitched) plan(mint, maxt int64, h *storage.SelectHints) []segment {
 	rawLo := s.rawStart()
 	mLo, mHi, mOK := tierBounds(s.minute)
 	_, hHi, hOK := tierBounds(s.hour)
-	maxRes := int64(0)
-	if s.autoRes {
-		maxRes = maxResolution(h)
-	}
+	maxRes := maxResolution(h)
 	rawFrom := rawLo
 	if mOK && maxRes >= tierRes(s.minute, time.Minute) && mHi > rawFrom {
 		rawFrom = mHi
