@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -714,29 +715,34 @@ func TestEmptyRawIsANoOp(t *testing.T) {
 	}
 }
 
-// TestRunStops checks that Run returns when its context is cancelled.
+// TestRunStops checks that Run returns when its context is cancelled. In a
+// synctest bubble Run's ticker runs on the bubble's clock: once every
+// goroutine of the bubble is blocked, Run has returned or never will.
 func TestRunStops(t *testing.T) {
 	raw := openTestRaw(t)
-	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(DefaultConfig(), raw, minute, hour, nil, prometheus.NewRegistry(), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	cancel()
-	select {
-	case err := <-done:
+	synctest.Test(t, func(t *testing.T) {
+		minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+		p, err := New(DefaultConfig(), raw, minute, hour, nil, prometheus.NewRegistry(), time.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("Run did not return after cancel")
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // failingSource fails the raw query number failAt.
