@@ -28,6 +28,7 @@ import (
 
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/internal/atomicfile"
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -152,14 +153,14 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	now := cfg.Now().UnixMilli()
 	oldest := int64(math.MinInt64)
 	if cfg.HourRetention > 0 {
-		oldest = downsample.AlignDown(now-cfg.HourRetention.Milliseconds(), downsample.DayLen)
+		oldest = timegrid.Floor(now-cfg.HourRetention.Milliseconds(), downsample.DayLen)
 	}
 	cutoff := int64(math.MaxInt64)
 	if t.Raw != nil {
-		if rawMin, _, ok := downsample.FromRaw(t.Raw).Bounds(); ok {
-			cutoff = downsample.AlignDown(rawMin, downsample.HourRes)
+		if rawMin, _, ok := t.Raw.Bounds(); ok {
+			cutoff = timegrid.Floor(rawMin, downsample.HourRes)
 		} else {
-			cutoff = downsample.AlignDown(now-cfg.RawRetention.Milliseconds()+downsample.HourRes-1, downsample.HourRes)
+			cutoff = timegrid.Ceil(now-cfg.RawRetention.Milliseconds(), downsample.HourRes)
 		}
 	}
 
@@ -198,7 +199,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	}
 
 	// Minute partitions below the cutoff.
-	first := max(downsample.AlignDown(mint, downsample.HourRes), oldest)
+	first := max(timegrid.Floor(mint, downsample.HourRes), oldest)
 	last := min(cutoff, maxt+1) // exclusive
 	total := int(max(0, (last-first+downsample.HourRes-1)/downsample.HourRes))
 	days := map[int64]bool{}
@@ -208,7 +209,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		}
 		switch {
 		case slices.Contains(st.Minute, h):
-			days[downsample.AlignDown(h, downsample.DayLen)] = true
+			days[timegrid.Floor(h, downsample.DayLen)] = true
 		case t.Minute.HasPartition(h):
 			res.PartitionsSkipped++
 		default:
@@ -221,7 +222,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 					return res, fmt.Errorf("backfill minute partition %s: %w", time.UnixMilli(h).UTC().Format(time.RFC3339), err)
 				}
 				res.PartitionsWritten++
-				days[downsample.AlignDown(h, downsample.DayLen)] = true
+				days[timegrid.Floor(h, downsample.DayLen)] = true
 			}
 			st.Minute = append(st.Minute, h)
 			if err := save(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -200,7 +201,7 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	cfg.Now = func() time.Time { return time.UnixMilli(now) }
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.KindOf = testKindOf
-	p, err := downsample.New(dsCfg, downsample.FromRaw(e.raw), e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
+	p, err := downsample.New(dsCfg, e.raw, e.minute, e.hour, nil, prometheus.NewRegistry(), cfg.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	if fmt.Sprint(phases) != "[minute hour raw]" {
 		t.Errorf("phases %v", phases)
 	}
-	cutoff := downsample.AlignDown(now-24*hour+hour-1, hour)
+	cutoff := timegrid.Ceil(now-24*hour, hour)
 	wantRaw := 0
 	for _, s := range normalize(input) {
 		for _, x := range s.Samples {
@@ -235,7 +236,7 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	if res.RawSamples != wantRaw || countRaw(t, e.raw) != wantRaw {
 		t.Errorf("raw holds %d samples (reported %d), want %d", countRaw(t, e.raw), res.RawSamples, wantRaw)
 	}
-	for h := downsample.AlignDown(histStart, hour); h < cutoff; h += hour {
+	for h := timegrid.Floor(histStart, hour); h < cutoff; h += hour {
 		checkPartition(t, "minute "+time.UnixMilli(h).UTC().String(), e.minute, h, hour, reference(t, input, minute, h, h+hour))
 	}
 	if e.minute.HasPartition(cutoff) {
@@ -249,11 +250,11 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	lastFlushable := downsample.AlignDown(histEnd-10*minute-downsample.StaleLookahead, hour) - hour
-	for h := downsample.AlignDown(histStart, hour); h <= lastFlushable; h += hour {
+	lastFlushable := timegrid.Floor(histEnd-10*minute-downsample.StaleLookahead, hour) - hour
+	for h := timegrid.Floor(histStart, hour); h <= lastFlushable; h += hour {
 		checkPartition(t, "minute "+time.UnixMilli(h).UTC().String(), e.minute, h, hour, reference(t, input, minute, h, h+hour))
 	}
-	for d := downsample.AlignDown(histStart, day); d+day <= lastFlushable; d += day {
+	for d := timegrid.Floor(histStart, day); d+day <= lastFlushable; d += day {
 		checkPartition(t, "hour "+time.UnixMilli(d).UTC().String(), e.hour, d, day, reference(t, input, hour, d, d+day))
 	}
 }

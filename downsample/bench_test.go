@@ -115,7 +115,7 @@ func BenchmarkRollupMinute(b *testing.B) {
 		cpu0 := processCPU(b)
 		for b.Loop() {
 			var err error
-			got, _, err = ComputeWindows(ctx, raw, MinuteRes, start, start+HourRes, testKindOf)
+			got, _, err = computeWindows(ctx, raw, MinuteRes, start, start+HourRes, testKindOf)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -127,7 +127,7 @@ func BenchmarkRollupMinute(b *testing.B) {
 		report(b, cpu0)
 	})
 	b.Run("incremental-minutes", func(b *testing.B) {
-		p, err := New(testConfig(), FromRaw(raw), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
+		p, err := New(testConfig(), raw, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func BenchmarkRollupMinute(b *testing.B) {
 				}
 			}
 		}
-		got := p.OpenWindows()
+		got := p.openWindows()
 		check(b, got)
 		if n := len(got[0].Windows); n != 60 {
 			b.Fatalf("got %d windows per series, want 60", n)
@@ -159,7 +159,7 @@ func BenchmarkRollupTee(b *testing.B) {
 	const series = 500
 	f := newFleet(series)
 	raw := openBenchRaw(b)
-	p, err := New(testConfig(), FromRaw(raw), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
+	p, err := New(testConfig(), raw, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func BenchmarkRollupTee(b *testing.B) {
 			}
 		}
 	}
-	got := p.OpenWindows()
+	got := p.openWindows()
 	if len(got) != series || len(got[0].Windows) != 60 {
 		b.Fatalf("got %d series", len(got))
 	}

@@ -1,11 +1,15 @@
 package downsample
 
 import (
+	"slices"
+
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/strata-dev/strata/tiers"
 )
 
 // testKindOf types the test workloads' DCGM gauges as gauges and every other
@@ -48,4 +52,33 @@ func (s tsample) Type() chunkenc.ValueType {
 		return chunkenc.ValHistogram
 	}
 	return chunkenc.ValFloat
+}
+
+// openWindows returns copies of the minute windows computed but not yet
+// flushed (the current hour, and the previous one until its flush), sorted
+// by labels, each series' windows ascending.
+func (p *Pipeline) openWindows() []tiers.SeriesWindows {
+	p.bufMu.Lock()
+	defer p.bufMu.Unlock()
+	starts := make([]int64, 0, len(p.open))
+	for h := range p.open {
+		starts = append(starts, h)
+	}
+	slices.Sort(starts)
+	byKey := map[uint64]int{}
+	var out []tiers.SeriesWindows
+	for _, h := range starts {
+		for _, s := range p.open[h].all() {
+			// Hash collisions only merge series when labels are equal too.
+			key := s.Labels.Hash()
+			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
+				out[i].Windows = append(out[i].Windows, s.Windows...)
+				continue
+			}
+			byKey[key] = len(out)
+			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
+		}
+	}
+	sortSeries(out)
+	return out
 }

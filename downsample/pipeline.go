@@ -17,17 +17,20 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
 // Source is the raw tier as the pipeline reads it: samples through a
-// storage.Queryable, and the time range it holds. FromRaw adapts *tiers.Raw.
+// storage.Queryable, and the time range it holds. *tiers.Raw implements it.
 type Source interface {
 	storage.Queryable
-	// Bounds returns the oldest and the newest sample timestamp (ms) the tier
-	// holds, and false when it is empty.
+	// Bounds returns the oldest and the newest sample timestamp (ms, both
+	// inclusive) the tier holds, and false when it is empty.
 	Bounds() (mint, maxt int64, ok bool)
 }
+
+var _ Source = (*tiers.Raw)(nil)
 
 // PartitionWriter is a rollup tier as the pipeline writes it; *tiers.Rollup
 // implements it. WritePartition must be atomic (a partition either exists
@@ -68,11 +71,6 @@ type Config struct {
 	// partitions are rebuilt only for days whose minute partitions are all
 	// still retained (a day partly deleted would give short hours).
 	MinuteRetention time.Duration
-	// RereadOnFlush re-reads every hour from raw before writing its minute
-	// partition even when Tee feeds the pipeline: set it when some writer of
-	// the raw tier does not append through the tee. Without Tee every hour is
-	// re-read anyway.
-	RereadOnFlush bool
 }
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
@@ -87,8 +85,9 @@ func DefaultConfig() Config {
 // every partition without a file is recomputed from the finer tier after a
 // restart (see docs/rollups.md).
 //
-// Tick, Windows and Close are safe for concurrent use; ticks are serialized.
-// The caller MUST call Close, before closing the tiers.
+// Tick, Run, Close and the appenders Tee returns are safe for concurrent
+// use; ticks are serialized. The caller MUST call Close, before closing the
+// tiers.
 type Pipeline struct {
 	cfg    Config
 	src    Source
@@ -250,22 +249,22 @@ func (p *Pipeline) tick(ctx context.Context) error {
 	wm := rawMax - p.cfg.Lateness.Milliseconds()
 	p.m.watermark.Set(float64(wm) / 1000)
 	if !p.started {
-		p.mark = alignDown(rawMin, HourRes)
-		p.dayMark = alignDown(p.now().Add(-p.cfg.MinuteRetention).UnixMilli()+DayLen-1, DayLen)
+		p.mark = timegrid.Floor(rawMin, HourRes)
+		p.dayMark = timegrid.Ceil(p.now().Add(-p.cfg.MinuteRetention).UnixMilli(), DayLen)
 		p.started = true
 	}
 	// Raw retention may have removed data this pipeline never saw (it was
 	// stopped for longer than raw holds): start at what raw still has.
-	if start := alignDown(rawMin, HourRes); p.mark < start && len(p.openStarts()) == 0 {
+	if start := timegrid.Floor(rawMin, HourRes); p.mark < start && len(p.openStarts()) == 0 {
 		p.logger.Warn("raw data expired before it was rolled up", "from", fmtTime(p.mark), "to", fmtTime(start))
 		p.mark = start
 	}
-	end := alignDown(wm, MinuteRes) // minutes ending at or before the watermark are final
+	end := timegrid.Floor(wm, MinuteRes) // minutes ending at or before the watermark are final
 	for p.mark < end {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		h := alignDown(p.mark, HourRes)
+		h := timegrid.Floor(p.mark, HourRes)
 		if p.mark == h && p.minute.HasPartition(h) {
 			p.mark = h + HourRes // written before a restart, or by a backfill
 			continue
@@ -473,7 +472,7 @@ func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
 // without any minute partition is not written and series is -1. kindOf types
 // the series as the minute windows were typed (Config.KindOf).
 func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWriter, d int64, kindOf KindFunc) (series, windows int, err error) {
-	if d != alignDown(d, DayLen) {
+	if d != timegrid.Floor(d, DayLen) {
 		return -1, 0, fmt.Errorf("hour partition start %d is not a UTC midnight", d)
 	}
 	found := false
@@ -505,42 +504,6 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 	return len(out), windows, nil
 }
 
-// OpenWindows returns copies of the minute windows computed but not yet
-// flushed (the current hour, and the previous one until its flush), for the
-// series matching all matchers, sorted by labels. Windows of one series are
-// ascending.
-func (p *Pipeline) OpenWindows(matchers ...*labels.Matcher) []tiers.SeriesWindows {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	byKey := map[uint64]int{}
-	var out []tiers.SeriesWindows
-	starts := make([]int64, 0, len(p.open))
-	for h := range p.open {
-		starts = append(starts, h)
-	}
-	slices.Sort(starts)
-	for _, h := range starts {
-	series:
-		for _, s := range p.open[h].all() {
-			for _, m := range matchers {
-				if !m.Matches(s.Labels.Get(m.Name)) {
-					continue series
-				}
-			}
-			// Hash collisions only merge series when labels are equal too.
-			key := s.Labels.Hash()
-			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
-				out[i].Windows = append(out[i].Windows, s.Windows...)
-				continue
-			}
-			byKey[key] = len(out)
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
-		}
-	}
-	sortSeries(out)
-	return out
-}
-
 // Close runs a last tick, so that partitions that became final are written,
 // and stops the pipeline. The windows of the open hour are dropped: they are
 // recomputed from raw on the next start. Close does not close the tiers.
@@ -561,19 +524,19 @@ func (p *Pipeline) Close() error {
 // computeMinutes reads raw samples in [from, to) and returns every series'
 // minute windows, in no particular order.
 func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.SeriesWindows, error) {
-	series, st, err := ComputeWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf)
+	series, st, err := computeWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf)
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
 	return series, err
 }
 
-// ComputeWindows reads every series of q in [from, to) and returns their
+// computeWindows reads every series of q in [from, to) and returns their
 // windows of resolution res, leaving out series without a float sample, in
 // no particular order. It reads StaleLookahead past to, so that a stale
 // marker right after the range marks the last window stale (see
 // AppendWindows). Labels are copied: they stay valid after the querier closes.
 // kindOf types the series (Config.KindOf).
-func ComputeWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc) ([]tiers.SeriesWindows, Stats, error) {
+func computeWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc) ([]tiers.SeriesWindows, Stats, error) {
 	var out []tiers.SeriesWindows
 	st, err := walkWindows(ctx, q, res, from, to, kindOf, func(lset labels.Labels, ws []tiers.Window) {
 		out = append(out, tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -315,7 +317,7 @@ func readPartition(t *testing.T, tier readableTier, start, length int64) []tiers
 func checkTiers(t *testing.T, w *workload, minute, hour readableTier, wm int64) {
 	t.Helper()
 	var lastMinute int64
-	for h := alignDown(w.start, HourRes); flushable(h, wm); h += HourRes {
+	for h := timegrid.Floor(w.start, HourRes); flushable(h, wm); h += HourRes {
 		if !minute.HasPartition(h) {
 			t.Errorf("minute partition %s missing at watermark %s", fmtTime(h), fmtTime(wm))
 			continue
@@ -326,7 +328,7 @@ func checkTiers(t *testing.T, w *workload, minute, hour readableTier, wm int64) 
 	if lastMinute == 0 {
 		t.Fatal("no minute partition to check")
 	}
-	for d := alignDown(w.start, DayLen); d+DayLen <= lastMinute; d += DayLen {
+	for d := timegrid.Floor(w.start, DayLen); d+DayLen <= lastMinute; d += DayLen {
 		if !hour.HasPartition(d) {
 			t.Errorf("hour partition %s missing", fmtTime(d))
 			continue
@@ -461,7 +463,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	raw := openTestRaw(t)
 	clock := &testClock{t: time.UnixMilli(start)}
 	reg := prometheus.NewRegistry()
-	src := &countingSource{Source: FromRaw(raw)}
+	src := &countingSource{Source: raw}
 	p, err := New(testConfig(), src, minute, hour, promslog.NewNopLogger(), reg, clock.now)
 	if err != nil {
 		t.Fatal(err)
@@ -472,16 +474,16 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	if err := run(t, p, raw, w, clock, start-1, w.deliveries[len(w.deliveries)-1].at, true); err != nil {
 		t.Fatal(err)
 	}
-	_, rawMax, _ := FromRaw(raw).Bounds()
+	_, rawMax, _ := raw.Bounds()
 	wm := rawMax - DefaultConfig().Lateness.Milliseconds()
 
 	// The open hour is in memory and equals the reference so far.
-	open := p.OpenWindows()
+	open := p.openWindows()
 	if len(open) == 0 {
 		t.Fatal("no open windows")
 	}
 	from := open[0].Windows[0].Start
-	from = alignDown(from, HourRes)
+	from = timegrid.Floor(from, HourRes)
 	for _, s := range open {
 		for _, win := range s.Windows {
 			if win.Start+MinuteRes > p.mark {
@@ -502,9 +504,6 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 		}
 	}
 	checkSeries(t, "open windows", openNoLag, refNoLag)
-	if m := p.OpenWindows(labels.MustNewMatcher(labels.MatchEqual, "pod", "a")); len(m) != 1 {
-		t.Errorf("OpenWindows with a matcher returned %d series, want 1", len(m))
-	}
 
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -559,7 +558,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
 
-	p1, err := New(testConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p1, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,7 +581,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	if !minute.HasPartition(failing) {
 		t.Error("the failed partition was not retried by a later tick")
 	}
-	if len(p1.OpenWindows()) == 0 {
+	if len(p1.openWindows()) == 0 {
 		t.Fatal("the crash must lose in-memory windows; there were none")
 	}
 	writesBefore := minute.writeCount()
@@ -592,7 +591,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	w.deliver(t, raw, crashAt, downUntil)
 	clock.t = time.UnixMilli(downUntil)
 
-	p2, err := New(testConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p2, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,10 +599,10 @@ func TestPipelineCrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Recovery wrote only what was missing: partitions on disk were not rewritten.
-	_, rawMax, _ := FromRaw(raw).Bounds()
+	_, rawMax, _ := raw.Bounds()
 	wm := rawMax - DefaultConfig().Lateness.Milliseconds()
 	wantNew := 0
-	for h := alignDown(crashAt, HourRes); flushable(h, wm); h += HourRes {
+	for h := timegrid.Floor(crashAt, HourRes); flushable(h, wm); h += HourRes {
 		wantNew++
 	}
 	if got := minute.writeCount() - writesBefore; got != wantNew {
@@ -615,12 +614,12 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, rawMax, _ = FromRaw(raw).Bounds()
+	_, rawMax, _ = raw.Bounds()
 	checkTiers(t, w, minute, hour, rawMax-DefaultConfig().Lateness.Milliseconds())
 
 	// A third start over complete tiers is a no-op: idempotent.
 	minuteWrites, hourWrites := minute.writeCount(), hour.writeCount()
-	p3, err := New(testConfig(), FromRaw(raw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p3, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,12 +638,12 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 	start := testStart + 2*HourRes
 	w := genWorkload(start, start+3*HourRes, 10_000)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	for h := alignDown(start, HourRes); h < w.end; h += HourRes {
+	for h := timegrid.Floor(start, HourRes); h < w.end; h += HourRes {
 		if err := minute.WritePartition(h, w.reference(t, MinuteRes, h, h+HourRes)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	day := alignDown(start, DayLen)
+	day := timegrid.Floor(start, DayLen)
 	clock := &testClock{t: time.UnixMilli(w.end)}
 	emptyRaw := openTestRaw(t)
 	// Raw holds only a sample far later, as if everything older had expired.
@@ -655,7 +654,7 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(testConfig(), FromRaw(emptyRaw), minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p, err := New(testConfig(), emptyRaw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +690,7 @@ func TestNewValidates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			tc.mod(&cfg)
-			if _, err := New(cfg, FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), now); err == nil {
+			if _, err := New(cfg, raw, minute, hour, nil, prometheus.NewRegistry(), now); err == nil {
 				t.Fatal("New accepted an invalid config")
 			}
 		})
@@ -701,7 +700,7 @@ func TestNewValidates(t *testing.T) {
 func TestEmptyRawIsANoOp(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(testConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
+	p, err := New(testConfig(), raw, minute, hour, nil, prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -716,29 +715,34 @@ func TestEmptyRawIsANoOp(t *testing.T) {
 	}
 }
 
-// TestRunStops checks that Run returns when its context is cancelled.
+// TestRunStops checks that Run returns when its context is cancelled. In a
+// synctest bubble Run's ticker runs on the bubble's clock: once every
+// goroutine of the bubble is blocked, Run has returned or never will.
 func TestRunStops(t *testing.T) {
 	raw := openTestRaw(t)
-	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
-	p, err := New(testConfig(), FromRaw(raw), minute, hour, nil, prometheus.NewRegistry(), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	cancel()
-	select {
-	case err := <-done:
+	synctest.Test(t, func(t *testing.T) {
+		minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+		p, err := New(testConfig(), raw, minute, hour, nil, prometheus.NewRegistry(), time.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("Run did not return after cancel")
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // failingSource fails the raw query number failAt.
@@ -763,7 +767,7 @@ func TestPipelineReadFailure(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	clock := &testClock{t: time.UnixMilli(start)}
-	src := &failingSource{Source: FromRaw(raw), failAt: 40}
+	src := &failingSource{Source: raw, failAt: 40}
 	p, err := New(testConfig(), src, minute, hour, nil, prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
@@ -772,14 +776,14 @@ func TestPipelineReadFailure(t *testing.T) {
 	if err := run(t, p, raw, w, clock, start-1, end, false); err == nil {
 		t.Fatal("the injected failure did not surface")
 	}
-	for _, s := range p.OpenWindows() {
+	for _, s := range p.openWindows() {
 		for i := 1; i < len(s.Windows); i++ {
 			if s.Windows[i].Start <= s.Windows[i-1].Start {
 				t.Fatalf("%s: duplicate or unordered open windows after a failed read", s.Labels)
 			}
 		}
 	}
-	_, rawMax, _ := FromRaw(raw).Bounds()
+	_, rawMax, _ := raw.Bounds()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}

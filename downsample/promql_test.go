@@ -32,7 +32,7 @@ func TestWindowsAgreeWithPromQL(t *testing.T) {
 	raw := openTestRaw(t)
 	w.deliver(t, raw, start-1, w.deliveries[len(w.deliveries)-1].at)
 
-	series, _, err := ComputeWindows(context.Background(), raw, MinuteRes, start, start+HourRes, testKindOf)
+	series, _, err := computeWindows(context.Background(), raw, MinuteRes, start, start+HourRes, testKindOf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -25,9 +26,9 @@ import (
 // With the tee, a minute partition is written from the in-memory windows;
 // only an hour that received samples after its minute was computed (counted
 // in strata_downsample_late_samples_total) is re-read from raw first. So
-// every writer of the raw tier must append through the tee, or
-// Config.RereadOnFlush must be set: samples that bypass the tee would
-// otherwise be missing from the minute tier.
+// every writer of the raw tier must append through the tee: samples that
+// bypass it would be missing from the minute tier. (strata serve hands the
+// tee to every writer: remote write, scrapes and rule results.)
 //
 // Call Tee once, before appends start; minutes before the raw tier's newest
 // sample at that moment are computed from raw.
@@ -38,7 +39,7 @@ func (p *Pipeline) Tee(next storage.AppendableV2) storage.AppendableV2 {
 		p.tap.enabled = true
 		p.tap.from = math.MinInt64
 		if _, rawMax, ok := p.src.Bounds(); ok {
-			p.tap.from = alignDown(rawMax, MinuteRes) + MinuteRes
+			p.tap.from = timegrid.Floor(rawMax, MinuteRes) + MinuteRes
 		}
 		p.tap.series = map[storage.SeriesRef]*teeSeries{}
 		p.tap.late = map[int64]struct{}{}
@@ -174,7 +175,7 @@ func (p *Pipeline) observe(batch []teeSample) {
 		}
 		if x.t < p.tap.drained {
 			late++
-			p.tap.late[alignDown(x.t, HourRes)] = struct{}{}
+			p.tap.late[timegrid.Floor(x.t, HourRes)] = struct{}{}
 			continue
 		}
 		s.pending = append(s.pending, sample{x.t, x.v})
@@ -269,7 +270,7 @@ func (p *Pipeline) flushFromMemory(h int64) bool {
 	defer p.tap.mu.Unlock()
 	_, late := p.tap.late[h]
 	delete(p.tap.late, h)
-	return p.tap.enabled && !late && !p.cfg.RereadOnFlush
+	return p.tap.enabled && !late
 }
 
 // forceReread makes hour h's flush re-read raw, whether or not the tee fed it.

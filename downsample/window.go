@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/kahansum"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -29,20 +30,6 @@ const (
 	// windows computed from raw samples.
 	StaleLookahead = 5 * MinuteRes
 )
-
-// AlignDown returns the start of the res-aligned window that holds t (ms),
-// also for timestamps before the epoch.
-func AlignDown(t, res int64) int64 { return alignDown(t, res) }
-
-// alignDown returns the start of the res-aligned window that holds t, also for
-// timestamps before the epoch.
-func alignDown(t, res int64) int64 {
-	m := t % res
-	if m < 0 {
-		m += res
-	}
-	return t - m
-}
 
 // Stats counts what one window computation read.
 type Stats struct {
@@ -101,7 +88,7 @@ func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 	if !b.open {
 		b.open = true
 		b.w = tiers.Window{
-			Start: alignDown(t, b.res), FirstT: t, LastT: t, Count: 1,
+			Start: timegrid.Floor(t, b.res), FirstT: t, LastT: t, Count: 1,
 			Min: v, Max: v, First: v, Last: v,
 		}
 		b.sum, b.c = kahansum.Inc(v, 0, 0)
@@ -263,7 +250,7 @@ func Merge(windows []tiers.Window, kind Kind) tiers.Window {
 // built from minute windows. kind is the series' kind, as for Merge.
 func Coarsen(dst, windows []tiers.Window, res int64, kind Kind) []tiers.Window {
 	for i := 0; i < len(windows); {
-		start := alignDown(windows[i].Start, res)
+		start := timegrid.Floor(windows[i].Start, res)
 		j := i + 1
 		for j < len(windows) && windows[j].Start < start+res {
 			j++

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -280,7 +281,7 @@ func TestMergeRandom(t *testing.T) {
 		for range 1 + rng.IntN(400) {
 			switch rng.IntN(20) {
 			case 0:
-				ts = alignDown(ts, MinuteRes) + MinuteRes // exactly on a boundary
+				ts = timegrid.Floor(ts, MinuteRes) + MinuteRes // exactly on a boundary
 			case 1:
 				ts += int64(rng.IntN(int(3 * HourRes))) // long gap
 			default:

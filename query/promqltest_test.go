@@ -100,7 +100,7 @@ type rawTestStorage struct {
 
 // StartTime implements storage.Storage.
 func (s rawTestStorage) StartTime() (int64, error) {
-	mint, ok := s.MinTime()
+	mint, _, ok := s.Bounds()
 	if !ok {
 		return 0, nil
 	}

@@ -3,13 +3,9 @@ package tiers
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
-
-	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/encoding"
 )
 
 // Schema version 2 of the rollup files (docs/format/hour-parquet.md, "Derived
@@ -218,100 +214,4 @@ func deriveWindowColumns(c windowColumns) error {
 		}
 	}
 	return nil
-}
-
-// readNullableDoubles decodes a top-level DOUBLE column chunk, required or
-// optional, appending one value and one null flag per row to vals and null
-// (a null row gets the value 0). It reads the page buffers directly (the
-// definition levels and the non-null values) and falls back to value-by-value
-// reading, through vbuf, for pages it cannot (dictionary-encoded ones). For a
-// column without nulls, null gets all false; the caller may pass null[:0] of
-// a reused slice.
-func readNullableDoubles(cc parquet.ColumnChunk, vals []float64, null []bool, vbuf *[]parquet.Value) ([]float64, []bool, error) {
-	pages := cc.Pages()
-	defer func() { _ = pages.Close() }()
-	for {
-		p, err := pages.ReadPage()
-		if errors.Is(err, io.EOF) {
-			return vals, null, nil
-		}
-		if err != nil {
-			return vals, null, err
-		}
-		vals, null, err = appendNullableDoubles(p, vals, null, vbuf)
-		parquet.Release(p)
-		if err != nil {
-			return vals, null, err
-		}
-	}
-}
-
-func appendNullableDoubles(p parquet.Page, vals []float64, null []bool, vbuf *[]parquet.Value) ([]float64, []bool, error) {
-	n := int(p.NumValues())
-	base := len(vals)
-	vals = slices.Grow(vals, n)[:base+n]
-	null = slices.Grow(null, n)[:base+n]
-	dst, dnull := vals[base:], null[base:]
-	if data := p.Data(); p.Dictionary() == nil && data.Kind() == encoding.Double {
-		present := data.Double()
-		levels := p.DefinitionLevels()
-		if len(levels) == 0 { // a required column
-			if len(present) != n {
-				return vals, null, fmt.Errorf("page has %d rows but %d values", n, len(present))
-			}
-			copy(dst, present)
-			clear(dnull)
-			return vals, null, nil
-		}
-		if len(levels) != n {
-			return vals, null, fmt.Errorf("page has %d rows but %d definition levels", n, len(levels))
-		}
-		j := 0
-		for i, l := range levels {
-			switch {
-			case l == 0:
-				dst[i], dnull[i] = 0, true
-			case l == 1 && j < len(present):
-				dst[i], dnull[i] = present[j], false
-				j++
-			default:
-				return vals, null, fmt.Errorf("page row %d: definition level %d with %d of %d values read", i, l, j, len(present))
-			}
-		}
-		if j != len(present) {
-			return vals, null, fmt.Errorf("page has %d values, %d rows not null", len(present), j)
-		}
-		return vals, null, nil
-	}
-	buf := (*vbuf)[:cap(*vbuf)]
-	if len(buf) == 0 {
-		buf = make([]parquet.Value, 1024)
-		*vbuf = buf
-	}
-	vr := p.Values()
-	got := 0
-	for got < n {
-		k, err := vr.ReadValues(buf[:min(len(buf), n-got)])
-		for i, v := range buf[:k] {
-			if v.IsNull() {
-				dst[got+i], dnull[got+i] = 0, true
-			} else {
-				dst[got+i], dnull[got+i] = v.Double(), false
-			}
-		}
-		got += k
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return vals, null, err
-		}
-		if k == 0 {
-			return vals, null, errors.New("page read made no progress")
-		}
-	}
-	if got != n {
-		return vals, null, fmt.Errorf("page has %d rows, read %d", n, got)
-	}
-	return vals, null, nil
 }

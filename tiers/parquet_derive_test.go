@@ -519,7 +519,7 @@ func TestReadNullableDoubles(t *testing.T) {
 		var gotNull []bool
 		var vbuf []parquet.Value
 		for _, rg := range pf.RowGroups() {
-			if got, gotNull, err = readNullableDoubles(rg.ColumnChunks()[c], got, gotNull, &vbuf); err != nil {
+			if got, gotNull, err = readNullableDoubles(rg.ColumnChunks()[c], name, int(rg.NumRows()), got, gotNull, &vbuf); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 		}

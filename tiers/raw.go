@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,16 +101,29 @@ func (r *Raw) ExemplarQuerier(ctx context.Context) (storage.ExemplarQuerier, err
 	return r.db.ExemplarQuerier(ctx)
 }
 
-// MinTime returns the oldest timestamp (ms) the tier holds, and false when it is empty.
-func (r *Raw) MinTime() (int64, bool) {
-	mint := r.db.Head().MinTime()
-	if blocks := r.db.Blocks(); len(blocks) > 0 {
-		mint = min(mint, blocks[0].Meta().MinTime)
+// Bounds returns the oldest and the newest sample time (ms) the tier holds,
+// both inclusive, and false when it is empty. It is the one place that
+// turns the TSDB's time ranges into sample times:
+//   - a block's MaxTime is exclusive, one past its newest sample (the TSDB's
+//     meta.json), so a block contributes MaxTime-1;
+//   - the head's MaxTime is its newest sample, inclusive, while it holds
+//     series. A head without series (all of it compacted into blocks, or
+//     opened after a restart with an empty WAL) keeps the time it was
+//     truncated to, the newest block's MaxTime, which is no sample: it
+//     contributes nothing.
+func (r *Raw) Bounds() (mint, maxt int64, ok bool) {
+	mint, maxt = math.MaxInt64, math.MinInt64
+	if h := r.db.Head(); h.NumSeries() > 0 {
+		mint, maxt = h.MinTime(), h.MaxTime()
 	}
-	if mint == int64(^uint64(0)>>1) { // empty head and no blocks
-		return 0, false
+	for _, b := range r.db.Blocks() {
+		m := b.Meta()
+		mint, maxt = min(mint, m.MinTime), max(maxt, m.MaxTime-1)
 	}
-	return mint, true
+	if mint > maxt {
+		return 0, 0, false
+	}
+	return mint, maxt, true
 }
 
 // Close flushes and closes the tier: the WAL is synced, nothing acknowledged is lost.

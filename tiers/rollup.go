@@ -14,6 +14,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
 )
 
 // RollupConfig configures a minute or hour rollup tier.
@@ -74,7 +76,8 @@ var (
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("rollup tier closed")
 	// ErrTooManyWindows is returned when a query would hold more rollup
-	// windows in memory than the stitched view allows (WithMaxWindows).
+	// windows in memory than the stitched view allows (20,000,000, see
+	// NewStitched).
 	ErrTooManyWindows = errors.New("query selects too many rollup windows")
 )
 
@@ -206,12 +209,6 @@ func statPartition(path string, start, length int64) (info PartitionInfo, err er
 	return PartitionInfo{Start: start, End: start + length, Rows: pf.NumRows(), Bytes: st.Size(), Path: path}, nil
 }
 
-// PartitionStart returns the start of the partition holding time t (ms).
-func (r *Rollup) PartitionStart(t int64) int64 {
-	l := r.cfg.PartitionLength.Milliseconds()
-	return t - ((t%l)+l)%l
-}
-
 // WritePartition writes the partition starting at start (ms, a multiple of
 // the partition length) holding series' windows, replacing any existing file.
 // The file is written to a temporary name, fsynced, renamed and the directory
@@ -255,7 +252,7 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 	if r.cfg.SeriesRuns {
 		opts = append(opts, parquet.KeyValueMetadata(seriesRunsKey, encodeSeriesRuns(rows)))
 	}
-	size, err := writeParquetAtomic(r.cfg.Dir, final, rows, opts)
+	size, err := writeParquetAtomic(final, rows, opts)
 	if err != nil {
 		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, time.UnixMilli(start).UTC().Format(time.RFC3339), err)
 	}
@@ -270,23 +267,17 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 	return nil
 }
 
-// writeParquetAtomic writes rows to a temporary file in dir, fsyncs it,
-// renames it to final and fsyncs dir. It returns the file size.
-func writeParquetAtomic(dir, final string, rows []parquetRow, opts []parquet.WriterOption) (size int64, err error) {
-	f, err := os.CreateTemp(dir, tempPrefix+"*"+partitionSuffix)
+// writeParquetAtomic writes rows to final through atomicfile (a temporary
+// .tmp-*.parquet file beside it, which OpenRollup removes if a crash leaves
+// it) and returns the file size.
+func writeParquetAtomic(final string, rows []parquetRow, opts []parquet.WriterOption) (size int64, err error) {
+	f, err := atomicfile.Create(final, tempPrefix+"*"+partitionSuffix)
 	if err != nil {
-		return 0, fmt.Errorf("create temp file: %w", err)
+		return 0, err
 	}
-	tmp := f.Name()
-	fileClosed := false
 	defer func() {
 		if err != nil {
-			if !fileClosed {
-				err = errors.Join(err, f.Close())
-			}
-			if rmErr := os.Remove(tmp); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-				err = errors.Join(err, rmErr)
-			}
+			err = errors.Join(err, f.Abort())
 		}
 	}()
 	w := parquet.NewGenericWriter[parquetRow](f, opts...)
@@ -296,38 +287,13 @@ func writeParquetAtomic(dir, final string, rows []parquetRow, opts []parquet.Wri
 	if err = w.Close(); err != nil {
 		return 0, fmt.Errorf("close parquet writer: %w", err)
 	}
-	if err = f.Sync(); err != nil {
-		return 0, fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("stat %s: %w", tmp, err)
-	}
-	fileClosed = true
-	if err = f.Close(); err != nil {
-		return 0, fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, final); err != nil {
-		return 0, fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	if err = syncDir(dir); err != nil {
-		// The file is in place; only its durability is in doubt. Report it so
-		// the caller retries (the rewrite is idempotent).
+	// An error fsyncing the directory comes after the rename: the file is
+	// in place but may not survive a crash. It is reported so that the
+	// caller retries (the rewrite is idempotent).
+	if err = f.Commit(); err != nil {
 		return 0, err
 	}
-	return st.Size(), nil
-}
-
-func syncDir(dir string) (err error) {
-	d, err := os.Open(dir) //nolint:gosec // our own tier directory
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return f.Size(), nil
 }
 
 // HasPartition reports whether the partition starting at start has been written.
@@ -411,7 +377,7 @@ func (r *Rollup) ApplyRetention() (int, error) {
 		r.retentionDrops.Inc()
 	}
 	if n > 0 {
-		if err := syncDir(r.cfg.Dir); err != nil {
+		if err := atomicfile.SyncDir(r.cfg.Dir); err != nil {
 			errs = append(errs, err)
 		}
 		r.logger.Info("retention deleted partitions", "count", n, "cutoff", time.UnixMilli(cutoff).UTC())

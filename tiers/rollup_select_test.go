@@ -26,8 +26,7 @@ func TestSelectColumnsMatchesWindows(t *testing.T) {
 }
 
 func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
-	defer func(n int) { batchRows = n }(batchRows)
-	batchRows = 7 // flush in the middle of row groups and files
+	const batchRows = 7 // flush in the middle of row groups and files
 	cfg := DefaultMinuteConfig(t.TempDir())
 	cfg.RowsPerRowGroup = 23 // series span row groups; row groups are pruned by their statistics
 	cfg.SeriesRuns = seriesRuns
@@ -102,7 +101,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 	for mode := modeLast; mode <= modeDelta; mode++ {
 		need := columnsFor(mode)
 		t.Run(fmt.Sprintf("mode %d", mode), func(t *testing.T) {
-			sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: need})
+			sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: need, batchRows: batchRows})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +115,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 		// Two of the nine series: row groups where only some rows match.
 		sel, err := r.selectColumns(context.Background(), mint, maxt, []*labels.Matcher{
 			labels.MustNewMatcher(labels.MatchEqual, "__name__", "m1"), labels.MustNewMatcher(labels.MatchNotEqual, "i", "4"),
-		}, selectOptions{need: colAll})
+		}, selectOptions{need: colAll, batchRows: batchRows})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +126,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 	})
 	t.Run("thinned", func(t *testing.T) {
 		step, origin := 7*res, mint+3*res
-		sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: columnsFor(modeLast), thinStep: step, thinOrigin: origin})
+		sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: columnsFor(modeLast), thinStep: step, thinOrigin: origin, batchRows: batchRows})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +179,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 	t.Run("cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := r.selectColumns(ctx, mint, maxt, nil, selectOptions{}); err == nil {
+		if _, err := r.selectColumns(ctx, mint, maxt, nil, selectOptions{batchRows: batchRows}); err == nil {
 			t.Fatal("a cancelled select succeeded")
 		}
 	})

@@ -173,6 +173,31 @@ func TestRollupRewriteReopenAndErrors(t *testing.T) {
 			t.Fatal("want error for duplicate series")
 		}
 	})
+	t.Run("a write failing after the file is encoded", func(t *testing.T) {
+		// A directory where the next partition's file goes: the rename
+		// into place fails once the temporary file is complete.
+		next := testT0 + hourMs
+		blocker := filepath.Join(dir, "p-"+time.UnixMilli(next).UTC().Format("20060102T1504Z")+".parquet")
+		if err := os.MkdirAll(filepath.Join(blocker, "inside"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = os.RemoveAll(blocker) }()
+		if err := r.WritePartition(next, []tiers.SeriesWindows{{Labels: lbls, Windows: sampleWindows(next, 3, 1)}}); err == nil {
+			t.Fatal("a write renamed over a directory succeeded")
+		}
+		if r.HasPartition(next) {
+			t.Fatal("a failed write is listed as a partition")
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".tmp") {
+				t.Fatalf("a failed write left %s", e.Name())
+			}
+		}
+	})
 	t.Run("failed writes leave no temp file and keep the old partition", func(t *testing.T) {
 		entries, err := os.ReadDir(dir)
 		if err != nil {

@@ -17,8 +17,9 @@ type TierStatus struct {
 	Resolution string `json:"resolution"` // "raw" for the raw tier
 	Retention  string `json:"retention"`
 	Empty      bool   `json:"empty"`
-	// MinTime and MaxTime bound the data held (ms since the epoch; for
-	// rollups the start of the oldest and the end of the newest partition).
+	// MinTime and MaxTime bound the data held (ms since the epoch): for raw
+	// the oldest and the newest sample (both inclusive), for rollups the
+	// start of the oldest and the end (exclusive) of the newest partition.
 	MinTime int64 `json:"minTime"`
 	MaxTime int64 `json:"maxTime"`
 	// ServesFrom/ServesUntil is the range the stitched view reads from this
@@ -50,12 +51,9 @@ func (s *Stitched) Status() Status {
 	mLo = min(mLo, rawLo)
 	if s.raw != nil {
 		ts := TierStatus{Tier: TierRaw, Resolution: "raw", Retention: s.raw.cfg.Retention.String(), Empty: true}
-		if mint, ok := s.raw.MinTime(); ok {
+		if mint, maxt, ok := s.raw.Bounds(); ok {
 			ts.Empty = false
-			ts.MinTime, ts.MaxTime = mint, s.raw.db.Head().MaxTime()
-			for _, b := range s.raw.db.Blocks() {
-				ts.MaxTime = max(ts.MaxTime, b.Meta().MaxTime)
-			}
+			ts.MinTime, ts.MaxTime = mint, maxt
 			ts.ServesFrom = &rawLo
 		}
 		ts.Partitions = len(s.raw.db.Blocks())

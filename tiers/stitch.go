@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/strata-dev/strata/internal/timegrid"
 )
 
 // Stitched is the one storage.SampleAndChunkQueryable the query path reads:
@@ -28,8 +30,7 @@ type Stitched struct {
 	raw          *Raw
 	minute, hour *Rollup
 	lookback     time.Duration
-	autoRes      bool
-	maxWindows   int
+	maxWindows   int // bound on the rollup windows one Select holds (0: none)
 }
 
 // StitchOption configures a Stitched.
@@ -46,21 +47,18 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 	}
 }
 
-// WithMaxWindows bounds the rollup windows one Select may hold in memory
-// (16 bytes each for a plain selector, 52 for rate-like functions;
-// default 20,000,000, 0 for no bound). A query past it
-// fails with ErrTooManyWindows instead of exhausting memory.
-func WithMaxWindows(n int) StitchOption { return func(s *Stitched) { s.maxWindows = max(n, 0) } }
-
-// WithAutoResolution turns on (default) or off serving coarse-step queries
-// from a coarser tier (Thanos' rule: the coarsest tier whose resolution is at
-// most step/5, capped at range/2 for rate-like functions).
-func WithAutoResolution(on bool) StitchOption { return func(s *Stitched) { s.autoRes = on } }
-
 // NewStitched returns the stitched view over the three tiers. minute and hour
 // may be nil (that tier is then empty).
+//
+// One Select holds at most 20,000,000 rollup windows in memory (16 bytes
+// each for a plain selector, 52 for rate-like functions); a query past that
+// fails with ErrTooManyWindows instead of exhausting memory.
+//
+// A coarse-step query is served from a coarser tier where one holds its
+// range (Thanos' rule: the coarsest tier whose resolution is at most
+// step/5, capped at range/2 for rate-like functions).
 func NewStitched(raw *Raw, minute, hour *Rollup, opts ...StitchOption) *Stitched {
-	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, autoRes: true, maxWindows: 20_000_000}
+	s := &Stitched{raw: raw, minute: minute, hour: hour, lookback: 5 * time.Minute, maxWindows: 20_000_000}
 	for _, o := range opts {
 		o(s)
 	}
@@ -102,38 +100,21 @@ func (s *Stitched) rawStart() int64 {
 	if s.raw == nil {
 		return math.MaxInt64
 	}
-	mint, ok := s.raw.MinTime()
+	mint, _, ok := s.raw.Bounds()
 	if !ok {
 		return math.MaxInt64
 	}
-	const m = int64(time.Minute / time.Millisecond)
-	up := ceilDiv(mint, m) * m
+	up := timegrid.Ceil(mint, time.Minute.Milliseconds())
 	if _, mHi, ok := tierBounds(s.minute); ok && mHi >= up {
 		return up
 	}
 	return mint
 }
 
-func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a > 0 {
-		q++
-	}
-	return q
-}
-
-// floorTo rounds t down to a multiple of res (negative t included).
-func floorTo(t, res int64) int64 {
-	if t >= 0 {
-		return t - t%res
-	}
-	return t - ((t%res)+res)%res
-}
-
 // gridAtOrAfter returns the first time origin + k*step (k any integer) at or
 // after t: the first evaluation time of a range query that sees t.
 func gridAtOrAfter(t, origin, step int64) int64 {
-	return origin + ceilDiv(t-origin, step)*step
+	return origin + timegrid.Ceil(t-origin, step)
 }
 
 func tierBounds(r *Rollup) (int64, int64, bool) {
@@ -181,10 +162,7 @@ func (s *Stitched) plan(mint, maxt int64, h *storage.SelectHints) []segment {
 	rawLo := s.rawStart()
 	mLo, mHi, mOK := tierBounds(s.minute)
 	_, hHi, hOK := tierBounds(s.hour)
-	maxRes := int64(0)
-	if s.autoRes {
-		maxRes = maxResolution(h)
-	}
+	maxRes := maxResolution(h)
 	rawFrom := rawLo
 	if mOK && maxRes >= tierRes(s.minute, time.Minute) && mHi > rawFrom {
 		rawFrom = mHi
@@ -319,7 +297,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	// Tier boundaries are aligned to the resolution, but a query's start need
 	// not be: the window holding lo is read too and its samples before lo
 	// are dropped by the iterator.
-	sel, err := r.selectColumns(ctx, floorTo(sg.lo, res), sg.hi-1, ms, selectOptions{
+	sel, err := r.selectColumns(ctx, timegrid.Floor(sg.lo, res), sg.hi-1, ms, selectOptions{
 		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
 	})
 	if err != nil {

@@ -666,3 +666,36 @@ func TestStitchedAutoResolution(t *testing.T) {
 		t.Fatalf("quantile_over_time: infos %q, want the approximation note", infos)
 	}
 }
+
+// TestStitchedSelectAllTime: a select without hints over all of time (as
+// remote read may send) reads every tier. The hour segment then starts at
+// math.MinInt64, whose window start rounds down past the end of int64: it
+// saturates instead of wrapping round to the far future.
+func TestStitchedSelectAllTime(t *testing.T) {
+	f := newStitchFixture(t)
+	q, err := f.stitched.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = q.Close() }()
+	set := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+"))
+	series, fromHour := 0, 0
+	for set.Next() {
+		series++
+		it := set.At().Iterator(nil)
+		for it.Next() != chunkenc.ValNone {
+			if it.AtT() < f.minuteCut {
+				fromHour++
+			}
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if series == 0 || fromHour == 0 {
+		t.Fatalf("%d series, %d samples before the minute tier's start: the hour tier was not read", series, fromHour)
+	}
+}

@@ -144,7 +144,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if dsCfg.KindOf, err = rollupTyping(); err != nil {
 		return nil, err
 	}
-	srv.rollup, err = downsample.New(dsCfg, downsample.FromRaw(srv.raw), srv.minute, srv.hour, logger, reg, time.Now)
+	srv.rollup, err = downsample.New(dsCfg, srv.raw, srv.minute, srv.hour, logger, reg, time.Now)
 	if err != nil {
 		return nil, err
 	}

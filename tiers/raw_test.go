@@ -1,0 +1,84 @@
+package tiers_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// TestRawBounds checks the raw tier's bounds at the block boundary: the
+// newest sample is the same whether it is in the head, in a block (whose
+// MaxTime is one past it), or in a block only, after a restart whose WAL
+// holds nothing. The status API and the downsample pipeline both read it.
+func TestRawBounds(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tiers.DefaultRawConfig(dir)
+	cfg.Retention = 30 * 24 * time.Hour
+	open := func() *tiers.Raw {
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	raw := open()
+	defer func() { _ = raw.Close() }()
+	if _, _, ok := raw.Bounds(); ok {
+		t.Fatal("an empty raw tier has bounds")
+	}
+	first, last := testT0+1_000, testT0+2*hourMs+59_999
+	app := raw.Appender(context.Background())
+	for ts := first; ts <= last; ts += 15_000 {
+		if _, err := app.Append(0, labels.FromStrings("__name__", "m"), ts, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := app.Append(0, labels.FromStrings("__name__", "m"), last, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, raw *tiers.Raw) {
+		t.Helper()
+		mint, maxt, ok := raw.Bounds()
+		if !ok || mint != first || maxt != last {
+			t.Errorf("%s: bounds [%d, %d] %v, want [%d, %d]", what, mint, maxt, ok, first, last)
+		}
+		st := tiers.NewStitched(raw, nil, nil).Status().Tiers[0]
+		if st.Tier != tiers.TierRaw || st.Empty || st.MinTime != first || st.MaxTime != last {
+			t.Errorf("%s: status %+v, want raw [%d, %d]", what, st, first, last)
+		}
+	}
+	check("head", raw)
+
+	if err := raw.DB().CompactHead(tsdb.NewRangeHead(raw.DB().Head(), first, last)); err != nil {
+		t.Fatal(err)
+	}
+	blocks := raw.DB().Blocks()
+	if len(blocks) != 1 || blocks[0].Meta().MaxTime != last+1 {
+		t.Fatalf("compaction made %d blocks, want one ending (exclusive) at %d", len(blocks), last+1)
+	}
+	check("block", raw)
+
+	// A restart whose WAL holds nothing: only the block knows the data.
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "wal")); err != nil {
+		t.Fatal(err)
+	}
+	raw = open()
+	if n := raw.DB().Head().NumSeries(); n != 0 {
+		t.Fatalf("the head holds %d series after a restart without WAL", n)
+	}
+	check("block only", raw)
+}

@@ -1,0 +1,423 @@
+package tiers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// localSeries is a series one file reader found.
+type localSeries struct {
+	key  string // the labels column text
+	lbls labels.Labels
+	blk  *windowBlock // its kept windows (nil: none yet)
+}
+
+// fileReader reads a contiguous range of files for one worker of a select,
+// keeping its own series table and decode buffers.
+type fileReader struct {
+	q         *rollupQuery
+	filesLeft int // files left in this reader's range, the current one included
+	// byKey maps the `labels` column text to an index into series, or -1
+	// when the series does not match.
+	byKey map[string]int32
+	// byID maps series_id to the same index as byKey, or idAmbiguous when
+	// two label sets share the id (a hash collision: rows are then mapped
+	// by their labels).
+	byID   map[int64]int32
+	series []localSeries
+
+	// buffers reused across row groups
+	ids     []int64
+	idx     []int32
+	rowRuns []rowRun // the current row group's series runs
+	keep    []int32
+	stale   []bool        // decoded stale column of the current row group
+	nulls   windowColumns // null flags of the double columns, indexed like the batch
+	values  []parquet.Value
+
+	// batch holds the kept rows of the last row groups in file order, and
+	// batchRuns which series each run of them belongs to. Copying rows into
+	// their series' blocks a batch at a time (a blocked transpose) writes
+	// each block sequentially from a source that is still in cache; copying
+	// every row group straight into a thousand blocks cost a cache miss per
+	// series and column per file.
+	batch      *windowBlock
+	batchRuns  []batchRun
+	sortedRuns []batchRun // flush's buffers
+	runCounts  []int32
+}
+
+// batchRun is rows [lo, hi) of a reader's batch, all of series si, read
+// when filesLeft files were left in the reader's range.
+type batchRun struct{ si, lo, hi, filesLeft int32 }
+
+// defaultBatchRows is the batch size that triggers a flush: a few MB, to
+// stay in cache.
+const defaultBatchRows = 1 << 17
+
+func newFileReader(q *rollupQuery) *fileReader {
+	return &fileReader{q: q, byKey: map[string]int32{}, byID: map[int64]int32{}}
+}
+
+func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p PartitionInfo) (err error) {
+	of, err := files.acquire(p)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, files.release(of)) }()
+	for i, rg := range of.pf.RowGroups() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var runs []seriesRun
+		if of.runs != nil {
+			runs = of.runs[i]
+		}
+		if err := fr.readRowGroup(rg, of.cols, runs); err != nil {
+			return fmt.Errorf("partition %s: %w", p.Path, err)
+		}
+	}
+	return nil
+}
+
+type rollupColumns struct {
+	name, labels, seriesID, start, firstT, lastT, count, sum, min, max, first, last, increase, resets, stale int
+}
+
+func lookupColumns(sch *parquet.Schema) (rollupColumns, error) {
+	var c rollupColumns
+	for _, x := range []struct {
+		name string
+		dst  *int
+	}{
+		{"metric_name", &c.name}, {"labels", &c.labels}, {"series_id", &c.seriesID}, {"start", &c.start}, {"first_ts", &c.firstT}, {"last_ts", &c.lastT},
+		{"count", &c.count}, {"sum", &c.sum}, {"min", &c.min}, {"max", &c.max}, {"first", &c.first}, {"last", &c.last},
+		{"increase", &c.increase}, {"resets", &c.resets}, {"stale", &c.stale},
+	} {
+		leaf, ok := sch.Lookup(x.name)
+		if !ok {
+			return c, fmt.Errorf("column %q missing", x.name)
+		}
+		*x.dst = leaf.ColumnIndex
+	}
+	return c, nil
+}
+
+// allFalse reports whether a boolean column chunk's statistics say it holds
+// only false (the stale column of a row group where no series ended).
+func allFalse(cc parquet.ColumnChunk) bool {
+	fc, ok := cc.(*parquet.FileColumnChunk)
+	if !ok {
+		return false
+	}
+	_, hi, ok := fc.Bounds()
+	return ok && !hi.IsNull() && !hi.Boolean()
+}
+
+// readRowGroup reads one row group: which series its rows belong to
+// (indexRows), which rows the query keeps (from last_ts alone), then the
+// kept rows' other columns into the batch (decodeAggregates). runs are its
+// series runs from the file's metadata, or nil to read them from the
+// series_id column.
+func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []seriesRun) error {
+	q := fr.q
+	if q.skipRowGroup(rg, c) {
+		return nil
+	}
+	chunks := rg.ColumnChunks()
+	n := int(rg.NumRows())
+	matched, err := fr.indexRows(chunks, c, runs, n)
+	if err != nil || !matched || q.opts.labelsOnly {
+		return err
+	}
+	need := q.opts.need
+	thin := q.opts.thinStep > 0
+	// Columns are decoded straight into the batch, after its rows; the rows
+	// not kept are then squeezed out in place.
+	if fr.batch == nil {
+		fr.batch = newWindowBlock(q.res, need, q.opts.batchRows+n)
+	}
+	b := fr.batch
+	base := len(b.lastT)
+	// last_ts decides which rows are kept (a window's start is derived
+	// from it: WritePartition checks it lies inside the window, so the
+	// start column is never decoded); the other columns are decoded only if
+	// some row is kept.
+	if b.lastT, err = readInt64s(chunks[c.lastT], "last_ts", n, b.lastT, &fr.values); err != nil {
+		return err
+	}
+	lastT := b.lastT[base:]
+	keep := fr.keep[:0]
+	batchRuns := fr.batchRuns
+	for _, r := range fr.rowRuns {
+		if r.si < 0 {
+			continue
+		}
+		from := len(keep)
+		keep = q.keepRows(keep, lastT, int(r.lo), int(r.hi), thin)
+		if len(keep) > from {
+			// Kept rows are squeezed together below: this run's are
+			// batch rows base+from .. base+len(keep).
+			batchRuns = append(batchRuns, batchRun{si: r.si, lo: int32(base + from), hi: int32(base + len(keep)), filesLeft: int32(fr.filesLeft)}) //nolint:gosec // batch rows fit
+		}
+	}
+	fr.keep = keep
+	if len(keep) == 0 {
+		b.lastT = b.lastT[:base]
+		return nil
+	}
+	if mw := q.opts.maxWindows; mw > 0 && q.nWindows.Add(int64(len(keep))) > int64(mw) {
+		return ErrTooManyWindows
+	}
+	anyStale, err := fr.decodeAggregates(chunks, c, n, base)
+	if err != nil {
+		return err
+	}
+	if len(keep) < n { // squeeze out the rows not kept (keep is ascending: in place)
+		b.compact(base, keep)
+	}
+	if anyStale {
+		for k, row := range keep {
+			if fr.stale[row] {
+				b.staleRows = append(b.staleRows, int32(base+k)) //nolint:gosec // batch rows fit
+			}
+		}
+	}
+	fr.batchRuns = batchRuns
+	if len(b.lastT) >= q.opts.batchRows {
+		fr.flush()
+	}
+	return nil
+}
+
+// indexRows maps the row group's n rows to the reader's series, into
+// fr.rowRuns, and reports whether any row belongs to a matching series (a
+// row group without any is not decoded further). The series ids (hashes of
+// the labels) come from the file's series runs, else from the series_id
+// column: when every id in the row group is already known from an earlier
+// row group or file, the labels column is not read at all.
+func (fr *fileReader) indexRows(chunks []parquet.ColumnChunk, c rollupColumns, runs []seriesRun, n int) (matched bool, err error) {
+	known := false
+	if runs != nil {
+		fr.rowRuns, matched, known = fr.indexByRuns(runs, fr.rowRuns[:0])
+	} else {
+		if fr.ids, err = readInt64s(chunks[c.seriesID], "series_id", n, fr.ids[:0], &fr.values); err != nil {
+			return false, err
+		}
+		fr.rowRuns, matched, known = fr.indexByID(fr.rowRuns[:0])
+	}
+	if known {
+		return matched, nil
+	}
+	// fr.ids now holds the n ids (from the series_id column, or expanded
+	// from the runs by indexByRuns), one per row as the labels are.
+	if fr.idx, matched, err = fr.readSeriesIndex(chunks[c.labels], n, fr.idx[:0]); err != nil {
+		return false, err
+	}
+	fr.learnIDs(fr.idx)
+	fr.rowRuns = runsOf(fr.idx, fr.rowRuns[:0])
+	return matched, nil
+}
+
+// decodeAggregates appends the row group's n rows of every column the
+// batch holds but last_ts (already decoded) to the batch, whose rows of
+// this row group start at base, fills in the aggregates schema version 2
+// leaves null, and decodes the stale column into fr.stale; anyStale is
+// false when no row is stale (fr.stale is then not set).
+func (fr *fileReader) decodeAggregates(chunks []parquet.ColumnChunk, c rollupColumns, n, base int) (anyStale bool, err error) {
+	b := fr.batch
+	for _, x := range []struct {
+		name string
+		col  int
+		dst  *[]int64
+	}{{"first_ts", c.firstT, &b.firstT}, {"count", c.count, &b.count}} {
+		if *x.dst == nil {
+			continue
+		}
+		if *x.dst, err = readInt64s(chunks[x.col], x.name, n, *x.dst, &fr.values); err != nil {
+			return false, err
+		}
+	}
+	// Schema version 2 leaves derivable aggregates null: decode the null
+	// flags too (indexed like the batch) and fill the values in from the
+	// rules (parquet_derive.go) before rows are squeezed out.
+	nulls := &fr.nulls
+	for _, x := range []struct {
+		name string
+		col  int
+		dst  *[]float64
+		null *[]bool
+	}{{"sum", c.sum, &b.sum, &nulls.SumNull}, {"min", c.min, &b.min, &nulls.MinNull}, {"max", c.max, &b.max, &nulls.MaxNull}, {"first", c.first, &b.first, &nulls.FirstNull}, {"last", c.last, &b.last, &nulls.LastNull}, {"increase", c.increase, &b.increase, &nulls.IncNull}} {
+		if *x.dst == nil {
+			*x.null = nil
+			continue
+		}
+		*x.null = slices.Grow((*x.null)[:0], base+n)[:base]
+		if *x.dst, *x.null, err = readNullableDoubles(chunks[x.col], x.name, n, *x.dst, *x.null, &fr.values); err != nil {
+			return false, err
+		}
+	}
+	if err := deriveWindowColumns(windowColumns{
+		Count: tail(b.count, base), Sum: tail(b.sum, base), Min: tail(b.min, base), Max: tail(b.max, base),
+		First: tail(b.first, base), Last: tail(b.last, base), Inc: tail(b.increase, base),
+		SumNull: tail(nulls.SumNull, base), MinNull: tail(nulls.MinNull, base), MaxNull: tail(nulls.MaxNull, base),
+		FirstNull: tail(nulls.FirstNull, base), LastNull: tail(nulls.LastNull, base), IncNull: tail(nulls.IncNull, base),
+	}); err != nil {
+		return false, err
+	}
+	if b.resets != nil {
+		if b.resets, err = readInt32s(chunks[c.resets], "resets", n, b.resets, &fr.values); err != nil {
+			return false, err
+		}
+	}
+	if fr.q.opts.need&colStale != 0 && !allFalse(chunks[c.stale]) { // else no series ended in this row group: nothing to decode
+		if fr.stale, err = readBools(chunks[c.stale], "stale", n, fr.stale[:0], &fr.values); err != nil {
+			return false, err
+		}
+		anyStale = slices.Contains(fr.stale, true)
+	}
+	return anyStale, nil
+}
+
+// flush copies the batch's rows into their series' blocks, series by series
+// (a stable sort keeps each series' runs in time order), and empties it.
+func (fr *fileReader) flush() {
+	if fr.batch == nil || len(fr.batchRuns) == 0 {
+		return
+	}
+	// A counting sort by series, stable: each series' runs stay in time order.
+	counts := fr.runCounts[:0]
+	counts = slices.Grow(counts, len(fr.series)+1)[:len(fr.series)+1]
+	clear(counts)
+	for _, r := range fr.batchRuns {
+		counts[r.si+1]++
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	sorted := slices.Grow(fr.sortedRuns[:0], len(fr.batchRuns))[:len(fr.batchRuns)]
+	for _, r := range fr.batchRuns {
+		sorted[counts[r.si]] = r
+		counts[r.si]++
+	}
+	fr.runCounts, fr.sortedRuns = counts, sorted
+	for _, r := range sorted {
+		ls := &fr.series[r.si]
+		if ls.blk == nil {
+			// Sized for this density over the rest of the reader's range:
+			// exact for a series present throughout, grown by append else.
+			ls.blk = newWindowBlock(fr.q.res, fr.q.opts.need, int(r.hi-r.lo)*int(max(r.filesLeft, 1)))
+		}
+		ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
+	}
+	fr.batchRuns = fr.batchRuns[:0]
+	b := fr.batch
+	b.firstT, b.lastT, b.count = trunc(b.firstT), trunc(b.lastT), trunc(b.count)
+	b.sum, b.min, b.max, b.first, b.last, b.increase = trunc(b.sum), trunc(b.min), trunc(b.max), trunc(b.first), trunc(b.last), trunc(b.increase)
+	b.resets, b.staleRows = trunc(b.resets), trunc(b.staleRows)
+}
+
+const idAmbiguous = int32(-2)
+
+// rowRun is rows [lo, hi) of a row group, all of series si (-1: a series
+// the query does not match).
+type rowRun struct{ si, lo, hi int32 }
+
+// indexByID maps the row group's rows to series through fr.ids alone,
+// appending a run per series to dst; known is false when some id is not
+// known yet (or ambiguous), and the labels column must be read.
+func (fr *fileReader) indexByID(dst []rowRun) (runs []rowRun, matched, known bool) {
+	for i := 0; i < len(fr.ids); {
+		id := fr.ids[i]
+		si, ok := fr.byID[id]
+		if !ok || si == idAmbiguous {
+			return dst[:0], false, false
+		}
+		matched = matched || si >= 0
+		j := i + 1 // rows of one series are adjacent
+		for j < len(fr.ids) && fr.ids[j] == id {
+			j++
+		}
+		dst = append(dst, rowRun{si: si, lo: int32(i), hi: int32(j)}) //nolint:gosec // a row group's rows fit
+		i = j
+	}
+	return dst, matched, true
+}
+
+// runsOf turns a row-by-row series index into runs.
+func runsOf(idx []int32, dst []rowRun) []rowRun {
+	for i := 0; i < len(idx); {
+		j := i + 1
+		for j < len(idx) && idx[j] == idx[i] {
+			j++
+		}
+		dst = append(dst, rowRun{si: idx[i], lo: int32(i), hi: int32(j)}) //nolint:gosec // a row group's rows fit
+		i = j
+	}
+	return dst
+}
+
+// learnIDs records the series index of each row's id after a labels-based mapping.
+func (fr *fileReader) learnIDs(idx []int32) {
+	for i, id := range fr.ids {
+		si, ok := fr.byID[id]
+		switch {
+		case !ok:
+			fr.byID[id] = idx[i]
+		case si != idx[i]:
+			fr.byID[id] = idAmbiguous
+		}
+	}
+}
+
+// readSeriesIndex maps each of the rows of the labels column to a series
+// index (-1 when it does not match). Rows of one series are adjacent, so the
+// label text is compared to the previous row's before any map lookup.
+func (fr *fileReader) readSeriesIndex(cc parquet.ColumnChunk, rows int, dst []int32) ([]int32, bool, error) {
+	matched := false
+	var prev []byte
+	prevIdx := int32(-1)
+	err := readPages(cc, "labels", rows, func(p parquet.Page) (int, error) {
+		return readValues(p.Values(), int(p.NumValues()), &fr.values, func(vs []parquet.Value) error {
+			for _, v := range vs {
+				b := v.ByteArray()
+				if prev == nil || string(b) != string(prev) {
+					si, ok := fr.byKey[string(b)]
+					if !ok {
+						var err error
+						if si, err = fr.admit(string(b)); err != nil {
+							return err
+						}
+					}
+					prev, prevIdx = append(prev[:0], b...), si
+				}
+				if prevIdx >= 0 {
+					matched = true
+				}
+				dst = append(dst, prevIdx)
+			}
+			return nil
+		})
+	})
+	return dst, matched, err
+}
+
+// admit decodes a series' labels the first time they are seen and checks the matchers.
+func (fr *fileReader) admit(key string) (int32, error) {
+	lbls, err := decodeLabels([]byte(key))
+	if err != nil {
+		return -1, err
+	}
+	si := int32(-1)
+	if matchesAll(lbls, fr.q.matchers) {
+		si = int32(len(fr.series)) //nolint:gosec // bounded by the number of series
+		fr.series = append(fr.series, localSeries{key: key, lbls: lbls})
+	}
+	fr.byKey[key] = si
+	return si, nil
+}

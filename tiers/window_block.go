@@ -1,0 +1,232 @@
+package tiers
+
+import (
+	"sort"
+
+	"github.com/strata-dev/strata/internal/timegrid"
+)
+
+// colSet is a set of aggregate columns. last_ts is always read: a window's
+// start is derived from it.
+type colSet uint16
+
+const (
+	colFirstT colSet = 1 << iota
+	colLastT
+	colCount
+	colSum
+	colMin
+	colMax
+	colFirst
+	colLast
+	colIncrease
+	colResets
+	colStale
+
+	colAll = colFirstT | colLastT | colCount | colSum | colMin | colMax | colFirst | colLast | colIncrease | colResets | colStale
+)
+
+// windowBlock is windows in columns: only the columns a query needs (the
+// others are nil and read as zero). A window's start is its last sample's
+// time rounded down to the resolution.
+type windowBlock struct {
+	res                                  int64
+	firstT, lastT, count                 []int64
+	sum, min, max, first, last, increase []float64
+	resets                               []int32
+	// staleRows are the rows whose Stale is true, ascending (series end
+	// rarely: a column of flags would cost a byte per window).
+	staleRows []int32
+}
+
+func newWindowBlock(res int64, need colSet, capacity int) *windowBlock {
+	b := &windowBlock{res: res}
+	alloc(&b.firstT, need&colFirstT != 0, capacity)
+	alloc(&b.lastT, true, capacity)
+	alloc(&b.count, need&colCount != 0, capacity)
+	alloc(&b.sum, need&colSum != 0, capacity)
+	alloc(&b.min, need&colMin != 0, capacity)
+	alloc(&b.max, need&colMax != 0, capacity)
+	alloc(&b.first, need&colFirst != 0, capacity)
+	alloc(&b.last, need&colLast != 0, capacity)
+	alloc(&b.increase, need&colIncrease != 0, capacity)
+	alloc(&b.resets, need&colResets != 0, capacity)
+	return b
+}
+
+func alloc[T any](s *[]T, ok bool, capacity int) {
+	if ok {
+		*s = make([]T, 0, capacity)
+	}
+}
+
+// appendRows appends rows [lo, hi) of the decoded columns src to b (b's
+// columns are a subset of src's).
+func (b *windowBlock) appendRows(src *windowBlock, lo, hi int) {
+	b.lastT = append(b.lastT, src.lastT[lo:hi]...)
+	appendCol(&b.firstT, src.firstT, lo, hi)
+	appendCol(&b.count, src.count, lo, hi)
+	appendCol(&b.sum, src.sum, lo, hi)
+	appendCol(&b.min, src.min, lo, hi)
+	appendCol(&b.max, src.max, lo, hi)
+	appendCol(&b.first, src.first, lo, hi)
+	appendCol(&b.last, src.last, lo, hi)
+	appendCol(&b.increase, src.increase, lo, hi)
+	appendCol(&b.resets, src.resets, lo, hi)
+	if len(src.staleRows) > 0 {
+		base := int32(len(b.lastT) - (hi - lo))                                                         //nolint:gosec // block rows fit
+		k := sort.Search(len(src.staleRows), func(k int) bool { return src.staleRows[k] >= int32(lo) }) //nolint:gosec // as above
+		for ; k < len(src.staleRows) && src.staleRows[k] < int32(hi); k++ {                             //nolint:gosec // as above
+			b.staleRows = append(b.staleRows, base+src.staleRows[k]-int32(lo)) //nolint:gosec // as above
+		}
+	}
+}
+
+// isStale reports row i's Stale.
+func (b *windowBlock) isStale(i int) bool {
+	if len(b.staleRows) == 0 {
+		return false
+	}
+	k := sort.Search(len(b.staleRows), func(k int) bool { return int(b.staleRows[k]) >= i })
+	return k < len(b.staleRows) && int(b.staleRows[k]) == i
+}
+
+func appendCol[T any](dst *[]T, src []T, lo, hi int) {
+	if *dst != nil {
+		*dst = append(*dst, src[lo:hi]...)
+	}
+}
+
+// startOf returns the start of the window holding t.
+func (b *windowBlock) startOf(t int64) int64 { return timegrid.Floor(t, b.res) }
+
+// window sets *w to row i. Only the block's columns are written: a caller
+// reusing w for rows of blocks with the same columns (one query's) sees the
+// others stay zero.
+func (b *windowBlock) window(i int, w *Window) {
+	w.LastT = b.lastT[i]
+	w.Start = b.startOf(w.LastT)
+	if b.firstT != nil {
+		w.FirstT = b.firstT[i]
+	}
+	if b.count != nil {
+		w.Count = uint32(b.count[i]) //nolint:gosec // written from a uint32
+	}
+	if b.sum != nil {
+		w.Sum = b.sum[i]
+	}
+	if b.min != nil {
+		w.Min = b.min[i]
+	}
+	if b.max != nil {
+		w.Max = b.max[i]
+	}
+	if b.first != nil {
+		w.First = b.first[i]
+	}
+	if b.last != nil {
+		w.Last = b.last[i]
+	}
+	if b.increase != nil {
+		w.Increase = b.increase[i]
+	}
+	if b.resets != nil {
+		w.Resets = uint32(max(b.resets[i], 0))
+	}
+	w.Stale = b.isStale(i)
+}
+
+// compact keeps, of the rows from base on, only rows base+keep[k] (ascending).
+func (b *windowBlock) compact(base int, keep []int32) {
+	b.lastT = compactCol(b.lastT, base, keep)
+	b.firstT = compactCol(b.firstT, base, keep)
+	b.count = compactCol(b.count, base, keep)
+	b.sum = compactCol(b.sum, base, keep)
+	b.min = compactCol(b.min, base, keep)
+	b.max = compactCol(b.max, base, keep)
+	b.first = compactCol(b.first, base, keep)
+	b.last = compactCol(b.last, base, keep)
+	b.increase = compactCol(b.increase, base, keep)
+	b.resets = compactCol(b.resets, base, keep)
+}
+
+func compactCol[T any](s []T, base int, keep []int32) []T {
+	if s == nil {
+		return nil
+	}
+	d := s[base:]
+	for k, i := range keep {
+		d[k] = d[i]
+	}
+	return s[:base+len(keep)]
+}
+
+// tail returns s[base:], or nil for a nil column.
+func tail[T any](s []T, base int) []T {
+	if s == nil {
+		return nil
+	}
+	return s[base:]
+}
+
+// trunc empties s keeping its capacity (nil stays nil).
+func trunc[T any](s []T) []T { return s[:0:cap(s)] }
+
+// windowSeq is one series' windows in ascending start order: whole blocks
+// (one per reader), read through an index. Its methods take a block hint
+// (the caller's cursor) so that sequential reads find their block in O(1).
+type windowSeq struct {
+	blocks []*windowBlock
+	ends   []int // ends[k]: windows in blocks[:k+1]
+}
+
+// Len is the number of windows.
+func (s *windowSeq) Len() int {
+	if len(s.ends) == 0 {
+		return 0
+	}
+	return s.ends[len(s.ends)-1]
+}
+
+// locate returns the block holding window i and its row, starting from the
+// block *hint and updating it.
+func (s *windowSeq) locate(i int, hint *int) (*windowBlock, int) {
+	k := *hint
+	if k >= len(s.blocks) || i >= s.ends[k] || (k > 0 && i < s.ends[k-1]) {
+		if k+1 < len(s.blocks) && i >= s.ends[k] && i < s.ends[k+1] {
+			k++
+		} else {
+			k = sort.SearchInts(s.ends, i+1)
+		}
+		*hint = k
+	}
+	base := 0
+	if k > 0 {
+		base = s.ends[k-1]
+	}
+	return s.blocks[k], i - base
+}
+
+// at sets *w to window i (see windowBlock.window).
+func (s *windowSeq) at(i int, hint *int, w *Window) {
+	b, row := s.locate(i, hint)
+	b.window(row, w)
+}
+
+// startAt returns window i's start.
+func (s *windowSeq) startAt(i int, hint *int) int64 {
+	b, row := s.locate(i, hint)
+	return b.startOf(b.lastT[row])
+}
+
+// appendTo appends every window to dst.
+func (s *windowSeq) appendTo(dst []Window) []Window {
+	for _, b := range s.blocks {
+		for row := range b.lastT {
+			var w Window
+			b.window(row, &w)
+			dst = append(dst, w)
+		}
+	}
+	return dst
+}
