@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -140,7 +139,11 @@ type Handler struct {
 	inflightBytes atomic.Int64
 	retryAfter    string
 
-	pool sync.Pool // *requestState
+	// states keeps the memory of finished requests for the next ones.
+	// Unlike a sync.Pool it survives garbage collections: a collection used
+	// to empty the pool under a large heap, and every request then grew its
+	// decoder's slices and body buffers from nothing again.
+	states chan *requestState
 
 	m handlerMetrics
 }
@@ -157,12 +160,42 @@ type handlerMetrics struct {
 	inflightBytes prometheus.GaugeFunc
 }
 
-// requestState is the pooled memory of one request: its two body buffers,
-// the decoder and the append scratch space.
+// requestState is the reusable memory of one request: its two body
+// buffers, the decoder and the append scratch space.
 type requestState struct {
 	compressed, decompressed []byte
 	dec                      Decoder
 	ws                       writeState
+}
+
+// At most keptStates request states, each of at most maxKeptStateBytes, are
+// kept between requests: enough for a few senders' requests of a few
+// thousand series (a few MiB each), without holding on to the memory of a
+// rare huge request.
+const (
+	keptStates        = 8
+	maxKeptStateBytes = 16 << 20
+)
+
+func (h *Handler) getState() *requestState {
+	select {
+	case st := <-h.states:
+		return st
+	default:
+		return &requestState{}
+	}
+}
+
+// putState keeps st for a later request unless enough are kept or it is too large.
+func (h *Handler) putState(st *requestState) {
+	st.dec.Reset()
+	if cap(st.compressed)+cap(st.decompressed)+st.dec.retainedBytes() > maxKeptStateBytes {
+		return
+	}
+	select {
+	case h.states <- st:
+	default:
+	}
 }
 
 // NewHandler returns a receiver appending into app (the raw tier: *tiers.Raw
@@ -195,7 +228,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize)
 	}
-	h.pool.New = func() any { return &requestState{} }
+	h.states = make(chan *requestState, keptStates)
 
 	f := promauto.With(reg)
 	h.m = handlerMetrics{
@@ -338,11 +371,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.inflightBytes.Add(-reserve)
 	}()
 
-	bufs := h.pool.Get().(*requestState)
-	defer func() {
-		bufs.dec.Reset()
-		h.pool.Put(bufs)
-	}()
+	bufs := h.getState()
+	defer h.putState(bufs)
 	bufs.compressed, err = readBody(r.Body, bufs.compressed, r.ContentLength, h.cfg.MaxCompressedBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
