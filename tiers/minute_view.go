@@ -19,10 +19,11 @@ import (
 // (final) but not yet flushed to a partition file; *downsample.Pipeline
 // implements it.
 type OpenWindowSource interface {
-	// OpenWindows returns copies of the in-memory minute windows of the
-	// series matching every matcher, sorted by labels, each series' windows
-	// ascending. It must be safe for concurrent use with the pipeline.
-	OpenWindows(matchers ...*labels.Matcher) []SeriesWindows
+	// OpenWindowsIn returns copies of the in-memory minute windows starting
+	// in [mint, maxt] of the series matching every matcher, sorted by
+	// labels, each series' windows ascending. It must be safe for concurrent
+	// use with the pipeline.
+	OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) []SeriesWindows
 }
 
 // MinuteView is the minute windows only, as a storage.Queryable: the minute
@@ -101,7 +102,7 @@ func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*l
 	}
 	var open []SeriesWindows
 	if v.open != nil {
-		open = v.open.OpenWindows(ms...) // before the disk: see MinuteView
+		open = v.open.OpenWindowsIn(lo, maxt, ms...) // before the disk: see MinuteView
 	}
 	disk, err := v.minute.selectColumns(ctx, lo, maxt, ms, selectOptions{need: colAll})
 	if err != nil {

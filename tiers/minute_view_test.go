@@ -21,15 +21,21 @@ import (
 // fakeOpen is an OpenWindowSource holding fixed windows.
 type fakeOpen struct{ series []tiers.SeriesWindows }
 
-func (f *fakeOpen) OpenWindows(ms ...*labels.Matcher) []tiers.SeriesWindows {
+func (f *fakeOpen) OpenWindowsIn(mint, maxt int64, ms ...*labels.Matcher) []tiers.SeriesWindows {
 	var out []tiers.SeriesWindows
 	for _, s := range f.series {
 		ok := true
 		for _, m := range ms {
 			ok = ok && m.Matches(s.Labels.Get(m.Name))
 		}
-		if ok {
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
+		var ws []tiers.Window
+		for _, w := range s.Windows {
+			if w.Start >= mint && w.Start <= maxt {
+				ws = append(ws, w)
+			}
+		}
+		if ok && len(ws) > 0 {
+			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: ws})
 		}
 	}
 	return out
