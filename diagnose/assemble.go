@@ -301,7 +301,13 @@ func (in *incidents) assemble(ctx context.Context, t time.Time) []Diagnosis {
 			key = "unknown|" + g.root.ent.key()
 		}
 		if _, open := in.open[key]; !open {
-			for _, a := range append([]*alertInfo{g.root}, g.members...) {
+			// A cause root follows its own owner; a cause-unknown group
+			// follows the owner of any of its symptoms.
+			cands := []*alertInfo{g.root}
+			if g.root.typ == "symptom" {
+				cands = append(cands, g.members...)
+			}
+			for _, a := range cands {
 				if k, ok := owner[a.key]; ok {
 					key = k
 					break
