@@ -348,7 +348,9 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		}
 	}
 	for _, g := range e.groups {
-		g.Eval(ctx, t)
+		// Group.Eval, plus the group's last-evaluation bookkeeping that
+		// /api/v1/rules shows.
+		rules.DefaultEvalIterationFunc(ctx, g, t)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
