@@ -191,3 +191,43 @@ func TestLiveEqualsReplay(t *testing.T) {
 		t.Errorf("diagnosed %s", liveIn[0].Cause)
 	}
 }
+
+// TestReplayFastPathEqualsInstant: replay's range-query fast path gives
+// exactly the diagnoses of minute-by-minute instant evaluation (two
+// overlapping faults, chunk boundaries inside them).
+func TestReplayFastPathEqualsInstant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays four hours twice")
+	}
+	scfg := smallCluster(
+		sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 40 * time.Minute},
+		sim.FaultSpec{Kind: sim.KindThermalThrottle, Node: 0, GPU: gpu(0), At: faultAt + 20*time.Minute, Duration: 30 * time.Minute},
+	)
+	end := simStart.Add(4 * time.Hour)
+	minute := simHistory(t, scfg, end)
+	run := func(fast bool) []byte {
+		e, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast && !fastPathSafe(e.groups) {
+			t.Fatal("the default pack does not qualify for the fast path")
+		}
+		ds, err := e.replay(context.Background(), simStart.Add(2*time.Hour), end, fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast && e.precomp == nil {
+			t.Fatal("fast path not used")
+		}
+		b, _ := json.MarshalIndent(ds, "", " ")
+		return b
+	}
+	fast, instant := run(true), run(false)
+	if string(fast) != string(instant) {
+		t.Fatalf("fast path and instant evaluation differ:\nfast:\n%s\ninstant:\n%s", fast, instant)
+	}
+	if len(instant) < 100 {
+		t.Fatalf("nothing diagnosed: %s", instant)
+	}
+}

@@ -49,7 +49,9 @@ func parseRuleFile(name string, content []byte) (ruleFile, error) {
 }
 
 // DefaultPackFiles lists the default pack's rule files (without tests), as
-// embedded.
+// embedded, in evaluation order: derived.yml (the pack's recording rules)
+// first, so the rules after it read this minute's derived signals, then the
+// others by name.
 func DefaultPackFiles() ([]string, error) {
 	var out []string
 	err := fs.WalkDir(defaultrules.FS, ".", func(p string, d fs.DirEntry, err error) error {
@@ -61,7 +63,15 @@ func DefaultPackFiles() ([]string, error) {
 		}
 		return nil
 	})
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b string) int {
+		if (a == "derived.yml") != (b == "derived.yml") {
+			if a == "derived.yml" {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	return out, err
 }
 

@@ -119,3 +119,43 @@ func TestDisabledRulesAndOperatorFiles(t *testing.T) {
 		t.Errorf("warm-up %s: the pack reads 2h of its own clock signal", e.Warmup())
 	}
 }
+
+// TestFastPathSafety: the replay fast path is refused for rules whose range
+// evaluation could differ from minute-by-minute evaluation.
+func TestFastPathSafety(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rules string
+		safe  bool
+	}{
+		"plain":         {"      - record: a:x\n        expr: vector(1)\n      - alert: A\n        expr: a:x > 0\n", true},
+		"reads later":   {"      - alert: A\n        expr: b:x > 0\n      - record: b:x\n        expr: vector(1)\n", false},
+		"reads ALERTS":  {"      - alert: A\n        expr: count(ALERTS) > 0\n", false},
+		"regex ALERTS":  {"      - alert: A\n        expr: count({__name__=~\"ALERT.*\"}) > 0\n", false},
+		"at start":      {"      - alert: A\n        expr: up @ start() > 0\n", false},
+		"regex sources": {"      - alert: A\n        expr: count({__name__=~\"DCGM_.*\"}) > 0\n", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "r.yml")
+			if err := os.WriteFile(p, []byte("groups:\n  - name: g\n    rules:\n"+tc.rules), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.DefaultPack = false
+			cfg.RuleFiles = []string{p}
+			e, err := New(cfg, Options{Minute: emptyMinute(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fastPathSafe(e.groups); got != tc.safe {
+				t.Errorf("fastPathSafe = %v, want %v", got, tc.safe)
+			}
+		})
+	}
+	e, err := New(DefaultConfig(), Options{Minute: emptyMinute(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fastPathSafe(e.groups) {
+		t.Error("the default pack does not qualify for the fast path")
+	}
+}

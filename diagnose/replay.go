@@ -25,11 +25,16 @@ func Replay(ctx context.Context, cfg Config, o Options, from, to time.Time) ([]D
 	if err != nil {
 		return nil, err
 	}
-	return e.replay(ctx, from, to)
+	return e.replay(ctx, from, to, true)
 }
 
-func (e *Engine) replay(ctx context.Context, from, to time.Time) ([]Diagnosis, error) {
+// replay evaluates the range; fast enables the range-query fast path
+// (fastpath.go) when the rules allow it.
+func (e *Engine) replay(ctx context.Context, from, to time.Time, fast bool) ([]Diagnosis, error) {
 	e.chunk = ReplayChunk
+	if fast && fastPathSafe(e.groups) {
+		e.precomp = newPrecomputed()
+	}
 	first := from.Add(-e.warmup).Truncate(minute)
 	last := to.Truncate(minute)
 	for t := first; !t.After(last); t = t.Add(minute) {
