@@ -96,6 +96,7 @@ type Engine struct {
 	warmup    time.Duration
 	lookback  time.Duration
 	snap      *tiers.MinuteSnapshot
+	ahead     *prefetched       // the next chunk, being read (replay)
 	query     storage.Queryable // minute data + scratch, for the minute being evaluated
 	chunk     time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
 	inc       *incidents
@@ -220,6 +221,16 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 	e.hidden = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true, DiagnosisSeries: true}
 	var maxRange, maxReach, maxScratch, maxHold time.Duration
 	reached := map[string]time.Duration{}
+	recorded := map[string]bool{}
+	for _, f := range files {
+		for _, g := range f.groups {
+			for _, r := range g.Rules {
+				if r.Record != "" {
+					recorded[r.Record] = true
+				}
+			}
+		}
+	}
 	p := newParser()
 	for _, f := range files {
 		for _, g := range f.groups {
@@ -229,7 +240,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 				if err != nil {
 					return fmt.Errorf("%w: %s: group %q: %s: %w", ErrInvalidRules, f.name, g.Name, r.Alert+r.Record, err)
 				}
-				direct, total, scratchRange := reach(expr, reached)
+				direct, total, scratchRange := reach(expr, reached, recorded)
 				maxRange, maxReach, maxScratch = max(maxRange, direct), max(maxReach, total), max(maxScratch, scratchRange)
 				lbls := rules.FromMaps(g.Labels, r.Labels)
 				if r.Record != "" {
@@ -247,6 +258,8 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 			}))
 		}
 	}
+	// A minute's rules read the minute data this far back (its own series
+	// come from the scratch store).
 	e.need = (maxRange + e.lookback + minute).Milliseconds()
 	e.warmup = time.Duration(e.cfg.Warmup)
 	if e.warmup == 0 {
@@ -264,14 +277,17 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 // reach walks an expression's selectors: how far back each reads (range +
 // offset, subqueries included), and how far back that reaches through the
 // recorded series it reads (reached: each recorded name's own reach).
-func reach(expr parser.Expr, reached map[string]time.Duration) (direct, total, scratchRange time.Duration) {
+//
+// dataRange is the furthest back it reads of the minute data (selectors of
+// names no rule records); scratchRange of the engine's own series.
+func reach(expr parser.Expr, reached map[string]time.Duration, recorded map[string]bool) (dataRange, total, scratchRange time.Duration) {
 	var walk func(n parser.Node, extra time.Duration)
 	sel := func(vs *parser.VectorSelector, back time.Duration) {
-		direct = max(direct, back)
-		r, rec := reached[vs.Name]
-		total = max(total, back+r)
-		if rec {
+		total = max(total, back+reached[vs.Name])
+		if recorded[vs.Name] {
 			scratchRange = max(scratchRange, back)
+		} else {
+			dataRange = max(dataRange, back)
 		}
 	}
 	walk = func(n parser.Node, extra time.Duration) {
@@ -293,7 +309,7 @@ func reach(expr parser.Expr, reached map[string]time.Duration) (direct, total, s
 		}
 	}
 	walk(expr, 0)
-	return direct, total, scratchRange
+	return dataRange, total, scratchRange
 }
 
 func (e *Engine) isHidden(name string) bool {
@@ -334,7 +350,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	start := time.Now()
 	tm := t.UnixMilli()
 	if e.snap == nil || e.chunk == 0 || func() bool { lo, hi := e.snap.Range(); return lo > tm-e.need || hi < tm }() {
-		snap, err := e.view.Snapshot(ctx, tm-e.need, tm+e.chunk.Milliseconds())
+		snap, err := e.snapshot(ctx, tm-e.need, tm+e.chunk.Milliseconds())
 		if err != nil {
 			e.m.failures.Inc()
 			return fmt.Errorf("diagnose: read minute windows: %w", err)
@@ -348,6 +364,11 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		}
 	}
 	for _, g := range e.groups {
+		if e.precomp != nil && e.precomp.ready && !g.HasAlertingRules() {
+			// Replay's fast path wrote this group's results for the whole
+			// chunk, exactly as its evaluation would (fastpath.go).
+			continue
+		}
 		// Group.Eval, plus the group's last-evaluation bookkeeping that
 		// /api/v1/rules shows.
 		rules.DefaultEvalIterationFunc(ctx, g, t)
@@ -355,13 +376,52 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.scratch.truncate(tm - time.Duration(e.cfg.ScratchRetention).Milliseconds())
+	if tm%(10*minute).Milliseconds() == 0 {
+		e.scratch.truncate(tm - time.Duration(e.cfg.ScratchRetention).Milliseconds())
+	}
 	changed := e.inc.assemble(ctx, t)
 	e.lastEval, e.evaluated = t, true
 	e.m.evaluations.Inc()
 	e.m.duration.Observe(time.Since(start).Seconds())
 	e.publish(t, warm, changed)
 	return nil
+}
+
+// prefetched is a snapshot being read ahead (replay).
+type prefetched struct {
+	mint, maxt int64
+	done       chan struct{}
+	snap       *tiers.MinuteSnapshot
+	err        error
+}
+
+// snapshot returns the minute data of [mint, maxt]. In replay (chunked) it
+// also starts reading the next chunk in the background, so the disk reads
+// of one chunk overlap the evaluation of the previous one.
+func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteSnapshot, error) {
+	var snap *tiers.MinuteSnapshot
+	var err error
+	if p := e.ahead; p != nil && p.mint == mint && p.maxt == maxt {
+		<-p.done
+		snap, err = p.snap, p.err
+	} else {
+		if p != nil {
+			<-p.done // never leave a read running
+		}
+		snap, err = e.view.Snapshot(ctx, mint, maxt)
+	}
+	e.ahead = nil
+	if err != nil || e.chunk == 0 {
+		return snap, err
+	}
+	c := e.chunk.Milliseconds()
+	p := &prefetched{mint: maxt + minute.Milliseconds() - e.need, maxt: maxt + minute.Milliseconds() + c, done: make(chan struct{})}
+	e.ahead = p
+	go func() {
+		defer close(p.done)
+		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt)
+	}()
+	return snap, nil
 }
 
 // publish stores the changed diagnoses and tells the sinks.

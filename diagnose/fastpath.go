@@ -34,6 +34,9 @@ type precomputed struct {
 	// minute materialised: the stale markers of the next chunk's first
 	// minute depend on it.
 	prev map[rules.Rule]map[string]labels.Labels
+	// ready is true when every rule of the chunk was precomputed: groups of
+	// recording rules then need no per-minute evaluation.
+	ready bool
 }
 
 func newPrecomputed() *precomputed {
@@ -100,6 +103,7 @@ func (p *precomputed) at(qs string, t time.Time) (promql.Vector, bool) {
 // rule after it (they may read its results).
 func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) error {
 	p.byExpr = map[string]map[int64]promql.Vector{}
+	p.ready = false
 	for _, g := range e.groups {
 		for _, r := range g.Rules() {
 			qs := r.Query().String()
@@ -125,6 +129,7 @@ func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) er
 			}
 		}
 	}
+	p.ready = true
 	return nil
 }
 
@@ -164,27 +169,43 @@ func (e *Engine) rangeVectors(ctx context.Context, qs string, from, to int64) (m
 func (p *precomputed) materialise(ctx context.Context, e *Engine, g *rules.Group, rr *rules.RecordingRule, from, to int64) error {
 	prev := p.prev[rr]
 	app := e.scratch.AppenderV2(ctx)
-	qf := func(_ context.Context, qs string, t time.Time) (promql.Vector, error) {
-		v, _ := p.at(qs, t)
-		return v, nil
-	}
+	vecs := p.byExpr[rr.Query().String()]
+	lb := labels.NewBuilder(labels.EmptyLabels())
+	stale := math.Float64frombits(value.StaleNaN)
+	var buf [1024]byte
 	for t := from; t <= to; t += minute.Milliseconds() {
-		vec, err := rr.Eval(ctx, 0, time.UnixMilli(t), qf, nil, g.Limit())
-		if err != nil {
-			_ = app.Rollback()
-			return err
-		}
+		// What RecordingRule.Eval returns at t: the name and the rule's
+		// labels set on each sample.
+		vec := vecs[t]
 		cur := make(map[string]labels.Labels, len(vec))
 		for _, s := range vec {
-			if _, err := app.Append(0, s.Metric, 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+			lb.Reset(s.Metric)
+			lb.Set(labels.MetricName, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			l := lb.Labels()
+			h := string(l.Bytes(buf[:0])) // Group.Eval's key of a series
+			if _, dup := cur[h]; dup {
+				_ = app.Rollback()
+				return rules.ErrDuplicateRecordingLabelSet
+			}
+			cur[h] = l
+		}
+		if limit := g.Limit(); limit > 0 && len(cur) > limit {
+			_ = app.Rollback()
+			return errors.New("recording rule over its limit")
+		}
+		for _, s := range vec {
+			lb.Reset(s.Metric)
+			lb.Set(labels.MetricName, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			if _, err := app.Append(0, lb.Labels(), 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
 				_ = app.Rollback()
 				return err
 			}
-			cur[s.Metric.String()] = s.Metric
 		}
-		for k, l := range prev {
-			if _, ok := cur[k]; !ok {
-				if _, err := app.Append(0, l, 0, t, math.Float64frombits(value.StaleNaN), nil, nil, storage.AppendV2Options{}); err != nil {
+		for h, l := range prev {
+			if _, ok := cur[h]; !ok {
+				if _, err := app.Append(0, l, 0, t, stale, nil, nil, storage.AppendV2Options{}); err != nil {
 					_ = app.Rollback()
 					return err
 				}

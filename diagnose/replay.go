@@ -9,7 +9,7 @@ import (
 )
 
 // ReplayChunk is how many minutes of windows Replay loads at once.
-const ReplayChunk = 3 * time.Hour
+const ReplayChunk = 6 * time.Hour
 
 // Replay evaluates the minutes of [from, to] over the minute tier o.Minute
 // exactly as a live engine does, starting Warmup earlier, and returns the
@@ -44,6 +44,10 @@ func (e *Engine) replay(ctx context.Context, from, to time.Time, fast bool) ([]D
 			}
 			return nil, fmt.Errorf("replay minute %s: %w", t.UTC().Format(time.RFC3339), err)
 		}
+	}
+	if p := e.ahead; p != nil {
+		<-p.done // the read ahead past the range
+		e.ahead = nil
 	}
 	var out []Diagnosis
 	for _, d := range e.Diagnoses() {

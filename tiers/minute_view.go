@@ -335,15 +335,17 @@ func distinct(sets []labels.Labels, hints *storage.LabelHints, each func(labels.
 // Close implements storage.Querier.
 func (q *minuteQuerier) Close() error { return nil }
 
-// ErrOutsideSnapshot is returned by a MinuteSnapshot's queries for data
-// before the range it holds: the caller sized the snapshot too small, and
-// answering from it would silently miss data.
+// ErrOutsideSnapshot is returned by a MinuteSnapshot's selects that find
+// series but reach before the range it holds: the caller sized the snapshot
+// too small, and answering from it would silently miss data. (A select that
+// finds no series, such as one of the diagnosis engine's own hidden names,
+// may reach anywhere.)
 var ErrOutsideSnapshot = errors.New("query reaches before the minute snapshot")
 
 // MinuteSnapshot is a MinuteView's windows of a time range, held in memory;
-// it is a storage.Queryable for queries inside that range (earlier data is
-// an error, ErrOutsideSnapshot; later data does not exist in it). It is
-// immutable and safe for concurrent use.
+// it is a storage.Queryable for queries inside that range (selecting series
+// before it is an error, ErrOutsideSnapshot; later data does not exist in
+// it). It is immutable and safe for concurrent use.
 type MinuteSnapshot struct {
 	res, mint, maxt int64
 	series          []selectedSeries // sorted by labels
@@ -358,10 +360,6 @@ func (s *MinuteSnapshot) Series() int { return len(s.series) }
 
 // Querier implements storage.Queryable.
 func (s *MinuteSnapshot) Querier(mint, maxt int64) (storage.Querier, error) {
-	if mint < s.mint {
-		return nil, fmt.Errorf("%w: query from %s, snapshot from %s", ErrOutsideSnapshot,
-			time.UnixMilli(mint).UTC().Format(time.RFC3339), time.UnixMilli(s.mint).UTC().Format(time.RFC3339))
-	}
 	return &snapshotQuerier{s: s, mint: mint, maxt: maxt}, nil
 }
 
@@ -407,7 +405,12 @@ func (q *snapshotQuerier) Select(_ context.Context, _ bool, hints *storage.Selec
 	if mint > maxt {
 		return storage.EmptySeriesSet()
 	}
-	return seriesSetOf(q.matching(ms), q.s.res, hints, mint, maxt)
+	found := q.matching(ms)
+	if len(found) > 0 && mint < q.s.mint {
+		return storage.ErrSeriesSet(fmt.Errorf("%w: select from %s, snapshot from %s", ErrOutsideSnapshot,
+			time.UnixMilli(mint).UTC().Format(time.RFC3339), time.UnixMilli(q.s.mint).UTC().Format(time.RFC3339)))
+	}
+	return seriesSetOf(found, q.s.res, hints, mint, maxt)
 }
 
 // LabelValues implements storage.Querier.

@@ -2,6 +2,7 @@ package tiers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -332,8 +333,15 @@ func TestMinuteViewHidesNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := snap.Querier(testT0-minMs, testT0); err == nil {
-		t.Error("snapshot answered a query before its range")
+	q, err := snap.Querier(testT0-minMs, testT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "up")); set.Next() || !errors.Is(set.Err(), tiers.ErrOutsideSnapshot) {
+		t.Errorf("snapshot answered a select before its range: %v", set.Err())
+	}
+	if set := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "strata:x")); set.Next() || set.Err() != nil {
+		t.Errorf("a select of a hidden name failed: %v", set.Err())
 	}
 }
 
