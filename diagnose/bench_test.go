@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/prometheus/model/labels"
 
-	"github.com/strata-dev/strata/backfill"
 	"github.com/strata-dev/strata/dcgmbridge/sim"
+	"github.com/strata-dev/strata/diagnose/diagtest"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -48,28 +47,7 @@ func benchData(b *testing.B, days int) *tiers.Rollup {
 	}
 	end := simStart.Add(time.Duration(days) * 24 * time.Hour)
 	for from := simStart; from.Before(end); from = from.Add(6 * time.Hour) {
-		to := from.Add(6 * time.Hour)
-		idx := map[uint64]int{}
-		var input []backfill.Series
-		err := c.Backfill(from, to, 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
-			h := l.Hash()
-			i, ok := idx[h]
-			if !ok {
-				i = len(input)
-				idx[h] = i
-				input = append(input, backfill.Series{Labels: l})
-			}
-			input[i].Samples = append(input[i].Samples, backfill.Sample{T: ts, V: v})
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		bcfg := backfill.DefaultConfig()
-		bcfg.Now = func() time.Time { return end }
-		if _, err := backfill.Run(context.Background(), bcfg, input, backfill.Targets{Minute: minute, Hour: hour}, nil); err != nil {
-			b.Fatal(err)
-		}
+		diagtest.Import(b, c, from, from.Add(6*time.Hour), minute, hour)
 	}
 	if err := os.WriteFile(done, nil, 0o600); err != nil {
 		b.Fatal(err)
