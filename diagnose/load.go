@@ -41,7 +41,7 @@ func parseRuleFile(name string, content []byte) (ruleFile, error) {
 	if len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
-			msgs[i] = name + ":" + e.Error()
+			msgs[i] = name + ": " + e.Error()
 		}
 		return ruleFile{}, fmt.Errorf("%w: %s", ErrInvalidRules, strings.Join(msgs, "; "))
 	}
