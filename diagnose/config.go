@@ -21,6 +21,9 @@ type Config struct {
 	RuleFiles []string `yaml:"rule_files"`
 	// DisabledRules are alert or record names of the default pack to leave out.
 	DisabledRules []string `yaml:"disabled_rules"`
+	// RunbookURLs replace the runbook_url placeholder of default-pack alerts,
+	// by alert name.
+	RunbookURLs map[string]string `yaml:"runbook_urls"`
 	// RateWindow is the range of every rate() of the signals, at least three
 	// minute windows.
 	RateWindow model.Duration `yaml:"rate_window"`
