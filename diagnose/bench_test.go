@@ -92,7 +92,7 @@ func BenchmarkLiveMinute(b *testing.B) {
 		t = t.Add(time.Minute)
 		n++
 	}
-	b.ReportMetric((processCPU(b) - cpu0).Seconds()/float64(n), "cpu-s/minute")
+	b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(n), "cpu-s/minute")
 	b.ReportMetric(float64(e.snap.Series()), "series")
 }
 

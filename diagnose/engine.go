@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -459,7 +458,7 @@ func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {
 		e.m.diagnoses.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
 	if e.o.WriteBack != nil {
-		e.writeDiagnoses(t, open)
+		e.writeDiagnoses(t, open, changed)
 	}
 	for _, s := range e.o.Sinks {
 		s.Update(Update{T: t, WarmingUp: warm, Open: slices.Clone(open), Changed: slices.Clone(changed)})
@@ -505,17 +504,4 @@ func (m mergeQueryable) Querier(mint, maxt int64) (storage.Querier, error) {
 		return nil, errors.Join(err, qa.Close())
 	}
 	return storage.NewMergeQuerier([]storage.Querier{qa, qb}, nil, storage.ChainedSeriesMerge), nil
-}
-
-// rulefmtGroups is used by tests and docs: the parsed default pack.
-func rulefmtGroups(cfg Config) ([]rulefmt.RuleGroup, error) {
-	files, err := loadRuleFiles(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var out []rulefmt.RuleGroup
-	for _, f := range files {
-		out = append(out, f.groups...)
-	}
-	return out, nil
 }
