@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -103,9 +104,24 @@ func BenchmarkReplay14Days(b *testing.B) {
 	if os.Getenv("STRATA_DIAGNOSE_BENCH_DAYS") == "1" {
 		days = 1
 	}
-	minute := benchData(b, days)
+	var minute *tiers.Rollup
+	replayDays := days
+	if n, err := strconv.Atoi(os.Getenv("STRATA_DIAGNOSE_REPLAY_DAYS")); err == nil && n > 0 {
+		// Replay the first n days of a fortnight still being written
+		// (STRATA_DIAGNOSE_BENCH_DIR), read-only beside its writer.
+		cfg := tiers.DefaultMinuteConfig(filepath.Join(os.Getenv("STRATA_DIAGNOSE_BENCH_DIR"), "336h0m0s", "minute"))
+		cfg.ReadOnly, cfg.Retention = true, 0
+		r, err := tiers.OpenRollup(cfg, diagtest.QuietLogger(), prometheus.NewRegistry(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		minute, replayDays = r, n
+	} else {
+		minute = benchData(b, days)
+	}
 	from := simStart.Add(3 * time.Hour)
-	to := simStart.Add(time.Duration(days)*24*time.Hour - time.Minute)
+	to := simStart.Add(time.Duration(replayDays)*24*time.Hour - time.Minute)
 	for b.Loop() {
 		cpu0 := processCPU(b)
 		start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -96,6 +98,7 @@ type Engine struct {
 	lookback  time.Duration
 	snap      *tiers.MinuteSnapshot
 	ahead     *prefetched       // the next chunk, being read (replay)
+	reads     *labels.Matcher   // the metric names the rules read (nil: all)
 	query     storage.Queryable // minute data + scratch, for the minute being evaluated
 	chunk     time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
 	inc       *incidents
@@ -257,6 +260,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 			}))
 		}
 	}
+	e.reads = readSet(files, recorded)
 	// A minute's rules read the minute data this far back (its own series
 	// come from the scratch store).
 	e.need = (maxRange + e.lookback + minute).Milliseconds()
@@ -407,7 +411,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 		if p != nil {
 			<-p.done // never leave a read running
 		}
-		snap, err = e.view.Snapshot(ctx, mint, maxt)
+		snap, err = e.view.Snapshot(ctx, mint, maxt, e.readMatchers()...)
 	}
 	e.ahead = nil
 	if err != nil || e.chunk == 0 {
@@ -418,10 +422,92 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 	e.ahead = p
 	go func() {
 		defer close(p.done)
-		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt)
+		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt, e.readMatchers()...)
 	}()
 	return snap, nil
 }
+
+func (e *Engine) readMatchers() []*labels.Matcher {
+	if e.reads == nil {
+		return nil
+	}
+	return []*labels.Matcher{e.reads}
+}
+
+// readSet returns a matcher of the metric names the rules (and their
+// evidence queries) read of the minute data, so that a snapshot loads only
+// those series; nil when some selector has no metric-name matcher (or an
+// evidence query cannot be parsed), which needs every series.
+func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
+	var alts []string
+	seen := map[string]bool{}
+	all := false
+	add := func(expr parser.Expr) {
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			named := false
+			for _, m := range vs.LabelMatchers {
+				if m.Name != model.MetricNameLabel {
+					continue
+				}
+				switch m.Type {
+				case labels.MatchEqual:
+					named = true
+					if !recorded[m.Value] && !seen[m.Value] {
+						seen[m.Value] = true
+						alts = append(alts, regexp.QuoteMeta(m.Value))
+					}
+				case labels.MatchRegexp:
+					named = true
+					if !seen["~"+m.Value] {
+						seen["~"+m.Value] = true
+						alts = append(alts, "(?:"+m.Value+")")
+					}
+				}
+			}
+			all = all || !named
+			return nil
+		})
+	}
+	p := newParser()
+	for _, f := range files {
+		for _, g := range f.groups {
+			for _, r := range g.Rules {
+				expr, err := p.ParseExpr(r.Expr)
+				if err != nil {
+					return nil
+				}
+				add(expr)
+				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
+					// Template actions become a placeholder: they sit in label values.
+					q := templateAction.ReplaceAllString(ev.Query, "x")
+					if q == "" {
+						continue
+					}
+					expr, err := p.ParseExpr(q)
+					if err != nil {
+						return nil
+					}
+					add(expr)
+				}
+			}
+		}
+	}
+	if all || len(alts) == 0 {
+		return nil
+	}
+	slices.Sort(alts)
+	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+var templateAction = regexp.MustCompile(`\{\{[^}]*\}\}`)
 
 // publish stores the changed diagnoses and tells the sinks.
 func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {

@@ -165,3 +165,36 @@ func TestFastPathSafety(t *testing.T) {
 		t.Error("the default pack does not qualify for the fast path")
 	}
 }
+
+// TestReadSet: snapshots load only the metric names the rules and their
+// evidence queries read, and everything when a selector has no name.
+func TestReadSet(t *testing.T) {
+	e, err := New(DefaultConfig(), Options{Minute: emptyMinute(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.reads == nil {
+		t.Fatal("the default pack loads every series")
+	}
+	for name, want := range map[string]bool{
+		"vllm:kv_cache_usage_perc": true, "DCGM_FI_DEV_GPU_TEMP": true, "DCGM_FI_PROF_SM_ACTIVE": true,
+		"vllm:time_to_first_token_seconds_bucket": true, "ebpf_exporter_accept_latency_seconds_bucket": true,
+		"DCGM_FI_DEV_ENC_UTIL": false, "vllm:request_params_n_bucket": false, "strata:kv_cache_usage:ratio": false,
+	} {
+		if got := e.reads.Matches(name); got != want {
+			t.Errorf("%s read: %v, want %v", name, got, want)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "r.yml")
+	if err := os.WriteFile(p, []byte("groups:\n  - name: g\n    rules:\n      - record: r:x\n        expr: count({job=\"vllm\"})\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.RuleFiles = []string{p}
+	if e, err = New(cfg, Options{Minute: emptyMinute(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if e.reads != nil {
+		t.Error("a selector without a metric name must load every series")
+	}
+}
