@@ -84,6 +84,7 @@ func BenchmarkLiveMinute(b *testing.B) {
 		t = t.Add(time.Minute)
 	}
 	b.ReportAllocs()
+	b.Logf("after warm-up at %s: %d series", t.Format(time.RFC3339), e.snap.Series())
 	cpu0 := processCPU(b)
 	n := 0
 	for b.Loop() {
