@@ -34,6 +34,10 @@ const (
 	DiagnosisSeries = "strata_diagnosis"
 )
 
+// MaxHeld is how many diagnoses an engine keeps for its API; beyond it the
+// oldest resolved ones are forgotten.
+const MaxHeld = 10_000
+
 // Options wires an Engine to its data and its consumers.
 type Options struct {
 	// Minute is the minute tier (required).
@@ -383,7 +387,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		e.scratch.truncate(tm - time.Duration(e.cfg.ScratchRetention).Milliseconds())
 	}
 	changed := e.inc.assemble(ctx, t)
-	e.lastEval, e.evaluated = t, true
+	e.evaluated = true
 	e.m.evaluations.Inc()
 	e.m.duration.Observe(time.Since(start).Seconds())
 	e.publish(t, warm, changed)
@@ -512,6 +516,7 @@ var templateAction = regexp.MustCompile(`\{\{[^}]*\}\}`)
 // publish stores the changed diagnoses and tells the sinks.
 func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {
 	e.mu.Lock()
+	e.lastEval = t
 	for _, d := range changed {
 		if i, ok := e.byID[d.ID]; ok {
 			e.diags[i] = d
@@ -530,6 +535,21 @@ func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {
 		}
 	}
 	e.inc.dropped = e.inc.dropped[:0]
+	if len(e.diags) > MaxHeld {
+		// The oldest resolved diagnoses go first; open ones always stay.
+		drop := len(e.diags) - MaxHeld
+		e.diags = slices.DeleteFunc(e.diags, func(d Diagnosis) bool {
+			if drop > 0 && d.State == StateResolved {
+				drop--
+				return true
+			}
+			return false
+		})
+		clear(e.byID)
+		for i, d := range e.diags {
+			e.byID[d.ID] = i
+		}
+	}
 	var open []Diagnosis
 	counts := map[[2]string]int{}
 	for _, d := range e.diags {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -47,16 +49,19 @@ func newPrecomputed() *precomputed {
 // fastPathSafe reports whether every expression can be evaluated ahead of
 // the minute: none reads a series the engine writes only while it evaluates
 // minute by minute (ALERTS, ALERTS_FOR_STATE, strata_diagnosis), none reads
+// a recorded series through a regular expression on the name, none reads
 // a series recorded by a rule evaluated after it (that reads the previous
 // minute's value, which the chunk's range query would not see yet), and none
 // uses @ start() / @ end(), which differ between instant and range queries.
 func fastPathSafe(groups []*rules.Group) bool {
 	safe := true
 	later := map[string]bool{} // names recorded at or after the current rule
+	recordedNames := map[string]bool{}
 	for _, g := range groups {
 		for _, r := range g.Rules() {
 			if rr, ok := r.(*rules.RecordingRule); ok {
 				later[rr.Name()] = true
+				recordedNames[rr.Name()] = true
 			}
 		}
 	}
@@ -71,9 +76,16 @@ func fastPathSafe(groups []*rules.Group) bool {
 						safe = false
 					}
 					for _, m := range vs.LabelMatchers {
-						if m.Name == model.MetricNameLabel && m.Type != labels.MatchEqual &&
-							(m.Matches("ALERTS") || m.Matches("ALERTS_FOR_STATE") || m.Matches(DiagnosisSeries)) {
+						if m.Name != model.MetricNameLabel || m.Type == labels.MatchEqual {
+							continue
+						}
+						if m.Matches("ALERTS") || m.Matches("ALERTS_FOR_STATE") || m.Matches(DiagnosisSeries) {
 							safe = false // matches a series written minute by minute
+						}
+						for name := range recordedNames {
+							if m.Matches(name) {
+								safe = false // the ordering of the chunk's range queries goes by name
+							}
 						}
 					}
 				}
@@ -102,25 +114,72 @@ func (p *precomputed) at(qs string, t time.Time) (promql.Vector, bool) {
 // compute evaluates the rules over the minutes [from, to] (ms). A rule
 // whose range query fails is left to instant evaluation, and so is every
 // rule after it (they may read its results).
+//
+// Consecutive rules that do not read what an earlier one of them records
+// form a batch whose range queries run in parallel (one per CPU); the
+// batch's recording rules are then materialised in rule order, before the
+// next batch reads them.
 func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) error {
 	p.byExpr = map[string]map[int64]promql.Vector{}
 	p.ready = false
+	type item struct {
+		g *rules.Group
+		r rules.Rule
+	}
+	var all []item
 	for _, g := range e.groups {
 		for _, r := range g.Rules() {
-			qs := r.Query().String()
-			if _, done := p.byExpr[qs]; !done {
-				vecs, err := e.rangeVectors(ctx, qs, from, to)
-				if err != nil {
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-					e.logger.Debug("fast path: rule left to instant evaluation", "rule", r.Name(), "err", err)
-					return nil
-				}
-				p.byExpr[qs] = vecs
+			all = append(all, item{g, r})
+		}
+	}
+	for start := 0; start < len(all); {
+		// The batch: rules up to the first one reading a name recorded in it.
+		recorded := map[string]bool{}
+		end := start
+		for ; end < len(all); end++ {
+			if end > start && readsAny(all[end].r.Query(), recorded) {
+				break
 			}
-			if rr, ok := r.(*rules.RecordingRule); ok {
-				if err := p.materialise(ctx, e, g, rr, from, to); err != nil {
+			if rr, ok := all[end].r.(*rules.RecordingRule); ok {
+				recorded[rr.Name()] = true
+			}
+		}
+		batch := all[start:end]
+		type result struct {
+			vecs map[int64]promql.Vector
+			err  error
+		}
+		results := make([]result, len(batch))
+		sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+		var wg sync.WaitGroup
+		for i, it := range batch {
+			qs := it.r.Query().String()
+			if _, done := p.byExpr[qs]; done {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				results[i].vecs, results[i].err = e.rangeVectors(ctx, qs, from, to)
+			}()
+		}
+		wg.Wait()
+		for i, it := range batch {
+			qs := it.r.Query().String()
+			if results[i].err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				e.logger.Debug("fast path: rule left to instant evaluation", "rule", it.r.Name(), "err", results[i].err)
+				return nil
+			}
+			if results[i].vecs != nil {
+				p.byExpr[qs] = results[i].vecs
+			}
+			if rr, ok := it.r.(*rules.RecordingRule); ok {
+				if err := p.materialise(ctx, e, it.g, rr, from, to); err != nil {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -129,9 +188,22 @@ func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) er
 				}
 			}
 		}
+		start = end
 	}
 	p.ready = true
 	return nil
+}
+
+// readsAny reports whether expr selects one of the names.
+func readsAny(expr parser.Expr, names map[string]bool) bool {
+	found := false
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok && names[vs.Name] {
+			found = true
+		}
+		return nil
+	})
+	return found
 }
 
 // rangeVectors runs qs as a range query over the minute data and the

@@ -139,6 +139,7 @@ func TestFastPathSafety(t *testing.T) {
 		"regex ALERTS":  {"      - alert: A\n        expr: count({__name__=~\"ALERT.*\"}) > 0\n", false},
 		"at start":      {"      - alert: A\n        expr: up @ start() > 0\n", false},
 		"regex sources": {"      - alert: A\n        expr: count({__name__=~\"DCGM_.*\"}) > 0\n", true},
+		"regex records": {"      - record: a:x\n        expr: vector(1)\n      - alert: A\n        expr: count({__name__=~\"a:.*\"}) > 0\n", false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "r.yml")
