@@ -6,6 +6,17 @@ PKGS        := ./...
 RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./backfill/... ./dcgmbridge/... ./bench/...
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s
+# What `strata --version` and /api/v1/status/buildinfo report, set with
+# -ldflags as Prometheus' build does (a plain `go build` reads the module and
+# VCS information instead: cmd/strata/version.go).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null | sed 's/^v//')
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null)
+BRANCH      ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
+BUILD_USER  ?= $(shell id -un 2>/dev/null)@$(shell hostname 2>/dev/null)
+BUILD_DATE  ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+VERSION_PKG := github.com/prometheus/common/version
+LDFLAGS     := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
+	-X $(VERSION_PKG).Branch=$(BRANCH) -X $(VERSION_PKG).BuildUser=$(BUILD_USER) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
 .DEFAULT_GOAL := help
 
@@ -15,7 +26,7 @@ help: ## Show this help.
 
 .PHONY: build
 build: ## Build the strata binary into ./strata.
-	$(GO) build -o $(BIN) ./cmd/strata
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/strata
 
 .PHONY: run
 run: build ## Start Strata with the embedded default configuration (data in ./data).

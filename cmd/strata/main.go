@@ -10,6 +10,7 @@ import (
 )
 
 func main() {
+	setBuildVersion()
 	app := kingpin.New("strata", "Strata: a tiered Prometheus remote-write store and PromQL API for AI inference fleets.")
 	app.Version(version.Print("strata"))
 	app.HelpFlag.Short('h')
