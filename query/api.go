@@ -30,11 +30,11 @@ const apiPrefix = "/api/v1"
 
 // servedRoutes are the Prometheus API v1 routes Strata answers with
 // Prometheus' own handlers. Everything else under /api/v1/ (targets, rules,
-// alerts, admin, status/config, ...) depends on parts of Prometheus that Strata
-// does not have and gets a JSON 404 instead of reaching a handler whose
-// retriever is nil. /api/v1/metadata is served by this package (see
-// metadata.go) because Strata's metadata comes from remote write, not from
-// scrape targets.
+// alerts, admin, ...) depends on parts of Prometheus that Strata does not
+// have and gets a JSON 404 instead of reaching a handler whose retriever is
+// nil. /api/v1/metadata and /api/v1/status/config are served by this package
+// (metadata.go, status.go): Strata's metadata comes from remote write, not
+// from scrape targets, and its configuration is not Prometheus'.
 var servedRoutes = []string{
 	"/query",
 	"/query_range",
@@ -43,6 +43,7 @@ var servedRoutes = []string{
 	"/labels",
 	"/label/{name}/values",
 	"/status/buildinfo",
+	"/status/flags",
 	"/format_query",
 	"/parse_query",
 	"/read",
@@ -62,6 +63,7 @@ type API struct {
 	split    *splitEngine // engine, splitting long range queries
 	router   *route.Router
 	metadata http.Handler
+	config   http.Handler
 	notFound http.Handler
 }
 
@@ -139,6 +141,10 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	} else {
 		exemplars = emptyExemplars{}
 	}
+	flags := cfg.Flags
+	if flags == nil {
+		flags = map[string]string{}
+	}
 	promCfg := config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: cfg.ExternalLabels}}
 	buildInfo := &v1.PrometheusVersion{
 		Version:   version.Version,
@@ -154,7 +160,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		split, q, nil, exemplars,
 		nil, nil, nil, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
-		map[string]string{}, v1.GlobalURLOptions{},
+		flags, v1.GlobalURLOptions{},
 		func(f http.HandlerFunc) http.HandlerFunc { return f }, // always ready
 		nil, "", false, // no TSDB admin API
 		false, 0, // no search API
@@ -184,12 +190,14 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	router := route.New().WithInstrumentation(instrument).WithPrefix(apiPrefix)
 	papi.Register(router)
 
-	metaHandler := &metadataHandler{source: meta, cors: cors, logger: logger}
+	metaHandler := metadataHandler(meta, cors, logger)
 	return &API{
 		engine:   engine,
 		split:    split,
 		router:   router,
 		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
+		config: instrument(apiPrefix+"/status/config",
+			httputil.CompressionHandler{Handler: statusConfigHandler(cfg.ConfigYAML, cors, logger)}.ServeHTTP),
 		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
 			rejected.WithLabelValues("unsupported_endpoint").Inc()
 			httputil.SetCORS(w, cors, r)
@@ -208,6 +216,7 @@ func (a *API) Register(mux *http.ServeMux) {
 		mux.Handle(apiPrefix+p, a.router)
 	}
 	mux.Handle(apiPrefix+"/metadata", a.metadata)
+	mux.Handle(apiPrefix+"/status/config", a.config)
 	mux.Handle(apiPrefix+"/", a.notFound)
 }
 
