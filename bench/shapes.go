@@ -7,10 +7,13 @@ import (
 )
 
 // This file holds the metric shapes the generator emits: names, types, labels
-// and bucket edges as the real exporters expose them (docs/research/sources.md
-// §1-2, §4), and value models that make compression realistic: gauges drift
-// and jitter, counters grow by Poisson amounts, histograms fill their buckets
-// from a log-normal latency distribution.
+// and bucket edges as the real exporters expose them (vLLM V1's
+// vllm/v1/metrics/loggers.py, dcgm-exporter's etc/default-counters.csv and
+// internal/pkg/rendermetrics, cloudflare/ebpf_exporter's
+// examples/biolatency.yaml and accept-latency.yaml), and value models that
+// make compression realistic: gauges drift and jitter, counters grow by
+// Poisson amounts, histograms fill their buckets from a log-normal latency
+// distribution.
 
 type metricKind uint8
 
