@@ -13,7 +13,9 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null | sed 's
 REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null)
 BRANCH      ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
 BUILD_USER  ?= $(shell id -un 2>/dev/null)@$(shell hostname 2>/dev/null)
-BUILD_DATE  ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+# The commit's date (the clock's outside Git): building the same tree twice gives the same
+# binary, and `make run` does not relink every time.
+BUILD_DATE  ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d-%H:%M:%S 2>/dev/null || date -u +%Y%m%d-%H:%M:%S)
 VERSION_PKG := github.com/prometheus/common/version
 LDFLAGS     := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
 	-X $(VERSION_PKG).Branch=$(BRANCH) -X $(VERSION_PKG).BuildUser=$(BUILD_USER) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
