@@ -2,8 +2,17 @@
 GO          ?= go
 BIN         ?= strata
 PKGS        := ./...
-# Packages with concurrency: the race detector runs on these in `make test`.
-RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./backfill/... ./dcgmbridge/... ./bench/...
+# `make test` runs each test once. The packages with concurrency run under the
+# race detector, long tests included; every other package (backfill is
+# sequential, internal/... too) runs plain: PLAIN_PKGS is computed, so that a
+# new package is never left out.
+RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./dcgmbridge/... ./bench/... ./cmd/...
+PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list $(PKGS)))
+# Tests that measure what a race build changes run plain: race builds write the
+# rollup files at a faster zstd level (tiers/codec_race.go), and this test
+# measures their size.
+PLAIN_TESTS := ^TestRollupSizeRatios$$
+PLAIN_TESTS_PKGS := ./tiers/
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s
 # What `strata --version` and /api/v1/status/buildinfo report, set with
@@ -39,10 +48,11 @@ demo: build ## Strata plus a simulated vLLM cluster with one fault (KV-cache sto
 	./scripts/demo.sh
 
 .PHONY: test
-test: ## Run every test, the long ones too, and the race detector on concurrent packages (what CI runs).
+test: ## Run every test once, the long ones too, under the race detector where there is concurrency (what CI runs).
 	$(GO) vet $(PKGS)
-	$(GO) test -timeout 20m $(PKGS)
-	$(GO) test -race -short -timeout 20m $(RACE_PKGS)
+	$(GO) test -race -timeout 45m -skip '$(PLAIN_TESTS)' $(RACE_PKGS)
+	$(GO) test -timeout 20m -run '$(PLAIN_TESTS)' $(PLAIN_TESTS_PKGS)
+	$(GO) test -timeout 20m $(PLAIN_PKGS)
 
 .PHONY: test-short
 test-short: ## Quick loop: skip crash, soak and long fuzz tests.
