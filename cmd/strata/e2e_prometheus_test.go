@@ -209,7 +209,7 @@ func (p *promProc) remoteStorageCounters(t *testing.T) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close() //nolint:errcheck // read-only response body
+	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {

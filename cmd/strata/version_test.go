@@ -142,7 +142,7 @@ func buildInfo(t *testing.T, url string) buildInfoData {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close() //nolint:errcheck // read-only response body
+	defer resp.Body.Close()
 	var body struct {
 		Status string        `json:"status"`
 		Data   buildInfoData `json:"data"`
