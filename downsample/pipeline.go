@@ -2,12 +2,14 @@ package downsample
 
 import (
 	"cmp"
+	"math"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,6 +110,9 @@ type Pipeline struct {
 
 	bufMu sync.Mutex            // guards open; held briefly so readers never wait for a tick's reads
 	open  map[int64]*hourBuffer // in-memory minute windows by hour start (usually one or two hours)
+
+	pubMark atomic.Int64  // mark as of the last tick, for Mark (notify.go)
+	markCh  chan struct{} // MarkAdvanced
 }
 
 // hourBuffer holds the minute windows computed so far for one minute partition.
@@ -192,7 +197,7 @@ func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger
 	return &Pipeline{
 		cfg: cfg, src: src, minute: minute, hour: hour,
 		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
-		open: map[int64]*hourBuffer{},
+		open: map[int64]*hourBuffer{}, markCh: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -299,6 +304,7 @@ func (p *Pipeline) tick(ctx context.Context) error {
 		}
 	}
 	p.m.lag.Set(float64(max(0, wm-p.mark)) / 1000)
+	p.publishMark()
 	return p.buildDays(ctx)
 }
 
@@ -510,35 +516,7 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 // series matching all matchers, sorted by labels. Windows of one series are
 // ascending.
 func (p *Pipeline) OpenWindows(matchers ...*labels.Matcher) []tiers.SeriesWindows {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	byKey := map[uint64]int{}
-	var out []tiers.SeriesWindows
-	starts := make([]int64, 0, len(p.open))
-	for h := range p.open {
-		starts = append(starts, h)
-	}
-	slices.Sort(starts)
-	for _, h := range starts {
-	series:
-		for _, s := range p.open[h].all() {
-			for _, m := range matchers {
-				if !m.Matches(s.Labels.Get(m.Name)) {
-					continue series
-				}
-			}
-			// Hash collisions only merge series when labels are equal too.
-			key := s.Labels.Hash()
-			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
-				out[i].Windows = append(out[i].Windows, s.Windows...)
-				continue
-			}
-			byKey[key] = len(out)
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
-		}
-	}
-	sortSeries(out)
-	return out
+	return p.OpenWindowsIn(math.MinInt64, math.MaxInt64, matchers...)
 }
 
 // Close runs a last tick, so that partitions that became final are written,

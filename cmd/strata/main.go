@@ -18,6 +18,7 @@ func main() {
 	simulate := newSimulateCommand(app)
 	bf := newBackfillCommand(app)
 	bc := newBenchCommand(app)
+	diag := newDiagnoseCommand(app)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -32,6 +33,8 @@ func main() {
 		runErr = bf.run(promslog.New(serve.logConfig))
 	case bc.run.FullCommand(), bc.compare.FullCommand():
 		runErr = bc.exec(cmd, promslog.New(serve.logConfig))
+	case diag.cmd.FullCommand():
+		runErr = diag.run(promslog.New(serve.logConfig), os.Stdout)
 	case simulate.cmd.FullCommand():
 		runErr = simulate.run(promslog.New(serve.logConfig))
 	}

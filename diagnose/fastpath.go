@@ -1,0 +1,218 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// precomputed is replay's fast path (docs/diagnosis.md, "Replay"): at the
+// start of each chunk of minutes, every rule's expression is evaluated once
+// as a range query (step 1m) over the chunk, in evaluation order, and each
+// recording rule's results are written into the scratch store for the whole
+// chunk (stale markers included, as Group.Eval writes them) before the next
+// rule's range query reads them. The per-minute group evaluation then runs
+// as always, its QueryFunc answering from the range results.
+//
+// This equals instant evaluation because an instant query at t equals the
+// range query's step at t over the same data (tiers.TestMinuteViewInstantEqualsRangeStep
+// for the minute view; the scratch store is plain samples), and the scratch
+// store holds, for every t, exactly the samples the instant path would have
+// written by then. TestReplayFastPathEqualsInstant checks the result.
+type precomputed struct {
+	byExpr map[string]map[int64]promql.Vector
+	// prev is, per recording rule, the label sets it returned at the last
+	// minute materialised: the stale markers of the next chunk's first
+	// minute depend on it.
+	prev map[rules.Rule]map[string]labels.Labels
+	// ready is true when every rule of the chunk was precomputed: groups of
+	// recording rules then need no per-minute evaluation.
+	ready bool
+}
+
+func newPrecomputed() *precomputed {
+	return &precomputed{prev: map[rules.Rule]map[string]labels.Labels{}}
+}
+
+// fastPathSafe reports whether every expression can be evaluated ahead of
+// the minute: none reads a series the engine writes only while it evaluates
+// minute by minute (ALERTS, ALERTS_FOR_STATE, strata_diagnosis), none reads
+// a series recorded by a rule evaluated after it (that reads the previous
+// minute's value, which the chunk's range query would not see yet), and none
+// uses @ start() / @ end(), which differ between instant and range queries.
+func fastPathSafe(groups []*rules.Group) bool {
+	safe := true
+	later := map[string]bool{} // names recorded at or after the current rule
+	for _, g := range groups {
+		for _, r := range g.Rules() {
+			if rr, ok := r.(*rules.RecordingRule); ok {
+				later[rr.Name()] = true
+			}
+		}
+	}
+	for _, g := range groups {
+		for _, r := range g.Rules() {
+			parser.Inspect(r.Query(), func(n parser.Node, _ []parser.Node) error {
+				if vs, ok := n.(*parser.VectorSelector); ok {
+					if later[vs.Name] {
+						safe = false
+					}
+					if vs.Name == "ALERTS" || vs.Name == "ALERTS_FOR_STATE" || vs.Name == DiagnosisSeries || vs.StartOrEnd != 0 {
+						safe = false
+					}
+					for _, m := range vs.LabelMatchers {
+						if m.Name == labels.MetricName && m.Type != labels.MatchEqual &&
+							(m.Matches("ALERTS") || m.Matches("ALERTS_FOR_STATE") || m.Matches(DiagnosisSeries)) {
+							safe = false // matches a series written minute by minute
+						}
+					}
+				}
+				if sq, ok := n.(*parser.SubqueryExpr); ok && sq.StartOrEnd != 0 {
+					safe = false
+				}
+				return nil
+			})
+			if rr, ok := r.(*rules.RecordingRule); ok {
+				delete(later, rr.Name())
+			}
+		}
+	}
+	return safe
+}
+
+func (p *precomputed) at(qs string, t time.Time) (promql.Vector, bool) {
+	m, ok := p.byExpr[qs]
+	if !ok {
+		return nil, false
+	}
+	// A copy: RecordingRule.Eval rewrites its samples' labels in place.
+	return slices.Clone(m[t.UnixMilli()]), true
+}
+
+// compute evaluates the rules over the minutes [from, to] (ms). A rule
+// whose range query fails is left to instant evaluation, and so is every
+// rule after it (they may read its results).
+func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) error {
+	p.byExpr = map[string]map[int64]promql.Vector{}
+	p.ready = false
+	for _, g := range e.groups {
+		for _, r := range g.Rules() {
+			qs := r.Query().String()
+			if _, done := p.byExpr[qs]; !done {
+				vecs, err := e.rangeVectors(ctx, qs, from, to)
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					e.logger.Debug("fast path: rule left to instant evaluation", "rule", r.Name(), "err", err)
+					return nil
+				}
+				p.byExpr[qs] = vecs
+			}
+			if rr, ok := r.(*rules.RecordingRule); ok {
+				if err := p.materialise(ctx, e, g, rr, from, to); err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					delete(p.byExpr, qs) // e.g. duplicate label sets at some minute: instant from here on
+					return nil
+				}
+			}
+		}
+	}
+	p.ready = true
+	return nil
+}
+
+// rangeVectors runs qs as a range query over the minute data and the
+// scratch store and returns its vector at every step.
+func (e *Engine) rangeVectors(ctx context.Context, qs string, from, to int64) (map[int64]promql.Vector, error) {
+	q, err := e.promql.NewRangeQuery(ctx, e.query, nil, qs, time.UnixMilli(from), time.UnixMilli(to), minute)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	res := q.Exec(ctx)
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	out := map[int64]promql.Vector{}
+	switch v := res.Value.(type) {
+	case promql.Matrix:
+		for _, s := range v {
+			lbls := s.Metric.Copy() // Close recycles the result
+			for _, pt := range s.Floats {
+				out[pt.T] = append(out[pt.T], promql.Sample{Metric: lbls, T: pt.T, F: pt.F})
+			}
+			if len(s.Histograms) > 0 {
+				return nil, errors.New("histogram results are evaluated instantly")
+			}
+		}
+	default:
+		return nil, errors.New("not a range vector result")
+	}
+	return out, nil
+}
+
+// materialise writes a recording rule's results for [from, to] into the
+// scratch store, with the stale markers Group.Eval would write for series
+// that disappear.
+func (p *precomputed) materialise(ctx context.Context, e *Engine, g *rules.Group, rr *rules.RecordingRule, from, to int64) error {
+	prev := p.prev[rr]
+	app := e.scratch.AppenderV2(ctx)
+	vecs := p.byExpr[rr.Query().String()]
+	lb := labels.NewBuilder(labels.EmptyLabels())
+	stale := math.Float64frombits(value.StaleNaN)
+	var buf [1024]byte
+	for t := from; t <= to; t += minute.Milliseconds() {
+		// What RecordingRule.Eval returns at t: the name and the rule's
+		// labels set on each sample.
+		vec := vecs[t]
+		cur := make(map[string]labels.Labels, len(vec))
+		for _, s := range vec {
+			lb.Reset(s.Metric)
+			lb.Set(labels.MetricName, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			l := lb.Labels()
+			h := string(l.Bytes(buf[:0])) // Group.Eval's key of a series
+			if _, dup := cur[h]; dup {
+				_ = app.Rollback()
+				return rules.ErrDuplicateRecordingLabelSet
+			}
+			cur[h] = l
+		}
+		if limit := g.Limit(); limit > 0 && len(cur) > limit {
+			_ = app.Rollback()
+			return errors.New("recording rule over its limit")
+		}
+		for _, s := range vec {
+			lb.Reset(s.Metric)
+			lb.Set(labels.MetricName, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			if _, err := app.Append(0, lb.Labels(), 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+				_ = app.Rollback()
+				return err
+			}
+		}
+		for h, l := range prev {
+			if _, ok := cur[h]; !ok {
+				if _, err := app.Append(0, l, 0, t, stale, nil, nil, storage.AppendV2Options{}); err != nil {
+					_ = app.Rollback()
+					return err
+				}
+			}
+		}
+		prev = cur
+	}
+	p.prev[rr] = prev
+	return app.Commit()
+}
