@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-		"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
@@ -56,7 +56,7 @@ type Stream struct {
 type streamSeries struct {
 	labels  labels.Labels
 	kind    downsample.Kind
-	minute  int64    // start of the open minute (valid when len(pending) > 0)
+	minute  int64         // start of the open minute (valid when len(pending) > 0)
 	pending []floatSample // samples of the open minute (stale markers included)
 	windows []tiers.Window
 	// next is the series that followed this one in the previous Append:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/model"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite" (pure Go)
 
 	"github.com/strata-dev/strata/diagnose"
@@ -42,11 +43,11 @@ var (
 type Config struct {
 	// Retention: cases whose last update is older are deleted (0 keeps
 	// everything). Default 90d.
-	Retention time.Duration `yaml:"retention"`
+	Retention model.Duration `yaml:"retention"`
 }
 
 // DefaultConfig keeps 90 days of cases.
-func DefaultConfig() Config { return Config{Retention: 90 * 24 * time.Hour} }
+func DefaultConfig() Config { return Config{Retention: model.Duration(90 * 24 * time.Hour)} }
 
 // Options are what an Archive needs besides its path and configuration.
 type Options struct {
@@ -353,7 +354,7 @@ func (a *Archive) ApplyRetention() (int, error) {
 	if a.cfg.Retention == 0 || a.ro {
 		return 0, nil
 	}
-	cut := now.Add(-a.cfg.Retention).UnixMilli()
+	cut := now.Add(-time.Duration(a.cfg.Retention)).UnixMilli()
 	res, err := a.db.Exec(`DELETE FROM cases WHERE updated_ms < ?`, cut)
 	if err != nil {
 		a.m.failures.WithLabelValues("retention").Inc()

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/strata-dev/strata/diagnose"
 )
 
@@ -142,7 +144,7 @@ func TestRetention(t *testing.T) {
 	path := filepath.Join(t.TempDir(), FileName)
 	now := t0
 	clock := func() time.Time { return now }
-	a := open(t, path, Config{Retention: 48 * time.Hour}, clock)
+	a := open(t, path, Config{Retention: model.Duration(48 * time.Hour)}, clock)
 	rng := rand.New(rand.NewPCG(5, 6))
 	a.Record(diag("old", "power_cap", t0.Add(-72*time.Hour)), fpFor("power_cap", rng))
 	a.Record(diag("new", "power_cap", t0), fpFor("power_cap", rng))
@@ -188,6 +190,10 @@ func TestExportImportTwice(t *testing.T) {
 	}
 	if again.String() != buf.String() {
 		t.Fatalf("export of the import differs:\n%s\nwant\n%s", again.String(), buf.String())
+	}
+	old := open(t, filepath.Join(t.TempDir(), FileName), Config{Retention: model.Duration(24 * time.Hour)}, func() time.Time { return t0.Add(30 * 24 * time.Hour) })
+	if res, err := old.Import(ctx, bytes.NewReader(buf.Bytes())); err != nil || res.Expired != 3 || old.Len() != 0 {
+		t.Fatalf("an import of cases older than the retention: %+v %v, %d cases", res, err, old.Len())
 	}
 	if _, err := b.Import(ctx, strings.NewReader("{not json}\n")); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("a malformed line: %v", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Export writes every case as one JSON line (Case), oldest first, so a
@@ -44,9 +45,11 @@ func (a *Archive) Export(ctx context.Context, w io.Writer) (int, error) {
 	return len(ids), bw.Flush()
 }
 
-// ImportResult counts what an import added.
+// ImportResult counts what an import added. Skipped cases were held
+// already; Expired ones are older than the retention (they would be
+// deleted at once).
 type ImportResult struct {
-	Cases, Verdicts, Skipped int
+	Cases, Verdicts, Skipped, Expired int
 }
 
 // maxImportLine bounds one JSON line of an import (a case with its
@@ -81,6 +84,10 @@ func (a *Archive) Import(ctx context.Context, r io.Reader) (ImportResult, error)
 			if err := validVerdict(v); err != nil {
 				return res, fmt.Errorf("import line %d: %w", line, err)
 			}
+		}
+		if a.expired(c) {
+			res.Expired++
+			continue
 		}
 		added, err := a.insertCase(ctx, c)
 		if err != nil {
@@ -157,4 +164,16 @@ func (a *Archive) countVerdicts(ctx context.Context, id string) (int, error) {
 	var n int
 	err := a.db.QueryRowContext(ctx, `SELECT count(*) FROM verdicts WHERE id = ?`, id).Scan(&n)
 	return n, err
+}
+
+// expired reports whether the retention would delete c.
+func (a *Archive) expired(c Case) bool {
+	if a.cfg.Retention == 0 {
+		return false
+	}
+	upd := c.Diagnosis.Updated
+	if upd.IsZero() {
+		upd = c.FirstSeen
+	}
+	return upd.Before(a.now().Add(-time.Duration(a.cfg.Retention)))
 }
