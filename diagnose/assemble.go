@@ -130,7 +130,7 @@ func explains(g map[string][]edge, r, x *alertInfo) bool {
 // incident is an open diagnosis and what the assembly keeps between minutes.
 type incident struct {
 	d        Diagnosis
-	root     string   // alert key of the root
+	root     string     // alert key of the root
 	members  []string   // alert keys of the symptoms listed
 	rootInfo *alertInfo // the root alert as last seen
 	evidence []evidenceSpec
@@ -209,7 +209,7 @@ func (in *incidents) assemble(ctx context.Context, t time.Time) []Diagnosis {
 	explainer := map[*alertInfo]*alertInfo{}
 	for _, c := range causes {
 		for _, d := range causes {
-			if d != c && explains(in.graph, d, c) && !(explains(in.graph, c, d) && !d.active.Before(c.active)) {
+			if d != c && explains(in.graph, d, c) && (!explains(in.graph, c, d) || d.active.Before(c.active)) {
 				explainer[c] = d
 				break
 			}
@@ -443,6 +443,13 @@ func (in *incidents) update(ctx context.Context, inc *incident, root *alertInfo,
 		}
 		d.Evidence = append(d.Evidence, ev)
 	}
+	// Entity labels the root lacks (a GPU alert has no model or instance)
+	// come from the alerts it explains on the same entity.
+	for _, m := range members {
+		if sameEntity(root.ent, m.ent) {
+			fill(&d.Entities, m.ent)
+		}
+	}
 	// Symptoms: the members, in onset order; kept once seen.
 	for _, m := range members {
 		if !slices.Contains(inc.members, m.key) {
@@ -462,6 +469,20 @@ func (in *incidents) update(ctx context.Context, inc *incident, root *alertInfo,
 		d.Severity, d.Dimension = root.severity, root.dimension
 	}
 	d.Confidence, d.Candidates = in.score(inc, root, members, all)
+}
+
+func fill(dst *Entities, src Entities) {
+	for _, f := range []struct {
+		d *string
+		s string
+	}{
+		{&dst.Model, src.Model}, {&dst.Namespace, src.Namespace}, {&dst.Pod, src.Pod}, {&dst.Instance, src.Instance},
+		{&dst.Host, src.Host}, {&dst.GPU, src.GPU}, {&dst.UUID, src.UUID},
+	} {
+		if *f.d == "" {
+			*f.d = f.s
+		}
+	}
 }
 
 func severityRank(s string) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -83,6 +84,7 @@ func BenchmarkLiveMinute(b *testing.B) {
 		t = t.Add(time.Minute)
 	}
 	b.ReportAllocs()
+	b.Logf("after warm-up at %s: %d series", t.Format(time.RFC3339), e.snap.Series())
 	cpu0 := processCPU(b)
 	n := 0
 	for b.Loop() {
@@ -92,7 +94,7 @@ func BenchmarkLiveMinute(b *testing.B) {
 		t = t.Add(time.Minute)
 		n++
 	}
-	b.ReportMetric((processCPU(b) - cpu0).Seconds()/float64(n), "cpu-s/minute")
+	b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(n), "cpu-s/minute")
 	b.ReportMetric(float64(e.snap.Series()), "series")
 }
 
@@ -103,9 +105,24 @@ func BenchmarkReplay14Days(b *testing.B) {
 	if os.Getenv("STRATA_DIAGNOSE_BENCH_DAYS") == "1" {
 		days = 1
 	}
-	minute := benchData(b, days)
+	var minute *tiers.Rollup
+	replayDays := days
+	if n, err := strconv.Atoi(os.Getenv("STRATA_DIAGNOSE_REPLAY_DAYS")); err == nil && n > 0 {
+		// Replay the first n days of a fortnight still being written
+		// (STRATA_DIAGNOSE_BENCH_DIR), read-only beside its writer.
+		cfg := tiers.DefaultMinuteConfig(filepath.Join(os.Getenv("STRATA_DIAGNOSE_BENCH_DIR"), "336h0m0s", "minute"))
+		cfg.ReadOnly, cfg.Retention = true, 0
+		r, err := tiers.OpenRollup(cfg, diagtest.QuietLogger(), prometheus.NewRegistry(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		minute, replayDays = r, n
+	} else {
+		minute = benchData(b, days)
+	}
 	from := simStart.Add(3 * time.Hour)
-	to := simStart.Add(time.Duration(days)*24*time.Hour - time.Minute)
+	to := simStart.Add(time.Duration(replayDays)*24*time.Hour - time.Minute)
 	for b.Loop() {
 		cpu0 := processCPU(b)
 		start := time.Now()

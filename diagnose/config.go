@@ -21,6 +21,9 @@ type Config struct {
 	RuleFiles []string `yaml:"rule_files"`
 	// DisabledRules are alert or record names of the default pack to leave out.
 	DisabledRules []string `yaml:"disabled_rules"`
+	// RunbookURLs replace the runbook_url placeholder of default-pack alerts,
+	// by alert name.
+	RunbookURLs map[string]string `yaml:"runbook_urls"`
 	// RateWindow is the range of every rate() of the signals, at least three
 	// minute windows.
 	RateWindow model.Duration `yaml:"rate_window"`
@@ -120,7 +123,7 @@ func (c Config) Validate() error {
 	for i, w := range c.Hooks.Webhooks {
 		u, err := url.Parse(w.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("diagnose hooks.webhooks[%d]: url %q must be http(s)://host/...", i, w.URL)
+			return fmt.Errorf("diagnose hooks.webhooks[%d]: url %q must be an http or https URL", i, w.URL)
 		}
 		if w.MinConfidence < 0 || w.MinConfidence > 1 {
 			return fmt.Errorf("diagnose hooks.webhooks[%d]: min_confidence must be in [0,1]", i)

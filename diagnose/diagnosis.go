@@ -43,7 +43,7 @@ type Diagnosis struct {
 	Candidates []Candidate `json:"candidates"`
 	// Symptoms are the alerts the root cause explains: symptom alerts and
 	// other cause rules whose signature the root produces.
-	Symptoms []Symptom `json:"symptoms"`
+	Symptoms []Symptom  `json:"symptoms"`
 	Evidence []Evidence `json:"evidence"`
 	Actions  []Action   `json:"actions"`
 	// Rule is the alerting rule of the root cause (empty for unknown).

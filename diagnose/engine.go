@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -97,6 +98,7 @@ type Engine struct {
 	lookback  time.Duration
 	snap      *tiers.MinuteSnapshot
 	ahead     *prefetched       // the next chunk, being read (replay)
+	reads     *labels.Matcher   // the metric names the rules read (nil: all)
 	query     storage.Queryable // minute data + scratch, for the minute being evaluated
 	chunk     time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
 	inc       *incidents
@@ -258,6 +260,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 			}))
 		}
 	}
+	e.reads = readSet(files, recorded)
 	// A minute's rules read the minute data this far back (its own series
 	// come from the scratch store).
 	e.need = (maxRange + e.lookback + minute).Milliseconds()
@@ -408,7 +411,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 		if p != nil {
 			<-p.done // never leave a read running
 		}
-		snap, err = e.view.Snapshot(ctx, mint, maxt)
+		snap, err = e.view.Snapshot(ctx, mint, maxt, e.readMatchers()...)
 	}
 	e.ahead = nil
 	if err != nil || e.chunk == 0 {
@@ -419,10 +422,92 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 	e.ahead = p
 	go func() {
 		defer close(p.done)
-		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt)
+		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt, e.readMatchers()...)
 	}()
 	return snap, nil
 }
+
+func (e *Engine) readMatchers() []*labels.Matcher {
+	if e.reads == nil {
+		return nil
+	}
+	return []*labels.Matcher{e.reads}
+}
+
+// readSet returns a matcher of the metric names the rules (and their
+// evidence queries) read of the minute data, so that a snapshot loads only
+// those series; nil when some selector has no metric-name matcher (or an
+// evidence query cannot be parsed), which needs every series.
+func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
+	var alts []string
+	seen := map[string]bool{}
+	all := false
+	add := func(expr parser.Expr) {
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			named := false
+			for _, m := range vs.LabelMatchers {
+				if m.Name != model.MetricNameLabel {
+					continue
+				}
+				switch m.Type {
+				case labels.MatchEqual:
+					named = true
+					if !recorded[m.Value] && !seen[m.Value] {
+						seen[m.Value] = true
+						alts = append(alts, regexp.QuoteMeta(m.Value))
+					}
+				case labels.MatchRegexp:
+					named = true
+					if !seen["~"+m.Value] {
+						seen["~"+m.Value] = true
+						alts = append(alts, "(?:"+m.Value+")")
+					}
+				}
+			}
+			all = all || !named
+			return nil
+		})
+	}
+	p := newParser()
+	for _, f := range files {
+		for _, g := range f.groups {
+			for _, r := range g.Rules {
+				expr, err := p.ParseExpr(r.Expr)
+				if err != nil {
+					return nil
+				}
+				add(expr)
+				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
+					// Template actions become a placeholder: they sit in label values.
+					q := templateAction.ReplaceAllString(ev.Query, "x")
+					if q == "" {
+						continue
+					}
+					expr, err := p.ParseExpr(q)
+					if err != nil {
+						return nil
+					}
+					add(expr)
+				}
+			}
+		}
+	}
+	if all || len(alts) == 0 {
+		return nil
+	}
+	slices.Sort(alts)
+	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+var templateAction = regexp.MustCompile(`\{\{[^}]*\}\}`)
 
 // publish stores the changed diagnoses and tells the sinks.
 func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {
@@ -459,7 +544,7 @@ func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {
 		e.m.diagnoses.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
 	if e.o.WriteBack != nil {
-		e.writeDiagnoses(t, open)
+		e.writeDiagnoses(t, open, changed)
 	}
 	for _, s := range e.o.Sinks {
 		s.Update(Update{T: t, WarmingUp: warm, Open: slices.Clone(open), Changed: slices.Clone(changed)})
@@ -505,17 +590,4 @@ func (m mergeQueryable) Querier(mint, maxt int64) (storage.Querier, error) {
 		return nil, errors.Join(err, qa.Close())
 	}
 	return storage.NewMergeQuerier([]storage.Querier{qa, qb}, nil, storage.ChainedSeriesMerge), nil
-}
-
-// rulefmtGroups is used by tests and docs: the parsed default pack.
-func rulefmtGroups(cfg Config) ([]rulefmt.RuleGroup, error) {
-	files, err := loadRuleFiles(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var out []rulefmt.RuleGroup
-	for _, f := range files {
-		out = append(out, f.groups...)
-	}
-	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 )
@@ -39,7 +40,7 @@ func (e *Engine) fingerprint(ctx context.Context, ent Entities, t time.Time) Fin
 	default:
 		return fp
 	}
-	ms = append(ms, labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, "strata:.+"))
+	ms = append(ms, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, "strata:.+"))
 	tm := t.UnixMilli()
 	q, err := e.scratch.Querier(tm-e.lookback.Milliseconds(), tm)
 	if err != nil {
@@ -59,7 +60,7 @@ func (e *Engine) fingerprint(ctx context.Context, ent Entities, t time.Time) Fin
 		if !ok {
 			continue
 		}
-		name := s.Labels().Get(labels.MetricName)
+		name := s.Labels().Get(model.MetricNameLabel)
 		if c := s.Labels().Get("component"); c != "" {
 			name += "{component=" + c + "}"
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
@@ -70,7 +71,7 @@ func fastPathSafe(groups []*rules.Group) bool {
 						safe = false
 					}
 					for _, m := range vs.LabelMatchers {
-						if m.Name == labels.MetricName && m.Type != labels.MatchEqual &&
+						if m.Name == model.MetricNameLabel && m.Type != labels.MatchEqual &&
 							(m.Matches("ALERTS") || m.Matches("ALERTS_FOR_STATE") || m.Matches(DiagnosisSeries)) {
 							safe = false // matches a series written minute by minute
 						}
@@ -180,7 +181,7 @@ func (p *precomputed) materialise(ctx context.Context, e *Engine, g *rules.Group
 		cur := make(map[string]labels.Labels, len(vec))
 		for _, s := range vec {
 			lb.Reset(s.Metric)
-			lb.Set(labels.MetricName, rr.Name())
+			lb.Set(model.MetricNameLabel, rr.Name())
 			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
 			l := lb.Labels()
 			h := string(l.Bytes(buf[:0])) // Group.Eval's key of a series
@@ -196,7 +197,7 @@ func (p *precomputed) materialise(ctx context.Context, e *Engine, g *rules.Group
 		}
 		for _, s := range vec {
 			lb.Reset(s.Metric)
-			lb.Set(labels.MetricName, rr.Name())
+			lb.Set(model.MetricNameLabel, rr.Name())
 			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
 			if _, err := app.Append(0, lb.Labels(), 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
 				_ = app.Rollback()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,7 @@ func parseRuleFile(name string, content []byte) (ruleFile, error) {
 	if len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
-			msgs[i] = name + ":" + e.Error()
+			msgs[i] = name + ": " + e.Error()
 		}
 		return ruleFile{}, fmt.Errorf("%w: %s", ErrInvalidRules, strings.Join(msgs, "; "))
 	}
@@ -100,6 +101,9 @@ func loadRuleFiles(cfg Config) ([]ruleFile, error) {
 	if err := disable(files, cfg.DisabledRules); err != nil {
 		return nil, err
 	}
+	if err := setRunbooks(files, cfg.RunbookURLs); err != nil {
+		return nil, err
+	}
 	for _, pat := range cfg.RuleFiles {
 		matches, err := filepath.Glob(pat)
 		if err != nil {
@@ -153,6 +157,27 @@ func disable(files []ruleFile, names []string) error {
 	if len(missing) > 0 {
 		slices.Sort(missing)
 		return fmt.Errorf("%w: disabled_rules names rules that are not in the default pack: %s", ErrInvalidRules, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// setRunbooks sets the runbook_url of the named default-pack alerts.
+func setRunbooks(files []ruleFile, urls map[string]string) error {
+	left := maps.Clone(urls)
+	for fi := range files {
+		for gi := range files[fi].groups {
+			for ri := range files[fi].groups[gi].Rules {
+				r := &files[fi].groups[gi].Rules[ri]
+				if u, ok := urls[r.Alert]; ok && r.Alert != "" {
+					r.Annotations = maps.Clone(r.Annotations)
+					r.Annotations["runbook_url"] = u
+					delete(left, r.Alert)
+				}
+			}
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("%w: runbook_urls names alerts that are not in the default pack: %s", ErrInvalidRules, strings.Join(slices.Sorted(maps.Keys(left)), ", "))
 	}
 	return nil
 }

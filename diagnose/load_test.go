@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/rules"
 
 	"github.com/strata-dev/strata/tiers"
 )
@@ -56,6 +57,7 @@ func TestBadRulesAreClearErrors(t *testing.T) {
 		}, []string{"act.yml", "annotation actions"}},
 		{"glob matches nothing", func(c *Config) { c.RuleFiles = []string{filepath.Join(dir, "none-*.yml")} }, []string{"matches no file"}},
 		{"disabled rule unknown", func(c *Config) { c.DisabledRules = []string{"KVCacheEvictionStrom"} }, []string{"KVCacheEvictionStrom", "not in the default pack"}},
+		{"runbook of an unknown alert", func(c *Config) { c.RunbookURLs = map[string]string{"PowerCapp": "https://x"} }, []string{"PowerCapp", "not in the default pack"}},
 		{"group defined twice", func(c *Config) {
 			c.RuleFiles = []string{write("dup.yml", "groups:\n  - name: strata_diagnose_memory\n    rules:\n      - record: r\n        expr: vector(1)\n")}
 		}, []string{"dup.yml", "strata_diagnose_memory", "also defined"}},
@@ -90,6 +92,7 @@ func TestDisabledRulesAndOperatorFiles(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.DisabledRules = []string{"UnderBatchedGPU", "strata:gpu_sm_clock:ratio"}
+	cfg.RunbookURLs = map[string]string{"PowerCap": "https://wiki.example/power"}
 	cfg.RuleFiles = []string{p}
 	e, err := New(cfg, Options{Minute: emptyMinute(t)})
 	if err != nil {
@@ -99,6 +102,9 @@ func TestDisabledRulesAndOperatorFiles(t *testing.T) {
 	for _, g := range e.RuleGroups() {
 		for _, r := range g.Rules() {
 			names = append(names, r.Name())
+			if ar, ok := r.(*rules.AlertingRule); ok && ar.Name() == "PowerCap" && ar.Annotations().Get("runbook_url") != "https://wiki.example/power" {
+				t.Errorf("PowerCap runbook_url %q", ar.Annotations().Get("runbook_url"))
+			}
 		}
 	}
 	if contains(names, "UnderBatchedGPU") || contains(names, "strata:gpu_sm_clock:ratio") {
@@ -157,5 +163,38 @@ func TestFastPathSafety(t *testing.T) {
 	}
 	if !fastPathSafe(e.groups) {
 		t.Error("the default pack does not qualify for the fast path")
+	}
+}
+
+// TestReadSet: snapshots load only the metric names the rules and their
+// evidence queries read, and everything when a selector has no name.
+func TestReadSet(t *testing.T) {
+	e, err := New(DefaultConfig(), Options{Minute: emptyMinute(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.reads == nil {
+		t.Fatal("the default pack loads every series")
+	}
+	for name, want := range map[string]bool{
+		"vllm:kv_cache_usage_perc": true, "DCGM_FI_DEV_GPU_TEMP": true, "DCGM_FI_PROF_SM_ACTIVE": true,
+		"vllm:time_to_first_token_seconds_bucket": true, "ebpf_exporter_accept_latency_seconds_bucket": true,
+		"DCGM_FI_DEV_ENC_UTIL": false, "vllm:request_params_n_bucket": false, "strata:kv_cache_usage:ratio": false,
+	} {
+		if got := e.reads.Matches(name); got != want {
+			t.Errorf("%s read: %v, want %v", name, got, want)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "r.yml")
+	if err := os.WriteFile(p, []byte("groups:\n  - name: g\n    rules:\n      - record: r:x\n        expr: count({job=\"vllm\"})\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.RuleFiles = []string{p}
+	if e, err = New(cfg, Options{Minute: emptyMinute(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if e.reads != nil {
+		t.Error("a selector without a metric name must load every series")
 	}
 }

@@ -16,7 +16,9 @@ func quietLogger() *slog.Logger { return diagtest.QuietLogger() }
 
 func smallCluster(faults ...sim.FaultSpec) sim.Config { return diagtest.SmallCluster(faults...) }
 
-func openTiers(t testing.TB, dir string) (minute, hour *tiers.Rollup) { return diagtest.OpenTiers(t, dir) }
+func openTiers(t testing.TB, dir string) (minute, hour *tiers.Rollup) {
+	return diagtest.OpenTiers(t, dir)
+}
 
 func simHistory(t testing.TB, cfg sim.Config, to time.Time) *tiers.Rollup {
 	return diagtest.SimHistory(t, cfg, to)

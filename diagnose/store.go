@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -45,7 +46,7 @@ func (s *scratch) get(lbls labels.Labels) *scratchSeries {
 	}
 	e := &scratchSeries{lbls: lbls.Copy()}
 	s.series[h] = append(s.series[h], e)
-	name := lbls.Get(labels.MetricName)
+	name := lbls.Get(model.MetricNameLabel)
 	s.byName[name] = append(s.byName[name], e)
 	return e
 }
@@ -142,7 +143,7 @@ type scratchQuerier struct {
 
 func (q *scratchQuerier) candidates(ms []*labels.Matcher) []*scratchSeries {
 	for _, m := range ms {
-		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			return q.s.byName[m.Value]
 		}
 	}

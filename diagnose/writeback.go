@@ -3,10 +3,13 @@ package diagnose
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 )
 
@@ -34,7 +37,7 @@ type teeAppender struct {
 }
 
 func writtenBack(ls labels.Labels) bool {
-	n := ls.Get(labels.MetricName)
+	n := ls.Get(model.MetricNameLabel)
 	return n == "ALERTS" || n == "ALERTS_FOR_STATE"
 }
 
@@ -71,16 +74,23 @@ func (a *teeAppender) Rollback() error {
 }
 
 // writeDiagnoses appends strata_diagnosis{...} = confidence for every open
-// diagnosis at t+WriteBackDelay.
-func (e *Engine) writeDiagnoses(t time.Time, open []Diagnosis) {
-	if len(open) == 0 {
+// diagnosis at t+WriteBackDelay, and a stale marker for each that resolved.
+func (e *Engine) writeDiagnoses(t time.Time, open, changed []Diagnosis) {
+	var resolved []Diagnosis
+	for _, d := range changed {
+		if d.State == StateResolved {
+			resolved = append(resolved, d)
+		}
+	}
+	if len(open) == 0 && len(resolved) == 0 {
 		return
 	}
 	app := e.o.WriteBack.AppenderV2(context.Background())
 	ts := t.Add(e.o.WriteBackDelay).UnixMilli()
-	for _, d := range open {
+	stale := math.Float64frombits(value.StaleNaN)
+	for _, d := range append(open, resolved...) {
 		b := labels.NewBuilder(labels.EmptyLabels())
-		b.Set(labels.MetricName, DiagnosisSeries)
+		b.Set(model.MetricNameLabel, DiagnosisSeries)
 		b.Set("id", d.ID)
 		b.Set("cause", d.Cause)
 		b.Set("severity", d.Severity)
@@ -88,7 +98,11 @@ func (e *Engine) writeDiagnoses(t time.Time, open []Diagnosis) {
 		for k, v := range d.Entities.Map() {
 			b.Set(k, v)
 		}
-		if _, err := app.Append(0, b.Labels(), 0, ts, d.Confidence, nil, nil, storage.AppendV2Options{}); err != nil {
+		v := d.Confidence
+		if d.State == StateResolved {
+			v = stale
+		}
+		if _, err := app.Append(0, b.Labels(), 0, ts, v, nil, nil, storage.AppendV2Options{}); err != nil {
 			e.logger.Debug("write-back diagnosis rejected", "id", d.ID, "err", err)
 		}
 	}

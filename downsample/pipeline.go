@@ -2,11 +2,11 @@ package downsample
 
 import (
 	"cmp"
-	"math"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"

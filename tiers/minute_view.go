@@ -75,12 +75,16 @@ func (v *MinuteView) Querier(mint, maxt int64) (storage.Querier, error) {
 	return &minuteQuerier{v: v, mint: mint, maxt: maxt}, nil
 }
 
-// Snapshot loads every (not hidden) series' windows starting in [mint, maxt]
-// into memory, once, for many queries that all fall inside that range: the
-// diagnosis engine evaluates dozens of expressions per minute, and replay
-// evaluates thousands of minutes per snapshot.
-func (v *MinuteView) Snapshot(ctx context.Context, mint, maxt int64) (*MinuteSnapshot, error) {
-	series, err := v.selectSeries(ctx, mint, maxt, []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")})
+// Snapshot loads the windows starting in [mint, maxt] of every (not hidden)
+// series matching the matchers (none: every series) into memory, once, for
+// many queries that all fall inside that range: the diagnosis engine
+// evaluates dozens of expressions per minute, and replay evaluates
+// thousands of minutes per snapshot. Queries of other series find nothing.
+func (v *MinuteView) Snapshot(ctx context.Context, mint, maxt int64, matchers ...*labels.Matcher) (*MinuteSnapshot, error) {
+	if len(matchers) == 0 {
+		matchers = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
+	}
+	series, err := v.selectSeries(ctx, mint, maxt, matchers)
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,9 @@ func (r *ruleSources) AlertingRules() []*rules.AlertingRule {
 }
 
 // alertmanagers is /api/v1/alertmanagers' source, set when alerting is on.
-type alertmanagers struct{ am atomic.Pointer[notify.Alertmanager] }
+type alertmanagers struct {
+	am atomic.Pointer[notify.Alertmanager]
+}
 
 func (a *alertmanagers) Alertmanagers() []*url.URL {
 	if am := a.am.Load(); am != nil {
@@ -108,7 +110,9 @@ func (a *alertmanagers) DroppedAlertmanagers() []*url.URL {
 }
 
 // diagSource serves the API from the engine once it runs.
-type diagSource struct{ eng atomic.Pointer[diagnose.Engine] }
+type diagSource struct {
+	eng atomic.Pointer[diagnose.Engine]
+}
 
 func (d *diagSource) Diagnoses() []diagnose.Diagnosis {
 	if e := d.eng.Load(); e != nil {
@@ -308,20 +312,19 @@ func printTable(out io.Writer, ds []diagnose.Diagnosis) error {
 		_, err := fmt.Fprintln(out, "No diagnoses in this range.")
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCAUSE\tSTATE\tCONFIDENCE\tSTART\tEND\tENTITY\tSUMMARY")
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	_, _ = fmt.Fprintln(tw, "ID\tCAUSE\tSTATE\tCONFIDENCE\tSTART\tEND\tENTITY\tSUMMARY")
 	for _, d := range ds {
 		end := "-"
 		if d.End != nil {
 			end = d.End.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n", d.ID, d.Cause, d.State, d.Confidence, d.Start.UTC().Format(time.RFC3339), end, entityString(d.Entities), d.Summary)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n", d.ID, d.Cause, d.State, d.Confidence, d.Start.UTC().Format(time.RFC3339), end, entityString(d.Entities), d.Summary)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	_ = tw.Flush() // into a strings.Builder: cannot fail
 	for _, d := range ds {
-		fmt.Fprintf(out, "\n%s %s on %s\n", d.ID, d.Cause, entityString(d.Entities))
+		fmt.Fprintf(&b, "\n%s %s on %s\n", d.ID, d.Cause, entityString(d.Entities))
 		for _, e := range d.Evidence {
 			v := "n/a"
 			if e.Value != nil {
@@ -331,16 +334,17 @@ func printTable(out io.Writer, ds []diagnose.Diagnosis) error {
 			if e.Threshold != nil {
 				th = fmt.Sprintf(" (threshold %g)", *e.Threshold)
 			}
-			fmt.Fprintf(out, "  evidence: %s = %s%s\n    %s\n", e.Metric, v, th, e.Query)
+			fmt.Fprintf(&b, "  evidence: %s = %s%s\n    %s\n", e.Metric, v, th, e.Query)
 		}
 		for _, a := range d.Actions {
-			fmt.Fprintf(out, "  action: %s\n    effect: %s\n    risk: %s\n", a.Action, a.Effect, a.Risk)
+			fmt.Fprintf(&b, "  action: %s\n    effect: %s\n    risk: %s\n", a.Action, a.Effect, a.Risk)
 		}
 		for _, s := range d.Symptoms {
-			fmt.Fprintf(out, "  explains: %s since %s\n", s.Alert, s.Since.UTC().Format(time.RFC3339))
+			fmt.Fprintf(&b, "  explains: %s since %s\n", s.Alert, s.Since.UTC().Format(time.RFC3339))
 		}
 	}
-	return nil
+	_, err := io.WriteString(out, b.String())
+	return err
 }
 
 func entityString(e diagnose.Entities) string {

@@ -55,12 +55,18 @@ func OpenTiers(tb testing.TB, dir string) (minute, hour *tiers.Rollup) {
 
 // Import runs the simulator c over [from, to) at 15 s steps and imports it
 // with the backfill package (no raw tier: every sample goes to minute
-// partitions, as history imported by `strata backfill` does).
+// partitions, as history imported by `strata backfill` does). Consecutive
+// calls must use hour-aligned bounds: a minute partition, once written, is
+// final, so samples at `to` itself are left to the next call.
 func Import(tb testing.TB, c *sim.Cluster, from, to time.Time, minute, hour *tiers.Rollup) {
 	tb.Helper()
 	idx := map[uint64]int{}
 	var input []backfill.Series
+	end := to.UnixMilli()
 	err := c.Backfill(from, to, 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
+		if ts >= end {
+			return nil
+		}
 		h := l.Hash()
 		i, ok := idx[h]
 		if !ok {

@@ -157,7 +157,6 @@ func alertingTo(addr string) config.AlertingConfig {
 	return config.AlertingConfig{AlertmanagerConfigs: config.AlertmanagerConfigs{&amc}}
 }
 
-
 // TestAlertmanagerEndToEnd runs a real Alertmanager (built from
 // github.com/prometheus/alertmanager v0.35.0, the module's version): a
 // simulated power cap becomes one alert there with the diagnosis labels,
