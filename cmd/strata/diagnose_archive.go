@@ -76,6 +76,7 @@ type diagnoseExtras struct {
 	out     string
 	short   bool
 	dataDir string
+	reuse   bool
 
 	export, imp *kingpin.CmdClause
 	file        string
@@ -89,6 +90,7 @@ func newDiagnoseExtras(parent *diagnoseCommand) *diagnoseExtras {
 	x.bench.Flag("out", "Directory for the report.").Default("diagnose-bench").StringVar(&x.out)
 	x.bench.Flag("short", "Run the splits' short (CI) scenarios.").BoolVar(&x.short)
 	x.bench.Flag("data-dir", "Keep the generated data directories here (default: a temporary directory, removed).").StringVar(&x.dataDir)
+	x.bench.Flag("reuse", "With --data-dir: reuse a scenario's data directory from an earlier run of the same scenario (replay and score only).").BoolVar(&x.reuse)
 	arc := parent.cmd.Command("archive", "Export or import the case archive (diagnoses.db in --storage.path) as JSON lines.")
 	x.export = arc.Command("export", "Write every archived case as one JSON line (read-only: safe beside a running strata serve).")
 	x.export.Flag("file", "Output file (default: standard output).").StringVar(&x.file)
@@ -131,7 +133,7 @@ func (x *diagnoseExtras) runBench(ctx context.Context, logger *slog.Logger, stdo
 	// about a fifth of its CPU time.
 	debug.SetGCPercent(400)
 	start := time.Now()
-	r, err := diagbench.Run(ctx, diagbench.Options{Splits: splits, Short: x.short, DataDir: x.dataDir, Engine: &cfg.Diagnose.Config, Logger: logger})
+	r, err := diagbench.Run(ctx, diagbench.Options{Splits: splits, Short: x.short, DataDir: x.dataDir, Reuse: x.reuse, Engine: &cfg.Diagnose.Config, Logger: logger})
 	if err != nil {
 		return err
 	}

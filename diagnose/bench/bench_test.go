@@ -3,9 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
+
+	"github.com/strata-dev/strata/diagnose"
 )
 
 // floors are the short form's minimum scores, set from its measured
@@ -76,5 +81,53 @@ func TestShortBenchmark(t *testing.T) {
 		check("mean time to detect (s)", c.TTDMean, f.ttdMean, false)
 		check("false diagnoses per fault-free day", c.FalsePerDay, f.falsePerDay, false)
 		check("decoy-caused false diagnoses", float64(c.FalseDecoy), float64(f.falseDecoy), false)
+	}
+}
+
+// TestReuse: a second run over the same data directory reuses the finished
+// generation of the same scenario and scores the same; a changed scenario
+// is generated afresh.
+func TestReuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates and replays a small scenario twice")
+	}
+	s, err := ParseSplit([]byte(`name: x
+scenarios:
+  - name: s
+    cluster: {seed: 3, nodes: 1, gpus_per_node: 2, start: 2026-01-05T00:00:00Z}
+    history: 2h
+    history_step: 15s
+    period: 1h
+    step: 5s
+    incidents:
+      - {kind: power_cap, node: 0, gpu: 1, at: 10m, duration: 15m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.Scenarios[0]
+	dir := t.TempDir()
+	ctx := context.Background()
+	run := func(sc Scenario) (ScenarioReport, []FaultOutcome) {
+		rep, outs, _, _, arc, err := runScenario(ctx, diagnose.DefaultConfig(), sc, dir, true, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := arc.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return rep, outs
+	}
+	r1, o1 := run(sc)
+	r2, o2 := run(sc)
+	if r1.Reused || !r2.Reused || r2.Samples != 0 {
+		t.Fatalf("reused %v then %v (%d samples)", r1.Reused, r2.Reused, r2.Samples)
+	}
+	if len(o1) != 1 || !reflect.DeepEqual(o1, o2) {
+		t.Fatalf("outcomes differ:\n%+v\n%+v", o1, o2)
+	}
+	sc.Incidents[0].Duration = Duration(20 * time.Minute)
+	if r3, _ := run(sc); r3.Reused {
+		t.Fatal("a changed scenario reused the old data")
 	}
 }

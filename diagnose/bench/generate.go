@@ -2,19 +2,24 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"gopkg.in/yaml.v3"
 
 	"github.com/strata-dev/strata/backfill"
 	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/dcgmbridge/sim"
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/atomicfile"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -46,13 +51,62 @@ func (g *Generated) Close() error {
 // generate simulates sc and streams its samples straight into the minute and
 // hour tiers of a fresh data directory dir (no raw tier: history, as `strata
 // backfill` imports it), the simulator and the writer running concurrently.
-func generate(ctx context.Context, sc Scenario, dir string, logger *slog.Logger) (*Generated, error) {
+//
+// With reuse, a directory that holds a finished generation of the same
+// scenario (its stamp file) is opened as it is.
+func generate(ctx context.Context, sc Scenario, dir string, reuse bool, logger *slog.Logger) (*Generated, bool, error) {
 	cfg := sc.Cluster
 	cfg.Faults = sc.Faults()
 	c, err := sim.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+		return nil, false, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	stamp, err := scenarioStamp(sc)
+	if err != nil {
+		return nil, false, err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, stampFile)); reuse && err == nil && string(b) == stamp {
+		g, err := openGenerated(dir, logger)
+		if err != nil {
+			return nil, false, err
+		}
+		g.Truth = c.GroundTruth()
+		return g, true, nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, false, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, false, err
+	}
+	g, err := openGenerated(dir, logger)
+	if err != nil {
+		return nil, false, err
+	}
+	g.Truth = c.GroundTruth()
+	if err := g.fill(ctx, c, sc); err != nil {
+		return nil, false, errors.Join(err, g.Close())
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, stampFile), []byte(stamp)); err != nil {
+		return nil, false, errors.Join(err, g.Close())
+	}
+	return g, false, nil
+}
+
+// stampFile marks a data directory whose generation finished. It holds the
+// hash of the scenario, so only the same scenario reuses it.
+const stampFile = "scenario.sha256"
+
+func scenarioStamp(sc Scenario) (string, error) {
+	b, err := yaml.Marshal(sc)
+	if err != nil {
+		return "", fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:]), nil
+}
+
+func openGenerated(dir string, logger *slog.Logger) (*Generated, error) {
 	reg := prometheus.NewRegistry()
 	minute, err := tiers.OpenRollup(tiers.DefaultMinuteConfig(filepath.Join(dir, "minute")), logger, reg, nil)
 	if err != nil {
@@ -62,11 +116,7 @@ func generate(ctx context.Context, sc Scenario, dir string, logger *slog.Logger)
 	if err != nil {
 		return nil, errors.Join(err, minute.Close())
 	}
-	g := &Generated{Minute: minute, Hour: hour, Truth: c.GroundTruth()}
-	if err := g.fill(ctx, c, sc); err != nil {
-		return nil, errors.Join(err, g.Close())
-	}
-	return g, nil
+	return &Generated{Minute: minute, Hour: hour}, nil
 }
 
 func (g *Generated) fill(ctx context.Context, c *sim.Cluster, sc Scenario) error {

@@ -28,6 +28,10 @@ type Options struct {
 	// empty uses a temporary directory removed at the end. A given DataDir
 	// is kept.
 	DataDir string
+	// Reuse opens a scenario's data directory under DataDir as it is when a
+	// finished generation of the same scenario is there (only the replay
+	// and the scoring run again: the loop of someone tuning the rules).
+	Reuse bool
 	// Engine is the diagnosis engine's configuration (zero:
 	// diagnose.DefaultConfig()).
 	Engine *diagnose.Config
@@ -83,9 +87,12 @@ type ScenarioReport struct {
 	Days      float64 `json:"history_days"`
 	PeriodH   float64 `json:"incident_period_hours"`
 	Incidents int     `json:"incidents"`
-	Decoys    int     `json:"decoys"`
-	Samples   int64   `json:"samples"`
-	Diagnoses int     `json:"diagnoses"`
+	// Reused is true when the data directory of an earlier run was reused
+	// (Options.Reuse): the generation times are then zero.
+	Reused    bool  `json:"reused,omitempty"`
+	Decoys    int   `json:"decoys"`
+	Samples   int64 `json:"samples"`
+	Diagnoses int   `json:"diagnoses"`
 	// Seconds: the simulator's own time and the rollup/partition writing
 	// (concurrent, so their sum exceeds Generate), the generation's wall
 	// time, the replay, and the archive and scoring.
@@ -148,7 +155,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		var arcs []*archive.Archive
 		for _, sc := range scs {
 			o.Logger.Info("scenario", "split", s.Name, "scenario", sc.Name)
-			rep, outs, falses, js, arc, err := runScenario(ctx, cfg, sc, filepath.Join(dir, s.Name, sc.Name), prior, o.Logger)
+			rep, outs, falses, js, arc, err := runScenario(ctx, cfg, sc, filepath.Join(dir, s.Name, sc.Name), o.Reuse && o.DataDir != "", prior, o.Logger)
 			if err != nil {
 				return nil, errors.Join(err, closeAll(arcs))
 			}
@@ -219,7 +226,7 @@ func (r *recorder) Similar(fp diagnose.Fingerprint, k int) []diagnose.SimilarCas
 	return r.arc.Similar(fp, k)
 }
 
-func runScenario(ctx context.Context, cfg diagnose.Config, sc Scenario, dir string, prior *archive.Archive, logger *slog.Logger) (ScenarioReport, []FaultOutcome, []FalseDiagnosis, []judged, *archive.Archive, error) {
+func runScenario(ctx context.Context, cfg diagnose.Config, sc Scenario, dir string, reuse bool, prior *archive.Archive, logger *slog.Logger) (ScenarioReport, []FaultOutcome, []FalseDiagnosis, []judged, *archive.Archive, error) {
 	rep := ScenarioReport{
 		Name: sc.Name, Nodes: sc.Cluster.Nodes, GPUs: sc.Cluster.Nodes * sc.Cluster.GPUsPerNode,
 		Days: sc.History.D().Hours() / 24, PeriodH: sc.Period.D().Hours(),
@@ -231,20 +238,19 @@ func runScenario(ctx context.Context, cfg diagnose.Config, sc Scenario, dir stri
 			rep.Incidents++
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return rep, nil, nil, nil, nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return rep, nil, nil, nil, nil, err
-	}
 	cpu0 := cpuSeconds()
-	g, err := generate(ctx, sc, dir, logger)
+	g, reused, err := generate(ctx, sc, dir, reuse, logger)
 	if err != nil {
 		return rep, nil, nil, nil, nil, err
 	}
 	defer func() { _ = g.Close() }()
+	rep.Reused = reused
 	rep.Samples, rep.SimSeconds, rep.WriteSeconds, rep.GenerateSeconds = g.Samples, g.SimTime.Seconds(), g.WriteTime.Seconds(), g.Wall.Seconds()
-
+	for _, f := range []string{archive.FileName, archive.FileName + "-wal", archive.FileName + "-shm"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return rep, nil, nil, nil, nil, err
+		}
+	}
 	arc, err := archive.Open(filepath.Join(dir, archive.FileName), archive.Config{}, archive.Options{Now: sc.End, Logger: logger})
 	if err != nil {
 		return rep, nil, nil, nil, nil, err
