@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/model"
 
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/diagnose/archive"
@@ -71,12 +72,13 @@ type diagnoseExtras struct {
 	// list is the default subcommand: `strata diagnose` alone lists.
 	list *kingpin.CmdClause
 
-	bench   *kingpin.CmdClause
-	split   string
-	out     string
-	short   bool
-	dataDir string
-	reuse   bool
+	bench      *kingpin.CmdClause
+	split      string
+	out        string
+	short      bool
+	dataDir    string
+	reuse      bool
+	maxHistory string
 
 	export, imp *kingpin.CmdClause
 	file        string
@@ -90,6 +92,7 @@ func newDiagnoseExtras(parent *diagnoseCommand) *diagnoseExtras {
 	x.bench.Flag("out", "Directory for the report.").Default("diagnose-bench").StringVar(&x.out)
 	x.bench.Flag("short", "Run the splits' short (CI) scenarios.").BoolVar(&x.short)
 	x.bench.Flag("data-dir", "Keep the generated data directories here (default: a temporary directory, removed).").StringVar(&x.dataDir)
+	x.bench.Flag("max-history", "Shorten every scenario's fault-free history to at most this (a quick run; the report says so), e.g. 3d.").StringVar(&x.maxHistory)
 	x.bench.Flag("reuse", "With --data-dir: reuse a scenario's data directory from an earlier run of the same scenario (replay and score only).").BoolVar(&x.reuse)
 	arc := parent.cmd.Command("archive", "Export or import the case archive (diagnoses.db in --storage.path) as JSON lines.")
 	x.export = arc.Command("export", "Write every archived case as one JSON line (read-only: safe beside a running strata serve).")
@@ -125,6 +128,14 @@ func (x *diagnoseExtras) runBench(ctx context.Context, logger *slog.Logger, stdo
 	if err := cfg.Diagnose.Validate(); err != nil {
 		return err
 	}
+	var maxHistory time.Duration
+	if x.maxHistory != "" {
+		d, err := model.ParseDuration(x.maxHistory)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--max-history %q: want a positive duration such as 3d", x.maxHistory)
+		}
+		maxHistory = time.Duration(d)
+	}
 	splits := []string{diagbench.SplitTuning, diagbench.SplitHeldout}
 	if x.split != "both" {
 		splits = []string{x.split}
@@ -133,7 +144,7 @@ func (x *diagnoseExtras) runBench(ctx context.Context, logger *slog.Logger, stdo
 	// about a fifth of its CPU time.
 	debug.SetGCPercent(400)
 	start := time.Now()
-	r, err := diagbench.Run(ctx, diagbench.Options{Splits: splits, Short: x.short, DataDir: x.dataDir, Reuse: x.reuse, Engine: &cfg.Diagnose.Config, Logger: logger})
+	r, err := diagbench.Run(ctx, diagbench.Options{Splits: splits, Short: x.short, DataDir: x.dataDir, Reuse: x.reuse, MaxHistory: maxHistory, Engine: &cfg.Diagnose.Config, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "# Diagnosis benchmark (%s form)\n\n", form)
 	fmt.Fprintf(&b, "Started %s on %s/%s, %d CPUs: %.0f s wall, %.0f s CPU. Rules: %s.\n\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Host.GOOS, r.Host.GOARCH, r.Host.CPUs, r.Wall, r.CPU, r.Thresholds)
+	if r.MaxHistory != "" {
+		fmt.Fprintf(&b, "**Quick run: every history shortened to at most %s** (`--max-history`); the false diagnoses per fault-free day cover that history only.\n\n", r.MaxHistory)
+	}
 	b.WriteString("| split | faults | detected | cause top-1 | cause top-3 | entity top-1 | entity top-3 | unknown | TTD mean | TTD p95 | within 3 min | false / fault-free day | decoy-caused | other false | ECE | nearest case right |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Splits {

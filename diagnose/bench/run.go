@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,9 @@ type Options struct {
 	// finished generation of the same scenario is there (only the replay
 	// and the scoring run again: the loop of someone tuning the rules).
 	Reuse bool
+	// MaxHistory, when positive, shortens every scenario's history to at
+	// most this (a quick run; the report says so). Zero keeps the splits'.
+	MaxHistory time.Duration
 	// Engine is the diagnosis engine's configuration (zero:
 	// diagnose.DefaultConfig()).
 	Engine *diagnose.Config
@@ -41,12 +45,15 @@ type Options struct {
 // Report is the outcome of a benchmark run: markdown, JSON and PNG
 // (WriteFiles).
 type Report struct {
-	SchemaVersion int           `json:"schema_version"`
-	Started       time.Time     `json:"started"`
-	Short         bool          `json:"short"`
-	Host          HostInfo      `json:"host"`
-	Thresholds    string        `json:"thresholds"`
-	Splits        []SplitReport `json:"splits"`
+	SchemaVersion int       `json:"schema_version"`
+	Started       time.Time `json:"started"`
+	Short         bool      `json:"short"`
+	Host          HostInfo  `json:"host"`
+	Thresholds    string    `json:"thresholds"`
+	// MaxHistory is the shortened history of a quick run ("" for the
+	// splits' own).
+	MaxHistory string        `json:"max_history,omitempty"`
+	Splits     []SplitReport `json:"splits"`
 	// Feedback is the held-out split's accuracy before and after the
 	// archive's rerank with the tuning split's verdicts (both splits run).
 	Feedback *FeedbackReport `json:"feedback,omitempty"`
@@ -146,9 +153,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		scs := s.Scenarios
+		scs := slices.Clone(s.Scenarios)
 		if o.Short {
-			scs = s.Short
+			scs = slices.Clone(s.Short)
+		}
+		if o.MaxHistory > 0 {
+			r.MaxHistory = o.MaxHistory.String()
+			for i := range scs {
+				if scs[i].History.D() > o.MaxHistory {
+					scs[i] = scs[i].withHistory(o.MaxHistory)
+				}
+			}
 		}
 		sr := SplitReport{Name: s.Name, Purpose: s.Purpose}
 		var all []judged

@@ -270,3 +270,13 @@ func (sc Scenario) plan() []span {
 	}
 	return out
 }
+
+// withHistory returns the scenario with a history of h, ending where the
+// original ends: the incident period keeps its dates (and so its weekdays
+// and times of day), and the cluster starts later.
+func (sc Scenario) withHistory(h time.Duration) Scenario {
+	start := sc.Start()
+	sc.History = Duration(h)
+	sc.Cluster.Start = start.Add(-h)
+	return sc
+}

@@ -125,6 +125,10 @@ scenarios:
 		t.Errorf("a related pair was refused: %v", err)
 	}
 	s, _ := ParseSplit([]byte(base))
+	short := s.Scenarios[0].withHistory(3 * time.Hour)
+	if !short.Start().Equal(s.Scenarios[0].Start()) || short.History.D() != 3*time.Hour {
+		t.Errorf("a shortened history moved the incident period: %s, was %s", short.Start(), s.Scenarios[0].Start())
+	}
 	if got := s.Scenarios[0].plan(); len(got) != 2 || !slices.IsSortedFunc(got, func(a, b span) int { return a.from.Compare(b.from) }) {
 		t.Errorf("plan %+v", got)
 	}
