@@ -17,6 +17,7 @@ import (
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
 	"github.com/strata-dev/strata/diagnose"
+	"github.com/strata-dev/strata/diagnose/archive"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 )
@@ -36,7 +37,7 @@ type Config struct {
 	Rules       RulesConfig       `yaml:"rules"`
 	SelfScrape  SelfScrapeConfig  `yaml:"self_scrape"`
 	Sources     scrape.Config     `yaml:"sources"`
-	Diagnose    diagnose.Config   `yaml:"diagnose"`
+	Diagnose    DiagnoseSection   `yaml:"diagnose"`
 	// Alerting is Prometheus' `alerting:` section, parsed by Prometheus'
 	// configuration code (see alertingConfig).
 	Alerting yaml.Node `yaml:"alerting"`
@@ -44,6 +45,13 @@ type Config struct {
 	// flags are the command line's flags and their effective values, for
 	// /api/v1/status/flags (statusFlags); not part of the file.
 	flags map[string]string
+}
+
+// DiagnoseSection is the `diagnose:` section: the engine's configuration
+// and, under `archive:`, the case archive's (docs/configuration.md).
+type DiagnoseSection struct {
+	diagnose.Config `yaml:",inline"`
+	Archive         archive.Config `yaml:"archive"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.
@@ -197,6 +205,9 @@ func (c Config) validate() error {
 	}
 	if _, err := c.canonicalRules(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Diagnose.Archive.Retention < 0 {
+		errs = append(errs, fmt.Errorf("diagnose.archive.retention must not be negative, got %s", c.Diagnose.Archive.Retention))
 	}
 	if err := c.Diagnose.Validate(); err != nil {
 		errs = append(errs, err)

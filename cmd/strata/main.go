@@ -25,10 +25,14 @@ func main() {
 		runErr = c.backfill.run(promslog.New(c.serve.logConfig))
 	case c.bench.run.FullCommand(), c.bench.compare.FullCommand():
 		runErr = c.bench.exec(cmd, promslog.New(c.serve.logConfig))
-	case c.diagnose.cmd.FullCommand():
+	case c.diagnose.cmd.FullCommand(), c.diagX.list.FullCommand():
 		runErr = c.diagnose.run(promslog.New(c.serve.logConfig), os.Stdout)
 	case c.simulate.cmd.FullCommand():
 		runErr = c.simulate.run(promslog.New(c.serve.logConfig))
+	default:
+		if c.diagX.handles(cmd) {
+			runErr = c.diagX.run(cmd, promslog.New(c.serve.logConfig), os.Stdin, os.Stdout)
+		}
 	}
 	if runErr != nil {
 		fmt.Fprintf(os.Stderr, "strata %s: %v\n", cmd, runErr)
@@ -45,13 +49,15 @@ type cli struct {
 	backfill *backfillCommand
 	bench    *benchCommand
 	diagnose *diagnoseCommand
+	// diagX are diagnose's subcommands: list (the default), bench, archive.
+	diagX *diagnoseExtras
 }
 
 func newCLI() *cli {
 	app := kingpin.New("strata", "Strata: a tiered Prometheus remote-write store and PromQL API for AI inference fleets.")
 	app.Version(version.Print("strata"))
 	app.HelpFlag.Short('h')
-	return &cli{
+	c := &cli{
 		app:      app,
 		serve:    newServeCommand(app),
 		simulate: newSimulateCommand(app),
@@ -59,4 +65,6 @@ func newCLI() *cli {
 		bench:    newBenchCommand(app),
 		diagnose: newDiagnoseCommand(app),
 	}
+	c.diagX = newDiagnoseExtras(c.diagnose)
+	return c
 }
