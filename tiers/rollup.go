@@ -47,6 +47,12 @@ type RollupConfig struct {
 	// On for the minute tier, whose queries read many rows per series; off
 	// for the hour tier, whose files it would grow by ~3.5 %.
 	SeriesRuns bool
+	// ReadOnly opens an existing tier for queries only, beside a running
+	// `strata serve` that writes it: no directory is created, leftover
+	// temporary files (the writer's, in progress) are left alone, and
+	// WritePartition and ApplyRetention fail with ErrReadOnly. The
+	// partitions are those present at open.
+	ReadOnly bool
 }
 
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
@@ -79,6 +85,8 @@ var (
 	// windows in memory than the stitched view allows (20,000,000, see
 	// NewStitched).
 	ErrTooManyWindows = errors.New("query selects too many rollup windows")
+	// ErrReadOnly is returned by the writing methods of a read-only tier.
+	ErrReadOnly = errors.New("rollup tier opened read-only")
 )
 
 const (
@@ -136,8 +144,10 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	if now == nil {
 		now = time.Now
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+	if !cfg.ReadOnly {
+		if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+		}
 	}
 	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg))}
 	entries, err := os.ReadDir(cfg.Dir)
@@ -148,6 +158,9 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 		name := e.Name()
 		path := filepath.Join(cfg.Dir, name)
 		if strings.HasPrefix(name, tempPrefix) {
+			if cfg.ReadOnly {
+				continue
+			}
 			if err := os.Remove(path); err != nil {
 				return nil, fmt.Errorf("remove leftover %s: %w", path, err)
 			}
@@ -216,6 +229,9 @@ func statPartition(path string, start, length int64) (info PartitionInfo, err er
 // partition is left untouched. Series without windows are skipped; an empty
 // partition is still written so that HasPartition reports it done.
 func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error) {
+	if r.cfg.ReadOnly {
+		return ErrReadOnly
+	}
 	defer func() {
 		if err != nil {
 			r.writeErrors.Inc()
@@ -350,6 +366,9 @@ func (r *Rollup) partitionsOverlapping(mint, maxt int64) []PartitionInfo {
 // ApplyRetention deletes whole partition files whose end is older than
 // now-Retention and returns how many it deleted. A zero retention keeps all.
 func (r *Rollup) ApplyRetention() (int, error) {
+	if r.cfg.ReadOnly {
+		return 0, ErrReadOnly
+	}
 	if r.cfg.Retention == 0 {
 		return 0, nil
 	}
