@@ -3,7 +3,6 @@ package remotewrite
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
 	"github.com/VictoriaMetrics/easyproto"
 	"github.com/prometheus/common/model"
@@ -140,19 +139,6 @@ func (d *Decoder) Reset() {
 	d.refs = d.refs[:0]
 	clear(d.rawSeries)
 	d.rawSeries = d.rawSeries[:0]
-}
-
-// retainedBytes is the memory the Decoder keeps between requests.
-func (d *Decoder) retainedBytes() int {
-	return cap(d.req.Series)*int(unsafe.Sizeof(Series{})) +
-		cap(d.req.Metadata)*int(unsafe.Sizeof(FamilyMetadata{})) +
-		cap(d.req.Symbols)*int(unsafe.Sizeof("")) +
-		(cap(d.labels)+cap(d.exLabels))*int(unsafe.Sizeof(Label{})) +
-		cap(d.samples)*int(unsafe.Sizeof(Sample{})) +
-		cap(d.hists)*int(unsafe.Sizeof(Histogram{})) +
-		cap(d.exemplars)*int(unsafe.Sizeof(Exemplar{})) +
-		cap(d.refs)*4 +
-		cap(d.rawSeries)*int(unsafe.Sizeof([]byte(nil)))
 }
 
 func protoErr(what string, err error) error {

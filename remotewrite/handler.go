@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -143,11 +144,7 @@ type Handler struct {
 	inflightBytes atomic.Int64
 	retryAfter    string
 
-	// states keeps the memory of finished requests for the next ones.
-	// Unlike a sync.Pool it survives garbage collections: a collection used
-	// to empty the pool under a large heap, and every request then grew its
-	// decoder's slices and body buffers from nothing again.
-	states chan *requestState
+	pool sync.Pool // *requestState
 
 	m handlerMetrics
 }
@@ -164,42 +161,12 @@ type handlerMetrics struct {
 	inflightBytes prometheus.GaugeFunc
 }
 
-// requestState is the reusable memory of one request: its two body
-// buffers, the decoder and the append scratch space.
+// requestState is the pooled memory of one request: its two body buffers,
+// the decoder and the append scratch space.
 type requestState struct {
 	compressed, decompressed []byte
 	dec                      Decoder
 	ws                       writeState
-}
-
-// At most keptStates request states, each of at most maxKeptStateBytes, are
-// kept between requests: enough for a few senders' requests of a few
-// thousand series (a few MiB each), without holding on to the memory of a
-// rare huge request.
-const (
-	keptStates        = 8
-	maxKeptStateBytes = 16 << 20
-)
-
-func (h *Handler) getState() *requestState {
-	select {
-	case st := <-h.states:
-		return st
-	default:
-		return &requestState{}
-	}
-}
-
-// putState keeps st for a later request unless enough are kept or it is too large.
-func (h *Handler) putState(st *requestState) {
-	st.dec.Reset()
-	if cap(st.compressed)+cap(st.decompressed)+st.dec.retainedBytes() > maxKeptStateBytes {
-		return
-	}
-	select {
-	case h.states <- st:
-	default:
-	}
 }
 
 // NewHandler returns a receiver appending into app (the raw tier: *tiers.Raw
@@ -232,7 +199,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize)
 	}
-	h.states = make(chan *requestState, keptStates)
+	h.pool.New = func() any { return &requestState{} }
 
 	f := promauto.With(reg)
 	h.m = handlerMetrics{
@@ -375,8 +342,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.inflightBytes.Add(-reserve)
 	}()
 
-	bufs := h.getState()
-	defer h.putState(bufs)
+	bufs := h.pool.Get().(*requestState)
+	defer func() {
+		bufs.dec.Reset()
+		h.pool.Put(bufs)
+	}()
 	bufs.compressed, err = readBody(r.Body, bufs.compressed, r.ContentLength, h.cfg.MaxCompressedBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {

@@ -560,37 +560,3 @@ func TestHandlerConcurrent(t *testing.T) {
 		}
 	}
 }
-
-// TestHandlerKeepsRequestState: the memory of a finished request (body
-// buffers, decoder slices) serves the next request even after garbage
-// collections, which used to empty the pool it was kept in; the state of a
-// request larger than maxKeptStateBytes is not kept.
-func TestHandlerKeepsRequestState(t *testing.T) {
-	e := newTestEnv(t, DefaultConfig())
-	body := encodeV1(t, benchRequestV1(100, 1))
-	if w := e.post(body, "", "snappy"); w.Code != http.StatusNoContent {
-		t.Fatalf("status %d: %s", w.Code, w.Body)
-	}
-	if n := len(e.h.states); n != 1 {
-		t.Fatalf("%d request states kept after one request, want 1", n)
-	}
-	st := <-e.h.states
-	if st.dec.retainedBytes() == 0 || cap(st.decompressed) == 0 {
-		t.Fatal("the kept state has no memory to reuse")
-	}
-	e.h.states <- st
-	runtime.GC()
-	runtime.GC()
-	if w := e.post(body, "", "snappy"); w.Code != http.StatusNoContent {
-		t.Fatalf("status %d: %s", w.Code, w.Body)
-	}
-	if got := <-e.h.states; got != st {
-		t.Fatal("the second request did not reuse the first one's state")
-	}
-
-	big := &requestState{decompressed: make([]byte, 0, maxKeptStateBytes+1)}
-	e.h.putState(big)
-	if n := len(e.h.states); n != 0 {
-		t.Fatalf("a state of %d bytes was kept", cap(big.decompressed))
-	}
-}
