@@ -39,6 +39,10 @@ test-short: ## Quick loop: skip crash, soak and long fuzz tests.
 bench: build ## Reference scenario: strata bench against a fresh strata serve (a few minutes); prints the report.
 	./scripts/bench.sh
 
+.PHONY: bench-diagnose
+bench-diagnose: build ## Diagnosis benchmark, both splits, full size (about half an hour on 2 cores); report in diagnose-bench/. SHORT=1 for the CI form.
+	./$(BIN) diagnose bench --split=both --out=diagnose-bench $(if $(SHORT),--short,)
+
 .PHONY: bench-go
 bench-go: ## Run the Go benchmarks of the hot paths.
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

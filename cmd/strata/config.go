@@ -16,6 +16,7 @@ import (
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
 	"github.com/strata-dev/strata/diagnose"
+	"github.com/strata-dev/strata/diagnose/archive"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 )
@@ -34,10 +35,17 @@ type Config struct {
 	Rules       RulesConfig       `yaml:"rules"`
 	SelfScrape  SelfScrapeConfig  `yaml:"self_scrape"`
 	Sources     scrape.Config     `yaml:"sources"`
-	Diagnose    diagnose.Config   `yaml:"diagnose"`
+	Diagnose    DiagnoseSection   `yaml:"diagnose"`
 	// Alerting is Prometheus' `alerting:` section, parsed by Prometheus'
 	// configuration code (see alertingConfig).
 	Alerting yaml.Node `yaml:"alerting"`
+}
+
+// DiagnoseSection is the `diagnose:` section: the engine's configuration
+// and, under `archive:`, the case archive's (docs/configuration.md).
+type DiagnoseSection struct {
+	diagnose.Config `yaml:",inline"`
+	Archive         archive.Config `yaml:"archive"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.
@@ -177,6 +185,9 @@ func (c Config) validate() error {
 	}
 	if _, err := c.canonicalRules(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Diagnose.Archive.Retention < 0 {
+		errs = append(errs, fmt.Errorf("diagnose.archive.retention must not be negative, got %s", c.Diagnose.Archive.Retention))
 	}
 	if err := c.Diagnose.Validate(); err != nil {
 		errs = append(errs, err)

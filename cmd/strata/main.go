@@ -19,6 +19,7 @@ func main() {
 	bf := newBackfillCommand(app)
 	bc := newBenchCommand(app)
 	diag := newDiagnoseCommand(app)
+	diagX := newDiagnoseExtras(diag)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -26,6 +27,10 @@ func main() {
 		os.Exit(2)
 	}
 	var runErr error
+	switch {
+	case diagX.handles(cmd):
+		runErr = diagX.run(cmd, promslog.New(serve.logConfig), os.Stdin, os.Stdout)
+	}
 	switch cmd {
 	case serve.cmd.FullCommand():
 		runErr = serve.run()
@@ -33,7 +38,7 @@ func main() {
 		runErr = bf.run(promslog.New(serve.logConfig))
 	case bc.run.FullCommand(), bc.compare.FullCommand():
 		runErr = bc.exec(cmd, promslog.New(serve.logConfig))
-	case diag.cmd.FullCommand():
+	case diag.cmd.FullCommand(), diagX.list.FullCommand():
 		runErr = diag.run(promslog.New(serve.logConfig), os.Stdout)
 	case simulate.cmd.FullCommand():
 		runErr = simulate.run(promslog.New(serve.logConfig))

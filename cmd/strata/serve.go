@@ -91,6 +91,7 @@ type server struct {
 	rules    *ruleSources   // /api/v1/rules and /api/v1/alerts
 	ams      *alertmanagers // /api/v1/alertmanagers
 	diag     *diagSource    // /api/v1/diagnoses
+	arc      *archiveSource // the case archive, for /api/v1/diagnoses/{id}/feedback
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -123,7 +124,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		versioncollector.NewCollector("strata"),
 	)
-	srv = &server{cfg: cfg, logger: logger, reg: reg, rules: &ruleSources{}, ams: &alertmanagers{}, diag: &diagSource{}}
+	srv = &server{cfg: cfg, logger: logger, reg: reg, rules: &ruleSources{}, ams: &alertmanagers{}, diag: &diagSource{}, arc: &archiveSource{}}
 	// On error the returned srv is nil, so the deferred cleanup closes what
 	// was opened through its own reference.
 	opened := srv
@@ -181,6 +182,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.api.Close)
+	if cfg.Diagnose.Enabled {
+		if _, err := srv.openArchive(logger.With("component", "diagnose")); err != nil {
+			return nil, err
+		}
+	}
 	return srv, nil
 }
 
@@ -192,6 +198,7 @@ func (s *server) handler() http.Handler {
 	diag := diagnose.NewHandler(s.diag, time.Now)
 	mux.Handle("GET /api/v1/diagnoses", diag)
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)
+	mux.Handle("POST /api/v1/diagnoses/{id}/feedback", s.arc)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
