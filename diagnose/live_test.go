@@ -231,3 +231,52 @@ func TestReplayFastPathEqualsInstant(t *testing.T) {
 		t.Fatalf("nothing diagnosed: %s", instant)
 	}
 }
+
+// TestReplayStartDoesNotMatter: replays that start at different minutes
+// (neither on an hour) give the same diagnoses once warmed up: every
+// baseline is read back from the minute tier before the first minute, so
+// it does not depend on where the run started.
+func TestReplayStartDoesNotMatter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays four hours twice")
+	}
+	at := 3*time.Hour + 12*time.Minute
+	scfg := smallCluster(
+		sim.FaultSpec{Kind: sim.KindUnderBatched, Node: 0, GPU: gpu(1), At: at, Duration: 20 * time.Minute},
+		sim.FaultSpec{Kind: sim.KindPowerCap, Node: 0, GPU: gpu(3), At: at + 5*time.Minute, Duration: 20 * time.Minute},
+	)
+	end := simStart.Add(4 * time.Hour)
+	minute := simHistory(t, scfg, end)
+	early, late := simStart.Add(2*time.Hour+7*time.Minute), simStart.Add(2*time.Hour+53*time.Minute)
+	a, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, early, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, late, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aIn []Diagnosis
+	for _, d := range a {
+		if d.Overlaps(late, end) {
+			aIn = append(aIn, d)
+		}
+	}
+	ja, _ := json.MarshalIndent(aIn, "", " ")
+	jb, _ := json.MarshalIndent(b, "", " ")
+	if string(ja) != string(jb) {
+		t.Fatalf("replays from %s and %s differ:\n%s\n%s", early.Format("15:04"), late.Format("15:04"), ja, jb)
+	}
+	if len(b) < 2 {
+		t.Fatalf("expected both faults diagnosed:%s", describe(b))
+	}
+	withBaseline := false
+	for _, d := range b {
+		for _, ev := range d.Evidence {
+			withBaseline = withBaseline || ev.Baseline != nil
+		}
+	}
+	if !withBaseline {
+		t.Fatal("no evidence carries a baseline")
+	}
+}
