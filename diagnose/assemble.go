@@ -566,14 +566,16 @@ func beyond(op string, v, th float64) bool {
 //	beyond_i   = past its threshold, or at least k robust sigma from its
 //	             baseline in the direction of its op
 //	strength_i = the larger of the relative excess over the threshold
-//	             (|v−t|/|t|, capped at 1) and (dev−k)/(2k) capped at 1 for
-//	             a deviation dev ≥ k sigma; 0 when not beyond
+//	             (|v−t|/|t|, capped at 1; 1 past a zero threshold) and
+//	             (dev−k)/(2k) capped at 1 for a deviation dev ≥ k sigma;
+//	             0 when not beyond
 //	raw        = 0.45 + 0.3·agree + 0.25·strength_primary
 //	             (agree: share of items beyond; primary: the first item)
 //	× quality  0.7 when the root's SM activity comes from GPU_UTIL
 //	           (strata_source="gpu_util"); the primary item's baseline
 //	           source: 1 hour of week, 0.95 same hour of recent days, 0.9
 //	           last hours or replicas, 0.9 no baseline in seasonal mode
+//	           unless the item is past its static threshold (1)
 //	× margin   1 − 0.15 per other unexplained firing cause on the same
 //	           entity (at least 0.4)
 //
@@ -610,26 +612,16 @@ func (in *incidents) score(inc *incident, root *alertInfo, members, all []*alert
 			continue
 		}
 		n++
-		past, st := false, 0.0
-		if sp.Threshold != nil && beyond(sp.Op, peak, *sp.Threshold) {
-			past = true
-			if th := *sp.Threshold; th != 0 {
-				st = math.Min(1, math.Abs(peak-th)/math.Abs(th))
-			}
-		}
-		if b.ok && sp.Op != "" {
-			if dev := b.deviation(sp.Op, peak); dev >= k {
-				past = true
-				st = math.Max(st, math.Min(1, (dev-k)/(2*k)))
-			}
-		}
+		past, static, st := itemStrength(sp, peak, b, k)
 		if past {
 			agree++
 		}
 		if primary {
 			primary = false
 			strength = st
-			if in.e.base != nil {
+			// A young baseline weighs on evidence that rests on it, not
+			// on a physical limit already passed.
+			if in.e.base != nil && (b.ok || !static) {
 				quality = sourceQuality(b)
 			}
 		}
@@ -675,6 +667,26 @@ func (in *incidents) score(inc *incident, root *alertInfo, members, all []*alert
 		return strings.Compare(a.Cause, b.Cause)
 	})
 	return conf, cands
+}
+
+// itemStrength says whether an evidence item's peak is past its static
+// threshold (static) or at least k sigma from its baseline in the
+// direction of its op (past: either), and how strongly (score).
+func itemStrength(sp evidenceSpec, peak float64, b evidenceBase, k float64) (past, static bool, st float64) {
+	if sp.Threshold != nil && beyond(sp.Op, peak, *sp.Threshold) {
+		past, static = true, true
+		st = 1 // past a zero threshold: an event (an XID), all or nothing
+		if th := *sp.Threshold; th != 0 {
+			st = math.Min(1, math.Abs(peak-th)/math.Abs(th))
+		}
+	}
+	if b.ok && sp.Op != "" {
+		if dev := b.deviation(sp.Op, peak); dev >= k {
+			past = true
+			st = math.Max(st, math.Min(1, (dev-k)/(2*k)))
+		}
+	}
+	return past, static, st
 }
 
 // sourceQuality is how much a baseline of this source is trusted (score).

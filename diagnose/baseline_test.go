@@ -234,3 +234,37 @@ func TestBaselineConfigValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestEvidenceStrength(t *testing.T) {
+	th := func(v float64) *float64 { return &v }
+	base := evidenceBase{med: 0.7, sig: 0.05, src: sourceHourOfWeek, ok: true}
+	for _, c := range []struct {
+		name         string
+		sp           evidenceSpec
+		peak         float64
+		b            evidenceBase
+		past, static bool
+		st           float64
+	}{
+		{"an XID past a zero threshold is an event", evidenceSpec{Op: ">", Threshold: th(0)}, 79, evidenceBase{}, true, true, 1},
+		{"half past a threshold", evidenceSpec{Op: ">", Threshold: th(100)}, 150, evidenceBase{}, true, true, 0.5},
+		{"not past", evidenceSpec{Op: ">", Threshold: th(100)}, 90, evidenceBase{}, false, false, 0},
+		// 0.7 -> 0.25 is 9 sigma down: (9-3)/6 = 1.
+		{"far below its baseline", evidenceSpec{Op: "<"}, 0.25, base, true, false, 1},
+		// 0.7 -> 0.5 is 4 sigma down: (4-3)/6.
+		{"just beyond k sigma", evidenceSpec{Op: "<"}, 0.5, base, true, false, 1.0 / 6},
+		{"within k sigma", evidenceSpec{Op: "<"}, 0.6, base, false, false, 0},
+		{"beyond k sigma the wrong way", evidenceSpec{Op: ">"}, 0.25, base, false, false, 0},
+	} {
+		past, static, st := itemStrength(c.sp, c.peak, c.b, 3)
+		if past != c.past || static != c.static || math.Abs(st-c.st) > 1e-9 {
+			t.Errorf("%s: past %v static %v strength %.3f, want %v %v %.3f", c.name, past, static, st, c.past, c.static, c.st)
+		}
+	}
+	if sourceQuality(base) != 1 || sourceQuality(evidenceBase{ok: true, src: sourceReplicas}) >= 1 || sourceQuality(evidenceBase{}) >= 1 {
+		t.Error("a young or missing baseline is trusted as much as weeks of history")
+	}
+	if calibrate(0.5) != 0.5 || calibrate(2) != 1 || calibrate(-1) != 0 {
+		t.Error("calibration is not the clamped identity")
+	}
+}
