@@ -155,3 +155,15 @@ func benchReplay(b *testing.B, minute *tiers.Rollup, cfg Config, from, to time.T
 		b.ReportMetric(to.Sub(from).Minutes(), "minutes")
 	}
 }
+
+// BenchmarkReplayLastHour replays the last hour of a day of the 4x8
+// cluster: with baselines, the day before it is read back first (the cost
+// of a short `strata diagnose --from=-1h` over a store with history).
+func BenchmarkReplayLastHour(b *testing.B) {
+	minute := benchData(b, 1)
+	to := simStart.Add(24*time.Hour - time.Minute)
+	from := to.Add(-time.Hour)
+	for _, mode := range []string{BaselineStatic, BaselineSeasonal} {
+		b.Run("mode="+mode, func(b *testing.B) { benchReplay(b, minute, modeConfig(mode), from, to) })
+	}
+}

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -189,6 +190,22 @@ func TestLiveEqualsReplay(t *testing.T) {
 	}
 	if liveIn[0].Cause != string(sim.KindKVCacheStorm) {
 		t.Errorf("diagnosed %s", liveIn[0].Cause)
+	}
+	// The baselines were written back to the raw tier.
+	q, err := lp.raw.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, name := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries, BaselineKSeries} {
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, name))
+		n := 0
+		for ss.Next() {
+			n++
+		}
+		if n == 0 || ss.Err() != nil {
+			t.Errorf("%d %s series written back (%v)", n, name, ss.Err())
+		}
 	}
 }
 
