@@ -35,9 +35,9 @@ Injected fault (ground truth, $data/ground-truth.jsonl):
 $(cat "$data/ground-truth.jsonl")
 
 Try, while the simulated cluster keeps pushing:
-  curl -s 'http://127.0.0.1:$port/api/v1/query?query=max%20by%20(pod)(max_over_time(vllm:kv_cache_usage_perc[1h]))'
-  curl -s 'http://127.0.0.1:$port/api/v1/query?query=strata:ttft_seconds:p99'
-  curl -s 'http://127.0.0.1:$port/api/v1/query?query=sum%20by%20(component)(strata:latency_seconds:component)'
+  curl -sG http://127.0.0.1:$port/api/v1/query --data-urlencode 'query=max by (pod) (max_over_time(vllm:kv_cache_usage_perc[1h]))'
+  curl -sG http://127.0.0.1:$port/api/v1/query --data-urlencode 'query=strata:ttft_seconds:p99'
+  curl -sG http://127.0.0.1:$port/api/v1/query --data-urlencode 'query=sum by (component) (strata:latency_seconds:component)'
 Grafana: add a Prometheus data source http://127.0.0.1:$port and import dashboards/*.json.
 Stopping in $duration, or press Ctrl-C.
 MSG

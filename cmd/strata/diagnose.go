@@ -162,8 +162,7 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		}
 	}
 	eng, err := diagnose.New(s.cfg.Diagnose.Config, diagnose.Options{
-		Archive: s.arc.archive(),
-		Minute:  s.minute, Open: s.rollup, Signals: signals,
+		Minute: s.minute, Open: s.rollup, Signals: signals, Archive: s.arc.archive(),
 		WriteBack: s.rawApp, WriteBackDelay: time.Duration(s.cfg.Storage.OutOfOrderWindow) + time.Minute,
 		Sinks: sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
 		Logger: logger, Registerer: s.reg,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -184,7 +185,7 @@ func confusionPlot(s SplitReport) *plot.Plot {
 			poly.LineStyle.Color = color.Gray{Y: 200}
 			p.Add(poly)
 			if n > 0 {
-				l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: float64(j), Y: y}}, Labels: []string{fmt.Sprint(n)}})
+				l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: float64(j), Y: y}}, Labels: []string{strconv.Itoa(n)}})
 				if err == nil {
 					l.Offset.X = -vg.Points(3)
 					l.Offset.Y = -vg.Points(4)

@@ -36,6 +36,10 @@ type Options struct {
 	// MaxHistory, when positive, shortens every scenario's history to at
 	// most this (a quick run; the report says so). Zero keeps the splits'.
 	MaxHistory time.Duration
+	// PriorArchive is the case archive of an earlier tuning run (its
+	// data directory's diagnoses.db, with the simulated verdicts): the
+	// held-out split is reranked by it as when both splits run at once.
+	PriorArchive string
 	// Engine is the diagnosis engine's configuration (zero:
 	// diagnose.DefaultConfig()).
 	Engine *diagnose.Config
@@ -148,6 +152,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	start, cpu0 := time.Now(), cpuSeconds()
 	var prior *archive.Archive
+	if o.PriorArchive != "" {
+		var err error
+		if prior, err = archive.Open(o.PriorArchive, archive.Config{}, archive.Options{ReadOnly: true, Logger: o.Logger}); err != nil {
+			return nil, fmt.Errorf("prior archive: %w", err)
+		}
+	}
 	for _, name := range o.Splits {
 		s, err := LoadSplit(name)
 		if err != nil {
