@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -208,7 +209,7 @@ func readSetExprs(exprs []parser.Expr, recorded map[string]bool) *labels.Matcher
 			}
 			named := false
 			for _, m := range vs.LabelMatchers {
-				if m.Name != labels.MetricName {
+				if m.Name != model.MetricNameLabel {
 					continue
 				}
 				switch m.Type {
@@ -234,7 +235,7 @@ func readSetExprs(exprs []parser.Expr, recorded map[string]bool) *labels.Matcher
 		return nil
 	}
 	slices.Sort(alts)
-	m, err := labels.NewMatcher(labels.MatchRegexp, labels.MetricName, strings.Join(alts, "|"))
+	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
 	if err != nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
@@ -198,7 +199,7 @@ func TestLiveEqualsReplay(t *testing.T) {
 	}
 	defer q.Close()
 	for _, name := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries, BaselineKSeries} {
-		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, name))
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, name))
 		n := 0
 		for ss.Next() {
 			n++
