@@ -145,6 +145,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
+	// The open hours' minute windows wait in files (the page cache), not
+	// the heap: docs/rollups.md, "Memory".
+	dsCfg.SpillDir = filepath.Join(cfg.Storage.Path, "rollup-spill")
 	if dsCfg.KindOf, err = rollupTyping(); err != nil {
 		return nil, err
 	}
