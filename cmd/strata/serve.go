@@ -165,7 +165,8 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.closer = append(srv.closer, srv.meta.Save)
+	srv.meta.RegisterMetrics(reg)
+	srv.closer = append(srv.closer, srv.meta.Close)
 	srv.write, err = remotewrite.NewHandler(cfg.remoteWrite(), srv.rawApp, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
 	if err != nil {
 		return nil, err
@@ -307,8 +308,9 @@ func (s *server) startBackground(ctx context.Context, addr string) error {
 	return s.startScraper(ctx, addr)
 }
 
-// saveMetadataEvery persists the remote-write metadata periodically, so that a
-// crash loses at most one period of metadata changes (Close saves it too).
+// saveMetadataEvery folds the remote-write metadata's change log into its
+// snapshot periodically (Close does too). Acknowledged metadata is durable
+// without it: the handler logs it before the 2xx.
 func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
