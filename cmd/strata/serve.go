@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ type serveCommand struct {
 	configFile string
 	logConfig  *promslog.Config
 	flags      *overrides
+	memory     memoryPolicy
 }
 
 func newServeCommand(app *kingpin.Application) *serveCommand {
@@ -47,6 +49,12 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		logConfig: &promslog.Config{},
 	}
 	s.cmd.Flag("config.file", "Strata configuration file, read over the embedded default (see docs/configuration.md).").StringVar(&s.configFile)
+	s.cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
+		Default(strconv.Itoa(defaultGOGC)).IntVar(&s.memory.gogc)
+	s.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment.").
+		Default("true").BoolVar(&s.memory.autoLimit)
+	s.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
+		Default("0.9").Float64Var(&s.memory.ratio)
 	o := &overrides{cmd: s.cmd}
 	s.flags = o
 	o.string("storage.path", "Directory holding every tier. (default: data)",
@@ -105,6 +113,9 @@ func (s *serveCommand) run() error {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	logger := promslog.New(s.logConfig)
+	if err := s.memory.apply(memorySources{root: "/"}, logger); err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
