@@ -17,7 +17,8 @@
 # accepts; 1s or 15s: paced, every series one sample per interval in real
 # time), BENCH_SERIES (10000), BENCH_DURATION (60s), BENCH_REPEATS (3),
 # BENCH_PROTOCOL (v1), BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5),
-# BENCH_SKIP_QUERIES (set: no dashboard queries), BENCH_ROUNDS (compare: 1;
+# BENCH_TIMESTAMPS (wallclock or interval), BENCH_BACKFILL (0s; only with
+# interval), BENCH_SKIP_QUERIES (set: no dashboard queries), BENCH_ROUNDS (compare: 1;
 # more alternate the targets again), BENCH_PORT (19299), PROMETHEUS_BIN (where
 # the Prometheus binary is built or found; default
 # /tmp/strata-bench-prometheus), VM_BIN (a victoria-metrics binary, e.g. from
@@ -81,17 +82,10 @@ strata)
 prometheus)
 	bin=${PROMETHEUS_BIN:-/tmp/strata-bench-prometheus}
 	if [[ ! -x "$bin" ]]; then
-		# A throwaway module: building cmd/prometheus inside Strata's module
-		# would add its service-discovery dependencies to our go.mod.
-		# v0.316.0 needs no replace directive (v0.314.0 did: its go.mod
-		# replaces cloud.google.com/go, which `go install` refuses). The web
-		# UI is not embedded without -tags builtinassets; the API works.
-		promver=$(cd "$repo" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
-		mod="$work/prombuild"
-		mkdir -p "$mod"
-		printf 'module prombuild\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus %s\n' "$promver" >"$mod/go.mod"
-		(cd "$mod" && GOFLAGS=-mod=mod go get "github.com/prometheus/prometheus/cmd/prometheus@$promver" &&
-			GOFLAGS=-mod=mod go build -o "$bin" github.com/prometheus/prometheus/cmd/prometheus)
+		# go.mod lists cmd/prometheus as a tool, so it builds at the version
+		# Strata depends on. Without -tags builtinassets the web UI is not
+		# embedded; the API works.
+		(cd "$repo" && go build -o "$bin" github.com/prometheus/prometheus/cmd/prometheus)
 	fi
 	printf 'global: {}\n' >"$work/prometheus.yml"
 	"$bin" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/db" \
@@ -154,6 +148,7 @@ mkdir -p "$out"
 	--name="$target" --out="$out" --cpu-profile="$out/cpu.pprof" --heap-profile="$out/heap.pprof" \
 	--series="${BENCH_SERIES:-10000}" --duration="${BENCH_DURATION:-60s}" --repeats="${BENCH_REPEATS:-3}" \
 	--protocol="${BENCH_PROTOCOL:-v1}" --concurrency="${BENCH_CONCURRENCY:-4}" \
+	--timestamps="${BENCH_TIMESTAMPS:-wallclock}" --backfill="${BENCH_BACKFILL:-0s}" \
 	--query-repeats="${BENCH_QUERY_REPEATS:-5}" >"$out/bench.log" 2>&1 || {
 	cat "$out/bench.log" >&2
 	exit 1
