@@ -78,7 +78,10 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 			pages = *p
 		}
 		if int(s>>slotPageBits) == len(pages) {
-			grown := append(pages[:len(pages):len(pages)], new(slotPage))
+			// A new slice: readers holding the old one keep a valid view.
+			grown := make([]*slotPage, len(pages)+1)
+			copy(grown, pages)
+			grown[len(pages)] = new(slotPage)
 			t.pages.Store(&grown)
 		}
 	}

@@ -62,7 +62,6 @@ type teeState struct {
 	// order: the tick moves them to the spill.
 	pending []spillEntry
 	dirty   []uint32 // slots with minutes to recompute from raw
-	forgot  int      // series forgotten, for the metric
 	batches sync.Pool
 }
 
@@ -317,5 +316,3 @@ func (p *Pipeline) markDirty(s uint32, st *seriesState, from, to int64) {
 		p.tap.dirty = append(p.tap.dirty, s)
 	}
 }
-
-func isStale(v float64) bool { return value.IsStaleNaN(v) }
