@@ -17,9 +17,8 @@
 # accepts; 1s or 15s: paced, every series one sample per interval in real
 # time), BENCH_SERIES (10000), BENCH_DURATION (60s), BENCH_REPEATS (3),
 # BENCH_PROTOCOL (v1), BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5),
-# BENCH_SKIP_QUERIES (set: no dashboard queries), BENCH_TIMESTAMPS (wallclock
-# or interval, for an unpaced run) and BENCH_BACKFILL (0s; only with
-# interval), BENCH_ROUNDS (compare: 1;
+# BENCH_TIMESTAMPS (wallclock or interval), BENCH_BACKFILL (0s; only with
+# interval), BENCH_SKIP_QUERIES (set: no dashboard queries), BENCH_ROUNDS (compare: 1;
 # more alternate the targets again), BENCH_PORT (19299), PROMETHEUS_BIN (where
 # the Prometheus binary is built or found; default
 # /tmp/strata-bench-prometheus), VM_BIN (a victoria-metrics binary, e.g. from
@@ -143,19 +142,14 @@ fi
 if [[ -n "${BENCH_SKIP_QUERIES:-}" ]]; then
 	args+=(--skip-queries)
 fi
-if [[ -n "${BENCH_TIMESTAMPS:-}" ]]; then
-	args+=(--timestamps="$BENCH_TIMESTAMPS")
-fi
-if [[ -n "${BENCH_BACKFILL:-}" ]]; then
-	args+=(--backfill="$BENCH_BACKFILL")
-fi
 
 mkdir -p "$out"
 "$STRATA_BIN" bench run --url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" "${dirs[@]}" "${args[@]}" \
 	--name="$target" --out="$out" --cpu-profile="$out/cpu.pprof" --heap-profile="$out/heap.pprof" \
 	--series="${BENCH_SERIES:-10000}" --duration="${BENCH_DURATION:-60s}" --repeats="${BENCH_REPEATS:-3}" \
 	--protocol="${BENCH_PROTOCOL:-v1}" --concurrency="${BENCH_CONCURRENCY:-4}" \
-	--query-repeats="${BENCH_QUERY_REPEATS:-5}" --log.level=warn >"$out/bench.log" 2>&1 || {
+	--timestamps="${BENCH_TIMESTAMPS:-wallclock}" --backfill="${BENCH_BACKFILL:-0s}" \
+	--query-repeats="${BENCH_QUERY_REPEATS:-5}" >"$out/bench.log" 2>&1 || {
 	cat "$out/bench.log" >&2
 	exit 1
 }
