@@ -3,15 +3,15 @@ package remotewrite
 import (
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 )
 
 // seriesCache maps the label set of a series seen before to its stable
 // labels.Labels and TSDB series reference, so a known series costs a hash of
-// its label views and a map lookup instead of building a label set (an
-// allocation per series per request) and hashing it again inside the TSDB.
+// its labels and a map lookup, is appended by reference (the TSDB does not
+// hash its labels again), and needs no label set of its own (an allocation
+// per series per request).
 //
 // A reference can go stale when the TSDB drops the series from its head; the
 // head then falls back to the label set we pass along, which is why the cache
@@ -47,8 +47,8 @@ func newSeriesCache(size int) *seriesCache {
 
 func (c *seriesCache) shard(hash uint64) *cacheShard { return &c.shards[hash%cacheShards] }
 
-// get returns the entry for views if it is cached; views must be sorted.
-func (c *seriesCache) get(hash uint64, views []Label) (cacheEntry, bool) {
+// get returns the entry cached for the label set ls with hash ls.Hash().
+func (c *seriesCache) get(hash uint64, ls labels.Labels) (cacheEntry, bool) {
 	sh := c.shard(hash)
 	sh.mu.Lock()
 	e, ok := sh.cur[hash]
@@ -58,7 +58,9 @@ func (c *seriesCache) get(hash uint64, views []Label) (cacheEntry, bool) {
 		}
 	}
 	sh.mu.Unlock()
-	if !ok || !sameLabels(e.lset, views) {
+	// Equal guards against hash collisions; with the default label
+	// implementation it is one comparison of two flat strings.
+	if !ok || !labels.Equal(e.lset, ls) {
 		return cacheEntry{}, false
 	}
 	return e, true
@@ -78,76 +80,42 @@ func (sh *cacheShard) putLocked(hash uint64, e cacheEntry) {
 	sh.cur[hash] = e
 }
 
-// hashLabels hashes sorted label views, skipping empty values as the label
-// set built from them does. It does not allocate.
-func hashLabels(views []Label) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	sep := []byte{0xff}
-	for _, l := range views {
-		if l.Value == "" {
-			continue
-		}
-		_, _ = d.WriteString(l.Name)
-		_, _ = d.Write(sep)
-		_, _ = d.WriteString(l.Value)
-		_, _ = d.Write(sep)
-	}
-	return d.Sum64()
-}
-
-// sameLabels compares a label set with sorted views (empty values skipped),
-// guarding the cache against hash collisions.
-func sameLabels(lset labels.Labels, views []Label) bool {
-	i := 0
-	same := true
-	lset.Range(func(l labels.Label) {
-		if !same {
-			return
-		}
-		for i < len(views) && views[i].Value == "" {
-			i++
-		}
-		if i >= len(views) || views[i].Name != l.Name || views[i].Value != l.Value {
-			same = false
-			return
-		}
-		i++
-	})
-	for i < len(views) && views[i].Value == "" {
-		i++
-	}
-	return same && i == len(views)
-}
-
-// seriesLabels returns the label set and known reference of a validated,
-// sorted series: from the cache when possible, else built (copied out of the
-// request buffer) with ref 0.
-func (h *Handler) seriesLabels(views []Label, sb *labels.ScratchBuilder) (ls labels.Labels, ref storage.SeriesRef, hash uint64, cached bool) {
-	if h.cache != nil {
-		hash = hashLabels(views)
-		if e, ok := h.cache.get(hash, views); ok {
-			return e.lset, e.ref, hash, true
-		}
-	}
-	sb.Reset()
+// seriesLabels returns the label set, its hash and the known reference of a
+// sorted series: from the cache when possible (cached is then true), else a
+// copy out of the request buffer with ref 0.
+//
+// The label set is first encoded into st's reusable buffer (no allocation),
+// hashed in one pass over that flat encoding and compared with the cached
+// one in one more: the per-label hashing and comparison this replaces cost
+// more than the TSDB's own append. Only a series the cache does not know is
+// copied, because the TSDB and the tee keep its labels.
+func (h *Handler) seriesLabels(views []Label, st *writeState) (ls labels.Labels, ref storage.SeriesRef, hash uint64, cached bool) {
+	st.sb.Reset()
 	for _, l := range views {
 		if l.Value != "" {
-			sb.Add(l.Name, l.Value)
+			st.sb.Add(l.Name, l.Value)
 		}
 	}
-	return sb.Labels(), 0, hash, false
+	st.sb.Overwrite(&st.key)
+	if h.cache == nil {
+		return st.key.Copy(), 0, 0, false
+	}
+	hash = st.key.Hash()
+	if e, ok := h.cache.get(hash, st.key); ok {
+		return e.lset, e.ref, hash, true
+	}
+	return st.key.Copy(), 0, hash, false
 }
 
 // stableLabels returns the head's own copy of a series' labels when the
 // appender can tell it, so the cache shares memory with the TSDB instead of
 // holding a second copy of every label set.
-func (h *Handler) stableLabels(app storage.AppenderV2, ls labels.Labels, ref storage.SeriesRef) labels.Labels {
+func (h *Handler) stableLabels(app storage.AppenderV2, ls labels.Labels, hash uint64, ref storage.SeriesRef) labels.Labels {
 	g, ok := app.(storage.GetRef)
 	if !ok {
 		return ls
 	}
-	if r, hl := g.GetRef(ls, ls.Hash()); r == ref && !hl.IsEmpty() {
+	if r, hl := g.GetRef(ls, hash); r == ref && !hl.IsEmpty() {
 		return hl
 	}
 	return ls

@@ -64,6 +64,7 @@ func (r *writeResult) message(maxBytes int) string {
 // decoder so the steady state reuses it.
 type writeState struct {
 	sb        labels.ScratchBuilder
+	key       labels.Labels // a series' labels in sb's reusable buffer, see seriesLabels
 	exemplars []exemplar.Exemplar
 	res       writeResult
 }
@@ -170,10 +171,12 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int,
 	// A label set found in the series cache was validated when it entered the
 	// cache (only appended series are cached, and the limits never change), so
 	// only new series pay for validation, UTF-8 checks included.
-	ls, ref, hash, cached := h.seriesLabels(s.Labels, &st.sb)
+	ls, ref, hash, cached := h.seriesLabels(s.Labels, st)
 	var name string
 	if cached {
-		name = ls.Get(model.MetricNameLabel)
+		if !s.Metadata.IsEmpty() {
+			name = ls.Get(model.MetricNameLabel)
+		}
 	} else {
 		var c labelChecker
 		for _, l := range s.Labels {
@@ -246,7 +249,7 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int,
 		}
 	}
 	if h.cache != nil && ref != 0 && (!cached || ref != cachedRef) {
-		h.cache.put(hash, h.stableLabels(app, ls, ref), ref)
+		h.cache.put(hash, h.stableLabels(app, ls, hash, ref), ref)
 	}
 	if len(s.Exemplars) > 0 {
 		h.appendExemplars(app, ver, ref, ls, s, st)

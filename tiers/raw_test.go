@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -81,4 +82,51 @@ func TestRawBounds(t *testing.T) {
 		t.Fatalf("the head holds %d series after a restart without WAL", n)
 	}
 	check("block only", raw)
+}
+
+// TestRawWALCompression: the default configuration compresses the WAL, as
+// Prometheus does by default; the same appends take far fewer WAL bytes than
+// with WALCompression off.
+func TestRawWALCompression(t *testing.T) {
+	walBytes := func(compress bool) int64 {
+		dir := t.TempDir()
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.WALCompression = compress
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ts := testT0; ts < testT0+20_000; ts += 1_000 {
+			app := raw.Appender(context.Background())
+			for i := range 500 {
+				ls := labels.FromStrings("__name__", "DCGM_FI_DEV_GPU_TEMP", "Hostname", "node-0042.cluster.example",
+					"gpu", strconv.Itoa(i%8), "pod", "vllm-engine-"+strconv.Itoa(i/8))
+				if _, err := app.Append(0, ls, ts, float64(40+i%7)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := app.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := raw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		entries, err := os.ReadDir(filepath.Join(dir, "wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+				n += info.Size()
+			}
+		}
+		return n
+	}
+	on, off := walBytes(true), walBytes(false)
+	if on*10 > off*8 {
+		t.Fatalf("WAL with the default (compressed) configuration: %d bytes, uncompressed %d: want at most 80%%", on, off)
+	}
+	t.Logf("WAL bytes: %d compressed, %d uncompressed", on, off)
 }

@@ -158,10 +158,13 @@ func rateLike(f string) bool {
 // raw serves [rawStart, ∞), minute [oldest minute partition, rawStart) and
 // hour the rest; with a coarse enough step the coarser tier extends up to the
 // end of its newest partition and the finer tier serves only what follows.
+// A rollup tier's segment is left out when that tier holds no partition in
+// it, so a range the raw tier covers (a fresh store, or a dashboard over the
+// last hours) plans raw alone and never opens a rollup.
 func (s *Stitched) plan(mint, maxt int64, h *storage.SelectHints) []segment {
 	rawLo := s.rawStart()
 	mLo, mHi, mOK := tierBounds(s.minute)
-	_, hHi, hOK := tierBounds(s.hour)
+	hLo, hHi, hOK := tierBounds(s.hour)
 	maxRes := maxResolution(h)
 	rawFrom := rawLo
 	if mOK && maxRes >= tierRes(s.minute, time.Minute) && mHi > rawFrom {
@@ -178,9 +181,23 @@ func (s *Stitched) plan(mint, maxt int64, h *storage.SelectHints) []segment {
 	var out []segment
 	for _, sg := range all {
 		lo, hi := max(sg.lo, mint), min(sg.hi, satAdd(maxt, 1))
-		if lo < hi {
-			out = append(out, segment{sg.tier, lo, hi})
+		if lo >= hi {
+			continue
 		}
+		// Rollup bounds are partition starts and ends: a segment that ends
+		// before the first partition starts or starts at or after the last
+		// one ends holds no window.
+		switch sg.tier {
+		case TierMinute:
+			if !mOK || hi <= mLo || lo >= mHi {
+				continue
+			}
+		case TierHour:
+			if !hOK || hi <= hLo || lo >= hHi {
+				continue
+			}
+		}
+		out = append(out, segment{sg.tier, lo, hi})
 	}
 	return out
 }
@@ -198,14 +215,23 @@ type stitchedQuerier struct {
 	rawQs      []storage.Querier
 }
 
-// Select implements storage.Querier. Series are always returned sorted.
-func (q *stitchedQuerier) Select(ctx context.Context, _ bool, hints *storage.SelectHints, matchers ...*labels.Matcher) storage.SeriesSet {
+// Select implements storage.Querier. Series are returned sorted when the
+// range spans tiers or sortSeries is set.
+//
+// A range the raw tier alone serves is answered by the raw tier's own
+// querier, series and iterators as they are: it costs what the same query
+// costs Prometheus, and carries no tier annotation.
+func (q *stitchedQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, matchers ...*labels.Matcher) storage.SeriesSet {
 	mint, maxt := q.mint, q.maxt
 	if hints != nil {
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
 	}
 	if mint > maxt {
 		return storage.EmptySeriesSet()
+	}
+	segs := q.s.plan(mint, maxt, hints)
+	if len(segs) == 1 && segs[0].tier == TierRaw {
+		return q.selectRawOnly(ctx, sortSeries, segs[0], hints, matchers)
 	}
 	fn := ""
 	if hints != nil {
@@ -215,7 +241,7 @@ func (q *stitchedQuerier) Select(ctx context.Context, _ bool, hints *storage.Sel
 	var annots annotations.Annotations
 	var lists [][]*stitchedSeries
 	var served []string
-	for _, sg := range q.s.plan(mint, maxt, hints) {
+	for _, sg := range segs {
 		var list []*stitchedSeries
 		var err error
 		switch sg.tier {
@@ -234,13 +260,30 @@ func (q *stitchedQuerier) Select(ctx context.Context, _ bool, hints *storage.Sel
 			lists = append(lists, list)
 		}
 	}
-	if len(served) > 0 {
+	// Only an answer a rollup tier took part in says which tiers served it:
+	// raw data alone is what Prometheus would answer, without a note.
+	if len(served) > 1 || len(served) == 1 && served[0] != TierRaw {
 		annots.Add(fmt.Errorf("%w: strata: served by tiers %s", annotations.PromQLInfo, strings.Join(served, ",")))
-		if (mode == modeAvg) && (len(served) > 1 || served[0] != TierRaw) {
+		if mode == modeAvg {
 			annots.Add(fmt.Errorf("%w: strata: %s over rollup tiers is computed from per-window averages and is approximate", annotations.PromQLInfo, fn))
 		}
 	}
 	return &stitchedSet{series: mergeSorted(lists), annots: annots}
+}
+
+// selectRawOnly answers a select whose range only the raw tier serves.
+func (q *stitchedQuerier) selectRawOnly(ctx context.Context, sortSeries bool, sg segment, hints *storage.SelectHints, ms []*labels.Matcher) storage.SeriesSet {
+	rq, err := q.s.raw.Querier(sg.lo, sg.hi-1)
+	if err != nil {
+		return storage.ErrSeriesSet(fmt.Errorf("query raw tier: %w", err))
+	}
+	q.rawQs = append(q.rawQs, rq)
+	var h storage.SelectHints
+	if hints != nil {
+		h = *hints
+	}
+	h.Start, h.End = sg.lo, sg.hi-1
+	return rq.Select(ctx, sortSeries, &h, ms...)
 }
 
 // selectRaw returns the raw tier's series in the segment.

@@ -431,7 +431,12 @@ func TestStitchedMatchesRaw(t *testing.T) {
 				want, _ := f.rangeQuery(t, f.ref, rawQ, rg.start, rg.end, rg.step)
 				worst := compare(t, got, want, tol)
 				t.Logf("worst relative error %.4g", worst)
-				if !slices.ContainsFunc(infos, func(s string) bool { return strings.Contains(s, "served by tiers "+rg.tier) }) {
+				named := slices.ContainsFunc(infos, func(s string) bool { return strings.Contains(s, "served by tiers") })
+				switch {
+				case rg.tier == "raw" && named:
+					// Raw data alone is what Prometheus answers, without a note.
+					t.Errorf("infos %q name tiers for a range the raw tier alone served", infos)
+				case rg.tier != "raw" && !slices.ContainsFunc(infos, func(s string) bool { return strings.Contains(s, "served by tiers "+rg.tier) }):
 					t.Errorf("infos %q do not name tier %s", infos, rg.tier)
 				}
 			})
@@ -697,5 +702,36 @@ func TestStitchedSelectAllTime(t *testing.T) {
 	}
 	if series == 0 || fromHour == 0 {
 		t.Fatalf("%d series, %d samples before the minute tier's start: the hour tier was not read", series, fromHour)
+	}
+}
+
+// TestStitchedRawOnlyRange: over a store whose rollup tiers hold nothing yet
+// (a fresh one), a dashboard range that starts before the raw tier's oldest
+// sample is the raw tier's answer exactly, with no tier annotation: the
+// empty rollup tiers are not planned at all.
+func TestStitchedRawOnlyRange(t *testing.T) {
+	w := newWorkload(testT0, 1)
+	cfg := tiers.DefaultRawConfig(t.TempDir())
+	cfg.Retention = 30 * 24 * time.Hour
+	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	w.appendTo(t, raw, testT0+20*hourMs)
+	minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
+	hour := openTestRollup(t, tiers.DefaultHourConfig(t.TempDir()), nil)
+	f := &stitchFixture{w: w, ref: raw, stitched: tiers.NewStitched(raw, minute, hour), engine: newTestEngine()}
+	for _, qs := range []string{`DCGM_FI_DEV_GPU_TEMP`, `sum by (job) (rate(vllm:request_success_total[5m]))`, `avg_over_time(DCGM_FI_DEV_GPU_TEMP[10m])`} {
+		// Two hours before the oldest raw sample to one hour after it.
+		got, infos := f.rangeQuery(t, f.stitched, qs, testT0+18*hourMs, testT0+21*hourMs, time.Minute)
+		want, _ := f.rangeQuery(t, raw, qs, testT0+18*hourMs, testT0+21*hourMs, time.Minute)
+		if len(want) == 0 {
+			t.Fatalf("%s: no data in the raw tier", qs)
+		}
+		compare(t, got, want, tolerance{})
+		if len(infos) > 0 {
+			t.Errorf("%s: infos %q for a range the raw tier alone served", qs, infos)
+		}
 	}
 }
