@@ -47,6 +47,12 @@ type RollupConfig struct {
 	// On for the minute tier, whose queries read many rows per series; off
 	// for the hour tier, whose files it would grow by ~3.5 %.
 	SeriesRuns bool
+	// ReadOnly opens the tier for reading next to a process that writes it
+	// (strata export while strata serve runs): the directory is neither
+	// created nor cleaned of temporary files (they may be a write in
+	// progress), and WritePartition and ApplyRetention return ErrReadOnly.
+	// A missing directory is an empty tier.
+	ReadOnly bool
 }
 
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
@@ -79,6 +85,9 @@ var (
 	// windows in memory than the stitched view allows (20,000,000, see
 	// NewStitched).
 	ErrTooManyWindows = errors.New("query selects too many rollup windows")
+	// ErrReadOnly is returned by the writing methods of a tier opened with
+	// RollupConfig.ReadOnly.
+	ErrReadOnly = errors.New("rollup tier opened read-only")
 )
 
 const (
@@ -136,18 +145,23 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	if now == nil {
 		now = time.Now
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+	if !cfg.ReadOnly {
+		if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
+		}
 	}
 	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg))}
 	entries, err := os.ReadDir(cfg.Dir)
-	if err != nil {
+	if err != nil && !(cfg.ReadOnly && errors.Is(err, os.ErrNotExist)) {
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 	}
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(cfg.Dir, name)
 		if strings.HasPrefix(name, tempPrefix) {
+			if cfg.ReadOnly {
+				continue // possibly a write in progress by the process that owns the tier
+			}
 			if err := os.Remove(path); err != nil {
 				return nil, fmt.Errorf("remove leftover %s: %w", path, err)
 			}
@@ -158,6 +172,9 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 			continue
 		}
 		info, err := statPartition(path, start, cfg.PartitionLength.Milliseconds())
+		if cfg.ReadOnly && errors.Is(err, os.ErrNotExist) {
+			continue // deleted by the owner's retention since we listed it
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 		}
@@ -221,6 +238,9 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 			r.writeErrors.Inc()
 		}
 	}()
+	if r.cfg.ReadOnly {
+		return ErrReadOnly
+	}
 	length, res := r.cfg.PartitionLength.Milliseconds(), r.cfg.Resolution.Milliseconds()
 	if start%length != 0 {
 		return fmt.Errorf("write %s partition %d: %w", r.cfg.Name, start, ErrMisaligned)
@@ -350,6 +370,9 @@ func (r *Rollup) partitionsOverlapping(mint, maxt int64) []PartitionInfo {
 // ApplyRetention deletes whole partition files whose end is older than
 // now-Retention and returns how many it deleted. A zero retention keeps all.
 func (r *Rollup) ApplyRetention() (int, error) {
+	if r.cfg.ReadOnly {
+		return 0, ErrReadOnly
+	}
 	if r.cfg.Retention == 0 {
 		return 0, nil
 	}
