@@ -204,8 +204,11 @@ type table struct {
 	rows [][]export.Cell
 }
 
-func (tb *table) WriteRow(r []export.Cell) error { tb.rows = append(tb.rows, slices.Clone(r)); return nil }
-func (tb *table) Close() error                   { return nil }
+func (tb *table) WriteRow(r []export.Cell) error {
+	tb.rows = append(tb.rows, slices.Clone(r))
+	return nil
+}
+func (tb *table) Close() error { return nil }
 
 func (tb *table) col(t testing.TB, name string) int {
 	t.Helper()
