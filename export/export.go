@@ -38,7 +38,7 @@ type Config struct {
 	// Engine and Queryable evaluate PromQL expressions (Queryable: the
 	// rollup tiers as PromQL reads them, tiers.NewStitched). Without them
 	// a request with an expression is refused.
-	Engine    *promql.Engine
+	Engine    promql.QueryEngine
 	Queryable storage.Queryable
 	// MaxSteps bounds the steps of one export (0: 100,000, eleven years of
 	// hours).
@@ -118,6 +118,10 @@ type Plan struct {
 	columns []Column
 	// groups known before running (from the selectors' series), sorted.
 	groups []groupKey
+	// groupCols name the group's columns (req.By, or the preset's);
+	// groupOf gives a series' group (false: the series is left out).
+	groupCols []string
+	groupOf   func(labels.Labels) (groupKey, bool)
 }
 
 // groupKey is the group-by labels' values joined by \xff.
@@ -163,14 +167,23 @@ func (e *Exporter) Plan(ctx context.Context, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{e: e, req: req, queries: qs, steps: st.steps(req.From.UnixMilli(), req.To.UnixMilli())}
+	return e.plan(ctx, req, st, qs, req.By, nil)
+}
+
+// plan is Plan with the queries parsed and, for the preset, its own groups.
+func (e *Exporter) plan(ctx context.Context, req Request, st stepper, qs []*query, groupCols []string, groupOf func(labels.Labels) (groupKey, bool)) (*Plan, error) {
+	if groupOf == nil {
+		by := req.By
+		groupOf = func(l labels.Labels) (groupKey, bool) { return keyOf(l, by), true }
+	}
+	p := &Plan{e: e, req: req, queries: qs, steps: st.steps(req.From.UnixMilli(), req.To.UnixMilli()), groupCols: groupCols, groupOf: groupOf}
 	if len(p.steps) > e.cfg.MaxSteps {
 		return nil, fmt.Errorf("%w: %d steps of %s, more than %d: use a coarser step or a shorter range", ErrBadRequest, len(p.steps), req.Step, e.cfg.MaxSteps)
 	}
 	if err := p.chooseTiers(st); err != nil {
 		return nil, err
 	}
-	for _, q := range qs {
+	for _, q := range p.queries {
 		if q.expr != nil && (e.cfg.Engine == nil || e.cfg.Queryable == nil) {
 			return nil, fmt.Errorf("%w: %q: this export cannot evaluate PromQL expressions", ErrBadRequest, q.text)
 		}
@@ -289,6 +302,9 @@ func (p *Plan) resolveSeries(ctx context.Context) error {
 				q.matchers, q.name, q.kind, series = bucket, q.name+"_bucket", KindHistogram, bs
 			}
 		}
+		if len(series) == 0 && q.optional {
+			continue
+		}
 		if len(series) == 0 {
 			all, err := find(withName(nil, q.name))
 			if err != nil {
@@ -303,7 +319,9 @@ func (p *Plan) resolveSeries(ctx context.Context) error {
 			q.kind = KindCounter // a _bucket name without buckets: only its own increase
 		}
 		for _, l := range series {
-			groups[keyOf(l, p.req.By)] = true
+			if g, ok := p.groupOf(l); ok {
+				groups[g] = true
+			}
 			for _, b := range p.req.By {
 				if l.Has(b) {
 					labelSeen[b] = true
@@ -311,7 +329,7 @@ func (p *Plan) resolveSeries(ctx context.Context) error {
 			}
 		}
 	}
-	if anySelector {
+	if anySelector && p.req.Preset == "" {
 		for _, b := range p.req.By {
 			if !labelSeen[b] {
 				return fmt.Errorf("%w: no selected series has label %q", ErrUnknownLabel, b)
@@ -489,13 +507,17 @@ func (s *runState) readChunk(ctx context.Context, t *tierInfo, c, st span) error
 			return fmt.Errorf("export %s: %w", q.text, err)
 		}
 		for _, sw := range sel {
-			a := s.group(qi, keyOf(sw.Labels, s.p.req.By))
+			g, ok := s.p.groupOf(sw.Labels)
+			if !ok {
+				continue
+			}
+			a := s.group(qi, g)
 			h := sw.Labels.Hash()
 			switch q.kind {
 			case KindGauge:
 				a.addGauge(h, sw.Windows)
 			case KindCounter:
-				s.prevLast[qi][h] = a.addCounter(h, sw.Windows, s.prevLast[qi])
+				s.prevLast[qi][h] = a.addCounter(h, sw.Windows, s.prevLast[qi], q.slotPeak)
 			case KindHistogram:
 				le, err := parseLe(sw.Labels.Get(model.BucketLabel))
 				if err != nil {
@@ -527,7 +549,11 @@ func (s *runState) evalChunk(ctx context.Context, qi int, q *query, t *tierInfo,
 	switch v := res.Value.(type) {
 	case promql.Matrix:
 		for _, sr := range v {
-			a := s.group(qi, keyOf(sr.Metric, s.p.req.By))
+			g, ok := s.p.groupOf(sr.Metric)
+			if !ok {
+				continue
+			}
+			a := s.group(qi, g)
 			a.addPoints(sr.Metric.Hash(), sr.Floats)
 		}
 	case promql.Scalar:
@@ -549,12 +575,12 @@ func (s *runState) closeStep(_ context.Context, k int, w RowWriter) error {
 	slices.Sort(groups)
 	for _, g := range groups {
 		row := make([]Cell, 0, len(s.p.columns))
-		for _, v := range g.values(len(s.p.req.By)) {
+		for _, v := range g.values(len(s.p.groupCols)) {
 			row = append(row, Cell{S: v})
 		}
 		row = append(row, Cell{I: st.start}, Cell{I: st.end}, Cell{S: t.name})
 		for qi, q := range s.p.queries {
-			row = s.acc[qi][g].appendCells(row, q, slots, st)
+			row = s.acc[qi][g].appendCells(row, q, slots, st, t.res)
 		}
 		if err := w.WriteRow(row); err != nil {
 			return err
@@ -574,6 +600,7 @@ type accum struct {
 	last       map[uint64]lastValue
 	// counters
 	increase float64
+	slots    map[int64]float64 // window start -> the group's increase in it (query.slotPeak)
 	// histograms: increase per upper bound
 	buckets map[float64]float64
 	// expressions: evaluation times with a value
@@ -634,13 +661,24 @@ func counterIncrease(ws []tiers.Window, prev float64, ok bool) (float64, float64
 	return inc, prev
 }
 
-func (a *accum) addCounter(h uint64, ws []tiers.Window, prevLast map[uint64]float64) float64 {
+func (a *accum) addCounter(h uint64, ws []tiers.Window, prevLast map[uint64]float64, slots bool) float64 {
 	prev, ok := prevLast[h]
 	if len(ws) == 0 {
 		return prev
 	}
 	a.series[h] = struct{}{}
 	a.windows += len(ws)
+	if slots {
+		if a.slots == nil {
+			a.slots = map[int64]float64{}
+		}
+		p, pok := prev, ok
+		for i := range ws {
+			inc, last := counterIncrease(ws[i:i+1], p, pok)
+			a.slots[ws[i].Start] += inc
+			p, pok = last, true
+		}
+	}
 	inc, last := counterIncrease(ws, prev, ok)
 	a.increase += inc
 	return last
@@ -699,7 +737,7 @@ func num(v float64) Cell {
 
 // appendCells appends the query's columns for this group and step (a is
 // nil when the group had no series of the query in the step).
-func (a *accum) appendCells(row []Cell, q *query, slots float64, st span) []Cell {
+func (a *accum) appendCells(row []Cell, q *query, slots float64, st span, res int64) []Cell {
 	n := len(statsOf(q))
 	if a == nil || len(a.series) == 0 {
 		row = append(row, Cell{I: 0}, Cell{F: 0})
@@ -727,6 +765,15 @@ func (a *accum) appendCells(row []Cell, q *query, slots float64, st span) []Cell
 	case q.kind == KindCounter:
 		secs := float64(st.end-st.start) / 1000
 		row = append(row, num(a.increase), num(a.increase/secs))
+		if q.slotPeak {
+			peak := math.NaN()
+			for _, v := range a.slots {
+				if math.IsNaN(peak) || v > peak {
+					peak = v
+				}
+			}
+			row = append(row, num(peak/(float64(res)/1000)))
+		}
 	case q.kind == KindHistogram:
 		bs := make(promql.Buckets, 0, len(a.buckets))
 		for le, c := range a.buckets {
@@ -784,10 +831,14 @@ func statsOf(q *query) []Column {
 		}
 	}
 	if q.kind == KindCounter {
-		return []Column{
+		cols := []Column{
 			{Name: "increase", Unit: "the counter's unit", Help: "reset-aware increase over the step, summed over the group's series"},
 			{Name: "rate", Unit: "the counter's unit per second", Help: "increase / the step's length in seconds"},
 		}
+		if q.slotPeak {
+			cols = append(cols, Column{Name: "peak_rate", Unit: "the counter's unit per second", Help: "the largest rate of one window (minute or hour), summed over the group's series"})
+		}
+		return cols
 	}
 	unit = "the histogram's unit (le)"
 	return []Column{
@@ -800,7 +851,7 @@ func statsOf(q *query) []Column {
 
 func (p *Plan) makeColumns() []Column {
 	var cols []Column
-	for _, b := range p.req.By {
+	for _, b := range p.groupCols {
 		cols = append(cols, Column{Name: b, Type: ColString, Help: "group-by label (empty where a series lacks it)"})
 	}
 	cols = append(cols,

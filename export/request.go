@@ -183,6 +183,10 @@ type query struct {
 	kind     Kind
 	// A PromQL expression (matchers nil).
 	expr parser.Expr
+	// optional: no series is not an error (the preset's metrics that
+	// only some sources have); slotPeak: a counter's columns include its
+	// peak window rate (the preset's peak demand).
+	optional, slotPeak bool
 }
 
 var (
