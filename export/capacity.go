@@ -133,7 +133,11 @@ func (e *Exporter) Capacity(ctx context.Context, req Request, cfg CapacityConfig
 	if err != nil {
 		return nil, err
 	}
-	return &CapacityJob{plan: p, cfg: cfg, st: st, loc: req.Location}, nil
+	loc := req.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	return &CapacityJob{plan: p, cfg: cfg, st: st, loc: loc}, nil
 }
 
 func podOf(l labels.Labels) string {

@@ -18,6 +18,7 @@ func main() {
 	simulate := newSimulateCommand(app)
 	bf := newBackfillCommand(app)
 	bc := newBenchCommand(app)
+	ex := newExportCommand(app)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -32,6 +33,8 @@ func main() {
 		runErr = bf.run(promslog.New(serve.logConfig))
 	case bc.run.FullCommand(), bc.compare.FullCommand():
 		runErr = bc.exec(cmd, promslog.New(serve.logConfig))
+	case ex.cmd.FullCommand():
+		runErr = ex.run(promslog.New(serve.logConfig))
 	case simulate.cmd.FullCommand():
 		runErr = simulate.run(promslog.New(serve.logConfig))
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/export"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/tiers"
@@ -87,6 +88,7 @@ type server struct {
 	write    *remotewrite.Handler
 	api      *query.API
 	targets  *scrapeTargets // the scraper's targets, for /api/v1/targets
+	export   http.Handler   // GET /api/v1/export
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -175,6 +177,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.api.Close)
+	ex, _, err := openExporter(cfg, logger, srv.minute, srv.hour, srv.api.Engine(), srv.meta)
+	if err != nil {
+		return nil, err
+	}
+	srv.export = export.NewHandler(ex, export.CapacityConfig{}, logger.With("component", "export"), time.Now)
 	return srv, nil
 }
 
@@ -183,6 +190,7 @@ func (s *server) handler() http.Handler {
 	s.api.Register(mux)
 	mux.Handle("/api/v1/write", s.write)
 	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
+	mux.Handle("GET /api/v1/export", s.export)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
