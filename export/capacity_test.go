@@ -202,7 +202,7 @@ func TestCapacityPresetMatchesHandComputed(t *testing.T) {
 			if name == "gpus" {
 				got = float64(c.I)
 			}
-			if c.Null || !close(got, w) {
+			if c.Null || !near(got, w) {
 				t.Errorf("%s day %d %s: preset %v, hand-computed %v", g, (from-t0)/dayMs, name, c, w)
 			}
 		}

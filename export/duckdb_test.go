@@ -216,7 +216,7 @@ FROM read_parquet('%s')`, filepath.Join(tt.hour.Config().Dir, "*.parquet")))
 		for k, ev := range fromExport {
 			vv := fromView[k]
 			for i := range ev {
-				if !close(ev[i], vv[i]) {
+				if !near(ev[i], vv[i]) {
 					t.Errorf("%s %v column %d: export %v, view %v", name, k, i, ev[i], vv[i])
 				}
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/strata-dev/strata/tiers"
 )
 
-func close(got, want float64) bool {
+func near(got, want float64) bool {
 	if math.IsNaN(want) {
 		return math.IsNaN(got)
 	}
@@ -100,7 +100,7 @@ func TestExportMatchesPromQL(t *testing.T) {
 						t.Fatalf("%s: PromQL has no %s at %s: %v", ck.col, lb.Labels(), time.UnixMilli(row[end].I-1).UTC(), want)
 					}
 					got := row[vi]
-					if got.Null || !close(got.F, w) {
+					if got.Null || !near(got.F, w) {
 						t.Errorf("%s %s at %s: export %v, PromQL %v", ck.col, lb.Labels(), time.UnixMilli(row[start].I).UTC(), got, w)
 					}
 					compared++

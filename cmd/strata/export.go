@@ -87,6 +87,9 @@ func (c *exportCommand) run(logger *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	if c.output == "" {
+		c.output = "-" // kingpin reads "-o -" as an empty value
+	}
 	chart := c.chartPath()
 	for _, path := range []string{c.output, chart} {
 		if path == "" || path == "-" || c.force {
@@ -109,12 +112,29 @@ func (c *exportCommand) run(logger *slog.Logger) (err error) {
 		return err
 	}
 
-	var out io.Writer = os.Stdout
+	bar := &progressBar{w: os.Stderr, off: c.noProgress || !isTerminal(os.Stdout) || !isTerminal(os.Stderr)}
+	err = writeExport(ctx, job, format, loc, c.output, os.Stdout, func(done, total int) { bar.draw("export", done, total, "steps") })
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	if chart != "" && job.HasChart() {
+		if err := atomicfile.Write(chart, job.WriteChart); err != nil {
+			return fmt.Errorf("write chart: %w", err)
+		}
+		logger.Info("wrote capacity chart", "file", chart)
+	}
+	return nil
+}
+
+// writeExport writes job's rows to path ("-": stdout) in format. A file is
+// written under a temporary name beside path and renamed at the end, so
+// that Ctrl-C (ctx cancelled) or an error leaves no partial file.
+func writeExport(ctx context.Context, job export.Job, format export.Format, loc *time.Location, path string, stdout io.Writer, progress func(done, total int)) (err error) {
+	out := stdout
 	var file *atomicfile.File
-	if c.output != "-" {
-		// Written to a temporary name beside the output and renamed at the
-		// end: Ctrl-C or an error leaves no partial file.
-		if file, err = atomicfile.Create(c.output, ""); err != nil {
+	if path != "-" && path != "" {
+		if file, err = atomicfile.Create(path, ""); err != nil {
 			return err
 		}
 		defer func() {
@@ -128,10 +148,7 @@ func (c *exportCommand) run(logger *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	bar := &progressBar{w: os.Stderr, off: c.noProgress || !isTerminal(os.Stdout) || !isTerminal(os.Stderr)}
-	err = job.Run(ctx, rw, func(done, total int) { bar.draw("export", done, total, "steps") })
-	bar.finish()
-	if err != nil {
+	if err := job.Run(ctx, rw, progress); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return errors.New("interrupted: nothing written")
 		}
@@ -141,15 +158,7 @@ func (c *exportCommand) run(logger *slog.Logger) (err error) {
 		return err
 	}
 	if file != nil {
-		if err := file.Commit(); err != nil {
-			return err
-		}
-	}
-	if chart != "" && job.HasChart() {
-		if err := atomicfile.Write(chart, job.WriteChart); err != nil {
-			return fmt.Errorf("write chart: %w", err)
-		}
-		logger.Info("wrote capacity chart", "file", chart)
+		return file.Commit()
 	}
 	return nil
 }
