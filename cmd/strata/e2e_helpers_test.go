@@ -51,9 +51,9 @@ type strataProc struct {
 	// the server serves TLS (startStrataTLS)
 	client *http.Client
 	scheme string
-	mu   sync.Mutex
-	logs strings.Builder
-	done chan struct{}
+	mu     sync.Mutex
+	logs   strings.Builder
+	done   chan struct{}
 }
 
 var startedRe = regexp.MustCompile(`msg="Strata started" address=(\S+)`)
