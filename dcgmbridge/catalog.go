@@ -144,7 +144,7 @@ func NewCatalogue() (*Catalogue, error) {
 		byName:       make(map[string]int, 3*len(fields)),
 		Metrics:      sourceMetrics(),
 		LabelAliases: labelAliases(),
-		Canonical:    canonicalMetrics(),
+		Canonical:    append(canonicalMetrics(), diagnosisSignals()...),
 	}
 	for i, f := range fields {
 		if _, dup := c.byID[f.ID]; dup {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,6 +108,9 @@ type Pipeline struct {
 
 	bufMu sync.Mutex            // guards open; held briefly so readers never wait for a tick's reads
 	open  map[int64]*hourBuffer // in-memory minute windows by hour start (usually one or two hours)
+
+	pubMark atomic.Int64  // mark as of the last tick, for Mark (notify.go)
+	markCh  chan struct{} // MarkAdvanced
 }
 
 // hourBuffer holds the minute windows computed so far for one minute partition.
@@ -191,7 +195,7 @@ func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger
 	return &Pipeline{
 		cfg: cfg, src: src, minute: minute, hour: hour,
 		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
-		open: map[int64]*hourBuffer{},
+		open: map[int64]*hourBuffer{}, markCh: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -298,6 +302,7 @@ func (p *Pipeline) tick(ctx context.Context) error {
 		}
 	}
 	p.m.lag.Set(float64(max(0, wm-p.mark)) / 1000)
+	p.publishMark()
 	return p.buildDays(ctx)
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -64,7 +65,8 @@ type API struct {
 	router   *route.Router
 	metadata http.Handler
 	notFound http.Handler
-	targets  bool // /targets is served
+	targets  bool     // /targets is served
+	routes   []string // servedRoutes, plus rules and alerts when configured
 }
 
 // New builds the PromQL engine with cfg's limits and the API over q. meta
@@ -157,16 +159,27 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	}
 	// Prometheus' API is built with everything Strata lacks left nil; those
 	// routes are never reachable (see servedRoutes and Register).
+	routes := slices.Clone(servedRoutes)
+	var rr func(context.Context) v1.RulesRetriever
+	if cfg.Rules != nil {
+		rr = func(context.Context) v1.RulesRetriever { return cfg.Rules }
+		routes = append(routes, "/rules", "/alerts")
+	}
+	var ar func(context.Context) v1.AlertmanagerRetriever
+	if cfg.Alertmanagers != nil {
+		ar = func(context.Context) v1.AlertmanagerRetriever { return cfg.Alertmanagers }
+		routes = append(routes, "/alertmanagers")
+	}
 	papi := v1.NewAPI(
 		split, q, nil, exemplars,
-		nil, o.targetRetriever(), nil, // scrape pools, targets, alertmanagers
+		nil, o.targetRetriever(), ar, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
 		map[string]string{}, o.globalURLOptions(),
 		func(f http.HandlerFunc) http.HandlerFunc { return f }, // always ready
 		nil, "", false, // no TSDB admin API
 		false, 0, // no search API
 		logger.With("component", "api"),
-		nil, // no rules
+		rr,
 		cfg.RemoteReadSampleLimit, cfg.RemoteReadConcurrency, cfg.RemoteReadMaxBytesInFrame,
 		false, cors, nil, buildInfo,
 		nil, nil, // no notifications
@@ -196,6 +209,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		engine:   engine,
 		split:    split,
 		router:   router,
+		routes:   routes,
 		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
 		targets:  o.targets != nil,
 		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
@@ -212,7 +226,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 // registered on mux by others (for example /api/v1/write) must be more
 // specific patterns than "/api/v1/", which every exact path is.
 func (a *API) Register(mux *http.ServeMux) {
-	for _, p := range servedRoutes {
+	for _, p := range a.routes {
 		mux.Handle(apiPrefix+p, a.router)
 	}
 	if a.targets {

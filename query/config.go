@@ -8,6 +8,7 @@ import (
 	"github.com/grafana/regexp"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+	v1 "github.com/prometheus/prometheus/web/api/v1"
 )
 
 // Config configures the query API and its PromQL engine. The defaults are
@@ -50,6 +51,13 @@ type Config struct {
 	// ExternalLabels are added to every series a remote read returns, and
 	// matchers on them are honoured, as Prometheus' global external_labels.
 	ExternalLabels labels.Labels
+
+	// Rules, when set, serves /api/v1/rules and /api/v1/alerts with
+	// Prometheus' handlers (the rule groups of the canonical rule manager and
+	// of the diagnosis engine). It is read at every request.
+	Rules v1.RulesRetriever
+	// Alertmanagers, when set, serves /api/v1/alertmanagers.
+	Alertmanagers v1.AlertmanagerRetriever
 
 	// CORSOrigin is a regular expression, fully anchored, of the origins
 	// allowed to call the API from a browser (--web.cors.origin, ".*").

@@ -47,11 +47,11 @@ type RollupConfig struct {
 	// On for the minute tier, whose queries read many rows per series; off
 	// for the hour tier, whose files it would grow by ~3.5 %.
 	SeriesRuns bool
-	// ReadOnly opens the tier for reading next to a process that writes it
-	// (strata export while strata serve runs): the directory is neither
-	// created nor cleaned of temporary files (they may be a write in
-	// progress), and WritePartition and ApplyRetention return ErrReadOnly.
-	// A missing directory is an empty tier.
+	// ReadOnly opens an existing tier for queries only, beside a running
+	// `strata serve` that writes it: no directory is created, leftover
+	// temporary files (the writer's, in progress) are left alone, and
+	// WritePartition and ApplyRetention fail with ErrReadOnly. The
+	// partitions are those present at open.
 	ReadOnly bool
 }
 
@@ -85,8 +85,7 @@ var (
 	// windows in memory than the stitched view allows (20,000,000, see
 	// NewStitched).
 	ErrTooManyWindows = errors.New("query selects too many rollup windows")
-	// ErrReadOnly is returned by the writing methods of a tier opened with
-	// RollupConfig.ReadOnly.
+	// ErrReadOnly is returned by the writing methods of a read-only tier.
 	ErrReadOnly = errors.New("rollup tier opened read-only")
 )
 
@@ -152,7 +151,7 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	}
 	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg))}
 	entries, err := os.ReadDir(cfg.Dir)
-	if err != nil && !(cfg.ReadOnly && errors.Is(err, os.ErrNotExist)) {
+	if err != nil && !(cfg.ReadOnly && errors.Is(err, os.ErrNotExist)) { // read-only: a missing directory is an empty tier
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 	}
 	for _, e := range entries {
@@ -160,7 +159,7 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 		path := filepath.Join(cfg.Dir, name)
 		if strings.HasPrefix(name, tempPrefix) {
 			if cfg.ReadOnly {
-				continue // possibly a write in progress by the process that owns the tier
+				continue
 			}
 			if err := os.Remove(path); err != nil {
 				return nil, fmt.Errorf("remove leftover %s: %w", path, err)
@@ -173,7 +172,7 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 		}
 		info, err := statPartition(path, start, cfg.PartitionLength.Milliseconds())
 		if cfg.ReadOnly && errors.Is(err, os.ErrNotExist) {
-			continue // deleted by the owner's retention since we listed it
+			continue // deleted by the writer's retention since we listed it
 		}
 		if err != nil {
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
@@ -233,14 +232,14 @@ func statPartition(path string, start, length int64) (info PartitionInfo, err er
 // partition is left untouched. Series without windows are skipped; an empty
 // partition is still written so that HasPartition reports it done.
 func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error) {
+	if r.cfg.ReadOnly {
+		return ErrReadOnly
+	}
 	defer func() {
 		if err != nil {
 			r.writeErrors.Inc()
 		}
 	}()
-	if r.cfg.ReadOnly {
-		return ErrReadOnly
-	}
 	length, res := r.cfg.PartitionLength.Milliseconds(), r.cfg.Resolution.Milliseconds()
 	if start%length != 0 {
 		return fmt.Errorf("write %s partition %d: %w", r.cfg.Name, start, ErrMisaligned)

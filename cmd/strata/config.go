@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
+	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 )
@@ -33,6 +34,10 @@ type Config struct {
 	Rules       RulesConfig       `yaml:"rules"`
 	SelfScrape  SelfScrapeConfig  `yaml:"self_scrape"`
 	Sources     scrape.Config     `yaml:"sources"`
+	Diagnose    diagnose.Config   `yaml:"diagnose"`
+	// Alerting is Prometheus' `alerting:` section, parsed by Prometheus'
+	// configuration code (see alertingConfig).
+	Alerting yaml.Node `yaml:"alerting"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.
@@ -171,6 +176,12 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	if _, err := c.canonicalRules(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Diagnose.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.alertingConfig(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.SelfScrape.Enabled && c.SelfScrape.Interval <= 0 {

@@ -19,6 +19,7 @@ func main() {
 	bf := newBackfillCommand(app)
 	bc := newBenchCommand(app)
 	ex := newExportCommand(app)
+	diag := newDiagnoseCommand(app)
 
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
@@ -35,6 +36,8 @@ func main() {
 		runErr = bc.exec(cmd, promslog.New(serve.logConfig))
 	case ex.cmd.FullCommand():
 		runErr = ex.run(promslog.New(serve.logConfig))
+	case diag.cmd.FullCommand():
+		runErr = diag.run(promslog.New(serve.logConfig), os.Stdout)
 	case simulate.cmd.FullCommand():
 		runErr = simulate.run(promslog.New(serve.logConfig))
 	}

@@ -25,35 +25,36 @@ import (
 // canonical recording rules (rendered from the dcgmbridge catalogue into
 // <storage.path>/rules/canonical.rules.yml at every start, so they always match
 // this binary's catalogue) and the operator's rule files. Results are appended
-// to the raw tier. The caller MUST call the returned stop function.
+// to the raw tier. The manager is nil when there is nothing to evaluate. The
+// caller MUST call the returned stop function.
 func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q storage.Queryable, app storage.AppendableV2,
 	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
-) (stop func(), err error) {
+) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
 	if cfg.Rules.Canonical {
 		rc, err := cfg.canonicalRules()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cat, err := dcgmbridge.NewCatalogue()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		yml, err := rulegen.YAML(cat, rc)
 		if err != nil {
-			return nil, fmt.Errorf("render canonical rules: %w", err)
+			return nil, nil, fmt.Errorf("render canonical rules: %w", err)
 		}
 		path := filepath.Join(cfg.Storage.Path, "rules", "canonical.rules.yml")
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return nil, fmt.Errorf("write canonical rules: %w", err)
+			return nil, nil, fmt.Errorf("write canonical rules: %w", err)
 		}
 		if err := atomicfile.WriteFile(path, yml); err != nil {
-			return nil, fmt.Errorf("write canonical rules: %w", err)
+			return nil, nil, fmt.Errorf("write canonical rules: %w", err)
 		}
 		files = append(files, path)
 	}
 	if len(files) == 0 {
-		return func() {}, nil
+		return nil, func() {}, nil
 	}
 	m := rules.NewManager(&rules.ManagerOptions{
 		ExternalURL:  externalURL,
@@ -74,8 +75,8 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 		},
 	})
 	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), nil); err != nil {
-		return nil, fmt.Errorf("load rule files: %w", err)
+		return nil, nil, fmt.Errorf("load rule files: %w", err)
 	}
 	go m.Run()
-	return m.Stop, nil
+	return m, m.Stop, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/export"
 	"github.com/strata-dev/strata/query"
@@ -89,6 +90,9 @@ type server struct {
 	api      *query.API
 	targets  *scrapeTargets // the scraper's targets, for /api/v1/targets
 	export   http.Handler   // GET /api/v1/export
+	rules    *ruleSources   // /api/v1/rules and /api/v1/alerts
+	ams      *alertmanagers // /api/v1/alertmanagers
+	diag     *diagSource    // /api/v1/diagnoses
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -121,7 +125,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		versioncollector.NewCollector("strata"),
 	)
-	srv = &server{cfg: cfg, logger: logger, reg: reg}
+	srv = &server{cfg: cfg, logger: logger, reg: reg, rules: &ruleSources{}, ams: &alertmanagers{}, diag: &diagSource{}}
 	// On error the returned srv is nil, so the deferred cleanup closes what
 	// was opened through its own reference.
 	opened := srv
@@ -171,7 +175,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.targets = &scrapeTargets{}
-	srv.api, err = query.New(cfg.query(), srv.stitched, srv.meta, logger.With("component", "query"), reg,
+	qcfg := cfg.query()
+	qcfg.Rules, qcfg.Alertmanagers = srv.rules, srv.ams
+	srv.api, err = query.New(qcfg, srv.stitched, srv.meta, logger.With("component", "query"), reg,
 		query.WithTargets(srv.targets, cfg.Web.ListenAddress, externalHost(cfg.Web.ListenAddress)))
 	if err != nil {
 		return nil, err
@@ -191,6 +197,9 @@ func (s *server) handler() http.Handler {
 	mux.Handle("/api/v1/write", s.write)
 	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
 	mux.Handle("GET /api/v1/export", s.export)
+	diag := diagnose.NewHandler(s.diag, time.Now)
+	mux.Handle("GET /api/v1/diagnoses", diag)
+	mux.Handle("GET /api/v1/diagnoses/{id}", diag)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -290,12 +299,16 @@ func (s *server) serve(ctx context.Context) error {
 // and scraping (Strata's own /metrics included).
 func (s *server) startBackground(ctx context.Context, addr string) error {
 	ext := &url.URL{Scheme: "http", Host: addr}
-	stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.stitched, s.rawApp, ext,
+	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.stitched, s.rawApp, ext,
 		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err
 	}
 	s.closer = append(s.closer, func() error { stopRules(); return nil })
+	s.rules.set(mgr, nil)
+	if err := s.startDiagnose(ctx, ext); err != nil {
+		return err
+	}
 	return s.startScraper(ctx, addr)
 }
 

@@ -1,0 +1,167 @@
+package diagnose
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// Config is the `diagnose:` section of Strata's configuration
+// (docs/configuration.md).
+type Config struct {
+	// Enabled turns the engine on in `strata serve`.
+	Enabled bool `yaml:"enabled"`
+	// DefaultPack loads the embedded default rule pack (diagnose/rules).
+	DefaultPack bool `yaml:"default_pack"`
+	// RuleFiles are the operator's rule files (globs), Prometheus format.
+	RuleFiles []string `yaml:"rule_files"`
+	// DisabledRules are alert or record names of the default pack to leave out.
+	DisabledRules []string `yaml:"disabled_rules"`
+	// RunbookURLs replace the runbook_url placeholder of default-pack alerts,
+	// by alert name.
+	RunbookURLs map[string]string `yaml:"runbook_urls"`
+	// RateWindow is the range of every rate() of the signals, at least three
+	// minute windows.
+	RateWindow model.Duration `yaml:"rate_window"`
+	// Warmup is how far before the first reported minute evaluation starts,
+	// so that `for`, keep_firing_for and range selectors have their history.
+	// 0 computes it from the rules (at least 1h).
+	Warmup model.Duration `yaml:"warmup"`
+	// ScratchRetention is how long the engine keeps its own recorded series
+	// in memory (the longest range a rule reads of them, and more).
+	ScratchRetention model.Duration `yaml:"scratch_retention"`
+	// SLO are the latency and error objectives the symptom rules compare with.
+	SLO SLOConfig `yaml:"slo"`
+	// Hooks are optional actions on diagnoses.
+	Hooks HooksConfig `yaml:"hooks"`
+}
+
+// SLOConfig holds the default objectives and per-model overrides.
+type SLOConfig struct {
+	Default SLO            `yaml:"default"`
+	Models  map[string]SLO `yaml:"models"`
+}
+
+// SLO is one model's objectives on P99s and the error ratio. In a per-model
+// entry a zero field keeps the default.
+type SLO struct {
+	TTFTP99    model.Duration `yaml:"ttft_p99"`
+	TPOTP99    model.Duration `yaml:"tpot_p99"`
+	E2EP99     model.Duration `yaml:"e2e_p99"`
+	ErrorRatio float64        `yaml:"error_ratio"`
+}
+
+// HooksConfig configures the hooks; all are off by default.
+type HooksConfig struct {
+	Webhooks []WebhookConfig `yaml:"webhooks"`
+}
+
+// WebhookConfig posts a diagnosis (JSON, docs/diagnosis.md) to URL when a
+// diagnosis of one of Causes (all when empty) reaches MinConfidence, once
+// per diagnosis, and again when it resolves.
+type WebhookConfig struct {
+	URL           string         `yaml:"url"`
+	Causes        []string       `yaml:"causes"`
+	MinConfidence float64        `yaml:"min_confidence"`
+	Timeout       model.Duration `yaml:"timeout"`
+	// MaxRetries bounds the retries of one delivery (exponential backoff
+	// from 1 s); 0 means 5.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// DefaultConfig is the documented default: off, default pack on, 3m rates,
+// warm-up computed, 3h scratch, SLOs TTFT P99 2s, TPOT P99 100ms, e2e P99
+// 60s, errors 1%.
+func DefaultConfig() Config {
+	return Config{
+		DefaultPack:      true,
+		RateWindow:       model.Duration(3 * time.Minute),
+		ScratchRetention: model.Duration(3 * time.Hour),
+		SLO: SLOConfig{Default: SLO{
+			TTFTP99: model.Duration(2 * time.Second), TPOTP99: model.Duration(100 * time.Millisecond),
+			E2EP99: model.Duration(60 * time.Second), ErrorRatio: 0.01,
+		}},
+	}
+}
+
+// Causes are the diagnosis causes of the default pack: the simulator's fault
+// kinds.
+var Causes = []string{
+	"kv_cache_eviction_storm", "request_queue_backlog", "under_batched_gpu", "draft_model_drift",
+	"power_cap", "thermal_throttle", "xid_gpu_lost", "prefix_cache_collapse", "network_delay",
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if time.Duration(c.RateWindow) < 3*time.Minute {
+		return fmt.Errorf("diagnose rate_window must be at least 3m (three minute windows), got %s", c.RateWindow)
+	}
+	if c.Warmup < 0 {
+		return fmt.Errorf("diagnose warmup must not be negative, got %s", c.Warmup)
+	}
+	if time.Duration(c.ScratchRetention) < time.Hour {
+		return fmt.Errorf("diagnose scratch_retention must be at least 1h, got %s", c.ScratchRetention)
+	}
+	if err := c.SLO.Default.validate("default"); err != nil {
+		return err
+	}
+	if c.SLO.Default.TTFTP99 <= 0 || c.SLO.Default.TPOTP99 <= 0 || c.SLO.Default.E2EP99 <= 0 || c.SLO.Default.ErrorRatio <= 0 {
+		return errors.New("diagnose slo.default must set ttft_p99, tpot_p99, e2e_p99 and error_ratio")
+	}
+	for m, s := range c.SLO.Models {
+		if m == "" {
+			return errors.New("diagnose slo.models: empty model name")
+		}
+		if err := s.validate(m); err != nil {
+			return err
+		}
+	}
+	for i, w := range c.Hooks.Webhooks {
+		u, err := url.Parse(w.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("diagnose hooks.webhooks[%d]: url %q must be an http or https URL", i, w.URL)
+		}
+		if w.MinConfidence < 0 || w.MinConfidence > 1 {
+			return fmt.Errorf("diagnose hooks.webhooks[%d]: min_confidence must be in [0,1]", i)
+		}
+		for _, cause := range w.Causes {
+			if !slices.Contains(Causes, cause) && cause != CauseUnknown {
+				return fmt.Errorf("diagnose hooks.webhooks[%d]: unknown cause %q (known: %v, %s)", i, cause, Causes, CauseUnknown)
+			}
+		}
+		if w.Timeout < 0 || w.MaxRetries < 0 {
+			return fmt.Errorf("diagnose hooks.webhooks[%d]: negative timeout or max_retries", i)
+		}
+	}
+	return nil
+}
+
+func (s SLO) validate(name string) error {
+	if s.TTFTP99 < 0 || s.TPOTP99 < 0 || s.E2EP99 < 0 || s.ErrorRatio < 0 || s.ErrorRatio > 1 {
+		return fmt.Errorf("diagnose slo %s: objectives must be positive and error_ratio in [0,1]", name)
+	}
+	return nil
+}
+
+// forModel is the default with the model's overrides.
+func (c SLOConfig) forModel(m string) SLO {
+	s := c.Default
+	o := c.Models[m]
+	if o.TTFTP99 > 0 {
+		s.TTFTP99 = o.TTFTP99
+	}
+	if o.TPOTP99 > 0 {
+		s.TPOTP99 = o.TPOTP99
+	}
+	if o.E2EP99 > 0 {
+		s.E2EP99 = o.E2EP99
+	}
+	if o.ErrorRatio > 0 {
+		s.ErrorRatio = o.ErrorRatio
+	}
+	return s
+}

@@ -1,0 +1,613 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/dcgmbridge/rulegen"
+	"github.com/strata-dev/strata/tiers"
+)
+
+const minute = time.Minute
+
+// Names of the series the engine writes (besides its recording rules).
+const (
+	// DiagnosisSeries is written back once a minute per open diagnosis; its
+	// value is the confidence.
+	DiagnosisSeries = "strata_diagnosis"
+)
+
+// MaxHeld is how many diagnoses an engine keeps for its API; beyond it the
+// oldest resolved ones are forgotten.
+const MaxHeld = 10_000
+
+// Options wires an Engine to its data and its consumers.
+type Options struct {
+	// Minute is the minute tier (required).
+	Minute *tiers.Rollup
+	// Open is the rollup pipeline's not yet flushed minute windows (live
+	// mode); nil reads flushed partitions only.
+	Open tiers.OpenWindowSource
+	// Signals configures the canonical expressions (joins, extra network
+	// histograms); its interval and rate window are the engine's own.
+	// Zero value: DefaultSignals().
+	Signals rulegen.Config
+	// WriteBack, when set (live mode), receives the ALERTS, ALERTS_FOR_STATE
+	// and strata_diagnosis series, timestamped T+WriteBackDelay (see
+	// docs/diagnosis.md, "Write-back").
+	WriteBack      storage.AppendableV2
+	WriteBackDelay time.Duration
+	// Archive is told about every diagnosis (nil: NopArchive).
+	Archive Archive
+	// Sinks are told after every evaluated minute (Alertmanager, webhooks).
+	Sinks []Sink
+	// ExternalURL is used in alert templates ($externalURL).
+	ExternalURL *url.URL
+	// LookbackDelta of the PromQL engine (default 5m).
+	LookbackDelta time.Duration
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
+}
+
+// Update is what a Sink receives after each evaluated minute.
+type Update struct {
+	// T is the minute evaluated.
+	T time.Time
+	// WarmingUp is true for the minutes a start replays before the first
+	// live one: sinks should not notify from them.
+	WarmingUp bool
+	// Open are the diagnoses firing after T; Changed those that opened,
+	// changed or resolved at T (copies, the sink may keep them).
+	Open, Changed []Diagnosis
+}
+
+// Sink consumes diagnoses (Alertmanager, webhooks). Update is called from
+// the evaluation goroutine and must not block: queue the work.
+type Sink interface {
+	Update(u Update)
+}
+
+// Engine evaluates the diagnosis rules minute by minute and keeps the
+// diagnoses. Evaluation (EvalMinute, Run) is single-goroutine; the reading
+// methods (Diagnoses, Diagnosis, RuleGroups) are safe for concurrent use.
+type Engine struct {
+	cfg    Config
+	o      Options
+	logger *slog.Logger
+	promql *promql.Engine
+	groups []*rules.Group
+	hidden map[string]bool
+	view   *tiers.MinuteView
+
+	scratch   *scratch
+	need      int64 // ms of minute windows before T a minute's rules read
+	warmup    time.Duration
+	lookback  time.Duration
+	snap      *tiers.MinuteSnapshot
+	ahead     *prefetched       // the next chunk, being read (replay)
+	reads     *labels.Matcher   // the metric names the rules read (nil: all)
+	query     storage.Queryable // minute data + scratch, for the minute being evaluated
+	chunk     time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
+	inc       *incidents
+	precomp   *precomputed // replay's fast path (nil: instant queries)
+	lastEval  time.Time
+	evaluated bool
+
+	mu    sync.RWMutex
+	diags []Diagnosis // every diagnosis, by open order
+	byID  map[string]int
+
+	m engineMetrics
+}
+
+type engineMetrics struct {
+	evaluations prometheus.Counter
+	duration    prometheus.Histogram
+	lag         prometheus.Gauge
+	diagnoses   *prometheus.GaugeVec
+	failures    prometheus.Counter
+}
+
+func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
+	f := promauto.With(reg)
+	return engineMetrics{
+		evaluations: f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluations_total", Help: "Minutes evaluated by the diagnosis engine (warm-up included)."}),
+		duration: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "strata_diagnose_evaluation_duration_seconds", Help: "Time to evaluate one minute: every rule group, then the diagnosis assembly.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}),
+		lag:       f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_lag_seconds", Help: "How far the last evaluated minute trails the newest final minute (the rollup pipeline's mark)."}),
+		diagnoses: f.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_diagnose_diagnoses", Help: "Diagnoses held, by cause and state."}, []string{"cause", "state"}),
+		failures:  f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluation_failures_total", Help: "Minutes whose evaluation failed (minute data unreadable); the minute is retried."}),
+	}
+}
+
+// New loads the rules (the signals, the SLO series, the default pack unless
+// disabled, the operator's files) and returns an engine that has evaluated
+// nothing yet.
+func New(cfg Config, o Options) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Minute == nil {
+		return nil, errors.New("diagnosis engine needs the minute tier")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	if o.Archive == nil {
+		o.Archive = NopArchive{}
+	}
+	if o.LookbackDelta <= 0 {
+		o.LookbackDelta = 5 * time.Minute
+	}
+	if o.ExternalURL == nil {
+		o.ExternalURL = &url.URL{}
+	}
+	if o.Signals.GroupName == "" {
+		o.Signals = DefaultSignals()
+	}
+	e := &Engine{
+		cfg: cfg, o: o, logger: o.Logger.With("component", "diagnose"), scratch: newScratch(),
+		lookback: o.LookbackDelta, byID: map[string]int{}, m: newEngineMetrics(o.Registerer),
+	}
+	e.promql = promql.NewEngine(promql.EngineOpts{
+		Logger: e.logger, MaxSamples: 50_000_000, Timeout: 2 * time.Minute, LookbackDelta: o.LookbackDelta,
+		EnableAtModifier: true, EnableNegativeOffset: true,
+	})
+	files, err := e.ruleFiles()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.buildGroups(files); err != nil {
+		return nil, err
+	}
+	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden))
+	e.inc = newIncidents(e)
+	return e, nil
+}
+
+func (e *Engine) ruleFiles() ([]ruleFile, error) {
+	sig, err := signalsYAML(e.o.Signals, time.Duration(e.cfg.RateWindow))
+	if err != nil {
+		return nil, err
+	}
+	signals, err := parseRuleFile("strata/diagnose/signals.rules.yml", sig)
+	if err != nil {
+		return nil, err
+	}
+	slo, err := parseRuleFile("strata/diagnose/slo.rules.yml", sloYAML(e.cfg.SLO))
+	if err != nil {
+		return nil, err
+	}
+	rest, err := loadRuleFiles(e.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return append([]ruleFile{signals, slo}, rest...), nil
+}
+
+// buildGroups compiles the files into rules.Groups sharing one set of
+// options, and derives what the data a minute needs and the warm-up.
+func (e *Engine) buildGroups(files []ruleFile) error {
+	opts := &rules.ManagerOptions{
+		ExternalURL:  e.o.ExternalURL,
+		QueryFunc:    e.queryFunc,
+		Context:      context.Background(),
+		AppendableV2: e.appendable(),
+		Queryable:    e.scratch,
+		Logger:       e.logger,
+		Registerer:   prometheus.WrapRegistererWithPrefix("strata_diagnose_", e.o.Registerer),
+		Parser:       newParser(),
+		// Alerts reach Alertmanager one per diagnosis through a Sink, never
+		// one per rule alert.
+		NotifyFunc: func(context.Context, string, ...*rules.Alert) {},
+	}
+	opts.Metrics = rules.NewGroupMetrics(opts.Registerer)
+	e.hidden = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true, DiagnosisSeries: true}
+	var maxRange, maxReach, maxScratch, maxHold time.Duration
+	reached := map[string]time.Duration{}
+	recorded := map[string]bool{}
+	for _, f := range files {
+		for _, g := range f.groups {
+			for _, r := range g.Rules {
+				if r.Record != "" {
+					recorded[r.Record] = true
+				}
+			}
+		}
+	}
+	p := newParser()
+	for _, f := range files {
+		for _, g := range f.groups {
+			rs := make([]rules.Rule, 0, len(g.Rules))
+			for _, r := range g.Rules {
+				expr, err := p.ParseExpr(r.Expr)
+				if err != nil {
+					return fmt.Errorf("%w: %s: group %q: %s: %w", ErrInvalidRules, f.name, g.Name, r.Alert+r.Record, err)
+				}
+				direct, total, scratchRange := reach(expr, reached, recorded)
+				maxRange, maxReach, maxScratch = max(maxRange, direct), max(maxReach, total), max(maxScratch, scratchRange)
+				lbls := rules.FromMaps(g.Labels, r.Labels)
+				if r.Record != "" {
+					e.hidden[r.Record] = true
+					reached[r.Record] = max(reached[r.Record], total)
+					rs = append(rs, rules.NewRecordingRule(r.Record, expr, lbls))
+					continue
+				}
+				maxHold = max(maxHold, time.Duration(r.For)+time.Duration(r.KeepFiringFor))
+				rs = append(rs, rules.NewAlertingRule(r.Alert, expr, time.Duration(r.For), time.Duration(r.KeepFiringFor),
+					lbls, labels.FromMap(r.Annotations), labels.EmptyLabels(), e.o.ExternalURL.String(), true, e.logger.With("alert", r.Alert)))
+			}
+			e.groups = append(e.groups, rules.NewGroup(rules.GroupOptions{
+				Name: g.Name, File: f.name, Interval: minute, Limit: g.Limit, Rules: rs, Opts: opts,
+			}))
+		}
+	}
+	e.reads = readSet(files, recorded)
+	// A minute's rules read the minute data this far back (its own series
+	// come from the scratch store).
+	e.need = (maxRange + e.lookback + minute).Milliseconds()
+	e.warmup = time.Duration(e.cfg.Warmup)
+	if e.warmup == 0 {
+		// The furthest back any rule reaches through the recorded series it
+		// reads, plus the longest for and keep_firing_for: at least an hour,
+		// in whole 5 m.
+		e.warmup = max(time.Hour, (maxHold+maxReach+5*minute-1)/(5*minute)*(5*minute))
+	}
+	if ret := time.Duration(e.cfg.ScratchRetention); ret < maxScratch+minute {
+		return fmt.Errorf("diagnose scratch_retention %s is shorter than the longest range a rule reads of the engine's own series (%s)", ret, maxScratch)
+	}
+	return nil
+}
+
+// reach walks an expression's selectors: how far back each reads (range +
+// offset, subqueries included), and how far back that reaches through the
+// recorded series it reads (reached: each recorded name's own reach).
+//
+// dataRange is the furthest back it reads of the minute data (selectors of
+// names no rule records); scratchRange of the engine's own series.
+func reach(expr parser.Expr, reached map[string]time.Duration, recorded map[string]bool) (dataRange, total, scratchRange time.Duration) {
+	var walk func(n parser.Node, extra time.Duration)
+	sel := func(vs *parser.VectorSelector, back time.Duration) {
+		total = max(total, back+reached[vs.Name])
+		if recorded[vs.Name] {
+			scratchRange = max(scratchRange, back)
+		} else {
+			dataRange = max(dataRange, back)
+		}
+	}
+	walk = func(n parser.Node, extra time.Duration) {
+		switch x := n.(type) {
+		case *parser.MatrixSelector:
+			if vs, ok := x.VectorSelector.(*parser.VectorSelector); ok {
+				sel(vs, extra+x.Range+vs.OriginalOffset)
+			}
+			return
+		case *parser.VectorSelector:
+			sel(x, extra+x.OriginalOffset)
+			return
+		case *parser.SubqueryExpr:
+			walk(x.Expr, extra+x.Range+x.OriginalOffset)
+			return
+		}
+		for _, c := range parser.Children(n) {
+			walk(c, extra)
+		}
+	}
+	walk(expr, 0)
+	return dataRange, total, scratchRange
+}
+
+func (e *Engine) isHidden(name string) bool {
+	return e.hidden[name] || strings.HasPrefix(name, "strata:baseline:") || strings.HasPrefix(name, "strata:anomaly:")
+}
+
+// Warmup is how long before the first reported minute evaluation starts.
+func (e *Engine) Warmup() time.Duration { return e.warmup }
+
+// RuleGroups returns the engine's rule groups in evaluation order (for
+// /api/v1/rules and /api/v1/alerts).
+func (e *Engine) RuleGroups() []*rules.Group { return slices.Clone(e.groups) }
+
+// queryFunc evaluates an instant query at t over the minute being evaluated.
+func (e *Engine) queryFunc(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
+	if e.precomp != nil {
+		if v, ok := e.precomp.at(qs, t); ok {
+			return v, nil
+		}
+	}
+	return rules.EngineQueryFunc(e.promql, e.query)(ctx, qs, t)
+}
+
+// EvalMinute evaluates minute t (a multiple of one minute): every group at
+// t, then the diagnoses. Minutes must be evaluated in increasing order; the
+// windows of every minute up to t+1m must be final.
+func (e *Engine) EvalMinute(ctx context.Context, t time.Time) error {
+	return e.evalMinute(ctx, t, false)
+}
+
+func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
+	if t.Truncate(minute) != t {
+		return fmt.Errorf("diagnose: evaluation time %s is not a whole minute", t.UTC().Format(time.RFC3339Nano))
+	}
+	if e.evaluated && !t.After(e.lastEval) {
+		return fmt.Errorf("diagnose: minute %s is not after the last evaluated one (%s)", t.UTC().Format(time.RFC3339), e.lastEval.UTC().Format(time.RFC3339))
+	}
+	start := time.Now()
+	tm := t.UnixMilli()
+	if e.snap == nil || e.chunk == 0 || func() bool { lo, hi := e.snap.Range(); return lo > tm-e.need || hi < tm }() {
+		snap, err := e.snapshot(ctx, tm-e.need, tm+e.chunk.Milliseconds())
+		if err != nil {
+			e.m.failures.Inc()
+			return fmt.Errorf("diagnose: read minute windows: %w", err)
+		}
+		e.snap = snap
+		e.query = mergeQueryable{e.snap, e.scratch}
+		if e.precomp != nil {
+			if err := e.precomp.compute(ctx, e, tm, tm+e.chunk.Milliseconds()); err != nil {
+				return err
+			}
+		}
+	}
+	for _, g := range e.groups {
+		if e.precomp != nil && e.precomp.ready && !g.HasAlertingRules() {
+			// Replay's fast path wrote this group's results for the whole
+			// chunk, exactly as its evaluation would (fastpath.go).
+			continue
+		}
+		// Group.Eval, plus the group's last-evaluation bookkeeping that
+		// /api/v1/rules shows.
+		rules.DefaultEvalIterationFunc(ctx, g, t)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if tm%(10*minute).Milliseconds() == 0 {
+		e.scratch.truncate(tm - time.Duration(e.cfg.ScratchRetention).Milliseconds())
+	}
+	changed := e.inc.assemble(ctx, t)
+	e.evaluated = true
+	e.m.evaluations.Inc()
+	e.m.duration.Observe(time.Since(start).Seconds())
+	e.publish(t, warm, changed)
+	return nil
+}
+
+// prefetched is a snapshot being read ahead (replay).
+type prefetched struct {
+	mint, maxt int64
+	done       chan struct{}
+	snap       *tiers.MinuteSnapshot
+	err        error
+}
+
+// snapshot returns the minute data of [mint, maxt]. In replay (chunked) it
+// also starts reading the next chunk in the background, so the disk reads
+// of one chunk overlap the evaluation of the previous one.
+func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteSnapshot, error) {
+	var snap *tiers.MinuteSnapshot
+	var err error
+	if p := e.ahead; p != nil && p.mint == mint && p.maxt == maxt {
+		<-p.done
+		snap, err = p.snap, p.err
+	} else {
+		if p != nil {
+			<-p.done // never leave a read running
+		}
+		snap, err = e.view.Snapshot(ctx, mint, maxt, e.readMatchers()...)
+	}
+	e.ahead = nil
+	if err != nil || e.chunk == 0 {
+		return snap, err
+	}
+	c := e.chunk.Milliseconds()
+	p := &prefetched{mint: maxt + minute.Milliseconds() - e.need, maxt: maxt + minute.Milliseconds() + c, done: make(chan struct{})}
+	e.ahead = p
+	go func() {
+		defer close(p.done)
+		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt, e.readMatchers()...)
+	}()
+	return snap, nil
+}
+
+func (e *Engine) readMatchers() []*labels.Matcher {
+	if e.reads == nil {
+		return nil
+	}
+	return []*labels.Matcher{e.reads}
+}
+
+// readSet returns a matcher of the metric names the rules (and their
+// evidence queries) read of the minute data, so that a snapshot loads only
+// those series; nil when some selector has no metric-name matcher (or an
+// evidence query cannot be parsed), which needs every series.
+func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
+	var alts []string
+	seen := map[string]bool{}
+	all := false
+	add := func(expr parser.Expr) {
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			named := false
+			for _, m := range vs.LabelMatchers {
+				if m.Name != model.MetricNameLabel {
+					continue
+				}
+				switch m.Type {
+				case labels.MatchEqual:
+					named = true
+					if !recorded[m.Value] && !seen[m.Value] {
+						seen[m.Value] = true
+						alts = append(alts, regexp.QuoteMeta(m.Value))
+					}
+				case labels.MatchRegexp:
+					named = true
+					if !seen["~"+m.Value] {
+						seen["~"+m.Value] = true
+						alts = append(alts, "(?:"+m.Value+")")
+					}
+				}
+			}
+			all = all || !named
+			return nil
+		})
+	}
+	p := newParser()
+	for _, f := range files {
+		for _, g := range f.groups {
+			for _, r := range g.Rules {
+				expr, err := p.ParseExpr(r.Expr)
+				if err != nil {
+					return nil
+				}
+				add(expr)
+				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
+					// Template actions become a placeholder: they sit in label values.
+					q := templateAction.ReplaceAllString(ev.Query, "x")
+					if q == "" {
+						continue
+					}
+					expr, err := p.ParseExpr(q)
+					if err != nil {
+						return nil
+					}
+					add(expr)
+				}
+			}
+		}
+	}
+	if all || len(alts) == 0 {
+		return nil
+	}
+	slices.Sort(alts)
+	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+var templateAction = regexp.MustCompile(`\{\{[^}]*\}\}`)
+
+// publish stores the changed diagnoses and tells the sinks.
+func (e *Engine) publish(t time.Time, warm bool, changed []Diagnosis) {
+	e.mu.Lock()
+	e.lastEval = t
+	for _, d := range changed {
+		if i, ok := e.byID[d.ID]; ok {
+			e.diags[i] = d
+			continue
+		}
+		e.byID[d.ID] = len(e.diags)
+		e.diags = append(e.diags, d)
+	}
+	for _, id := range e.inc.dropped {
+		if i, ok := e.byID[id]; ok {
+			e.diags = slices.Delete(e.diags, i, i+1)
+			delete(e.byID, id)
+			for j := i; j < len(e.diags); j++ {
+				e.byID[e.diags[j].ID] = j
+			}
+		}
+	}
+	e.inc.dropped = e.inc.dropped[:0]
+	if len(e.diags) > MaxHeld {
+		// The oldest resolved diagnoses go first; open ones always stay.
+		drop := len(e.diags) - MaxHeld
+		e.diags = slices.DeleteFunc(e.diags, func(d Diagnosis) bool {
+			if drop > 0 && d.State == StateResolved {
+				drop--
+				return true
+			}
+			return false
+		})
+		clear(e.byID)
+		for i, d := range e.diags {
+			e.byID[d.ID] = i
+		}
+	}
+	var open []Diagnosis
+	counts := map[[2]string]int{}
+	for _, d := range e.diags {
+		counts[[2]string{d.Cause, string(d.State)}]++
+		if d.State == StateFiring {
+			open = append(open, d)
+		}
+	}
+	e.mu.Unlock()
+	e.m.diagnoses.Reset()
+	for k, n := range counts {
+		e.m.diagnoses.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+	if e.o.WriteBack != nil {
+		e.writeDiagnoses(t, open, changed)
+	}
+	for _, s := range e.o.Sinks {
+		s.Update(Update{T: t, WarmingUp: warm, Open: slices.Clone(open), Changed: slices.Clone(changed)})
+	}
+}
+
+// Diagnoses returns copies of the diagnoses held, in opening order.
+func (e *Engine) Diagnoses() []Diagnosis {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return slices.Clone(e.diags)
+}
+
+// Diagnosis returns the diagnosis with the given id.
+func (e *Engine) Diagnosis(id string) (Diagnosis, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	i, ok := e.byID[id]
+	if !ok {
+		return Diagnosis{}, false
+	}
+	return e.diags[i], true
+}
+
+// LastEvaluated is the last minute evaluated (zero before the first).
+func (e *Engine) LastEvaluated() time.Time {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.lastEval
+}
+
+// mergeQueryable reads the minute data and the scratch store together; their
+// series names are disjoint (the view hides the engine's names).
+type mergeQueryable struct{ a, b storage.Queryable }
+
+func (m mergeQueryable) Querier(mint, maxt int64) (storage.Querier, error) {
+	qa, err := m.a.Querier(mint, maxt)
+	if err != nil {
+		return nil, err
+	}
+	qb, err := m.b.Querier(mint, maxt)
+	if err != nil {
+		return nil, errors.Join(err, qa.Close())
+	}
+	return storage.NewMergeQuerier([]storage.Querier{qa, qb}, nil, storage.ChainedSeriesMerge), nil
+}

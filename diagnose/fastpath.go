@@ -1,0 +1,291 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// precomputed is replay's fast path (docs/diagnosis.md, "Replay"): at the
+// start of each chunk of minutes, every rule's expression is evaluated once
+// as a range query (step 1m) over the chunk, in evaluation order, and each
+// recording rule's results are written into the scratch store for the whole
+// chunk (stale markers included, as Group.Eval writes them) before the next
+// rule's range query reads them. The per-minute group evaluation then runs
+// as always, its QueryFunc answering from the range results.
+//
+// This equals instant evaluation because an instant query at t equals the
+// range query's step at t over the same data (tiers.TestMinuteViewInstantEqualsRangeStep
+// for the minute view; the scratch store is plain samples), and the scratch
+// store holds, for every t, exactly the samples the instant path would have
+// written by then. TestReplayFastPathEqualsInstant checks the result.
+type precomputed struct {
+	byExpr map[string]map[int64]promql.Vector
+	// prev is, per recording rule, the label sets it returned at the last
+	// minute materialised: the stale markers of the next chunk's first
+	// minute depend on it.
+	prev map[rules.Rule]map[string]labels.Labels
+	// ready is true when every rule of the chunk was precomputed: groups of
+	// recording rules then need no per-minute evaluation.
+	ready bool
+}
+
+func newPrecomputed() *precomputed {
+	return &precomputed{prev: map[rules.Rule]map[string]labels.Labels{}}
+}
+
+// fastPathSafe reports whether every expression can be evaluated ahead of
+// the minute: none reads a series the engine writes only while it evaluates
+// minute by minute (ALERTS, ALERTS_FOR_STATE, strata_diagnosis), none reads
+// a recorded series through a regular expression on the name, none reads
+// a series recorded by a rule evaluated after it (that reads the previous
+// minute's value, which the chunk's range query would not see yet), and none
+// uses @ start() / @ end(), which differ between instant and range queries.
+func fastPathSafe(groups []*rules.Group) bool {
+	safe := true
+	later := map[string]bool{} // names recorded at or after the current rule
+	recordedNames := map[string]bool{}
+	for _, g := range groups {
+		for _, r := range g.Rules() {
+			if rr, ok := r.(*rules.RecordingRule); ok {
+				later[rr.Name()] = true
+				recordedNames[rr.Name()] = true
+			}
+		}
+	}
+	for _, g := range groups {
+		for _, r := range g.Rules() {
+			parser.Inspect(r.Query(), func(n parser.Node, _ []parser.Node) error {
+				if vs, ok := n.(*parser.VectorSelector); ok {
+					if later[vs.Name] {
+						safe = false
+					}
+					if vs.Name == "ALERTS" || vs.Name == "ALERTS_FOR_STATE" || vs.Name == DiagnosisSeries || vs.StartOrEnd != 0 {
+						safe = false
+					}
+					for _, m := range vs.LabelMatchers {
+						if m.Name != model.MetricNameLabel || m.Type == labels.MatchEqual {
+							continue
+						}
+						if m.Matches("ALERTS") || m.Matches("ALERTS_FOR_STATE") || m.Matches(DiagnosisSeries) {
+							safe = false // matches a series written minute by minute
+						}
+						for name := range recordedNames {
+							if m.Matches(name) {
+								safe = false // the ordering of the chunk's range queries goes by name
+							}
+						}
+					}
+				}
+				if sq, ok := n.(*parser.SubqueryExpr); ok && sq.StartOrEnd != 0 {
+					safe = false
+				}
+				return nil
+			})
+			if rr, ok := r.(*rules.RecordingRule); ok {
+				delete(later, rr.Name())
+			}
+		}
+	}
+	return safe
+}
+
+func (p *precomputed) at(qs string, t time.Time) (promql.Vector, bool) {
+	m, ok := p.byExpr[qs]
+	if !ok {
+		return nil, false
+	}
+	// A copy: RecordingRule.Eval rewrites its samples' labels in place.
+	return slices.Clone(m[t.UnixMilli()]), true
+}
+
+// compute evaluates the rules over the minutes [from, to] (ms). A rule
+// whose range query fails is left to instant evaluation, and so is every
+// rule after it (they may read its results).
+//
+// Consecutive rules that do not read what an earlier one of them records
+// form a batch whose range queries run in parallel (one per CPU); the
+// batch's recording rules are then materialised in rule order, before the
+// next batch reads them.
+func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) error {
+	p.byExpr = map[string]map[int64]promql.Vector{}
+	p.ready = false
+	type item struct {
+		g *rules.Group
+		r rules.Rule
+	}
+	var all []item
+	for _, g := range e.groups {
+		for _, r := range g.Rules() {
+			all = append(all, item{g, r})
+		}
+	}
+	for start := 0; start < len(all); {
+		// The batch: rules up to the first one reading a name recorded in it.
+		recorded := map[string]bool{}
+		end := start
+		for ; end < len(all); end++ {
+			if end > start && readsAny(all[end].r.Query(), recorded) {
+				break
+			}
+			if rr, ok := all[end].r.(*rules.RecordingRule); ok {
+				recorded[rr.Name()] = true
+			}
+		}
+		batch := all[start:end]
+		type result struct {
+			vecs map[int64]promql.Vector
+			err  error
+		}
+		results := make([]result, len(batch))
+		sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+		var wg sync.WaitGroup
+		for i, it := range batch {
+			qs := it.r.Query().String()
+			if _, done := p.byExpr[qs]; done {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				results[i].vecs, results[i].err = e.rangeVectors(ctx, qs, from, to)
+			}()
+		}
+		wg.Wait()
+		for i, it := range batch {
+			qs := it.r.Query().String()
+			if results[i].err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				e.logger.Debug("fast path: rule left to instant evaluation", "rule", it.r.Name(), "err", results[i].err)
+				return nil
+			}
+			if results[i].vecs != nil {
+				p.byExpr[qs] = results[i].vecs
+			}
+			if rr, ok := it.r.(*rules.RecordingRule); ok {
+				if err := p.materialise(ctx, e, it.g, rr, from, to); err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					delete(p.byExpr, qs) // e.g. duplicate label sets at some minute: instant from here on
+					return nil
+				}
+			}
+		}
+		start = end
+	}
+	p.ready = true
+	return nil
+}
+
+// readsAny reports whether expr selects one of the names.
+func readsAny(expr parser.Expr, names map[string]bool) bool {
+	found := false
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok && names[vs.Name] {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
+// rangeVectors runs qs as a range query over the minute data and the
+// scratch store and returns its vector at every step.
+func (e *Engine) rangeVectors(ctx context.Context, qs string, from, to int64) (map[int64]promql.Vector, error) {
+	q, err := e.promql.NewRangeQuery(ctx, e.query, nil, qs, time.UnixMilli(from), time.UnixMilli(to), minute)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	res := q.Exec(ctx)
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	out := map[int64]promql.Vector{}
+	switch v := res.Value.(type) {
+	case promql.Matrix:
+		for _, s := range v {
+			lbls := s.Metric.Copy() // Close recycles the result
+			for _, pt := range s.Floats {
+				out[pt.T] = append(out[pt.T], promql.Sample{Metric: lbls, T: pt.T, F: pt.F})
+			}
+			if len(s.Histograms) > 0 {
+				return nil, errors.New("histogram results are evaluated instantly")
+			}
+		}
+	default:
+		return nil, errors.New("not a range vector result")
+	}
+	return out, nil
+}
+
+// materialise writes a recording rule's results for [from, to] into the
+// scratch store, with the stale markers Group.Eval would write for series
+// that disappear.
+func (p *precomputed) materialise(ctx context.Context, e *Engine, g *rules.Group, rr *rules.RecordingRule, from, to int64) error {
+	prev := p.prev[rr]
+	app := e.scratch.AppenderV2(ctx)
+	vecs := p.byExpr[rr.Query().String()]
+	lb := labels.NewBuilder(labels.EmptyLabels())
+	stale := math.Float64frombits(value.StaleNaN)
+	var buf [1024]byte
+	for t := from; t <= to; t += minute.Milliseconds() {
+		// What RecordingRule.Eval returns at t: the name and the rule's
+		// labels set on each sample.
+		vec := vecs[t]
+		cur := make(map[string]labels.Labels, len(vec))
+		for _, s := range vec {
+			lb.Reset(s.Metric)
+			lb.Set(model.MetricNameLabel, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			l := lb.Labels()
+			h := string(l.Bytes(buf[:0])) // Group.Eval's key of a series
+			if _, dup := cur[h]; dup {
+				_ = app.Rollback()
+				return rules.ErrDuplicateRecordingLabelSet
+			}
+			cur[h] = l
+		}
+		if limit := g.Limit(); limit > 0 && len(cur) > limit {
+			_ = app.Rollback()
+			return errors.New("recording rule over its limit")
+		}
+		for _, s := range vec {
+			lb.Reset(s.Metric)
+			lb.Set(model.MetricNameLabel, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			if _, err := app.Append(0, lb.Labels(), 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+				_ = app.Rollback()
+				return err
+			}
+		}
+		for h, l := range prev {
+			if _, ok := cur[h]; !ok {
+				if _, err := app.Append(0, l, 0, t, stale, nil, nil, storage.AppendV2Options{}); err != nil {
+					_ = app.Rollback()
+					return err
+				}
+			}
+		}
+		prev = cur
+	}
+	p.prev[rr] = prev
+	return app.Commit()
+}

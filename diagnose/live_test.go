@@ -1,0 +1,233 @@
+package diagnose
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/dcgmbridge/sim"
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// recorder is a Sink keeping what the live engine reported.
+type recorder struct {
+	mu        sync.Mutex
+	e         *Engine
+	firstLive time.Time
+	cutoff    time.Time
+	atCutoff  []Diagnosis
+	last      time.Time
+}
+
+func (r *recorder) Update(u Update) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !u.WarmingUp && r.firstLive.IsZero() {
+		r.firstLive = u.T
+	}
+	if u.T.Equal(r.cutoff) {
+		r.atCutoff = r.e.Diagnoses()
+	}
+	r.last = u.T
+}
+
+func (r *recorder) lastT() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// livePipeline is an in-process `strata serve` data path: a raw tier, the
+// rollup pipeline fed through its tee, and the engine following its mark
+// with write-back into the raw tier.
+type livePipeline struct {
+	raw      *tiers.Raw
+	minute   *tiers.Rollup
+	pipe     *downsample.Pipeline
+	app      storage.AppendableV2
+	clock    time.Time
+	clockMu  sync.Mutex
+	engine   *Engine
+	rec      *recorder
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+func newLivePipeline(t *testing.T, cfg Config, cutoff time.Time, sinks ...Sink) *livePipeline {
+	t.Helper()
+	dir := t.TempDir()
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	minute, hour := openTiers(t, dir)
+	lp := &livePipeline{raw: raw, minute: minute, finished: make(chan struct{})}
+	dcfg := downsample.DefaultConfig()
+	lp.pipe, err = downsample.New(dcfg, raw, minute, hour, quietLogger(), prometheus.NewRegistry(), lp.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp.app = lp.pipe.Tee(raw)
+	lp.rec = &recorder{cutoff: cutoff}
+	lp.engine, err = New(cfg, Options{
+		Minute: minute, Open: lp.pipe, WriteBack: lp.app, WriteBackDelay: dcfg.Lateness + time.Minute,
+		Sinks: append([]Sink{lp.rec}, sinks...), Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp.rec.e = lp.engine
+	ctx, cancel := context.WithCancel(context.Background())
+	lp.cancel = cancel
+	go func() {
+		defer close(lp.finished)
+		_ = lp.engine.Run(ctx, lp.pipe)
+	}()
+	t.Cleanup(func() {
+		lp.cancel()
+		<-lp.finished
+		_ = lp.pipe.Close()
+	})
+	return lp
+}
+
+func (lp *livePipeline) now() time.Time {
+	lp.clockMu.Lock()
+	defer lp.clockMu.Unlock()
+	return lp.clock
+}
+
+// feed runs the simulator to end at 15 s steps, appending through the tee
+// and ticking the pipeline every simulated minute, then waits until the
+// engine has evaluated every final minute.
+func (lp *livePipeline) feed(t *testing.T, cfg sim.Config, end time.Time) {
+	t.Helper()
+	c, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	app := lp.app.AppenderV2(ctx)
+	lastTick := cfg.Start
+	err = c.Backfill(cfg.Start, end, 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
+		if now := time.UnixMilli(ts); now.Sub(lastTick) >= time.Minute {
+			if err := app.Commit(); err != nil {
+				return err
+			}
+			app = lp.app.AppenderV2(ctx)
+			lp.clockMu.Lock()
+			lp.clock = now
+			lp.clockMu.Unlock()
+			lastTick = now
+			if err := lp.pipe.Tick(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := app.Append(0, l, 0, ts, v, nil, nil, storage.AppendV2Options{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.pipe.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark, _ := lp.pipe.Mark()
+	want := time.UnixMilli(mark).Add(-time.Minute)
+	for i := 0; i < 6000 && lp.rec.lastT().Before(want); i++ {
+		time.Sleep(10 * time.Millisecond) // the engine's goroutine catches up; bounded (60 s)
+	}
+	if got := lp.rec.lastT(); got.Before(want) {
+		t.Fatalf("live engine evaluated up to %s, mark wants %s", got.Format(time.RFC3339), want.Format(time.RFC3339))
+	}
+}
+
+// TestLiveEqualsReplay is the engine's core invariant: the simulator's
+// fault pushed through the live data path (raw tier, rollup pipeline, engine
+// following the mark, write-back) gives exactly the diagnoses that a replay
+// of the same data directory gives afterwards (ids, causes, entities, start,
+// end, confidence, evidence: the whole JSON).
+func TestLiveEqualsReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates four hours through the live pipeline")
+	}
+	cutoff := simStart.Add(3*time.Hour + 59*time.Minute) // hour 03 is flushed once the feed reaches 04:20
+	scfg := smallCluster(sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 20 * time.Minute})
+	lp := newLivePipeline(t, DefaultConfig(), cutoff)
+	lp.feed(t, scfg, simStart.Add(4*time.Hour+20*time.Minute))
+	lp.rec.mu.Lock()
+	live, from := lp.rec.atCutoff, lp.rec.firstLive
+	lp.rec.mu.Unlock()
+	if len(live) == 0 {
+		t.Fatal("the live engine diagnosed nothing")
+	}
+	replayed, err := Replay(context.Background(), DefaultConfig(), Options{Minute: lp.minute, Logger: quietLogger()}, from, cutoff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var liveIn []Diagnosis
+	for _, d := range live {
+		if d.Overlaps(from, cutoff) {
+			liveIn = append(liveIn, d)
+		}
+	}
+	a, _ := json.MarshalIndent(liveIn, "", " ")
+	b, _ := json.MarshalIndent(replayed, "", " ")
+	if string(a) != string(b) {
+		t.Fatalf("live and replay differ:\nlive:\n%s\nreplay:\n%s", a, b)
+	}
+	if liveIn[0].Cause != string(sim.KindKVCacheStorm) {
+		t.Errorf("diagnosed %s", liveIn[0].Cause)
+	}
+}
+
+// TestReplayFastPathEqualsInstant: replay's range-query fast path gives
+// exactly the diagnoses of minute-by-minute instant evaluation (two
+// overlapping faults, chunk boundaries inside them).
+func TestReplayFastPathEqualsInstant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays four hours twice")
+	}
+	scfg := smallCluster(
+		sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 40 * time.Minute},
+		sim.FaultSpec{Kind: sim.KindThermalThrottle, Node: 0, GPU: gpu(0), At: faultAt + 20*time.Minute, Duration: 30 * time.Minute},
+	)
+	end := simStart.Add(4 * time.Hour)
+	minute := simHistory(t, scfg, end)
+	run := func(fast bool) []byte {
+		e, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast && !fastPathSafe(e.groups) {
+			t.Fatal("the default pack does not qualify for the fast path")
+		}
+		ds, err := e.replay(context.Background(), simStart.Add(2*time.Hour), end, fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast && e.precomp == nil {
+			t.Fatal("fast path not used")
+		}
+		b, _ := json.MarshalIndent(ds, "", " ")
+		return b
+	}
+	fast, instant := run(true), run(false)
+	if string(fast) != string(instant) {
+		t.Fatalf("fast path and instant evaluation differ:\nfast:\n%s\ninstant:\n%s", fast, instant)
+	}
+	if len(instant) < 100 {
+		t.Fatalf("nothing diagnosed: %s", instant)
+	}
+}

@@ -1,0 +1,109 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ReplayChunk is how many minutes of windows Replay loads at once.
+const ReplayChunk = 6 * time.Hour
+
+// Replay evaluates the minutes of [from, to] over the minute tier o.Minute
+// exactly as a live engine does, starting Warmup earlier, and returns the
+// diagnoses that overlap [from, to], in start order. A diagnosis still open
+// at to is reported firing. o.Open, o.WriteBack and o.Sinks are ignored
+// (a replay writes nothing and notifies no one).
+func Replay(ctx context.Context, cfg Config, o Options, from, to time.Time) ([]Diagnosis, error) {
+	if !from.Before(to) {
+		return nil, fmt.Errorf("replay range: from %s is not before to %s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	o.Open, o.WriteBack, o.Sinks = nil, nil, nil
+	e, err := New(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	return e.replay(ctx, from, to, true)
+}
+
+// replay evaluates the range; fast enables the range-query fast path
+// (fastpath.go) when the rules allow it.
+func (e *Engine) replay(ctx context.Context, from, to time.Time, fast bool) ([]Diagnosis, error) {
+	e.chunk = ReplayChunk
+	if fast && fastPathSafe(e.groups) {
+		e.precomp = newPrecomputed()
+	}
+	first := from.Add(-e.warmup).Truncate(minute)
+	last := to.Truncate(minute)
+	for t := first; !t.After(last); t = t.Add(minute) {
+		if err := e.evalMinute(ctx, t, t.Before(from)); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("replay minute %s: %w", t.UTC().Format(time.RFC3339), err)
+		}
+	}
+	if p := e.ahead; p != nil {
+		<-p.done // the read ahead past the range
+		e.ahead = nil
+	}
+	var out []Diagnosis
+	for _, d := range e.Diagnoses() {
+		if d.Overlaps(from, to) {
+			out = append(out, d)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Diagnosis) int { return a.Start.Compare(b.Start) })
+	return out, nil
+}
+
+// MarkSource is the rollup pipeline as the live engine follows it;
+// *downsample.Pipeline implements it.
+type MarkSource interface {
+	// Mark is the end (ms, exclusive) of the minute windows computed so far,
+	// and false before the first tick computed any.
+	Mark() (int64, bool)
+	// MarkAdvanced is signalled (without blocking the pipeline) after each
+	// tick that advanced the mark.
+	MarkAdvanced() <-chan struct{}
+}
+
+// Run is the live loop: it waits for the pipeline's first mark, warms up
+// over the Warmup before it (so that `for` state and ranges are rebuilt
+// after a restart: the same minutes a replay would evaluate), then evaluates
+// every minute as soon as its windows are final, until ctx ends. A minute
+// that fails (minute data unreadable) is retried at the next signal.
+func (e *Engine) Run(ctx context.Context, src MarkSource) error {
+	var next time.Time
+	live := time.Time{} // first minute not part of the warm-up
+	for {
+		if mark, ok := src.Mark(); ok {
+			end := time.UnixMilli(mark).Truncate(minute) // minutes t with t+1m <= mark
+			if next.IsZero() {
+				live = end.Add(-minute)
+				next = live.Add(-e.warmup)
+				e.logger.Info("diagnosis engine warming up", "from", next.UTC().Format(time.RFC3339), "minutes", int(e.warmup/minute))
+			}
+			for ; next.Add(minute).Compare(end) <= 0; next = next.Add(minute) {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err := e.evalMinute(ctx, next, next.Before(live)); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					e.logger.Error("diagnosis evaluation failed; retrying", "minute", next.UTC().Format(time.RFC3339), "err", err)
+					break
+				}
+			}
+			e.m.lag.Set(max(0, end.Sub(next).Seconds()))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-src.MarkAdvanced():
+		}
+	}
+}
