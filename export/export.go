@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -43,6 +44,10 @@ type Config struct {
 	// MaxSteps bounds the steps of one export (0: 100,000, eleven years of
 	// hours).
 	MaxSteps int
+	// ChunkWindows bounds one read of a tier, in windows per series (0:
+	// 168, a week of hour windows; the minute tier reads at most 360
+	// minutes): what an export holds besides the open steps' statistics.
+	ChunkWindows int
 }
 
 // Exporter plans and runs exports. It is safe for concurrent use.
@@ -52,6 +57,9 @@ type Exporter struct{ cfg Config }
 func New(cfg Config) *Exporter {
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 100_000
+	}
+	if cfg.ChunkWindows <= 0 {
+		cfg.ChunkWindows = 168
 	}
 	return &Exporter{cfg: cfg}
 }
@@ -370,21 +378,22 @@ func (p *Plan) Columns() []Column { return p.columns }
 // Steps returns how many steps the export has (for progress).
 func (p *Plan) Steps() int { return len(p.steps) }
 
-// chunkLength bounds how much of a tier one read holds in memory: a week of
-// hour windows, six hours of minute windows (for 1,000 series: ~17 MB and
-// ~35 MB of windows).
-func chunkLength(res int64) int64 {
-	if res >= time.Hour.Milliseconds() {
-		return 7 * 24 * time.Hour.Milliseconds()
+// chunkLength bounds how much of a tier one read holds in memory: by
+// default a week of hour windows, six hours of minute windows (for 1,000
+// series: ~17 MB and ~35 MB of windows).
+func (p *Plan) chunkLength(res int64) int64 {
+	n := int64(p.e.cfg.ChunkWindows)
+	if res < time.Hour.Milliseconds() {
+		n = min(n, 360)
 	}
-	return 360 * res
+	return n * res
 }
 
 // Run writes the plan's rows to w, step by step: a step's rows are written
 // once its last window has been read, so memory holds one chunk of windows
-// (chunkLength) and the open steps' statistics, never the whole result.
-// progress (may be nil) is called after each step with the steps done.
-// Run does not close w.
+// (chunkLength: one read of the tier for every step it spans) and the open
+// steps' statistics, never the whole result. progress (may be nil) is
+// called after each step with the steps done. Run does not close w.
 func (p *Plan) Run(ctx context.Context, w RowWriter, progress func(done, total int)) error {
 	state := newRunState(p)
 	i := 0
@@ -398,21 +407,22 @@ func (p *Plan) Run(ctx context.Context, w RowWriter, progress func(done, total i
 		if err := state.prime(ctx, t, p.steps[i].start); err != nil {
 			return err
 		}
-		for k := i; k < j; k++ {
-			state.openStep(k)
-			s := p.steps[k]
-			for c := s.start; c < s.end; {
-				end := min(s.end, c+chunkLength(t.res))
-				if err := state.readChunk(ctx, t, span{c, end}, s); err != nil {
-					return err
-				}
-				c = end
-			}
-			if err := state.closeStep(ctx, k, w); err != nil {
+		state.first, state.next = i, i
+		for c := p.steps[i].start; c < p.steps[j-1].end; {
+			end := min(p.steps[j-1].end, c+p.chunkLength(t.res))
+			if err := state.readChunk(ctx, t, span{c, end}); err != nil {
 				return err
 			}
-			if progress != nil {
-				progress(k+1, len(p.steps))
+			c = end
+			// Close the steps that end in the chunks read so far.
+			for state.next < j && p.steps[state.next].end <= c {
+				if err := state.closeStep(state.next, w); err != nil {
+					return err
+				}
+				state.next++
+				if progress != nil {
+					progress(state.next, len(p.steps))
+				}
 			}
 			if err := ctx.Err(); err != nil {
 				return err
@@ -426,22 +436,26 @@ func (p *Plan) Run(ctx context.Context, w RowWriter, progress func(done, total i
 // runState holds what Run carries from chunk to chunk and step to step.
 type runState struct {
 	p *Plan
-	// per query: the open step's groups
-	acc []map[groupKey]*accum
+	// open steps' statistics: step index -> per query, per group
+	open map[int][]map[groupKey]*accum
+	// first: the first step of the tier run being read; next: the next
+	// step to close
+	first, next int
 	// counters and histograms: each series' last value, for the step
 	// across window (and chunk, and step) boundaries
 	prevLast []map[uint64]float64
-	// groups seen so far (selector groups, plus any an expression adds)
+	// groups seen so far (selector groups, plus any an expression adds),
+	// and the same sorted (nil when a group was added since)
 	groups map[groupKey]bool
+	sorted []groupKey
 }
 
 func newRunState(p *Plan) *runState {
-	s := &runState{p: p, groups: map[groupKey]bool{}}
+	s := &runState{p: p, groups: map[groupKey]bool{}, open: map[int][]map[groupKey]*accum{}}
 	for _, g := range p.groups {
 		s.groups[g] = true
 	}
 	for range p.queries {
-		s.acc = append(s.acc, nil)
 		s.prevLast = append(s.prevLast, map[uint64]float64{})
 	}
 	return s
@@ -476,25 +490,41 @@ func (s *runState) prime(ctx context.Context, t *tierInfo, from int64) error {
 	return nil
 }
 
-func (s *runState) openStep(int) {
-	for qi := range s.acc {
-		s.acc[qi] = map[groupKey]*accum{}
+// stepOf returns the index of the open step holding time t, from the tier
+// run's first step on (-1: none).
+func (s *runState) stepOf(t int64) int {
+	steps := s.p.steps
+	k := s.next + sort.Search(len(steps)-s.next, func(i int) bool { return steps[s.next+i].end > t })
+	if k >= len(steps) || steps[k].start > t || s.p.tiers[k] != s.p.tiers[s.first] {
+		return -1
 	}
+	return k
 }
 
-func (s *runState) group(qi int, g groupKey) *accum {
-	a := s.acc[qi][g]
+func (s *runState) group(k, qi int, g groupKey) *accum {
+	st := s.open[k]
+	if st == nil {
+		st = make([]map[groupKey]*accum, len(s.p.queries))
+		for i := range st {
+			st[i] = map[groupKey]*accum{}
+		}
+		s.open[k] = st
+	}
+	a := st[qi][g]
 	if a == nil {
 		a = newAccum()
-		s.acc[qi][g] = a
-		s.groups[g] = true
+		st[qi][g] = a
+		if !s.groups[g] {
+			s.groups[g] = true
+			s.sorted = nil
+		}
 	}
 	return a
 }
 
-// readChunk adds the windows starting in chunk c (of step st) to the open
-// step's statistics.
-func (s *runState) readChunk(ctx context.Context, t *tierInfo, c, st span) error {
+// readChunk adds the windows starting in chunk c to the open steps'
+// statistics, each window to the step holding its start.
+func (s *runState) readChunk(ctx context.Context, t *tierInfo, c span) error {
 	for qi, q := range s.p.queries {
 		if q.expr != nil {
 			if err := s.evalChunk(ctx, qi, q, t, c); err != nil {
@@ -511,19 +541,38 @@ func (s *runState) readChunk(ctx context.Context, t *tierInfo, c, st span) error
 			if !ok {
 				continue
 			}
-			a := s.group(qi, g)
 			h := sw.Labels.Hash()
-			switch q.kind {
-			case KindGauge:
-				a.addGauge(h, sw.Windows)
-			case KindCounter:
-				s.prevLast[qi][h] = a.addCounter(h, sw.Windows, s.prevLast[qi], q.slotPeak)
-			case KindHistogram:
-				le, err := parseLe(sw.Labels.Get(model.BucketLabel))
-				if err != nil {
+			le := 0.0
+			if q.kind == KindHistogram {
+				if le, err = parseLe(sw.Labels.Get(model.BucketLabel)); err != nil {
 					continue // a bucket without a readable le is not part of a histogram
 				}
-				s.prevLast[qi][h] = a.addBucket(h, le, sw.Windows, s.prevLast[qi])
+			}
+			// The series' windows, one run per step.
+			ws := sw.Windows
+			for len(ws) > 0 {
+				k := s.stepOf(ws[0].Start)
+				n := 1
+				if k >= 0 {
+					end := s.p.steps[k].end
+					for n < len(ws) && ws[n].Start < end {
+						n++
+					}
+				}
+				run := ws[:n]
+				ws = ws[n:]
+				if k < 0 {
+					continue
+				}
+				a := s.group(k, qi, g)
+				switch q.kind {
+				case KindGauge:
+					a.addGauge(h, run)
+				case KindCounter:
+					s.prevLast[qi][h] = a.addCounter(h, run, s.prevLast[qi], q.slotPeak)
+				case KindHistogram:
+					s.prevLast[qi][h] = a.addBucket(h, le, run, s.prevLast[qi])
+				}
 			}
 		}
 	}
@@ -531,7 +580,7 @@ func (s *runState) readChunk(ctx context.Context, t *tierInfo, c, st span) error
 }
 
 // evalChunk evaluates expression q at every window of chunk c and adds the
-// values to the open step as a gauge's window averages.
+// values to their steps as a gauge's window averages.
 func (s *runState) evalChunk(ctx context.Context, qi int, q *query, t *tierInfo, c span) error {
 	eng := s.p.e.cfg.Engine
 	// Evaluation at the end of each window (exclusive): the last instant
@@ -546,41 +595,60 @@ func (s *runState) evalChunk(ctx context.Context, qi int, q *query, t *tierInfo,
 	if res.Err != nil {
 		return fmt.Errorf("export %s: %w", q.text, res.Err)
 	}
+	add := func(g groupKey, h uint64, pts []promql.FPoint) {
+		for len(pts) > 0 {
+			k := s.stepOf(pts[0].T + 1 - t.res)
+			n := 1
+			if k >= 0 {
+				for n < len(pts) && pts[n].T+1-t.res < s.p.steps[k].end {
+					n++
+				}
+				s.group(k, qi, g).addPoints(h, pts[:n])
+			}
+			pts = pts[n:]
+		}
+	}
 	switch v := res.Value.(type) {
 	case promql.Matrix:
 		for _, sr := range v {
-			g, ok := s.p.groupOf(sr.Metric)
-			if !ok {
-				continue
+			if g, ok := s.p.groupOf(sr.Metric); ok {
+				add(g, sr.Metric.Hash(), sr.Floats)
 			}
-			a := s.group(qi, g)
-			a.addPoints(sr.Metric.Hash(), sr.Floats)
 		}
 	case promql.Scalar:
-		s.group(qi, "").addPoints(0, []promql.FPoint{{T: v.T, F: v.V}})
+		add("", 0, []promql.FPoint{{T: v.T, F: v.V}})
 	default:
 		return fmt.Errorf("%w: %q evaluates to %s", ErrBadRequest, q.text, res.Value.Type())
 	}
 	return nil
 }
 
-// closeStep writes step k's rows, one per group, in group order.
-func (s *runState) closeStep(_ context.Context, k int, w RowWriter) error {
+// closeStep writes step k's rows, one per group, in group order, and
+// forgets its statistics.
+func (s *runState) closeStep(k int, w RowWriter) error {
 	st, t := s.p.steps[k], s.p.tiers[k]
 	slots := float64((st.end - st.start) / t.res)
-	groups := make([]groupKey, 0, len(s.groups))
-	for g := range s.groups {
-		groups = append(groups, g)
+	accs := s.open[k]
+	delete(s.open, k)
+	if s.sorted == nil {
+		for g := range s.groups {
+			s.sorted = append(s.sorted, g)
+		}
+		slices.Sort(s.sorted)
 	}
-	slices.Sort(groups)
-	for _, g := range groups {
-		row := make([]Cell, 0, len(s.p.columns))
+	row := make([]Cell, 0, len(s.p.columns))
+	for _, g := range s.sorted {
+		row = row[:0]
 		for _, v := range g.values(len(s.p.groupCols)) {
 			row = append(row, Cell{S: v})
 		}
 		row = append(row, Cell{I: st.start}, Cell{I: st.end}, Cell{S: t.name})
 		for qi, q := range s.p.queries {
-			row = s.acc[qi][g].appendCells(row, q, slots, st, t.res)
+			var a *accum
+			if accs != nil {
+				a = accs[qi][g]
+			}
+			row = a.appendCells(row, q, slots, st, t.res)
 		}
 		if err := w.WriteRow(row); err != nil {
 			return err

@@ -43,9 +43,10 @@ type Cell struct {
 	Null bool
 }
 
-// RowWriter receives an export's rows in order. Close writes what the
-// format needs at the end (Parquet's footer) and flushes; it does not close
-// the underlying writer.
+// RowWriter receives an export's rows in order; a row is the caller's and
+// valid only during WriteRow (Run reuses it). Close writes what the format
+// needs at the end (Parquet's footer) and flushes; it does not close the
+// underlying writer.
 type RowWriter interface {
 	WriteRow(row []Cell) error
 	Close() error

@@ -25,11 +25,15 @@ type gatedTier struct {
 	export.Tier
 	free    int32
 	calls   atomic.Int32
+	held    chan struct{} // closed when the first call is held
 	release chan struct{}
 }
 
 func (g *gatedTier) Select(ctx context.Context, mint, maxt int64, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error) {
-	if g.calls.Add(1) > g.free {
+	if n := g.calls.Add(1); n > g.free {
+		if n == g.free+1 {
+			close(g.held)
+		}
 		select {
 		case <-g.release:
 		case <-ctx.Done():
@@ -44,8 +48,8 @@ func (g *gatedTier) Select(ctx context.Context, mint, maxt int64, ms ...*labels.
 // them), and the whole table arrives once it goes on.
 func TestHandlerStreams(t *testing.T) {
 	tt := buildTiers(t, knownWorkload(2), 2, t0+2*dayMs)
-	gate := &gatedTier{Tier: tt.hour, free: 1, release: make(chan struct{})}
-	e := export.New(export.Config{Hour: gate, Typing: export.Typing{Catalogue: catalogue.TypeOf}})
+	gate := &gatedTier{Tier: tt.hour, free: 1, held: make(chan struct{}), release: make(chan struct{})}
+	e := export.New(export.Config{Hour: gate, Typing: export.Typing{Catalogue: catalogue.TypeOf}, ChunkWindows: 24})
 	srv := httptest.NewServer(export.NewHandler(e, export.CapacityConfig{}, quietLogger(), nil))
 	defer srv.Close()
 	q := url.Values{"query": {"DCGM_FI_DEV_GPU_UTIL"}, "by": {"Hostname"}, "step": {"1h"}, "format": {"csv"},
@@ -63,7 +67,7 @@ func TestHandlerStreams(t *testing.T) {
 	}
 	br := bufio.NewReader(resp.Body)
 	var first []string
-	for range 3 { // the header and the first step's two hosts
+	for range 3 { // the header and the first hour's two hosts
 		line, err := br.ReadString('\n')
 		if err != nil {
 			t.Fatalf("reading the first rows while the export is held: %v", err)
@@ -73,8 +77,12 @@ func TestHandlerStreams(t *testing.T) {
 	if !strings.HasPrefix(first[0], "Hostname,step_start,step_end,tier,") || !strings.Contains(first[1], "2026-01-05T00:00:00Z") {
 		t.Fatalf("first lines %q", first)
 	}
-	if gate.calls.Load() != 2 {
-		t.Fatalf("%d selects before the client read the first rows, want the first done and the second held", gate.calls.Load())
+	// The rows above came while the export cannot finish: its second
+	// read is held until release.
+	select {
+	case <-gate.held:
+	case <-ctx.Done():
+		t.Fatal("the export's second read never came")
 	}
 	close(gate.release)
 	rest, err := io.ReadAll(br)
