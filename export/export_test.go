@@ -202,3 +202,33 @@ func TestExportExpression(t *testing.T) {
 		}
 	}
 }
+
+// failingWriter refuses every row, counting the calls.
+type failingWriter struct{ calls int }
+
+var errDiskFull = errors.New("disk full")
+
+func (f *failingWriter) WriteRow([]export.Cell) error { f.calls++; return errDiskFull }
+func (f *failingWriter) Close() error                 { return nil }
+
+// TestRunStopsOnWriteError: the writer's first error ends the export and is
+// returned once (Run writes on a second goroutine), with no row written
+// after it.
+func TestRunStopsOnWriteError(t *testing.T) {
+	const days = 2
+	tt := buildTiers(t, knownWorkload(days), days, t0+days*dayMs)
+	p, err := tt.exporter().Plan(context.Background(), export.Request{From: time.UnixMilli(t0), To: time.UnixMilli(t0 + days*dayMs),
+		Step: "1h", Queries: []string{"DCGM_FI_DEV_GPU_UTIL"}, By: []string{"Hostname", "gpu"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	w := &failingWriter{}
+	err = p.Run(context.Background(), w, func(done, _ int) { steps = done })
+	if !errors.Is(err, errDiskFull) || err.Error() != errDiskFull.Error() {
+		t.Fatalf("Run: %v, want %v once", err, errDiskFull)
+	}
+	if w.calls != 1 || steps != 0 {
+		t.Errorf("%d rows written and %d steps reported after the writer failed, want 1 and 0", w.calls, steps)
+	}
+}

@@ -69,7 +69,7 @@ func NewWriter(f Format, out io.Writer, cols []Column, loc *time.Location) (RowW
 	case FormatCSV:
 		return newCSVWriter(out, cols, loc)
 	case FormatJSON:
-		return &jsonWriter{w: bufio.NewWriterSize(out, 64<<10), cols: cols, loc: loc}, nil
+		return &jsonWriter{w: bufio.NewWriterSize(out, 64<<10), cols: cols, times: timeCache{loc: loc}}, nil
 	case FormatParquet:
 		return newParquetWriter(out, cols)
 	}
@@ -86,17 +86,41 @@ func formatTime(ms int64, loc *time.Location) string {
 	return time.UnixMilli(ms).In(loc).Format(time.RFC3339)
 }
 
-type csvWriter struct {
-	bw   *bufio.Writer
-	w    *csv.Writer
-	cols []Column
+// timeCache formats the few times a step's rows repeat once each.
+type timeCache struct {
 	loc  *time.Location
-	rec  []string
+	ms   [2]int64
+	text [2]string
+	n    int
+}
+
+func (c *timeCache) format(ms int64) string {
+	for i := range c.n {
+		if c.ms[i] == ms {
+			return c.text[i]
+		}
+	}
+	i := c.n % 2
+	c.ms[i], c.text[i] = ms, formatTime(ms, c.loc)
+	if c.n < 2 {
+		c.n++
+	} else {
+		c.n = 2
+	}
+	return c.text[i]
+}
+
+type csvWriter struct {
+	bw    *bufio.Writer
+	w     *csv.Writer
+	cols  []Column
+	times timeCache
+	rec   []string
 }
 
 func newCSVWriter(out io.Writer, cols []Column, loc *time.Location) (*csvWriter, error) {
 	bw := bufio.NewWriterSize(out, 64<<10)
-	c := &csvWriter{bw: bw, w: csv.NewWriter(bw), cols: cols, loc: loc, rec: make([]string, len(cols))}
+	c := &csvWriter{bw: bw, w: csv.NewWriter(bw), cols: cols, times: timeCache{loc: loc}, rec: make([]string, len(cols))}
 	for i, col := range cols {
 		c.rec[i] = col.Name
 	}
@@ -105,17 +129,17 @@ func newCSVWriter(out io.Writer, cols []Column, loc *time.Location) (*csvWriter,
 
 func (c *csvWriter) WriteRow(row []Cell) error {
 	for i, col := range c.cols {
-		c.rec[i] = cellText(col, row[i], c.loc)
+		c.rec[i] = cellText(col, row[i], &c.times)
 	}
 	return c.w.Write(c.rec)
 }
 
-func cellText(col Column, v Cell, loc *time.Location) string {
+func cellText(col Column, v Cell, times *timeCache) string {
 	switch {
 	case col.Type == ColString:
 		return v.S
 	case col.Type == ColTime:
-		return formatTime(v.I, loc)
+		return times.format(v.I)
 	case col.Type == ColInt:
 		return strconv.FormatInt(v.I, 10)
 	case v.Null:
@@ -135,10 +159,10 @@ func (c *csvWriter) Flush() error {
 func (c *csvWriter) Close() error { return c.Flush() }
 
 type jsonWriter struct {
-	w    *bufio.Writer
-	cols []Column
-	loc  *time.Location
-	buf  []byte
+	w     *bufio.Writer
+	cols  []Column
+	times timeCache
+	buf   []byte
 }
 
 func (j *jsonWriter) WriteRow(row []Cell) error {
@@ -159,7 +183,7 @@ func (j *jsonWriter) WriteRow(row []Cell) error {
 			b = append(b, enc...)
 		case col.Type == ColTime:
 			b = append(b, '"')
-			b = append(b, formatTime(v.I, j.loc)...)
+			b = append(b, j.times.format(v.I)...)
 			b = append(b, '"')
 		case col.Type == ColInt:
 			b = strconv.AppendInt(b, v.I, 10)
@@ -185,9 +209,15 @@ func (j *jsonWriter) Close() error { return j.w.Flush() }
 type parquetWriter struct {
 	w    *parquet.Writer
 	cols []Column
+	vals []parquet.Value // backing store of rows, reused
 	rows []parquet.Row
 	n    int
+	// bytes of the strings written (group labels, tiers repeat on every
+	// step), bounded
+	strs map[string][]byte
 }
+
+const parquetBatch = 1024
 
 const parquetRowsPerGroup = 64 << 10
 
@@ -213,16 +243,29 @@ func newParquetWriter(out io.Writer, cols []Column) (*parquetWriter, error) {
 	}
 	w := parquet.NewWriter(out, schema, parquet.Compression(&zstd.Codec{Level: zstd.SpeedDefault}),
 		parquet.PageBufferSize(256<<10), parquet.CreatedBy("strata export", "", ""))
-	return &parquetWriter{w: w, cols: cols}, nil
+	return &parquetWriter{w: w, cols: cols, vals: make([]parquet.Value, 0, parquetBatch*len(cols)), strs: map[string][]byte{}}, nil
+}
+
+func (p *parquetWriter) bytesOf(s string) []byte {
+	b, ok := p.strs[s]
+	if !ok {
+		b = []byte(s)
+		if len(p.strs) < 1<<16 {
+			p.strs[s] = b
+		}
+	}
+	return b
 }
 
 func (p *parquetWriter) WriteRow(row []Cell) error {
-	r := make(parquet.Row, len(p.cols))
+	at := len(p.vals)
+	p.vals = p.vals[:at+len(p.cols)]
+	r := parquet.Row(p.vals[at : at+len(p.cols) : at+len(p.cols)])
 	for i, col := range p.cols {
 		v := row[i]
 		switch {
 		case col.Type == ColString:
-			r[i] = parquet.ByteArrayValue([]byte(v.S)).Level(0, 0, i)
+			r[i] = parquet.ByteArrayValue(p.bytesOf(v.S)).Level(0, 0, i)
 		case col.Type == ColTime, col.Type == ColInt:
 			r[i] = parquet.Int64Value(v.I).Level(0, 0, i)
 		case v.Null:
@@ -232,7 +275,7 @@ func (p *parquetWriter) WriteRow(row []Cell) error {
 		}
 	}
 	p.rows = append(p.rows, r)
-	if len(p.rows) >= 1024 {
+	if len(p.rows) >= parquetBatch {
 		return p.writeBuffered()
 	}
 	return nil
@@ -246,7 +289,7 @@ func (p *parquetWriter) writeBuffered() error {
 		return fmt.Errorf("write parquet rows: %w", err)
 	}
 	p.n += len(p.rows)
-	p.rows = p.rows[:0]
+	p.rows, p.vals = p.rows[:0], p.vals[:0]
 	if p.n >= parquetRowsPerGroup {
 		p.n = 0
 		return p.w.Flush()
