@@ -30,6 +30,31 @@ import (
 // benchYear is the first day of the benchmarks' year of history.
 var benchYear = time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)
 
+// benchDataDir returns a data directory written by write: a temporary one,
+// or $STRATA_EXPORT_BENCH_DIR/name, written once and kept for later runs
+// (the year takes a minute or more to write).
+func benchDataDir(b *testing.B, name string, write func(*testing.B, string)) string {
+	b.Helper()
+	root := os.Getenv("STRATA_EXPORT_BENCH_DIR")
+	if root == "" {
+		dir := b.TempDir()
+		write(b, dir)
+		return dir
+	}
+	dir := filepath.Join(root, name)
+	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
+		return dir
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		b.Fatal(err)
+	}
+	write(b, dir)
+	if err := os.WriteFile(filepath.Join(dir, "complete"), nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return dir
+}
+
 // runMeasured runs the strata binary and returns its wall time and peak
 // RSS (the child's own, from wait4's rusage: what the export alone costs).
 func runMeasured(b *testing.B, args ...string) (time.Duration, float64) {
@@ -87,8 +112,7 @@ func writeYearOfHours(b *testing.B, dir string) {
 //
 //	go test -run '^$' -bench BenchmarkExportYearHourly -benchtime 1x ./cmd/strata/
 func BenchmarkExportYearHourly(b *testing.B) {
-	dir := b.TempDir()
-	writeYearOfHours(b, dir)
+	dir := benchDataDir(b, "year-1000", writeYearOfHours)
 	out := b.TempDir()
 	for _, format := range []string{"parquet", "csv"} {
 		b.Run(format, func(b *testing.B) {
@@ -211,8 +235,7 @@ func writeSimulatedYear(b *testing.B, dir string) {
 //
 //	go test -run '^$' -bench BenchmarkExportCapacityYear -benchtime 1x ./cmd/strata/
 func BenchmarkExportCapacityYear(b *testing.B) {
-	dir := b.TempDir()
-	writeSimulatedYear(b, dir)
+	dir := benchDataDir(b, "capacity-year", writeSimulatedYear)
 	out := b.TempDir()
 	for _, step := range []string{"1d", "1h"} {
 		b.Run("step="+step, func(b *testing.B) {
