@@ -17,7 +17,9 @@
 // with headroom, a linear forecast of peak demand and a PNG chart.
 //
 // Files: request.go (what an export asks for, and its validation), kind.go
-// (how a metric's type is decided), export.go (reading windows step by
-// step and the statistics), format.go (the writers), http.go (the API
-// handler), capacity.go and chart.go (the preset).
+// (how a metric's type is decided), export.go (the plan: steps, tiers,
+// series, columns), run.go (reading windows step by step, the statistics,
+// rows handed to the writer on a second goroutine), format.go (the
+// writers), http.go (the API handler), capacity.go and chart.go (the
+// preset).
 package export
