@@ -232,3 +232,42 @@ func TestRunStopsOnWriteError(t *testing.T) {
 		t.Errorf("%d rows written and %d steps reported after the writer failed, want 1 and 0", w.calls, steps)
 	}
 }
+
+// TestExportDayInTimeZone: a 1d step in Asia/Tokyo runs from midnight to
+// midnight there (15:00 to 15:00 UTC), and its figures are PromQL's over
+// that day, not over a UTC day.
+func TestExportDayInTimeZone(t *testing.T) {
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		t.Skip("no time zone database:", err)
+	}
+	const days = 3
+	tt := buildTiers(t, knownWorkload(days), days, t0+days*dayMs)
+	from := time.Date(2026, 1, 6, 0, 0, 0, 0, tokyo)
+	tb := runExport(t, tt.exporter(), export.Request{From: from, To: from.AddDate(0, 0, 1), Step: "1d", Location: tokyo,
+		Queries: []string{"util=DCGM_FI_DEV_GPU_UTIL", "tokens=vllm:generation_tokens_total"}})
+	if len(tb.rows) != 1 {
+		t.Fatalf("%d rows, want one day", len(tb.rows))
+	}
+	row := tb.rows[0]
+	if start, end := row[tb.col(t, "step_start")].I, row[tb.col(t, "step_end")].I; start != t0+15*hourMs || end != start+dayMs {
+		t.Fatalf("step %s to %s, want 2026-01-05T15:00Z to 2026-01-06T15:00Z", fmtUTC(start), fmtUTC(end))
+	}
+	if cov := row[tb.col(t, "util_coverage")].F; cov != 1 {
+		t.Errorf("coverage %g, want 1", cov)
+	}
+	at := t0 + 15*hourMs + dayMs - 1
+	eng, q := newEngine(), tiers.NewStitched(nil, tt.minute, tt.hour)
+	for col, qs := range map[string]string{
+		"util_avg":        `sum(sum_over_time(DCGM_FI_DEV_GPU_UTIL[1d])) / sum(count_over_time(DCGM_FI_DEV_GPU_UTIL[1d]))`,
+		"util_max":        `max(max_over_time(DCGM_FI_DEV_GPU_UTIL[1d]))`,
+		"tokens_increase": `sum(increase(vllm:generation_tokens_total[1d] anchored))`,
+	} {
+		want := instant(t, eng, q, qs, at)["{}"]
+		if got := row[tb.col(t, col)]; got.Null || !near(got.F, want) {
+			t.Errorf("%s: export %v, PromQL over the Tokyo day %v", col, got, want)
+		}
+	}
+}
+
+func fmtUTC(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
