@@ -205,13 +205,14 @@ func (j *jsonWriter) Close() error { return j.w.Flush() }
 // parquetWriter writes rows with a schema built from the columns, in
 // their order: a struct type made at run time names the fields (parquet-go
 // orders a schema's columns as a struct's fields, and a map-based group
-// alphabetically).
+// alphabetically). Rows are gathered column by column and handed to
+// parquet-go's column writers a batch at a time, which skips splitting
+// rows into columns again.
 type parquetWriter struct {
 	w    *parquet.Writer
 	cols []Column
-	vals []parquet.Value // backing store of rows, reused
-	rows []parquet.Row
-	n    int
+	vals [][]parquet.Value // per column, the batch's values
+	n    int               // rows in the current row group
 	// bytes of the strings written (group labels, tiers repeat on every
 	// step), bounded
 	strs map[string][]byte
@@ -243,7 +244,11 @@ func newParquetWriter(out io.Writer, cols []Column) (*parquetWriter, error) {
 	}
 	w := parquet.NewWriter(out, schema, parquet.Compression(&zstd.Codec{Level: zstd.SpeedDefault}),
 		parquet.PageBufferSize(256<<10), parquet.CreatedBy("strata export", "", ""))
-	return &parquetWriter{w: w, cols: cols, vals: make([]parquet.Value, 0, parquetBatch*len(cols)), strs: map[string][]byte{}}, nil
+	vals := make([][]parquet.Value, len(cols))
+	for i := range vals {
+		vals[i] = make([]parquet.Value, 0, parquetBatch)
+	}
+	return &parquetWriter{w: w, cols: cols, vals: vals, strs: map[string][]byte{}}, nil
 }
 
 func (p *parquetWriter) bytesOf(s string) []byte {
@@ -258,38 +263,43 @@ func (p *parquetWriter) bytesOf(s string) []byte {
 }
 
 func (p *parquetWriter) WriteRow(row []Cell) error {
-	at := len(p.vals)
-	p.vals = p.vals[:at+len(p.cols)]
-	r := parquet.Row(p.vals[at : at+len(p.cols) : at+len(p.cols)])
 	for i, col := range p.cols {
 		v := row[i]
+		var pv parquet.Value
 		switch {
 		case col.Type == ColString:
-			r[i] = parquet.ByteArrayValue(p.bytesOf(v.S)).Level(0, 0, i)
+			pv = parquet.ByteArrayValue(p.bytesOf(v.S)).Level(0, 0, i)
 		case col.Type == ColTime, col.Type == ColInt:
-			r[i] = parquet.Int64Value(v.I).Level(0, 0, i)
+			pv = parquet.Int64Value(v.I).Level(0, 0, i)
 		case v.Null:
-			r[i] = parquet.NullValue().Level(0, 0, i)
+			pv = parquet.NullValue().Level(0, 0, i)
 		default:
-			r[i] = parquet.DoubleValue(v.F).Level(0, 1, i)
+			pv = parquet.DoubleValue(v.F).Level(0, 1, i)
 		}
+		p.vals[i] = append(p.vals[i], pv)
 	}
-	p.rows = append(p.rows, r)
-	if len(p.rows) >= parquetBatch {
+	if len(p.vals[0]) >= parquetBatch {
 		return p.writeBuffered()
 	}
 	return nil
 }
 
 func (p *parquetWriter) writeBuffered() error {
-	if len(p.rows) == 0 {
+	rows := len(p.vals[0])
+	if rows == 0 {
 		return nil
 	}
-	if _, err := p.w.WriteRows(p.rows); err != nil {
-		return fmt.Errorf("write parquet rows: %w", err)
+	for i, cw := range p.w.ColumnWriters() {
+		n, err := cw.WriteRowValues(p.vals[i])
+		if err != nil {
+			return fmt.Errorf("write parquet column %s: %w", p.cols[i].Name, err)
+		}
+		if n != rows {
+			return fmt.Errorf("write parquet column %s: %d rows of %d", p.cols[i].Name, n, rows)
+		}
+		p.vals[i] = p.vals[i][:0]
 	}
-	p.n += len(p.rows)
-	p.rows, p.vals = p.rows[:0], p.vals[:0]
+	p.n += rows
 	if p.n >= parquetRowsPerGroup {
 		p.n = 0
 		return p.w.Flush()
