@@ -77,3 +77,23 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("validate = %v, want an out-of-order window error", err)
 	}
 }
+
+func TestByteSizeSet(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want ByteSize
+	}{
+		{"1048576", 1 << 20}, // a plain number of bytes, as Prometheus' flags take
+		{"1MiB", 1 << 20},
+		{"32MiB", 32 << 20},
+	} {
+		var b ByteSize
+		if err := b.Set(tc.in); err != nil || b != tc.want {
+			t.Errorf("Set(%q) = %d, %v; want %d", tc.in, b, err, tc.want)
+		}
+	}
+	var b ByteSize
+	if err := b.Set("lots"); err == nil {
+		t.Error(`Set("lots"): no error`)
+	}
+}

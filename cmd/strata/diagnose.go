@@ -161,8 +161,8 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 			sinks = append(sinks, w)
 		}
 	}
-	eng, err := diagnose.New(s.cfg.Diagnose, diagnose.Options{
-		Minute: s.minute, Open: s.rollup, Signals: signals,
+	eng, err := diagnose.New(s.cfg.Diagnose.Config, diagnose.Options{
+		Minute: s.minute, Open: s.rollup, Signals: signals, Archive: s.arc.archive(),
 		WriteBack: s.rawApp, WriteBackDelay: time.Duration(s.cfg.Storage.OutOfOrderWindow) + time.Minute,
 		Sinks: sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
 		Logger: logger, Registerer: s.reg,
@@ -268,7 +268,7 @@ func (c *diagnoseCommand) replay(ctx context.Context, logger *slog.Logger, from,
 	if err != nil {
 		return nil, err
 	}
-	return diagnose.Replay(ctx, cfg.Diagnose, diagnose.Options{Minute: minute, Signals: signals, Logger: logger,
+	return diagnose.Replay(ctx, cfg.Diagnose.Config, diagnose.Options{Minute: minute, Signals: signals, Logger: logger,
 		LookbackDelta: time.Duration(cfg.Query.LookbackDelta)}, from, to)
 }
 
