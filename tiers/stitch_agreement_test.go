@@ -44,9 +44,9 @@ func newAgreementWorkload() *agreementWorkload {
 		day := end - age*dayMs
 		h := day + 5*hourMs
 		resetsAligned = append(resetsAligned,
-			h,                       // exactly at an hour boundary
-			h+2*hourMs+25*minMs,     // inside an hour
-			h+4*hourMs+10*minMs,     // two in one hour
+			h,                   // exactly at an hour boundary
+			h+2*hourMs+25*minMs, // inside an hour
+			h+4*hourMs+10*minMs, // two in one hour
 			h+4*hourMs+40*minMs+15_000,
 			h+7*hourMs+step, // one scrape after a boundary
 		)
