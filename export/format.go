@@ -166,7 +166,8 @@ type jsonWriter struct {
 }
 
 func (j *jsonWriter) WriteRow(row []Cell) error {
-	b := append(j.buf[:0], '{')
+	b := j.buf[:0]
+	b = append(b, '{')
 	for i, col := range j.cols {
 		if i > 0 {
 			b = append(b, ',')
@@ -209,7 +210,7 @@ func (j *jsonWriter) Close() error { return j.w.Flush() }
 // parquet-go's column writers a batch at a time, which skips splitting
 // rows into columns again.
 type parquetWriter struct {
-	w    *parquet.Writer
+	w    *parquet.GenericWriter[any]
 	cols []Column
 	vals [][]parquet.Value // per column, the batch's values
 	n    int               // rows in the current row group
@@ -242,7 +243,7 @@ func newParquetWriter(out io.Writer, cols []Column) (*parquetWriter, error) {
 	if got := len(schema.Columns()); got != len(cols) {
 		return nil, fmt.Errorf("export parquet schema: %d columns, want %d", got, len(cols))
 	}
-	w := parquet.NewWriter(out, schema, parquet.Compression(&zstd.Codec{Level: zstd.SpeedDefault}),
+	w := parquet.NewGenericWriter[any](out, schema, parquet.Compression(&zstd.Codec{Level: zstd.SpeedDefault}),
 		parquet.PageBufferSize(256<<10), parquet.CreatedBy("strata export", "", ""))
 	vals := make([][]parquet.Value, len(cols))
 	for i := range vals {

@@ -96,7 +96,7 @@ func requestFromQuery(v url.Values, now time.Time) (Request, Format, error) {
 	req.Queries = append(append([]string{}, v["query"]...), v["match[]"]...)
 	req.Preset = v.Get("preset")
 	f := FormatCSV
-	if s := v.Get("format"); s != "" && !(req.Preset != "" && s == "png") {
+	if s := v.Get("format"); s != "" && (req.Preset == "" || s != "png") {
 		if f, err = ParseFormat(s); err != nil {
 			return req, "", err
 		}

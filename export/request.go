@@ -236,7 +236,7 @@ func parseQueries(qs []string) ([]*query, error) {
 			}
 		}
 		if seen[q.alias] {
-			return nil, fmt.Errorf("%w: two queries named %q: name them with alias=...", ErrBadRequest, q.alias)
+			return nil, fmt.Errorf("%w: two queries named %q: name them with alias=NAME", ErrBadRequest, q.alias)
 		}
 		seen[q.alias] = true
 		out = append(out, q)
@@ -251,7 +251,7 @@ var reservedColumns = []string{"step_start", "step_end", "tier"}
 func checkBy(by []string) error {
 	seen := map[string]bool{}
 	for _, l := range by {
-		if !model.LabelName(l).IsValid() || l == model.MetricNameLabel {
+		if !model.UTF8Validation.IsValidLabelName(l) || l == model.MetricNameLabel {
 			return fmt.Errorf("%w: %q is not a label to group by", ErrBadRequest, l)
 		}
 		if slices.Contains(reservedColumns, l) || seen[l] {
