@@ -108,7 +108,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
 	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
-		"raw_samples", res.RawSamples, "dropped_samples", res.DroppedSamples)
+		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "dropped_samples", res.DroppedSamples)
 	return nil
 }
 
@@ -216,8 +216,8 @@ type progressBar struct {
 }
 
 func (b *progressBar) update(p backfill.Progress) {
-	b.draw(p.Phase, p.Done, p.Total, fmt.Sprintf(" partitions %d written, %d kept  raw samples %d  dropped %d",
-		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.DroppedSamples))
+	b.draw(p.Phase, p.Done, p.Total, fmt.Sprintf(" partitions %d written, %d kept  raw samples %d (+%d in blocks)  dropped %d",
+		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.RawBlockSamples, p.DroppedSamples))
 }
 
 // draw redraws the bar at most every 100 ms (and always at the end).
@@ -231,7 +231,7 @@ func (b *progressBar) draw(phase string, done, total int, detail string) {
 	if total > 0 {
 		filled = width * done / total
 	}
-	_, _ = fmt.Fprintf(b.w, "\r%-6s [%s%s] %d/%d %s ",
+	_, _ = fmt.Fprintf(b.w, "\r%-10s [%s%s] %d/%d %s ",
 		phase, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total, detail)
 	b.drawn = true
 }

@@ -153,12 +153,18 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		s.ams.am.Store(am)
 		sinks = append(sinks, am)
 	}
-	if hooks := s.cfg.Diagnose.Hooks.Webhooks; len(hooks) > 0 {
+	if hooks := s.cfg.Diagnose.Hooks; len(hooks.Webhooks)+len(hooks.Profilers) > 0 {
 		m := notify.NewMetrics(s.reg)
-		for _, h := range hooks {
+		for _, h := range hooks.Webhooks {
 			w := notify.NewWebhook(h, m, logger.With("sink", "webhook"), 0)
 			s.closer = append(s.closer, func() error { w.Stop(); return nil })
 			sinks = append(sinks, w)
+		}
+		traffic := notify.QueryTraffic{Engine: s.api.Engine(), Queryable: s.stitched}
+		for _, h := range hooks.Profilers {
+			p := notify.NewProfiler(h, s.cfg.Diagnose.SLO, traffic, m, logger.With("sink", "profiler"), 0, time.Now)
+			s.closer = append(s.closer, func() error { p.Stop(); return nil })
+			sinks = append(sinks, p)
 		}
 	}
 	eng, err := diagnose.New(s.cfg.Diagnose.Config, diagnose.Options{
