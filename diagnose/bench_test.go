@@ -69,9 +69,22 @@ func processCPU(b *testing.B) time.Duration {
 // (from disk here; live reads the newest from the pipeline's memory).
 // cpu-s/minute is the figure to compare with 5 % of a core (3 CPU-s per
 // minute).
+// Both baseline modes run, so that the baselines' cost is a ratio of one run.
 func BenchmarkLiveMinute(b *testing.B) {
 	minute := benchData(b, 1)
-	e, err := New(DefaultConfig(), Options{Minute: minute, Registerer: prometheus.NewRegistry()})
+	for _, mode := range []string{BaselineStatic, BaselineSeasonal} {
+		b.Run("mode="+mode, func(b *testing.B) { benchLiveMinute(b, minute, modeConfig(mode)) })
+	}
+}
+
+func modeConfig(mode string) Config {
+	cfg := DefaultConfig()
+	cfg.Baseline.Mode = mode
+	return cfg
+}
+
+func benchLiveMinute(b *testing.B, minute *tiers.Rollup, cfg Config) {
+	e, err := New(cfg, Options{Minute: minute, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,10 +136,16 @@ func BenchmarkReplay14Days(b *testing.B) {
 	}
 	from := simStart.Add(3 * time.Hour)
 	to := simStart.Add(time.Duration(replayDays)*24*time.Hour - time.Minute)
+	for _, mode := range []string{BaselineStatic, BaselineSeasonal} {
+		b.Run("mode="+mode, func(b *testing.B) { benchReplay(b, minute, modeConfig(mode), from, to) })
+	}
+}
+
+func benchReplay(b *testing.B, minute *tiers.Rollup, cfg Config, from, to time.Time) {
 	for b.Loop() {
 		cpu0 := processCPU(b)
 		start := time.Now()
-		ds, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Registerer: prometheus.NewRegistry()}, from, to)
+		ds, err := Replay(context.Background(), cfg, Options{Minute: minute, Registerer: prometheus.NewRegistry()}, from, to)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,5 +153,17 @@ func BenchmarkReplay14Days(b *testing.B) {
 		b.ReportMetric((processCPU(b) - cpu0).Seconds(), "cpu-s")
 		b.ReportMetric(float64(len(ds)), "diagnoses")
 		b.ReportMetric(to.Sub(from).Minutes(), "minutes")
+	}
+}
+
+// BenchmarkReplayLastHour replays the last hour of a day of the 4x8
+// cluster: with baselines, the day before it is read back first (the cost
+// of a short `strata diagnose --from=-1h` over a store with history).
+func BenchmarkReplayLastHour(b *testing.B) {
+	minute := benchData(b, 1)
+	to := simStart.Add(24*time.Hour - time.Minute)
+	from := to.Add(-time.Hour)
+	for _, mode := range []string{BaselineStatic, BaselineSeasonal} {
+		b.Run("mode="+mode, func(b *testing.B) { benchReplay(b, minute, modeConfig(mode), from, to) })
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -38,6 +39,47 @@ type Config struct {
 	SLO SLOConfig `yaml:"slo"`
 	// Hooks are optional actions on diagnoses.
 	Hooks HooksConfig `yaml:"hooks"`
+	// Baseline configures the robust baselines and the seasonal thresholds
+	// (docs/diagnosis.md, "Baselines").
+	Baseline BaselineConfig `yaml:"baseline"`
+}
+
+// Baseline modes.
+const (
+	// BaselineSeasonal computes robust per-hour-of-week baselines of the
+	// tracked signals; rules compare with them.
+	BaselineSeasonal = "seasonal"
+	// BaselineStatic computes none: the rules' static thresholds alone
+	// decide (the comparison the benchmark draws).
+	BaselineStatic = "static"
+)
+
+// BaselineConfig is `diagnose.baseline`.
+type BaselineConfig struct {
+	// Mode is seasonal (baselines computed, the default) or static.
+	Mode string `yaml:"mode"`
+	// K is the deviation, in robust sigma, beyond which a signal is
+	// anomalous (rules read it as strata:baseline:k); the two-pass outlier
+	// rejection and the level-shift test use it too.
+	K float64 `yaml:"k"`
+	// History is how far back the hourly summaries go: the hour-of-week
+	// baseline uses the same hour of every week in it.
+	History model.Duration `yaml:"history"`
+	// MinHistory is how many weeks of the same hour-of-week (as a duration)
+	// a series needs before its hour-of-week baseline is used; with less,
+	// it falls back to the same hour of the last days, the last hours, or
+	// the model's other replicas at the same minute.
+	MinHistory model.Duration `yaml:"min_history"`
+	// LevelShiftAfter is how long a signal must stay beyond k sigma, in the
+	// same direction, before the shifted level becomes its new normal (a
+	// deploy that changed it for good).
+	LevelShiftAfter model.Duration `yaml:"level_shift_after"`
+	// SigmaFloor is the smallest sigma as a fraction of the baseline's
+	// median (each signal also has an absolute floor), so that a signal
+	// that barely moves does not make tiny changes anomalous.
+	SigmaFloor float64 `yaml:"sigma_floor"`
+	// Signals are the canonical signals tracked (empty: DefaultBaselineSignals).
+	Signals []string `yaml:"signals"`
 }
 
 // SLOConfig holds the default objectives and per-model overrides.
@@ -142,6 +184,18 @@ func DefaultConfig() Config {
 			TTFTP99: model.Duration(2 * time.Second), TPOTP99: model.Duration(100 * time.Millisecond),
 			E2EP99: model.Duration(60 * time.Second), ErrorRatio: 0.01,
 		}},
+		Baseline: DefaultBaselineConfig(),
+	}
+}
+
+// DefaultBaselineConfig is seasonal baselines, k = 3, 28 days of history,
+// the hour-of-week baseline from two weeks on, a level shift adopted after
+// 3 hours, sigma at least 2 % of the median.
+func DefaultBaselineConfig() BaselineConfig {
+	return BaselineConfig{
+		Mode: BaselineSeasonal, K: 3, History: model.Duration(28 * 24 * time.Hour),
+		MinHistory: model.Duration(14 * 24 * time.Hour), LevelShiftAfter: model.Duration(3 * time.Hour),
+		SigmaFloor: 0.02,
 	}
 }
 
@@ -162,6 +216,9 @@ func (c Config) Validate() error {
 	}
 	if time.Duration(c.ScratchRetention) < time.Hour {
 		return fmt.Errorf("diagnose scratch_retention must be at least 1h, got %s", c.ScratchRetention)
+	}
+	if err := c.Baseline.validate(); err != nil {
+		return err
 	}
 	if err := c.SLO.Default.validate("default"); err != nil {
 		return err
@@ -220,6 +277,30 @@ func (p ProfilerConfig) validate() error {
 	}
 	if p.MinLatencySLO < 0 || p.MinInterval < 0 || p.Timeout < 0 || p.MaxRetries < 0 {
 		return errors.New("negative min_latency_slo, min_interval, timeout or max_retries")
+	}
+	return nil
+}
+
+func (b BaselineConfig) validate() error {
+	const week = 7 * 24 * time.Hour
+	switch {
+	case b.Mode != BaselineSeasonal && b.Mode != BaselineStatic:
+		return fmt.Errorf("diagnose baseline.mode must be %s or %s, got %q", BaselineSeasonal, BaselineStatic, b.Mode)
+	case b.K < 1 || b.K > 20:
+		return fmt.Errorf("diagnose baseline.k must be in [1,20] (robust sigma), got %g", b.K)
+	case time.Duration(b.History) < 24*time.Hour || time.Duration(b.History) > 8*week:
+		return fmt.Errorf("diagnose baseline.history must be between 1d and 8w, got %s", b.History)
+	case b.MinHistory < 0 || b.MinHistory > b.History:
+		return fmt.Errorf("diagnose baseline.min_history must be between 0 and history (%s), got %s", b.History, b.MinHistory)
+	case time.Duration(b.LevelShiftAfter) < time.Hour || time.Duration(b.LevelShiftAfter) > 48*time.Hour:
+		return fmt.Errorf("diagnose baseline.level_shift_after must be between 1h and 48h, got %s", b.LevelShiftAfter)
+	case b.SigmaFloor < 0 || b.SigmaFloor > 1:
+		return fmt.Errorf("diagnose baseline.sigma_floor must be in [0,1], got %g", b.SigmaFloor)
+	}
+	for _, s := range b.Signals {
+		if !strings.HasPrefix(s, "strata:") {
+			return fmt.Errorf("diagnose baseline.signals: %q is not a canonical strata: signal", s)
+		}
 	}
 	return nil
 }

@@ -113,6 +113,10 @@ type Evidence struct {
 	Baseline       *float64 `json:"baseline"`
 	Sigma          *float64 `json:"sigma"`
 	DeviationSigma *float64 `json:"deviation_sigma"`
+	// BaselineSource says what the baseline rests on: hour_of_week (weeks
+	// of history), same_hour_recent_days, last_hours or replicas (a young
+	// series); empty without a baseline.
+	BaselineSource string `json:"baseline_source,omitempty"`
 	// Query is the PromQL that shows the metric over the incident.
 	Query string `json:"query"`
 }

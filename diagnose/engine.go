@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -96,19 +95,23 @@ type Engine struct {
 	hidden map[string]bool
 	view   *tiers.MinuteView
 
-	scratch   *scratch
-	need      int64 // ms of minute windows before T a minute's rules read
-	warmup    time.Duration
-	lookback  time.Duration
-	snap      *tiers.MinuteSnapshot
-	ahead     *prefetched       // the next chunk, being read (replay)
-	reads     *labels.Matcher   // the metric names the rules read (nil: all)
-	query     storage.Queryable // minute data + scratch, for the minute being evaluated
-	chunk     time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
-	inc       *incidents
-	precomp   *precomputed // replay's fast path (nil: instant queries)
-	lastEval  time.Time
-	evaluated bool
+	scratch  *scratch
+	need     int64 // ms of minute windows before T a minute's rules read
+	warmup   time.Duration
+	lookback time.Duration
+	snap     *tiers.MinuteSnapshot
+	ahead    *prefetched       // the next chunk, being read (replay)
+	reads    *labels.Matcher   // the metric names the rules read (nil: all)
+	query    storage.Queryable // minute data + scratch, for the minute being evaluated
+	chunk    time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
+	inc      *incidents
+	precomp  *precomputed // replay's fast path (nil: instant queries)
+	// base computes the baselines (nil in static mode); it runs after
+	// signalsGroup at every minute.
+	base         *tracker
+	signalsGroup *rules.Group
+	lastEval     time.Time
+	evaluated    bool
 
 	mu    sync.RWMutex
 	diags []Diagnosis // every diagnosis, by open order
@@ -179,7 +182,13 @@ func New(cfg Config, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Baseline.Mode == BaselineSeasonal {
+		e.base = newTracker(cfg.Baseline)
+	}
 	if err := e.buildGroups(files); err != nil {
+		return nil, err
+	}
+	if err := e.checkBaselineSignals(); err != nil {
 		return nil, err
 	}
 	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden))
@@ -237,6 +246,11 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 			}
 		}
 	}
+	// The baseline step writes these (static mode: nobody, and they are
+	// never read from the minute data either).
+	for _, n := range baselineNames {
+		recorded[n] = true
+	}
 	p := newParser()
 	for _, f := range files {
 		for _, g := range f.groups {
@@ -259,9 +273,13 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 				rs = append(rs, rules.NewAlertingRule(r.Alert, expr, time.Duration(r.For), time.Duration(r.KeepFiringFor),
 					lbls, labels.FromMap(r.Annotations), labels.EmptyLabels(), e.o.ExternalURL.String(), true, e.logger.With("alert", r.Alert)))
 			}
-			e.groups = append(e.groups, rules.NewGroup(rules.GroupOptions{
+			grp := rules.NewGroup(rules.GroupOptions{
 				Name: g.Name, File: f.name, Interval: minute, Limit: g.Limit, Rules: rs, Opts: opts,
-			}))
+			})
+			if g.Name == SignalsGroup {
+				e.signalsGroup = grp
+			}
+			e.groups = append(e.groups, grp)
 		}
 	}
 	e.reads = readSet(files, recorded)
@@ -356,6 +374,12 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	}
 	start := time.Now()
 	tm := t.UnixMilli()
+	if e.base != nil && !e.base.booted {
+		if err := e.bootstrap(ctx, tm); err != nil {
+			e.m.failures.Inc()
+			return fmt.Errorf("diagnose: read back the baselines' history: %w", err)
+		}
+	}
 	if e.snap == nil || e.chunk == 0 || func() bool { lo, hi := e.snap.Range(); return lo > tm-e.need || hi < tm }() {
 		snap, err := e.snapshot(ctx, tm-e.need, tm+e.chunk.Milliseconds())
 		if err != nil {
@@ -365,7 +389,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		e.snap = snap
 		e.query = mergeQueryable{e.snap, e.scratch}
 		if e.precomp != nil {
-			if err := e.precomp.compute(ctx, e, tm, tm+e.chunk.Milliseconds()); err != nil {
+			if err := e.precomp.compute(ctx, e, pass{items: e.items(), q: e.query, sc: e.scratch}, tm, tm+e.chunk.Milliseconds()); err != nil {
 				return err
 			}
 		}
@@ -379,6 +403,9 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		// Group.Eval, plus the group's last-evaluation bookkeeping that
 		// /api/v1/rules shows.
 		rules.DefaultEvalIterationFunc(ctx, g, t)
+		if g == e.signalsGroup && e.base != nil {
+			e.baselineMinute(tm) // a no-op when the fast path did it
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -443,39 +470,7 @@ func (e *Engine) readMatchers() []*labels.Matcher {
 // those series; nil when some selector has no metric-name matcher (or an
 // evidence query cannot be parsed), which needs every series.
 func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
-	var alts []string
-	seen := map[string]bool{}
-	all := false
-	add := func(expr parser.Expr) {
-		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-			vs, ok := n.(*parser.VectorSelector)
-			if !ok {
-				return nil
-			}
-			named := false
-			for _, m := range vs.LabelMatchers {
-				if m.Name != model.MetricNameLabel {
-					continue
-				}
-				switch m.Type {
-				case labels.MatchEqual:
-					named = true
-					if !recorded[m.Value] && !seen[m.Value] {
-						seen[m.Value] = true
-						alts = append(alts, regexp.QuoteMeta(m.Value))
-					}
-				case labels.MatchRegexp:
-					named = true
-					if !seen["~"+m.Value] {
-						seen["~"+m.Value] = true
-						alts = append(alts, "(?:"+m.Value+")")
-					}
-				}
-			}
-			all = all || !named
-			return nil
-		})
-	}
+	var exprs []parser.Expr
 	p := newParser()
 	for _, f := range files {
 		for _, g := range f.groups {
@@ -484,7 +479,7 @@ func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
 				if err != nil {
 					return nil
 				}
-				add(expr)
+				exprs = append(exprs, expr)
 				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
 					// Template actions become a placeholder: they sit in label values.
 					q := templateAction.ReplaceAllString(ev.Query, "x")
@@ -495,20 +490,12 @@ func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
 					if err != nil {
 						return nil
 					}
-					add(expr)
+					exprs = append(exprs, expr)
 				}
 			}
 		}
 	}
-	if all || len(alts) == 0 {
-		return nil
-	}
-	slices.Sort(alts)
-	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
-	if err != nil {
-		return nil
-	}
-	return m
+	return readSetExprs(exprs, recorded)
 }
 
 var templateAction = regexp.MustCompile(`\{\{[^}]*\}\}`)

@@ -69,5 +69,59 @@ func (e *Engine) fingerprint(ctx context.Context, ent Entities, t time.Time) Fin
 		}
 		fp.Signals[name] = last
 	}
+	e.deviations(&fp, ent, tm)
 	return fp
+}
+
+// deviations fills the fingerprint's robust deviations: each tracked
+// signal's z-score on the entity at minute tm (the largest in size when
+// the entity has several series of it, e.g. a pod on two GPUs), and per
+// dimension the largest |z| among its signals.
+func (e *Engine) deviations(fp *Fingerprint, ent Entities, tm int64) {
+	if e.base == nil {
+		return
+	}
+	for _, n := range e.base.names {
+		for _, s := range e.base.lookup(n, ent) {
+			_, _, z, _, ok := e.scratch.baselineAt(s, tm)
+			if !ok {
+				continue
+			}
+			if fp.Deviations == nil {
+				fp.Deviations, fp.Dimensions = map[string]float64{}, map[string]float64{}
+			}
+			z = math.Round(z*1000) / 1000
+			if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
+				fp.Deviations[n] = z
+			}
+			if s.dim != "" && math.Abs(z) > fp.Dimensions[s.dim] {
+				fp.Dimensions[s.dim] = math.Abs(z)
+			}
+		}
+	}
+}
+
+// baselineOf returns the baseline of metric on entity ent at minute tm
+// that puts v furthest from normal in the direction of op (the series of
+// the entity with a baseline; several for a pod on several GPUs).
+func (e *Engine) baselineOf(metric string, ent Entities, op string, v float64, tm int64) (evidenceBase, bool) {
+	if e.base == nil {
+		return evidenceBase{}, false
+	}
+	var best evidenceBase
+	var bestLbls labels.Labels
+	bestDev := math.Inf(-1)
+	for _, s := range e.base.lookup(metric, ent) {
+		med, sig, _, src, ok := e.scratch.baselineAt(s, tm)
+		if !ok {
+			continue
+		}
+		b := evidenceBase{med: med, sig: sig, src: src, ok: true}
+		// Ties go to the smaller label set: the tracker's order of series
+		// differs between replay's fast path and live evaluation.
+		if dev := b.deviation(op, v); dev > bestDev || dev == bestDev && labels.Compare(s.lbls, bestLbls) < 0 {
+			best, bestDev, bestLbls = b, dev, s.lbls
+		}
+	}
+	return best, best.ok
 }

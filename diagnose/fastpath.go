@@ -65,6 +65,9 @@ func fastPathSafe(groups []*rules.Group) bool {
 			}
 		}
 	}
+	for _, n := range baselineNames {
+		recordedNames[n] = true
+	}
 	for _, g := range groups {
 		for _, r := range g.Rules() {
 			parser.Inspect(r.Query(), func(n parser.Node, _ []parser.Node) error {
@@ -111,32 +114,59 @@ func (p *precomputed) at(qs string, t time.Time) (promql.Vector, bool) {
 	return slices.Clone(m[t.UnixMilli()]), true
 }
 
-// compute evaluates the rules over the minutes [from, to] (ms). A rule
+// passItem is one step of a pass over a chunk: a rule of a group, or (r
+// nil) the baseline step, which reads the signals recorded before it and
+// writes the baseline series the rules after it read.
+type passItem struct {
+	g *rules.Group
+	r rules.Rule
+}
+
+// pass is what compute evaluates: the items in order, over a queryable
+// (minute data and the store the results go to), into a scratch store.
+type pass struct {
+	items []passItem
+	q     storage.Queryable
+	sc    *scratch
+}
+
+// items lists the engine's rules in evaluation order, with the baseline
+// step after the signals group when baselines are on.
+func (e *Engine) items() []passItem {
+	var all []passItem
+	for _, g := range e.groups {
+		for _, r := range g.Rules() {
+			all = append(all, passItem{g, r})
+		}
+		if e.base != nil && g == e.signalsGroup {
+			all = append(all, passItem{g: g})
+		}
+	}
+	return all
+}
+
+// compute evaluates the pass over the minutes [from, to] (ms). A rule
 // whose range query fails is left to instant evaluation, and so is every
-// rule after it (they may read its results).
+// rule after it (they may read its results); ready tells whether all ran.
 //
 // Consecutive rules that do not read what an earlier one of them records
 // form a batch whose range queries run in parallel (one per CPU); the
 // batch's recording rules are then materialised in rule order, before the
-// next batch reads them.
-func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) error {
+// next batch reads them. The baseline step is a batch of its own.
+func (p *precomputed) compute(ctx context.Context, e *Engine, ps pass, from, to int64) error {
 	p.byExpr = map[string]map[int64]promql.Vector{}
 	p.ready = false
-	type item struct {
-		g *rules.Group
-		r rules.Rule
-	}
-	var all []item
-	for _, g := range e.groups {
-		for _, r := range g.Rules() {
-			all = append(all, item{g, r})
-		}
-	}
+	all := ps.items
 	for start := 0; start < len(all); {
+		if all[start].r == nil {
+			e.baselineRange(ps.sc, from, to)
+			start++
+			continue
+		}
 		// The batch: rules up to the first one reading a name recorded in it.
 		recorded := map[string]bool{}
 		end := start
-		for ; end < len(all); end++ {
+		for ; end < len(all) && all[end].r != nil; end++ {
 			if end > start && readsAny(all[end].r.Query(), recorded) {
 				break
 			}
@@ -162,7 +192,7 @@ func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) er
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				results[i].vecs, results[i].err = e.rangeVectors(ctx, qs, from, to)
+				results[i].vecs, results[i].err = e.rangeVectors(ctx, ps.q, qs, from, to)
 			}()
 		}
 		wg.Wait()
@@ -179,7 +209,7 @@ func (p *precomputed) compute(ctx context.Context, e *Engine, from, to int64) er
 				p.byExpr[qs] = results[i].vecs
 			}
 			if rr, ok := it.r.(*rules.RecordingRule); ok {
-				if err := p.materialise(ctx, e, it.g, rr, from, to); err != nil {
+				if err := p.materialise(ctx, ps.sc, it.g, rr, from, to); err != nil {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -208,8 +238,8 @@ func readsAny(expr parser.Expr, names map[string]bool) bool {
 
 // rangeVectors runs qs as a range query over the minute data and the
 // scratch store and returns its vector at every step.
-func (e *Engine) rangeVectors(ctx context.Context, qs string, from, to int64) (map[int64]promql.Vector, error) {
-	q, err := e.promql.NewRangeQuery(ctx, e.query, nil, qs, time.UnixMilli(from), time.UnixMilli(to), minute)
+func (e *Engine) rangeVectors(ctx context.Context, qy storage.Queryable, qs string, from, to int64) (map[int64]promql.Vector, error) {
+	q, err := e.promql.NewRangeQuery(ctx, qy, nil, qs, time.UnixMilli(from), time.UnixMilli(to), minute)
 	if err != nil {
 		return nil, err
 	}
@@ -239,9 +269,9 @@ func (e *Engine) rangeVectors(ctx context.Context, qs string, from, to int64) (m
 // materialise writes a recording rule's results for [from, to] into the
 // scratch store, with the stale markers Group.Eval would write for series
 // that disappear.
-func (p *precomputed) materialise(ctx context.Context, e *Engine, g *rules.Group, rr *rules.RecordingRule, from, to int64) error {
+func (p *precomputed) materialise(ctx context.Context, sc *scratch, g *rules.Group, rr *rules.RecordingRule, from, to int64) error {
 	prev := p.prev[rr]
-	app := e.scratch.AppenderV2(ctx)
+	app := sc.AppenderV2(ctx)
 	vecs := p.byExpr[rr.Query().String()]
 	lb := labels.NewBuilder(labels.EmptyLabels())
 	stale := math.Float64frombits(value.StaleNaN)

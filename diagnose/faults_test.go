@@ -137,3 +137,58 @@ func TestHealthyNightIsQuiet(t *testing.T) {
 		t.Fatalf("a healthy night was diagnosed:%s", describe(ds))
 	}
 }
+
+// TestOneDayOfHistory: a cluster installed the day before (one day of
+// history, so the baselines come from the same hour yesterday) diagnoses
+// faults through its second night's trough, and nothing else.
+func TestOneDayOfHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 29 hours")
+	}
+	day := 24 * time.Hour
+	faults := []sim.FaultSpec{
+		{Kind: sim.KindUnderBatched, Node: 0, GPU: gpu(1), At: day + faultAt, Duration: 20 * time.Minute},
+		{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: day + faultAt + 10*time.Minute, Duration: 20 * time.Minute},
+		{Kind: sim.KindPowerCap, Node: 0, GPU: gpu(3), At: day + faultAt + 50*time.Minute, Duration: 20 * time.Minute},
+	}
+	cfg := smallCluster(faults...)
+	end := simStart.Add(day + 5*time.Hour)
+	minute := simHistory(t, cfg, end)
+	c, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, simStart.Add(day+time.Hour), end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt := c.GroundTruth()
+	if len(ds) != len(gt) {
+		t.Fatalf("%d diagnoses for %d faults:%s", len(ds), len(gt), describe(ds))
+	}
+	for _, f := range gt {
+		found := false
+		for _, d := range ds {
+			if d.Cause != string(f.Kind) || !onEntity(d, f) {
+				continue
+			}
+			found = true
+			if late := d.Start.Sub(f.Start); late > 3*time.Minute || late < -2*time.Minute {
+				t.Errorf("%s diagnosed %s after its onset", f.Kind, late)
+			}
+			src := ""
+			for _, ev := range d.Evidence {
+				if ev.BaselineSource != "" {
+					src = ev.BaselineSource
+					break
+				}
+			}
+			if src != "same_hour_recent_days" {
+				t.Errorf("%s: evidence baseline source %q, want the same hour of the last day", f.Kind, src)
+			}
+		}
+		if !found {
+			t.Errorf("%s on %s not diagnosed:%s", f.Kind, f.Target.Pod, describe(ds))
+		}
+	}
+}

@@ -3,11 +3,13 @@ package diagnose
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
@@ -190,6 +192,22 @@ func TestLiveEqualsReplay(t *testing.T) {
 	if liveIn[0].Cause != string(sim.KindKVCacheStorm) {
 		t.Errorf("diagnosed %s", liveIn[0].Cause)
 	}
+	// The baselines were written back to the raw tier.
+	q, err := lp.raw.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, name := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries, BaselineKSeries} {
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, name))
+		n := 0
+		for ss.Next() {
+			n++
+		}
+		if n == 0 || ss.Err() != nil {
+			t.Errorf("%d %s series written back (%v)", n, name, ss.Err())
+		}
+	}
 }
 
 // TestReplayFastPathEqualsInstant: replay's range-query fast path gives
@@ -229,5 +247,54 @@ func TestReplayFastPathEqualsInstant(t *testing.T) {
 	}
 	if len(instant) < 100 {
 		t.Fatalf("nothing diagnosed: %s", instant)
+	}
+}
+
+// TestReplayStartDoesNotMatter: replays that start at different minutes
+// (neither on an hour) give the same diagnoses once warmed up: every
+// baseline is read back from the minute tier before the first minute, so
+// it does not depend on where the run started.
+func TestReplayStartDoesNotMatter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays four hours twice")
+	}
+	at := 3*time.Hour + 12*time.Minute
+	scfg := smallCluster(
+		sim.FaultSpec{Kind: sim.KindUnderBatched, Node: 0, GPU: gpu(1), At: at, Duration: 20 * time.Minute},
+		sim.FaultSpec{Kind: sim.KindPowerCap, Node: 0, GPU: gpu(3), At: at + 5*time.Minute, Duration: 20 * time.Minute},
+	)
+	end := simStart.Add(4 * time.Hour)
+	minute := simHistory(t, scfg, end)
+	early, late := simStart.Add(2*time.Hour+7*time.Minute), simStart.Add(2*time.Hour+53*time.Minute)
+	a, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, early, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, late, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aIn []Diagnosis
+	for _, d := range a {
+		if d.Overlaps(late, end) {
+			aIn = append(aIn, d)
+		}
+	}
+	ja, _ := json.MarshalIndent(aIn, "", " ")
+	jb, _ := json.MarshalIndent(b, "", " ")
+	if string(ja) != string(jb) {
+		t.Fatalf("replays from %s and %s differ:\n%s\n%s", early.Format("15:04"), late.Format("15:04"), ja, jb)
+	}
+	if len(b) < 2 {
+		t.Fatalf("expected both faults diagnosed:%s", describe(b))
+	}
+	withBaseline := false
+	for _, d := range b {
+		for _, ev := range d.Evidence {
+			withBaseline = withBaseline || ev.Baseline != nil
+		}
+	}
+	if !withBaseline {
+		t.Fatal("no evidence carries a baseline")
 	}
 }

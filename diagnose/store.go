@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/annotations"
@@ -25,6 +26,9 @@ type scratch struct {
 	mu     sync.RWMutex
 	series map[uint64][]*scratchSeries // by labels hash, collisions chained
 	byName map[string][]*scratchSeries
+	// gen changes whenever truncate forgets a series, so that a writer
+	// holding *scratchSeries handles (scratchHandle) looks them up again.
+	gen uint64
 }
 
 type scratchSeries struct {
@@ -80,6 +84,10 @@ func (s *scratch) truncate(mint int64) {
 		}
 		return len(e.ts) == 0
 	}
+	n := 0
+	for _, chain := range s.series {
+		n += len(chain)
+	}
 	for h, chain := range s.series {
 		if chain = slices.DeleteFunc(chain, drop); len(chain) == 0 {
 			delete(s.series, h)
@@ -93,6 +101,91 @@ func (s *scratch) truncate(mint int64) {
 		} else {
 			s.byName[n] = list
 		}
+	}
+	m := 0
+	for _, chain := range s.series {
+		m += len(chain)
+	}
+	if m != n {
+		s.gen++
+	}
+}
+
+// sampleAt is a series' value at one timestamp.
+type sampleAt struct {
+	lbls labels.Labels
+	v    float64
+}
+
+// valuesAt returns the samples of the series named name at exactly t,
+// stale markers left out, in no particular order. The labels are the
+// store's own: callers must not modify them.
+func (s *scratch) valuesAt(name string, t int64) []sampleAt {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []sampleAt
+	for _, e := range s.byName[name] {
+		n := len(e.ts)
+		if n == 0 || e.ts[0] > t || e.ts[n-1] < t {
+			continue
+		}
+		i := n - 1
+		if e.ts[i] != t {
+			i = sort.Search(n, func(i int) bool { return e.ts[i] >= t })
+			if e.ts[i] != t {
+				continue
+			}
+		}
+		if value.IsStaleNaN(e.vs[i]) {
+			continue
+		}
+		out = append(out, sampleAt{e.lbls, e.vs[i]})
+	}
+	return out
+}
+
+// scratchHandle appends to one series without hashing its labels every
+// time (the baselines write thousands of samples a minute).
+type scratchHandle struct {
+	lbls labels.Labels
+	s    *scratchSeries
+	gen  uint64
+}
+
+// valueOf is the handle's series' sample at exactly t (stale markers are
+// no sample).
+func (s *scratch) valueOf(h *scratchHandle, t int64) (float64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e := h.s
+	if e == nil || h.gen != s.gen {
+		e = nil
+		for _, c := range s.series[h.lbls.Hash()] {
+			if labels.Equal(c.lbls, h.lbls) {
+				e = c
+			}
+		}
+		if e == nil {
+			return 0, false
+		}
+	}
+	n := len(e.ts)
+	i := sort.Search(n, func(i int) bool { return e.ts[i] >= t })
+	if i == n || e.ts[i] != t || value.IsStaleNaN(e.vs[i]) {
+		return 0, false
+	}
+	return e.vs[i], true
+}
+
+// appendDirect writes samples at once (no Commit), under one lock.
+func (s *scratch) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, h := range hs {
+		if h.s == nil || h.gen != s.gen {
+			h.s, h.gen = s.get(h.lbls), s.gen
+		}
+		h.s.add(t, vs[i])
 	}
 }
 

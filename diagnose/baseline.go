@@ -1,0 +1,643 @@
+package diagnose
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+)
+
+// Names of the baseline series (docs/diagnosis.md, "Baselines"). Each
+// carries the tracked signal's labels and metric="<signal name>".
+const (
+	BaselineMedianSeries = "strata:baseline:median"
+	BaselineSigmaSeries  = "strata:baseline:sigma"
+	AnomalyZScoreSeries  = "strata:anomaly:zscore"
+	// BaselineKSeries is one series without labels whose value is
+	// diagnose.baseline.k, so that rules written as
+	// `strata:anomaly:zscore{...} > scalar(strata:baseline:k)` follow the
+	// configuration.
+	BaselineKSeries = "strata:baseline:k"
+)
+
+// baselineNames are the series the baseline step writes.
+var baselineNames = []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries, BaselineKSeries}
+
+// Where a baseline came from, best first. The confidence of a diagnosis
+// whose evidence rests on a weaker source is lowered (score).
+type baselineSource uint8
+
+const (
+	sourceNone       baselineSource = iota
+	sourceHourOfWeek                // the same hour of the week, over min_history or more
+	sourceSameHour                  // the same hour of the last days (young series)
+	sourceRecent                    // the last hours (younger still)
+	sourceReplicas                  // the other replicas of the model at the same minute
+)
+
+func (s baselineSource) String() string {
+	switch s {
+	case sourceHourOfWeek:
+		return "hour_of_week"
+	case sourceSameHour:
+		return "same_hour_recent_days"
+	case sourceRecent:
+		return "last_hours"
+	case sourceReplicas:
+		return "replicas"
+	}
+	return ""
+}
+
+// DefaultBaselineSignals are the canonical signals tracked by default, with
+// the absolute sigma floor of each (in the signal's unit): the smallest
+// change worth a sigma whatever the history says.
+var DefaultBaselineSignals = map[string]float64{
+	"strata:gpu_sm_active:ratio":               0.02,
+	"strata:gpu_memory_bandwidth_active:ratio": 0.02,
+	"strata:serving_gpu_sm_active:ratio":       0.02,
+	"strata:gpu_sm_clock_mhz":                  15,
+	"strata:gpu_power_watts":                   10,
+	"strata:gpu_temperature_celsius":           1,
+	"strata:requests_running":                  1,
+	"strata:requests_waiting":                  1,
+	"strata:requests:rate":                     0.05,
+	"strata:generation_tokens:rate":            1,
+	"strata:prompt_tokens:rate":                5,
+	"strata:kv_cache_usage:ratio":              0.02,
+	"strata:prefix_cache_hit:ratio":            0.02,
+	"strata:preemptions:rate":                  0.002,
+	"strata:spec_decode_acceptance:ratio":      0.02,
+	"strata:ttft_seconds:p99":                  0.005,
+	"strata:tpot_seconds:p99":                  0.001,
+	"strata:e2e_latency_seconds:p99":           0.01,
+	"strata:queue_time_seconds:p99":            0.005,
+	"strata:request_errors:ratio":              0.002,
+	"strata:network_latency_seconds:p99":       0.0005,
+	"strata:tcp_retransmits:rate":              0.1,
+}
+
+// absFloor is a signal's absolute sigma floor: the default list's, or one
+// guessed from the name's unit for an operator's signal.
+func absFloor(name string) float64 {
+	if f, ok := DefaultBaselineSignals[name]; ok {
+		return f
+	}
+	switch {
+	case strings.HasSuffix(name, ":ratio"):
+		return 0.01
+	case strings.Contains(name, "_seconds"):
+		return 0.001
+	}
+	return 1e-6
+}
+
+// Tracker constants.
+const (
+	// minHourPoints: an hour with fewer minute values (a scrape gap, a
+	// series born late) leaves no summary.
+	minHourPoints = 10
+	// sameHourDays and recentHours bound the young-series fallbacks.
+	sameHourDays = 7
+	recentHours  = 3
+	// minReplicas: the replica fallback needs this many other replicas.
+	minReplicas = 2
+	mad2sigma   = 1.4826
+	hourMs      = int64(time.Hour / time.Millisecond)
+	week        = 7 * 24
+)
+
+// summary is one hour of one series: the median and MAD of its minute
+// values (float32: a few bytes per series and hour, so weeks of a large
+// fleet fit in memory). hour is the Unix hour it summarises (0: none).
+type summary struct {
+	hour int32
+	m, d float32
+}
+
+// seasonal is a series' seasonal baseline (before any level shift) at one
+// hour, kept for the level-shift test of the next hours.
+type seasonal struct {
+	hour   int32
+	m, sig float64
+}
+
+// bseries is one tracked series.
+type bseries struct {
+	metric string
+	lbls   labels.Labels // the signal's labels, __name__ included
+	ent    Entities
+	dim    string // strata_cause: the dimension of the four-dimension model
+	peer   string // replicas share metric and peer key (model_name, else modelName)
+	floor  float64
+
+	ring []summary  // hour h at ring[h % len]
+	seas []seasonal // hour h at seas[h % len]
+	cur  []float64  // this hour's minute values
+	hour int64      // the Unix hour of cur (0: none yet)
+
+	// The baseline of the current hour (hourly sources), or of the current
+	// minute (replicas).
+	med, sig float64
+	src      baselineSource
+	shifted  bool
+	// The hour's baseline from its last hours, kept for the minutes no
+	// replica gives one (young series whose model has no other replicas).
+	recMed, recSig float64
+	recNoise       float64 // the last hours' own minute-to-minute sigma
+	hasRec         bool
+	// repl says, per minute (minute number % 512), whether the replicas
+	// gave that minute's baseline: sourceAt reads it for a minute up to a
+	// replay chunk (6 h) behind the tracker.
+	repl  [8]uint64
+	x     float64 // the value at lastT
+	lastT int64
+	// hourSrc is the hourly source of the last hours (hour h at h % len):
+	// replay's fast path runs the tracker a chunk ahead of the minute being
+	// assembled, which reads what it needs of a minute back from the
+	// scratch store and from here (baselineAt).
+	hourSrc [8]struct {
+		hour int32
+		src  baselineSource
+	}
+	lastOut int64 // the last minute the outputs were written
+	out     [3]*scratchHandle
+}
+
+// tracker computes the baselines of the tracked signals, minute by minute
+// (docs/diagnosis.md, "Baselines"). Every baseline at minute T is a pure
+// function of the signal values before T's hour (and, for the replica
+// fallback, of the other replicas' values at T), so live evaluation and a
+// replay that starts anywhere agree once the history is read back
+// (bootstrap.go).
+type tracker struct {
+	cfg      BaselineConfig
+	k        float64
+	floors   map[string]float64
+	names    []string
+	hours    int // ring length: history + level-shift hours + 1
+	weeks    int // weeks of history
+	minWeeks int // weeks needed for the hour-of-week source
+	shiftN   int // hours a shift must hold
+
+	series   map[uint64][]*bseries
+	byMetric map[string][]*bseries
+	seen     []*bseries // at the minute being processed
+	done     int64      // last minute processed (ms)
+	started  bool
+	kOut     *scratchHandle
+	booted   bool
+	lastGC   int64
+}
+
+func newTracker(cfg BaselineConfig) *tracker {
+	t := &tracker{
+		cfg: cfg, k: cfg.K, floors: map[string]float64{},
+		series: map[uint64][]*bseries{}, byMetric: map[string][]*bseries{},
+		weeks:  int(time.Duration(cfg.History) / (week * time.Hour)),
+		shiftN: max(1, int(time.Duration(cfg.LevelShiftAfter)/time.Hour)),
+		kOut:   &scratchHandle{lbls: labels.FromStrings(model.MetricNameLabel, BaselineKSeries)},
+	}
+	t.minWeeks = max(1, int(time.Duration(cfg.MinHistory)/(week*time.Hour)))
+	t.hours = int(time.Duration(cfg.History)/time.Hour) + t.shiftN + 1
+	names := cfg.Signals
+	if len(names) == 0 {
+		for n := range DefaultBaselineSignals {
+			names = append(names, n)
+		}
+	}
+	for _, n := range names {
+		t.floors[n] = absFloor(n)
+	}
+	t.names = slices.Sorted(func(yield func(string) bool) {
+		for n := range t.floors {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	return t
+}
+
+// readBack is how far before the first evaluated minute's hour the
+// summaries a baseline may use reach: the history and the level-shift hours.
+func (t *tracker) readBack() time.Duration {
+	return time.Duration(t.hours-1) * time.Hour
+}
+
+func (t *tracker) get(lbls labels.Labels) *bseries {
+	h := lbls.Hash()
+	for _, s := range t.series[h] {
+		if labels.Equal(s.lbls, lbls) {
+			return s
+		}
+	}
+	name := lbls.Get(model.MetricNameLabel)
+	s := &bseries{
+		metric: name, lbls: lbls.Copy(), ent: entitiesOf(lbls), dim: lbls.Get("strata_cause"),
+		floor: t.floors[name], ring: make([]summary, t.hours), seas: make([]seasonal, t.shiftN+1),
+	}
+	s.peer = lbls.Get("model_name")
+	if s.peer == "" {
+		s.peer = "gpu:" + lbls.Get("modelName")
+	}
+	b := labels.NewBuilder(s.lbls)
+	b.Set("metric", name)
+	for i, n := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries} {
+		b.Set(model.MetricNameLabel, n)
+		s.out[i] = &scratchHandle{lbls: b.Labels()}
+	}
+	t.series[h] = append(t.series[h], s)
+	t.byMetric[name] = append(t.byMetric[name], s)
+	return s
+}
+
+// observe adds series lbls' value v at minute ts (ms), rolling its hour
+// first: the finished hour becomes a summary and the new hour's baseline
+// is computed from the summaries before it.
+func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
+	s := t.get(lbls)
+	h := floorDiv(ts, hourMs)
+	if h != s.hour {
+		if s.hour != 0 {
+			s.finish(s.hour)
+		}
+		s.hour = h
+		t.hourBaseline(s, h)
+	}
+	s.cur = append(s.cur, v)
+	s.x, s.lastT = v, ts
+	return s
+}
+
+// finish turns the values of hour h into its summary.
+func (s *bseries) finish(h int64) {
+	if len(s.cur) >= minHourPoints {
+		m := median(s.cur)
+		s.ring[int(h%int64(len(s.ring)))] = summary{hour: int32(h), m: float32(m), d: float32(mad(s.cur, m))}
+	}
+	s.cur = s.cur[:0]
+}
+
+func (s *bseries) summaryAt(h int64) (summary, bool) {
+	if h <= 0 {
+		return summary{}, false
+	}
+	x := s.ring[int(h%int64(len(s.ring)))]
+	return x, int64(x.hour) == h
+}
+
+// hourBaseline computes series s's baseline for hour h from its summaries
+// before h: the hour of the week over the last weeks when there are at
+// least min_history of them, else the same hour of the last days, else the
+// last hours (else none: the replicas may give one each minute). A level
+// held beyond k sigma, in one direction, for level_shift_after becomes the
+// new normal.
+func (t *tracker) hourBaseline(s *bseries, h int64) {
+	cands := make([]summary, 0, max(t.weeks, sameHourDays))
+	collect := func(step int64, n int) {
+		cands = cands[:0]
+		for i := 1; i <= n; i++ {
+			if x, ok := s.summaryAt(h - int64(i)*step); ok {
+				cands = append(cands, x)
+			}
+		}
+	}
+	src := sourceHourOfWeek
+	if collect(week, t.weeks); len(cands) < t.minWeeks {
+		src = sourceSameHour
+		if collect(24, sameHourDays); len(cands) == 0 {
+			src = sourceRecent
+			if collect(1, recentHours); len(cands) == 0 {
+				src = sourceNone
+			}
+		}
+	}
+	s.src, s.shifted, s.hasRec = src, false, false
+	s.hourSrc[int(h%int64(len(s.hourSrc)))] = struct {
+		hour int32
+		src  baselineSource
+	}{int32(h), src}
+	if src == sourceNone {
+		return
+	}
+	s.med, s.sig = t.robust(cands, s.floor)
+	if src == sourceRecent {
+		// The last hours miss the daily cycle: the model's other replicas
+		// at the same minute come first (minute).
+		ds := make([]float64, len(cands))
+		for i, c := range cands {
+			ds[i] = float64(c.d)
+		}
+		s.recMed, s.recSig, s.recNoise, s.hasRec = s.med, s.sig, mad2sigma*median(ds), true
+	}
+	s.seas[int(h%int64(len(s.seas)))] = seasonal{hour: int32(h), m: s.med, sig: s.sig}
+	// Level shift: every one of the last shiftN hours' medians beyond k
+	// sigma of that hour's own seasonal baseline, on the same side.
+	var diffs []float64
+	sign := 0
+	for j := 1; j <= t.shiftN; j++ {
+		x, ok := s.summaryAt(h - int64(j))
+		b := s.seas[int((h-int64(j))%int64(len(s.seas)))]
+		if !ok || int64(b.hour) != h-int64(j) {
+			return
+		}
+		r := (float64(x.m) - b.m) / b.sig
+		sg := 0
+		switch {
+		case r > t.k:
+			sg = 1
+		case r < -t.k:
+			sg = -1
+		}
+		if sg == 0 || (sign != 0 && sg != sign) {
+			return
+		}
+		sign = sg
+		diffs = append(diffs, float64(x.m)-b.m)
+	}
+	s.med += median(diffs)
+	s.shifted = true
+}
+
+// robust is the two-pass median and sigma of candidate hours: hours whose
+// median lies beyond k sigma of the first pass' median are left out (an
+// incident in that hour) before the final median; sigma combines the
+// hours' own spread (median MAD) with the spread between them, both as
+// 1.4826·MAD, and is floored. The exclusion is not recursive: it depends
+// on these candidates alone.
+func (t *tracker) robust(cands []summary, absFloor float64) (float64, float64) {
+	ms := make([]float64, len(cands))
+	ds := make([]float64, len(cands))
+	for i, c := range cands {
+		ms[i], ds[i] = float64(c.m), float64(c.d)
+	}
+	floor := func(m float64) float64 { return math.Max(absFloor, t.cfg.SigmaFloor*math.Abs(m)) }
+	if len(cands) >= 3 {
+		m0 := median(ms)
+		s0 := math.Max(mad2sigma*math.Hypot(median(ds), mad(ms, m0)), floor(m0))
+		var km, kd []float64
+		for i, m := range ms {
+			if math.Abs(m-m0) <= t.k*s0 {
+				km, kd = append(km, m), append(kd, ds[i])
+			}
+		}
+		ms, ds = km, kd
+	}
+	m := median(ms)
+	return m, math.Max(mad2sigma*math.Hypot(median(ds), mad(ms, m)), floor(m))
+}
+
+// replicas gives series s, which has no hourly baseline, the median of
+// the other replicas of its model (same metric and peer key) at minute ts;
+// its sigma is the larger of their spread and the series' own
+// minute-to-minute spread over its last hours (a few replicas that happen
+// to agree at one minute say little about how much one of them wanders).
+func (t *tracker) replicas(s *bseries, ts int64) bool {
+	var vs []float64
+	for _, p := range t.byMetric[s.metric] {
+		if p != s && p.peer == s.peer && p.lastT == ts {
+			vs = append(vs, p.x)
+		}
+	}
+	if len(vs) < minReplicas {
+		return false
+	}
+	m := median(vs)
+	sig := mad2sigma * mad(vs, m)
+	if s.hasRec {
+		sig = math.Max(sig, s.recNoise)
+	}
+	s.med, s.sig = m, math.Max(sig, math.Max(s.floor, t.cfg.SigmaFloor*math.Abs(m)))
+	return true
+}
+
+// current is the baseline of s at its last minute, when it has one.
+func (s *bseries) current() (med, sig float64, src baselineSource, ok bool) {
+	return s.med, s.sig, s.src, s.src != sourceNone
+}
+
+// baselineAt is series s's baseline and z-score at minute tm, read from
+// what the tracker wrote to the scratch store (the tracker itself may be
+// ahead of tm in replay's fast path); false when s had none at tm.
+func (sc *scratch) baselineAt(s *bseries, tm int64) (med, sig, z float64, src baselineSource, ok bool) {
+	var v [3]float64
+	for i, h := range s.out {
+		x, found := sc.valueOf(h, tm)
+		if !found {
+			return 0, 0, 0, sourceNone, false
+		}
+		v[i] = x
+	}
+	return v[0], v[1], v[2], s.sourceAt(tm), true
+}
+
+// sourceAt is the source of s's baseline at minute tm (its hourly source,
+// or the replicas when the hour's is young); tm must be a minute the
+// baseline series were written at.
+func (s *bseries) sourceAt(tm int64) baselineSource {
+	hr := floorDiv(tm, hourMs)
+	e := s.hourSrc[int(hr%int64(len(s.hourSrc)))]
+	if int64(e.hour) != hr {
+		return sourceReplicas
+	}
+	switch e.src {
+	case sourceHourOfWeek, sourceSameHour:
+		return e.src
+	}
+	// Replicas or the last hours: which one gave minute tm is kept per
+	// minute in the replica flags.
+	if s.replicaAt(tm) {
+		return sourceReplicas
+	}
+	return sourceRecent
+}
+
+func replicaBit(tm int64) (int, uint64) {
+	m := floorDiv(tm, minute.Milliseconds()) & 511
+	return int(m >> 6), 1 << (m & 63)
+}
+
+func (s *bseries) setReplica(tm int64, on bool) {
+	w, b := replicaBit(tm)
+	if on {
+		s.repl[w] |= b
+	} else {
+		s.repl[w] &^= b
+	}
+}
+
+func (s *bseries) replicaAt(tm int64) bool {
+	w, b := replicaBit(tm)
+	return s.repl[w]&b != 0
+}
+
+// zscore of v against s's current baseline.
+func (s *bseries) zscore(v float64) float64 { return (v - s.med) / s.sig }
+
+// sink receives the baseline series of a minute.
+type baselineSink interface {
+	appendDirect(t int64, hs []*scratchHandle, vs []float64)
+}
+
+// minute processes minute ts: vals are the tracked signals' values at ts
+// (by name). With sinks, the baseline series are written at ts (median,
+// sigma, z-score per series with a baseline, stale markers for series
+// gone since the last minute, and strata:baseline:k).
+func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baselineSink) {
+	if t.started && ts <= t.done {
+		return
+	}
+	t.seen = t.seen[:0]
+	for _, n := range t.names {
+		for _, sa := range vals[n] {
+			if math.IsNaN(sa.v) || math.IsInf(sa.v, 0) {
+				continue
+			}
+			t.seen = append(t.seen, t.observe(ts, sa.lbls, sa.v))
+		}
+	}
+	// A young series: the model's other replicas at ts, once every
+	// replica's value is in, else its last hours.
+	for _, s := range t.seen {
+		if s.src == sourceHourOfWeek || s.src == sourceSameHour {
+			continue
+		}
+		rep := t.replicas(s, ts)
+		switch {
+		case rep:
+			s.src = sourceReplicas
+		case s.hasRec:
+			s.src, s.med, s.sig = sourceRecent, s.recMed, s.recSig
+		default:
+			s.src = sourceNone
+		}
+		s.setReplica(ts, rep)
+	}
+	if len(sinks) > 0 {
+		t.write(ts, sinks)
+	}
+	t.done, t.started = ts, true
+	if ts-t.lastGC >= hourMs {
+		t.gc(ts)
+		t.lastGC = ts
+	}
+}
+
+func (t *tracker) write(ts int64, sinks []baselineSink) {
+	var hs []*scratchHandle
+	var vs []float64
+	prev := ts - minute.Milliseconds()
+	for _, s := range t.seen {
+		if _, _, _, ok := s.current(); !ok {
+			continue
+		}
+		hs = append(hs, s.out[0], s.out[1], s.out[2])
+		vs = append(vs, s.med, s.sig, s.zscore(s.x))
+		s.lastOut = ts
+	}
+	stale := math.Float64frombits(value.StaleNaN)
+	for _, list := range t.byMetric {
+		for _, s := range list {
+			if s.lastOut == prev {
+				hs = append(hs, s.out[0], s.out[1], s.out[2])
+				vs = append(vs, stale, stale, stale)
+			}
+		}
+	}
+	hs = append(hs, t.kOut)
+	vs = append(vs, t.k)
+	for _, sk := range sinks {
+		sk.appendDirect(ts, hs, vs)
+	}
+}
+
+// gc forgets series not seen for the whole history.
+func (t *tracker) gc(ts int64) {
+	cut := ts - int64(t.hours)*hourMs
+	for name, list := range t.byMetric {
+		t.byMetric[name] = slices.DeleteFunc(list, func(s *bseries) bool { return s.lastT < cut })
+		if len(t.byMetric[name]) == 0 {
+			delete(t.byMetric, name)
+		}
+	}
+	for h, chain := range t.series {
+		t.series[h] = slices.DeleteFunc(chain, func(s *bseries) bool { return s.lastT < cut })
+		if len(t.series[h]) == 0 {
+			delete(t.series, h)
+		}
+	}
+}
+
+// len is the number of series tracked.
+func (t *tracker) len() int {
+	n := 0
+	for _, l := range t.byMetric {
+		n += len(l)
+	}
+	return n
+}
+
+// lookup returns the tracked series of metric on entity ent (its pod, its
+// GPU, or, for a series of a whole host, its host).
+func (t *tracker) lookup(metric string, ent Entities) []*bseries {
+	var out []*bseries
+	for _, s := range t.byMetric[metric] {
+		if seriesOnEntity(s.ent, ent) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// seriesOnEntity reports whether a series' entity belongs to a diagnosis' root
+// entity: the same pod or GPU, or a host-wide series of its host.
+func seriesOnEntity(series, root Entities) bool {
+	if sameEntity(series, root) {
+		return true
+	}
+	return series.Pod == "" && series.GPU == "" && series.UUID == "" && series.Host != "" && series.Host == root.Host
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// median of xs (xs is left as it is).
+func median(xs []float64) float64 {
+	n := len(xs)
+	if n == 0 {
+		return math.NaN()
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// mad is the median absolute deviation of xs from m.
+func mad(xs []float64, m float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	d := make([]float64, len(xs))
+	for i, x := range xs {
+		d[i] = math.Abs(x - m)
+	}
+	slices.Sort(d)
+	n := len(d)
+	if n%2 == 1 {
+		return d[n/2]
+	}
+	return (d[n/2-1] + d[n/2]) / 2
+}

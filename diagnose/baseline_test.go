@@ -1,0 +1,270 @@
+package diagnose
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+const waiting = "strata:requests_waiting"
+
+var tStart = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC).UnixMilli() // a Monday
+
+func testBaselineConfig() BaselineConfig {
+	c := DefaultBaselineConfig()
+	c.History = model.Duration(10 * 24 * time.Hour)
+	c.MinHistory = model.Duration(7 * 24 * time.Hour)
+	c.Signals = []string{waiting}
+	return c
+}
+
+func podSeries(pod, modelName string) labels.Labels {
+	return labels.FromStrings(model.MetricNameLabel, waiting, "namespace", "ns", "pod", pod, "model_name", modelName)
+}
+
+// diurnal is a daily cycle around level (trough at 04:00) with
+// deterministic noise of about ±5 %.
+func diurnal(ts int64, level float64, seed uint64) float64 {
+	h := float64(ts%(24*hourMs)) / float64(hourMs)
+	x := uint64(ts/minute.Milliseconds())*0x9e3779b97f4a7c15 + seed*0xbf58476d1ce4e5b9
+	x ^= x >> 31
+	noise := float64(x%1000)/1000 - 0.5
+	return level * (1 + 0.5*math.Sin(2*math.Pi*(h-10)/24) + 0.1*noise)
+}
+
+type point struct {
+	med, sig, z float64
+	src         baselineSource
+	ok          bool
+}
+
+// feed runs tracker tr over the minutes [from, to) of the given series
+// (value function per series) and returns what it said at each minute
+// from record on.
+func feed(tr *tracker, from, to, record int64, series map[string]func(int64) (float64, bool)) map[int64]map[string]point {
+	out := map[int64]map[string]point{}
+	for ts := from; ts < to; ts += minute.Milliseconds() {
+		var vals []sampleAt
+		for pod, f := range series {
+			if v, ok := f(ts); ok {
+				vals = append(vals, sampleAt{podSeries(pod, "m"), v})
+			}
+		}
+		tr.minute(ts, map[string][]sampleAt{waiting: vals})
+		if ts < record {
+			continue
+		}
+		m := map[string]point{}
+		for pod := range series {
+			for _, s := range tr.lookup(waiting, Entities{Namespace: "ns", Pod: pod}) {
+				if s.lastT != ts {
+					continue
+				}
+				med, sig, src, ok := s.current()
+				m[pod] = point{med, sig, s.zscore(s.x), src, ok}
+			}
+		}
+		out[ts] = m
+	}
+	return out
+}
+
+func steady(level float64, seed uint64) func(int64) (float64, bool) {
+	return func(ts int64) (float64, bool) { return diurnal(ts, level, seed), true }
+}
+
+// TestBaselineIndependentOfStart: a tracker that has run for twelve days
+// and one started at an odd minute of the twelfth day, after reading back
+// its history (as bootstrap does), give identical baselines at every
+// minute from then on: the baseline at T depends on the signal before T's
+// hour, not on where evaluation started.
+func TestBaselineIndependentOfStart(t *testing.T) {
+	cfg := testBaselineConfig()
+	series := map[string]func(int64) (float64, bool){"a": steady(40, 1), "b": steady(40, 2), "c": steady(40, 3)}
+	start := tStart + 11*24*hourMs + 7*hourMs + 17*minute.Milliseconds()
+	end := start + 26*hourMs
+	full := feed(newTracker(cfg), tStart, end, start, series)
+	late := newTracker(cfg)
+	from := floorDiv(start, hourMs)*hourMs - late.readBack().Milliseconds()
+	got := feed(late, from, end, start, series)
+	n := 0
+	for ts, want := range full {
+		for pod, w := range want {
+			if g := got[ts][pod]; g != w {
+				t.Fatalf("%s pod %s: started late %+v, ran from the beginning %+v", time.UnixMilli(ts).UTC(), pod, g, w)
+			}
+			if !w.ok || w.src != sourceHourOfWeek {
+				t.Fatalf("%s pod %s: no hour-of-week baseline after 11 days: %+v", time.UnixMilli(ts).UTC(), pod, w)
+			}
+			n++
+		}
+	}
+	if n < 3*26*60 {
+		t.Fatalf("compared %d points", n)
+	}
+}
+
+// TestBaselineFollowsTheDailyCycle: the baseline at the trough is the
+// trough, not the daily mean, so the trough is no anomaly, while a value
+// at the peak's level at the trough is.
+func TestBaselineFollowsTheDailyCycle(t *testing.T) {
+	series := map[string]func(int64) (float64, bool){"a": steady(40, 1)}
+	trough := tStart + 8*24*hourMs + 4*hourMs
+	got := feed(newTracker(testBaselineConfig()), tStart, trough+hourMs, trough, series)
+	p := got[trough+30*minute.Milliseconds()]["a"]
+	if !p.ok || math.Abs(p.z) > 2 {
+		t.Fatalf("the trough deviates: %+v", p)
+	}
+	if z := (60 - p.med) / p.sig; z < 10 {
+		t.Fatalf("a peak-level value at the trough is only %.1f sigma out (%+v)", z, p)
+	}
+}
+
+// TestBaselineLeavesIncidentsOut: an incident at the same hour on one of
+// the past days (the queue at ten times its level) moves neither the
+// median nor the sigma of that hour's baseline much; the exclusion is one
+// pass over the candidate hours.
+func TestBaselineLeavesIncidentsOut(t *testing.T) {
+	cfg := testBaselineConfig()
+	cfg.MinHistory = model.Duration(14 * 24 * time.Hour) // the same hour of the last days
+	at := tStart + 6*24*hourMs + 14*hourMs
+	clean := map[string]func(int64) (float64, bool){"a": steady(40, 1)}
+	incident := map[string]func(int64) (float64, bool){"a": func(ts int64) (float64, bool) {
+		v := diurnal(ts, 40, 1)
+		if ts >= at-2*24*hourMs && ts < at-2*24*hourMs+hourMs {
+			v *= 10
+		}
+		return v, true
+	}}
+	probe := at + 5*minute.Milliseconds()
+	c := feed(newTracker(cfg), tStart, probe+minute.Milliseconds(), probe, clean)[probe]["a"]
+	i := feed(newTracker(cfg), tStart, probe+minute.Milliseconds(), probe, incident)[probe]["a"]
+	if c.src != sourceSameHour || i.src != sourceSameHour {
+		t.Fatalf("sources %s, %s", c.src, i.src)
+	}
+	if math.Abs(i.med-c.med) > 0.05*c.med || i.sig > 1.5*c.sig {
+		t.Fatalf("the incident hour moved the baseline: clean %+v, with the incident %+v", c, i)
+	}
+}
+
+// TestBaselineAdoptsALevelShift: a queue that doubles for good is an
+// anomaly at first, and the new normal once it has held beyond k sigma for
+// level_shift_after.
+func TestBaselineAdoptsALevelShift(t *testing.T) {
+	cfg := testBaselineConfig()
+	shift := tStart + 8*24*hourMs + 12*hourMs
+	series := map[string]func(int64) (float64, bool){"a": func(ts int64) (float64, bool) {
+		v := diurnal(ts, 40, 1)
+		if ts >= shift {
+			v *= 2
+		}
+		return v, true
+	}}
+	got := feed(newTracker(cfg), tStart, shift+6*hourMs, shift, series)
+	if p := got[shift+90*minute.Milliseconds()]["a"]; p.z < cfg.K {
+		t.Fatalf("90 minutes after the shift: z = %.1f, want beyond k", p.z)
+	}
+	after := shift + time.Duration(cfg.LevelShiftAfter).Milliseconds() + hourMs + 30*minute.Milliseconds()
+	if p := got[after]["a"]; math.Abs(p.z) >= cfg.K-1 {
+		t.Fatalf("after level_shift_after the shift is still an anomaly: %+v", p)
+	}
+}
+
+// TestBaselineFallbacks: a young series gets its baseline from the other
+// replicas of its model at the same minute, then from its last hours,
+// then from the same hour of the last days, then from the hour of the week.
+func TestBaselineFallbacks(t *testing.T) {
+	cfg := testBaselineConfig()
+	born := tStart + 30*minute.Milliseconds()
+	series := map[string]func(int64) (float64, bool){
+		"a": steady(40, 1), "b": steady(40, 2),
+		"young": func(ts int64) (float64, bool) { return diurnal(ts, 40, 3), ts >= born },
+		// A replica of another model only says nothing about model m's.
+		"lone": steady(40, 4),
+	}
+	tr := newTracker(cfg)
+	end := tStart + 8*24*hourMs
+	got := feed(tr, tStart, end, tStart, series)
+	for _, c := range []struct {
+		at   int64
+		pod  string
+		want baselineSource
+	}{
+		{born + 5*minute.Milliseconds(), "young", sourceReplicas},
+		{tStart + 2*hourMs + 10*minute.Milliseconds(), "young", sourceReplicas},
+		{tStart + 30*hourMs, "young", sourceSameHour},
+		{tStart + 7*24*hourMs + 5*hourMs, "young", sourceHourOfWeek},
+	} {
+		if p := got[c.at][c.pod]; !p.ok || p.src != c.want || math.Abs(p.z) > 4 {
+			t.Errorf("%s at %s: %+v, want a %s baseline", c.pod, time.UnixMilli(c.at).UTC().Format(time.RFC3339), p, c.want)
+		}
+	}
+
+	// Alone (no replica of its model), a young series has no baseline in
+	// its first hour and its last hours' one after.
+	lone := newTracker(cfg)
+	got = feed(lone, tStart, tStart+3*hourMs, tStart, map[string]func(int64) (float64, bool){"x": steady(40, 5)})
+	if p := got[tStart+30*minute.Milliseconds()]["x"]; p.ok {
+		t.Errorf("a baseline in the series' first hour: %+v", p)
+	}
+	if p := got[tStart+2*hourMs+30*minute.Milliseconds()]["x"]; !p.ok || p.src != sourceRecent {
+		t.Errorf("after two hours: %+v, want a last-hours baseline", p)
+	}
+}
+
+func TestBaselineConfigValidation(t *testing.T) {
+	for _, mut := range []func(*BaselineConfig){
+		func(c *BaselineConfig) { c.Mode = "dynamic" },
+		func(c *BaselineConfig) { c.K = 0.5 },
+		func(c *BaselineConfig) { c.History = model.Duration(time.Hour) },
+		func(c *BaselineConfig) { c.MinHistory = c.History + 1 },
+		func(c *BaselineConfig) { c.LevelShiftAfter = model.Duration(time.Minute) },
+		func(c *BaselineConfig) { c.Signals = []string{"vllm:num_requests_waiting"} },
+	} {
+		c := DefaultBaselineConfig()
+		mut(&c)
+		if c.validate() == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if err := DefaultBaselineConfig().validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEvidenceStrength(t *testing.T) {
+	th := func(v float64) *float64 { return &v }
+	base := evidenceBase{med: 0.7, sig: 0.05, src: sourceHourOfWeek, ok: true}
+	for _, c := range []struct {
+		name         string
+		sp           evidenceSpec
+		peak         float64
+		b            evidenceBase
+		past, static bool
+		st           float64
+	}{
+		{"an XID past a zero threshold is an event", evidenceSpec{Op: ">", Threshold: th(0)}, 79, evidenceBase{}, true, true, 1},
+		{"half past a threshold", evidenceSpec{Op: ">", Threshold: th(100)}, 150, evidenceBase{}, true, true, 0.5},
+		{"not past", evidenceSpec{Op: ">", Threshold: th(100)}, 90, evidenceBase{}, false, false, 0},
+		// 0.7 -> 0.25 is 9 sigma down: (9-3)/6 = 1.
+		{"far below its baseline", evidenceSpec{Op: "<"}, 0.25, base, true, false, 1},
+		// 0.7 -> 0.5 is 4 sigma down: (4-3)/6.
+		{"just beyond k sigma", evidenceSpec{Op: "<"}, 0.5, base, true, false, 1.0 / 6},
+		{"within k sigma", evidenceSpec{Op: "<"}, 0.6, base, false, false, 0},
+		{"beyond k sigma the wrong way", evidenceSpec{Op: ">"}, 0.25, base, false, false, 0},
+	} {
+		past, static, st := itemStrength(c.sp, c.peak, c.b, 3)
+		if past != c.past || static != c.static || math.Abs(st-c.st) > 1e-9 {
+			t.Errorf("%s: past %v static %v strength %.3f, want %v %v %.3f", c.name, past, static, st, c.past, c.static, c.st)
+		}
+	}
+	if sourceQuality(base) != 1 || sourceQuality(evidenceBase{ok: true, src: sourceReplicas}) >= 1 || sourceQuality(evidenceBase{}) >= 1 {
+		t.Error("a young or missing baseline is trusted as much as weeks of history")
+	}
+	if calibrate(0.5) != 0.5 || calibrate(2) != 1 || calibrate(-1) != 0 {
+		t.Error("calibration is not the clamped identity")
+	}
+}

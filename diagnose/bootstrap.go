@@ -1,0 +1,243 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// checkBaselineSignals: every tracked signal is recorded by the signals
+// group, and none of them (or what they read of that group) reads a range
+// of recorded series, so that its value at a minute depends on the minute
+// data alone and not on how long the engine has run.
+func (e *Engine) checkBaselineSignals() error {
+	if e.base == nil {
+		return nil
+	}
+	if e.signalsGroup == nil {
+		return errors.New("diagnose baseline: no signals group")
+	}
+	recorded := map[string]bool{}
+	for _, r := range e.signalsGroup.Rules() {
+		if rr, ok := r.(*rules.RecordingRule); ok {
+			recorded[rr.Name()] = true
+		}
+	}
+	for _, n := range e.base.names {
+		if !recorded[n] {
+			return fmt.Errorf("diagnose baseline.signals: %q is not one of the canonical signals", n)
+		}
+	}
+	for _, it := range e.bootstrapItems() {
+		bad := false
+		parser.Inspect(it.r.Query(), func(n parser.Node, _ []parser.Node) error {
+			if ms, ok := n.(*parser.MatrixSelector); ok {
+				if vs, ok := ms.VectorSelector.(*parser.VectorSelector); ok && recorded[vs.Name] {
+					bad = true
+				}
+			}
+			if _, ok := n.(*parser.SubqueryExpr); ok {
+				bad = true
+			}
+			return nil
+		})
+		if bad {
+			return fmt.Errorf("diagnose baseline.signals: %s reads a range of recorded series: its value would depend on where evaluation started", it.r.Name())
+		}
+	}
+	return nil
+}
+
+// bootstrapItems are the signals group's rules that record a tracked
+// signal, and the rules of the group those read, in group order.
+func (e *Engine) bootstrapItems() []passItem {
+	need := map[string]bool{}
+	for _, n := range e.base.names {
+		need[n] = true
+	}
+	rs := e.signalsGroup.Rules()
+	keep := make([]bool, len(rs))
+	for i := len(rs) - 1; i >= 0; i-- {
+		if !need[rs[i].Name()] {
+			continue
+		}
+		keep[i] = true
+		parser.Inspect(rs[i].Query(), func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				need[vs.Name] = true
+			}
+			return nil
+		})
+	}
+	var out []passItem
+	for i, r := range rs {
+		if keep[i] {
+			out = append(out, passItem{e.signalsGroup, r})
+		}
+	}
+	return out
+}
+
+// baselineMinute runs the baseline step at minute tm from the signals the
+// scratch store holds at tm, writing the baseline series to it (and, live,
+// back to the store).
+func (e *Engine) baselineMinute(tm int64) {
+	if e.base.started && tm <= e.base.done {
+		return
+	}
+	e.base.minute(tm, e.signalValues(e.scratch, tm), e.baselineSinks()...)
+}
+
+// baselineRange is the fast path's baseline step over [from, to].
+func (e *Engine) baselineRange(sc *scratch, from, to int64) {
+	for t := from; t <= to; t += minute.Milliseconds() {
+		if e.base.started && t <= e.base.done {
+			continue
+		}
+		e.base.minute(t, e.signalValues(sc, t), e.baselineSinks()...)
+	}
+}
+
+func (e *Engine) signalValues(sc *scratch, t int64) map[string][]sampleAt {
+	vals := make(map[string][]sampleAt, len(e.base.names))
+	for _, n := range e.base.names {
+		vals[n] = sc.valuesAt(n, t)
+	}
+	return vals
+}
+
+func (e *Engine) baselineSinks() []baselineSink {
+	if e.o.WriteBack == nil {
+		return []baselineSink{e.scratch}
+	}
+	return []baselineSink{e.scratch, writeBackSink{e}}
+}
+
+// writeBackSink writes the baseline series back to the store (live), at
+// T+WriteBackDelay like the ALERTS series.
+type writeBackSink struct{ e *Engine }
+
+func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
+	app := w.e.o.WriteBack.AppenderV2(context.Background())
+	ts := t + w.e.o.WriteBackDelay.Milliseconds()
+	for i, h := range hs {
+		if _, err := app.Append(0, h.lbls, 0, ts, vs[i], nil, nil, storage.AppendV2Options{}); err != nil {
+			w.e.logger.Debug("write-back baseline sample rejected", "series", h.lbls.String(), "err", err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		w.e.logger.Warn("write back baseline series", "err", err)
+	}
+}
+
+// bootstrap reads the tracked signals' history back from the minute tier
+// before the first evaluated minute tm: from the start of the hour
+// history + level-shift hours before tm's hour, up to tm. The signals are
+// evaluated as range queries (the fast path's, into a scratch store of
+// their own) six hours at a time, and every minute goes through the
+// tracker as evaluation would have sent it. Live start and replay both
+// do this, so every baseline is the same whichever minute a run starts at.
+func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
+	t0 := time.Now()
+	items := e.bootstrapItems()
+	from := floorDiv(tm, hourMs)*hourMs - e.base.readBack().Milliseconds()
+	to := tm - minute.Milliseconds()
+	var exprs []parser.Expr
+	for _, it := range items {
+		exprs = append(exprs, it.r.Query())
+	}
+	reads := readSetExprs(exprs, map[string]bool{})
+	var ms []*labels.Matcher
+	if reads != nil {
+		ms = []*labels.Matcher{reads}
+	}
+	// Nothing to read before the minute tier's first partition.
+	if first, _, ok := e.o.Minute.Bounds(); ok {
+		from = max(from, floorDiv(first, hourMs)*hourMs)
+	}
+	chunk := ReplayChunk.Milliseconds()
+	tmp := newScratch()
+	p := newPrecomputed()
+	minutes := 0
+	for c := from; c <= to; c += chunk {
+		end := min(c+chunk-minute.Milliseconds(), to)
+		snap, err := e.view.Snapshot(ctx, c-e.need, end, ms...)
+		if err != nil {
+			return err
+		}
+		if err := p.compute(ctx, e, pass{items: items, q: mergeQueryable{snap, tmp}, sc: tmp}, c, end); err != nil {
+			return err
+		}
+		if !p.ready {
+			return errors.New("a signal's range query failed")
+		}
+		for t := c; t <= end; t += minute.Milliseconds() {
+			e.base.minute(t, e.signalValues(tmp, t))
+			minutes++
+		}
+		tmp.truncate(end - e.lookback.Milliseconds())
+	}
+	e.base.booted = true
+	if minutes > 0 {
+		e.logger.Info("baselines read back from the minute tier", "from", time.UnixMilli(from).UTC().Format(time.RFC3339),
+			"minutes", minutes, "series", e.base.len(), "took", time.Since(t0).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// readSetExprs is a matcher of the metric names exprs read of the minute
+// data (names in recorded excluded); nil when a selector has no name.
+func readSetExprs(exprs []parser.Expr, recorded map[string]bool) *labels.Matcher {
+	var alts []string
+	seen := map[string]bool{}
+	all := false
+	for _, expr := range exprs {
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			named := false
+			for _, m := range vs.LabelMatchers {
+				if m.Name != model.MetricNameLabel {
+					continue
+				}
+				switch m.Type {
+				case labels.MatchEqual:
+					named = true
+					if !recorded[m.Value] && !seen[m.Value] {
+						seen[m.Value] = true
+						alts = append(alts, regexp.QuoteMeta(m.Value))
+					}
+				case labels.MatchRegexp:
+					named = true
+					if !seen["~"+m.Value] {
+						seen["~"+m.Value] = true
+						alts = append(alts, "(?:"+m.Value+")")
+					}
+				}
+			}
+			all = all || !named
+			return nil
+		})
+	}
+	if all || len(alts) == 0 {
+		return nil
+	}
+	slices.Sort(alts)
+	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
+	if err != nil {
+		return nil
+	}
+	return m
+}
