@@ -16,12 +16,14 @@ import (
 // Chart file names written by WriteCharts.
 const (
 	ThroughputChart   = "throughput.png"
+	MemoryChart       = "memory.png"
 	QueryLatencyChart = "query_latency.png"
 )
 
 // WriteCharts writes the report's PNG charts into dir and returns their
-// paths: accepted samples/s over time (one line per repetition) and, when
-// queries ran, dashboard latency p50 and p99 per range (log scale).
+// paths: accepted samples/s over time (one line per repetition), the
+// server's RSS over time when it was measured and, when queries ran,
+// dashboard latency p50 and p99 per range (log scale).
 func (r Report) WriteCharts(dir string) ([]string, error) {
 	var paths []string
 	p, err := r.throughputPlot()
@@ -33,6 +35,16 @@ func (r Report) WriteCharts(dir string) ([]string, error) {
 		return nil, err
 	}
 	paths = append(paths, path)
+	if hasServer(r.Runs) {
+		if p, err = r.memoryPlot(); err != nil {
+			return nil, err
+		}
+		path = filepath.Join(dir, MemoryChart)
+		if err := chart.SavePNG(p, path); err != nil {
+			return nil, err
+		}
+		paths = append(paths, path)
+	}
 	if len(r.Summary.QueryLatency) == 0 {
 		return paths, nil
 	}
@@ -64,6 +76,34 @@ func (r Report) throughputPlot() (*plot.Plot, error) {
 		line, err := plotter.NewLine(xys)
 		if err != nil {
 			return nil, fmt.Errorf("throughput line: %w", err)
+		}
+		line.Color = plotutil.Color(i)
+		line.Width = vg.Points(1.5)
+		p.Add(line)
+		p.Legend.Add(fmt.Sprintf("run %d", i+1), line)
+	}
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+func (r Report) memoryPlot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Server RSS: " + r.Name
+	p.X.Label.Text = "seconds into the run"
+	p.Y.Label.Text = "MiB"
+	p.Y.Min = 0
+	p.Legend.Top = true
+	for i, rr := range r.Runs {
+		if rr.Server == nil || len(rr.Server.RSSTimeline) == 0 {
+			continue
+		}
+		xys := make(plotter.XYs, len(rr.Server.RSSTimeline))
+		for j, pt := range rr.Server.RSSTimeline {
+			xys[j] = plotter.XY{X: pt.Seconds, Y: float64(pt.Bytes) / (1 << 20)}
+		}
+		line, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, fmt.Errorf("memory line: %w", err)
 		}
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(1.5)

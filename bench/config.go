@@ -50,7 +50,8 @@ type Mix struct {
 //     between a series' samples is the round time, not Interval.
 //   - "interval": samples are exactly Interval apart, starting at
 //     now-Backfill. With Backfill 0 the load is real time (Series/Interval
-//     samples/s, the realistic 1 Hz fleet). With a Backfill the generator
+//     samples/s, the realistic 1 Hz fleet; Paced reports it), each sender's
+//     units spread evenly over the interval as scrapes are. With a Backfill the generator
 //     runs ahead of real time as fast as the receiver accepts, never past the
 //     real clock; that only works against a receiver that accepts in-order
 //     samples that old (a fresh Prometheus, VictoriaMetrics), not against one
@@ -81,6 +82,11 @@ type LoadConfig struct {
 	// BatchSize is the number of samples per request (default 2,000, as
 	// Prometheus' max_samples_per_send).
 	BatchSize int `json:"batch_size"`
+	// BatchDeadline is how long, in sample time, a partly filled batch
+	// waits for more samples before it is sent anyway (default 5s, as
+	// Prometheus' batch_send_deadline); it matters for paced loads, where a
+	// sender may fill a batch slower than that.
+	BatchDeadline time.Duration `json:"batch_deadline"`
 	// Concurrency is the number of senders, each owning a fixed share of the
 	// series, like Prometheus' shards (default 4).
 	Concurrency int `json:"concurrency"`
@@ -124,6 +130,7 @@ type LoadConfig struct {
 const (
 	DefaultSeries           = 10000
 	DefaultBatchSize        = 2000
+	DefaultBatchDeadline    = 5 * time.Second
 	DefaultConcurrency      = 4
 	DefaultInterval         = time.Second
 	DefaultDuration         = time.Minute
@@ -157,6 +164,9 @@ func (c LoadConfig) withDefaults() LoadConfig {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchDeadline == 0 {
+		c.BatchDeadline = DefaultBatchDeadline
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
@@ -194,6 +204,15 @@ func (c LoadConfig) withDefaults() LoadConfig {
 	return c
 }
 
+// Paced reports whether the load is a real-time fleet: "interval"
+// timestamps starting at the real clock, so every series sends one sample per
+// Interval and the senders wait for the clock. Its throughput is the
+// schedule's (Series/Interval), and what it measures is the receiver's cost
+// of a steady fleet: CPU cores, memory and disk.
+func (c LoadConfig) Paced() bool {
+	return c.Timestamps == TimestampsInterval && c.Backfill == 0
+}
+
 // Validation errors of LoadConfig.
 var (
 	// ErrBadConfig wraps every LoadConfig or Scenario validation failure.
@@ -222,7 +241,7 @@ func (c LoadConfig) validate() error {
 		return fmt.Errorf("%w: churn percent %g: want 0-100", ErrBadConfig, c.ChurnPercent)
 	case c.Interval < time.Millisecond:
 		return fmt.Errorf("%w: interval %s: want at least 1ms", ErrBadConfig, c.Interval)
-	case c.Duration < 0 || c.Backfill < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+	case c.Duration < 0 || c.Backfill < 0 || c.BatchDeadline < 0 || c.Timeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: durations must not be negative and max backoff must be at least min backoff", ErrBadConfig)
 	}
 	return nil

@@ -48,8 +48,13 @@ type LoadResult struct {
 	ClientLatencyP99Seconds  float64 `json:"client_latency_p99_seconds"`
 	// PacedSeconds is the sender time spent waiting for the real clock (summed
 	// over senders): a run with much pacing was limited by Series/Interval,
-	// not by the receiver.
+	// not by the receiver. That is the point of a paced run (LoadConfig.Paced).
 	PacedSeconds float64 `json:"paced_seconds"`
+	// MaxScheduleLagSeconds is, with "interval" timestamps, the most a
+	// sample was generated after its timestamp: under a second or so when the
+	// receiver keeps up with a paced load, growing when it falls behind (or
+	// the backfill, for a run that starts in the past).
+	MaxScheduleLagSeconds float64 `json:"max_schedule_lag_seconds"`
 
 	// FirstTimestamp and LastTimestamp (ms) are the simulated time span sent.
 	FirstTimestamp int64 `json:"first_timestamp_ms"`
@@ -114,7 +119,7 @@ type loadRun struct {
 
 	requests, s2xx, s4xx, s429, s5xx, netErr, retries atomic.Int64
 	accepted, refused, dropped, created               atomic.Int64
-	pacedNanos                                        atomic.Int64
+	pacedNanos, lagNanos                              atomic.Int64
 
 	errMu  sync.Mutex
 	errors []string
@@ -218,6 +223,7 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 		res.AcceptedSamplesPerSecond = float64(res.SamplesAccepted) / res.ElapsedSeconds
 	}
 	res.PacedSeconds = time.Duration(l.pacedNanos.Load()).Seconds()
+	res.MaxScheduleLagSeconds = time.Duration(l.lagNanos.Load()).Seconds()
 	var lat []float64
 	res.LastTimestamp = startMs
 	for _, s := range senders {
@@ -235,6 +241,12 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 
 // runSender generates and sends the sender's units round after round until a
 // bound is reached.
+//
+// With "interval" timestamps a round is spread over the interval, as a
+// Prometheus spreads its scrapes: the sender's i-th of n units is stamped
+// i/n of an interval after the round's start and is generated no earlier
+// than that (pace), so a paced load arrives evenly rather than in one burst
+// per interval. A series' samples stay exactly Interval apart.
 func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, startMs, step int64) {
 	dt := l.cfg.Interval.Seconds()
 	churnRounds := int64(0)
@@ -242,6 +254,7 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 		churnRounds = max(1, l.cfg.ChurnInterval.Milliseconds()/step)
 	}
 	wallclock := l.cfg.Timestamps == TimestampsWallclock
+	deadline := l.cfg.BatchDeadline.Milliseconds()
 	prev := startMs - 1
 	for r := int64(0); ; r++ {
 		var ts int64
@@ -257,9 +270,6 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 			}
 		} else {
 			ts = startMs + r*step
-			if err := l.pace(ctx, ts); err != nil {
-				return
-			}
 		}
 		prev = ts
 		if !gate.wait(r, s.id) {
@@ -277,14 +287,29 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 				}
 			}
 		}
-		// Recorded before any sample of the round is sent: the next run must
-		// start after every timestamp that may have reached the target.
-		s.lastTS = ts
-		for _, u := range s.units {
+		for i, u := range s.units {
+			uts := ts
+			if !wallclock {
+				uts = ts + int64(i)*step/int64(len(s.units))
+				// Like Prometheus' batch_send_deadline: a batch does not
+				// wait for more samples longer than that.
+				if len(s.batch) > 0 && uts-s.batch[0].t >= deadline {
+					if l.flush(ctx, s) != nil {
+						return
+					}
+				}
+				if err := l.pace(ctx, uts); err != nil {
+					return
+				}
+			}
+			// Recorded before any sample of the unit is sent: the next run
+			// must start after every timestamp that may have reached the
+			// target.
+			s.lastTS = uts
 			u.advance(dt)
 			for _, gr := range u.groups {
 				for j, v := range gr.vals {
-					s.batch = append(s.batch, sampleRef{ref: int32(gr.first + j), t: ts, v: v})
+					s.batch = append(s.batch, sampleRef{ref: int32(gr.first + j), t: uts, v: v})
 					if len(s.batch) == l.cfg.BatchSize {
 						if l.flush(ctx, s) != nil {
 							return
@@ -297,10 +322,16 @@ func (l *loadRun) runSender(ctx context.Context, s *sender, gate *roundGate, sta
 }
 
 // pace waits until the real clock has reached ts, so no sample is in the
-// future.
+// future, and records how far behind ts the clock already was.
 func (l *loadRun) pace(ctx context.Context, ts int64) error {
 	ahead := time.Duration(ts-l.cfg.Now().UnixMilli()) * time.Millisecond
 	if ahead <= 0 {
+		for lag := int64(-ahead); ; {
+			cur := l.lagNanos.Load()
+			if lag <= cur || l.lagNanos.CompareAndSwap(cur, lag) {
+				break
+			}
+		}
 		return ctx.Err()
 	}
 	l.pacedNanos.Add(int64(ahead))

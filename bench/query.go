@@ -191,7 +191,11 @@ func parseRollupLag(r io.Reader) (float64, bool, error) {
 // captureCPUProfile fetches the target's /debug/pprof/profile for the given
 // number of seconds and writes it to path (temp file, then rename).
 func captureCPUProfile(ctx context.Context, client *http.Client, baseURL, user, pass string, seconds int, path string) error {
-	u := baseURL + "/debug/pprof/profile?seconds=" + strconv.Itoa(seconds)
+	return captureProfile(ctx, client, baseURL+"/debug/pprof/profile?seconds="+strconv.Itoa(seconds), user, pass, path)
+}
+
+// captureProfile fetches a pprof profile from u and writes it to path.
+func captureProfile(ctx context.Context, client *http.Client, u, user, pass, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
 	if err != nil {
 		return fmt.Errorf("build profile request: %w", err)

@@ -73,8 +73,13 @@ type Summary struct {
 
 	CPUSecondsPerMillionSamples Figure `json:"cpu_seconds_per_million_samples"`
 	SamplesPerCPUSecond         Figure `json:"samples_per_cpu_second"`
+	CPUCores                    Figure `json:"cpu_cores"`
 	PeakRSSBytes                Figure `json:"peak_rss_bytes"`
 	RSSPerActiveSeriesBytes     Figure `json:"rss_per_active_series_bytes"`
+	SteadyRSSBytes              Figure `json:"steady_rss_bytes"`
+	// SteadyRSSPerActiveSeriesBytes is the steady-state RSS over the
+	// active series.
+	SteadyRSSPerActiveSeriesBytes Figure `json:"steady_rss_per_active_series_bytes"`
 
 	// DiskBytesPerSample is per tier, after the last repetition's growth.
 	DiskBytesPerSample map[string]Figure `json:"disk_bytes_per_sample,omitempty"`
@@ -87,6 +92,7 @@ func summarize(runs []RunResult) Summary {
 		s                                        Summary
 		tput, refused, cp50, cp99                []float64
 		cpuPerM, perCPU, peak, perSeries, rollup []float64
+		cores, steady, steadyPerSeries           []float64
 		disk                                     = map[string][]float64{}
 		qp50, qp99                               = map[string][]float64{}, map[string][]float64{}
 		ranges                                   []string
@@ -104,6 +110,9 @@ func summarize(runs []RunResult) Summary {
 			perCPU = append(perCPU, sv.SamplesPerCPUSecond)
 			peak = append(peak, float64(sv.PeakRSSBytes))
 			perSeries = append(perSeries, sv.RSSPerActiveSeriesBytes)
+			cores = append(cores, sv.CPUCores)
+			steady = append(steady, sv.SteadyRSSBytes)
+			steadyPerSeries = append(steadyPerSeries, sv.SteadyRSSPerActiveSeriesBytes)
 		}
 		for _, d := range r.Disk {
 			disk[d.Tier] = append(disk[d.Tier], d.BytesPerSample)
@@ -130,6 +139,9 @@ func summarize(runs []RunResult) Summary {
 	s.SamplesPerCPUSecond = figureOf(perCPU)
 	s.PeakRSSBytes = figureOf(peak)
 	s.RSSPerActiveSeriesBytes = figureOf(perSeries)
+	s.CPUCores = figureOf(cores)
+	s.SteadyRSSBytes = figureOf(steady)
+	s.SteadyRSSPerActiveSeriesBytes = figureOf(steadyPerSeries)
 	s.RollupLagSeconds = figureOf(rollup)
 	if len(disk) > 0 {
 		s.DiskBytesPerSample = map[string]Figure{}
@@ -206,8 +218,11 @@ func (s Summary) rows() []row {
 		{"client request latency p99", "s", s.ClientLatencyP99Seconds, false},
 		{"server CPU-seconds per million samples", "s", s.CPUSecondsPerMillionSamples, false},
 		{"samples per server CPU-second", "", s.SamplesPerCPUSecond, true},
+		{"server CPU cores used", "", s.CPUCores, false},
 		{"peak RSS", "B", s.PeakRSSBytes, false},
 		{"peak RSS per active series", "B", s.RSSPerActiveSeriesBytes, false},
+		{"steady-state RSS", "B", s.SteadyRSSBytes, false},
+		{"steady-state RSS per active series", "B", s.SteadyRSSPerActiveSeriesBytes, false},
 	}
 	for _, t := range sortedKeys(s.DiskBytesPerSample) {
 		rs = append(rs, row{"disk bytes per sample, " + t, "B", s.DiskBytesPerSample[t], false})
@@ -234,8 +249,17 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "- load: %d active series (mix dcgm %.2g / vllm %.2g / ebpf %.2g), %d extra labels of %d chars, churn %g%% per %s\n",
 		series, l.Mix.DCGM, l.Mix.VLLM, l.Mix.EBPF, l.ExtraLabels, l.LabelValueLength, l.ChurnPercent, l.ChurnInterval)
-	fmt.Fprintf(&b, "- sender: batch %d samples, concurrency %d, one sample per series every %s; each run bounded by %s and %d requests\n",
-		l.BatchSize, l.Concurrency, l.Interval, l.Duration, l.MaxRequests)
+	switch {
+	case l.Paced():
+		fmt.Fprintf(&b, "- paced: every series sends one sample every %s in real time, as a fleet of exporters does (%d samples/s in all)\n",
+			l.Interval, int(math.Round(float64(series)/l.Interval.Seconds())))
+	case l.Timestamps == TimestampsInterval:
+		fmt.Fprintf(&b, "- timestamps %s apart from %s before the start, sent as fast as the target accepts\n", l.Interval, l.Backfill)
+	default:
+		b.WriteString("- timestamps from the real clock, rounds sent as fast as the target accepts (capacity)\n")
+	}
+	fmt.Fprintf(&b, "- sender: batch %d samples, concurrency %d; each run bounded by %s and %d requests\n",
+		l.BatchSize, l.Concurrency, l.Duration, l.MaxRequests)
 	fmt.Fprintf(&b, "- repetitions: %d (figures are the median, with min and max)\n\n", r.Repeats)
 
 	b.WriteString("## Summary\n\n| figure | median | min | max | n |\n|---|---:|---:|---:|---:|\n")
@@ -254,6 +278,17 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			x.Status2xx, x.Status4xx, x.Status429, x.Status5xx, x.NetworkErrors, x.Retries,
 			formatValue(x.AcceptedSamplesPerSecond, ""), x.PacedSeconds)
 	}
+	if hasServer(r.Runs) {
+		b.WriteString("\n## Server per run\n\n| run | CPU-s | cores | RSS start | RSS steady | RSS peak | RSS end | steady per series |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for i, rr := range r.Runs {
+			if sv := rr.Server; sv != nil {
+				fmt.Fprintf(&b, "| %d | %.1f | %.2f | %s | %s | %s | %s | %s |\n", i+1, sv.CPUSeconds, sv.CPUCores,
+					formatValue(float64(sv.RSSStartBytes), "B"), formatValue(sv.SteadyRSSBytes, "B"),
+					formatValue(float64(sv.PeakRSSBytes), "B"), formatValue(float64(sv.RSSEndBytes), "B"),
+					formatValue(sv.SteadyRSSPerActiveSeriesBytes, "B"))
+			}
+		}
+	}
 	var notes []string
 	for i, rr := range r.Runs {
 		for _, e := range rr.Load.Errors {
@@ -271,8 +306,11 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		if len(empty) > 0 {
 			notes = append(notes, fmt.Sprintf("run %d: successful panels that returned no series: %s", i+1, strings.Join(empty, ", ")))
 		}
-		if rr.Load.PacedSeconds > rr.Load.ElapsedSeconds*float64(l.Concurrency)/2 {
+		if !l.Paced() && rr.Load.PacedSeconds > rr.Load.ElapsedSeconds*float64(l.Concurrency)/2 {
 			notes = append(notes, fmt.Sprintf("run %d: senders waited for the real clock for most of the run, so its throughput is the load's schedule, not the target's capacity (raise series or backfill)", i+1))
+		}
+		if lag := rr.Load.MaxScheduleLagSeconds; l.Paced() && lag > max(1, 2*l.Interval.Seconds()) {
+			notes = append(notes, fmt.Sprintf("run %d: the load fell up to %.1fs behind its schedule: the target (or the generator, on a busy machine) did not keep up, so fewer samples than the schedule's were sent", i+1, lag))
 		}
 	}
 	if len(notes) > 0 {
@@ -287,34 +325,77 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	return nil
 }
 
-// Compare renders a markdown table of b against a: each figure's medians and
-// the ratio b/a, marked better or worse by the figure's direction.
-func Compare(a, b Report) string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "| figure | %s | %s | ratio | |\n|---|---:|---:|---:|---|\n", cell(a.Name, "a"), cell(b.Name, "b"))
-	bRows := map[string]row{}
-	for _, r := range b.Summary.rows() {
-		bRows[r.name] = r
+func hasServer(runs []RunResult) bool {
+	for _, rr := range runs {
+		if rr.Server != nil {
+			return true
+		}
 	}
-	for _, ra := range a.Summary.rows() {
-		rb, ok := bRows[ra.name]
-		if !ok || ra.fig.N == 0 || rb.fig.N == 0 {
+	return false
+}
+
+// Compare renders a markdown table of the last report against each one
+// before it (the baselines, e.g. Prometheus and VictoriaMetrics, then
+// Strata): every report's medians, then per baseline the ratio
+// last/baseline marked better, worse or same (within 5%) by the figure's
+// direction. A figure the last report did not measure has no row; a
+// baseline that did not measure it shows "-".
+func Compare(reports ...Report) string {
+	if len(reports) < 2 {
+		return ""
+	}
+	subject, bases := reports[len(reports)-1], reports[:len(reports)-1]
+	name := func(i int) string { return cell(reports[i].Name, string(rune('a'+i))) }
+	var sb strings.Builder
+	sb.WriteString("| figure |")
+	for i := range reports {
+		fmt.Fprintf(&sb, " %s |", name(i))
+	}
+	for i := range bases {
+		fmt.Fprintf(&sb, " %s / %s | |", name(len(reports)-1), name(i))
+	}
+	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(reports)) + strings.Repeat("---:|---|", len(bases)) + "\n")
+	byName := make([]map[string]row, len(bases))
+	for i, b := range bases {
+		byName[i] = map[string]row{}
+		for _, r := range b.Summary.rows() {
+			byName[i][r.name] = r
+		}
+	}
+	for _, rs := range subject.Summary.rows() {
+		if rs.fig.N == 0 {
 			continue
 		}
-		ratio, verdict := "n/a", ""
-		if ra.fig.Median != 0 {
-			q := rb.fig.Median / ra.fig.Median
-			ratio = fmt.Sprintf("%.2fx", q)
-			switch {
-			case math.Abs(q-1) < 0.05:
-				verdict = "same"
-			case (q > 1) == ra.higherBetter:
-				verdict = "better"
-			default:
-				verdict = "worse"
+		var vals, ratios strings.Builder
+		measured := false
+		for i := range bases {
+			rb, ok := byName[i][rs.name]
+			if !ok || rb.fig.N == 0 {
+				vals.WriteString(" - |")
+				ratios.WriteString(" - | |")
+				continue
 			}
+			measured = true
+			fmt.Fprintf(&vals, " %s |", formatValue(rb.fig.Median, rb.unit))
+			ratio, verdict := "n/a", ""
+			if rb.fig.Median != 0 {
+				q := rs.fig.Median / rb.fig.Median
+				ratio = fmt.Sprintf("%.2fx", q)
+				switch {
+				case math.Abs(q-1) < 0.05:
+					verdict = "same"
+				case (q > 1) == rs.higherBetter:
+					verdict = "better"
+				default:
+					verdict = "worse"
+				}
+			}
+			fmt.Fprintf(&ratios, " %s | %s |", ratio, verdict)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", ra.name, formatValue(ra.fig.Median, ra.unit), formatValue(rb.fig.Median, rb.unit), ratio, verdict)
+		if !measured {
+			continue
+		}
+		fmt.Fprintf(&sb, "| %s |%s %s |%s\n", rs.name, vals.String(), formatValue(rs.fig.Median, rs.unit), ratios.String())
 	}
 	return sb.String()
 }

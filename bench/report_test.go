@@ -47,6 +47,9 @@ func fakeTarget(t *testing.T, dir string) (*httptest.Server, *fakeReceiver, *ato
 	mux.HandleFunc("/debug/pprof/profile", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("fake profile for " + r.FormValue("seconds") + "s"))
 	})
+	mux.HandleFunc("/debug/pprof/heap", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("fake heap profile"))
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv, rcv, &queries
@@ -71,6 +74,7 @@ func testScenario(t *testing.T) (Scenario, *fakeReceiver, *atomic.Int64) {
 		QueryRepeats:       2,
 		CPUProfilePath:     filepath.Join(t.TempDir(), "cpu.pprof"),
 		CPUProfileSeconds:  1,
+		HeapProfilePath:    filepath.Join(t.TempDir(), "heap.pprof"),
 	}, rcv, queries
 }
 
@@ -89,7 +93,8 @@ func TestRunScenario(t *testing.T) {
 	var accepted int64
 	for i, rr := range rep.Runs {
 		accepted += rr.Load.SamplesAccepted
-		if rr.Server == nil || rr.Server.PeakRSSBytes <= 0 || rr.Server.RSSPerActiveSeriesBytes <= 0 {
+		if rr.Server == nil || rr.Server.PeakRSSBytes <= 0 || rr.Server.RSSPerActiveSeriesBytes <= 0 ||
+			rr.Server.SteadyRSSBytes <= 0 || len(rr.Server.RSSTimeline) < 2 {
 			t.Fatalf("run %d: no server figures: %+v", i, rr.Server)
 		}
 		if rr.RollupLagSeconds == nil || *rr.RollupLagSeconds != 1800 {
@@ -123,6 +128,9 @@ func TestRunScenario(t *testing.T) {
 	if err != nil || string(prof) != "fake profile for 1s" {
 		t.Fatalf("profile %q, %v", prof, err)
 	}
+	if heap, err := os.ReadFile(sc.HeapProfilePath); err != nil || string(heap) != "fake heap profile" {
+		t.Fatalf("heap profile %q, %v", heap, err)
+	}
 
 	// JSON round trip.
 	var buf bytes.Buffer
@@ -145,7 +153,7 @@ func TestRunScenario(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Bench report: fake", "| accepted samples/s |", "server CPU-seconds per million samples", "dashboard latency p99, 1h", "rollup lag", "scripted failure"} {
+	for _, want := range []string{"# Bench report: fake", "| accepted samples/s |", "server CPU-seconds per million samples", "server CPU cores used", "steady-state RSS per active series", "## Server per run", "dashboard latency p99, 1h", "rollup lag", "scripted failure"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
@@ -155,7 +163,7 @@ func TestRunScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(paths) != 4 {
+	if len(paths) != 5 { // JSON, markdown, throughput, memory, query latency
 		t.Fatalf("files %v", paths)
 	}
 	saved, err := LoadReport(paths[0])
@@ -210,7 +218,7 @@ func TestCompare(t *testing.T) {
 	}}
 	out := Compare(a, b)
 	for _, want := range []string{
-		"| figure | prometheus | strata | ratio | |",
+		"| figure | prometheus | strata | strata / prometheus | |",
 		"| accepted samples/s | 100000 | 200000 | 2.00x | better |",
 		"| server CPU-seconds per million samples | 10.00 s | 20.00 s | 2.00x | worse |",
 		"| peak RSS | 1.00 GiB | 1.00 GiB | 1.00x | same |",
@@ -222,6 +230,24 @@ func TestCompare(t *testing.T) {
 	}
 	if strings.Contains(out, "rollup lag") {
 		t.Errorf("compare shows a figure a did not measure:\n%s", out)
+	}
+
+	// Three reports: the last against each of the others; a figure only
+	// one baseline measured shows "-" for the other.
+	vm := Report{Name: "victoriametrics", Summary: Summary{
+		AcceptedSamplesPerSecond: fig(400000),
+		PeakRSSBytes:             fig(1 << 29),
+	}}
+	out = Compare(a, vm, b)
+	for _, want := range []string{
+		"| figure | prometheus | victoriametrics | strata | strata / prometheus | | strata / victoriametrics | |",
+		"| accepted samples/s | 100000 | 400000 | 200000 | 2.00x | better | 0.50x | worse |",
+		"| peak RSS | 1.00 GiB | 512.0 MiB | 1.00 GiB | 1.00x | same | 2.00x | worse |",
+		"| server CPU-seconds per million samples | 10.00 s | - | 20.00 s | 2.00x | worse | - | |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("three-way compare lacks %q:\n%s", want, out)
+		}
 	}
 }
 

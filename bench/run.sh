@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
-# Runs bench's reference scenario against a freshly started, empty receiver on
-# 127.0.0.1 with `strata bench run` and prints the markdown report. Nothing is
-# left behind but the report directory.
+# Runs bench's scenario against freshly started, empty receivers on 127.0.0.1
+# and prints the markdown reports. Nothing is left behind but the report
+# directories.
 #
-#   bench/run.sh strata     [outdir]   # builds ./cmd/strata from this tree
-#   bench/run.sh prometheus [outdir]   # builds Prometheus from the module Strata depends on
+#   bench/run.sh compare         [outdir]  # Prometheus, VictoriaMetrics (with VM_BIN), then Strata, back to back
+#   bench/run.sh strata          [outdir]  # builds ./cmd/strata from this tree
+#   bench/run.sh prometheus      [outdir]  # builds Prometheus from the module Strata depends on
+#   bench/run.sh victoriametrics [outdir]  # the binary at VM_BIN
 #
-# Environment (all optional): BENCH_PORT (19299), BENCH_SERIES (10000),
-# BENCH_DURATION (60s), BENCH_REPEATS (3), BENCH_PROTOCOL (v1),
-# BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5), BENCH_TIMESTAMPS (wallclock
-# or interval), BENCH_BACKFILL (0s; only with interval), PROMETHEUS_BIN (where the
-# Prometheus binary is built or found; default /tmp/strata-bench-prometheus).
+# `compare` writes each target's report to outdir/<round>/<target>/ and the
+# comparison (`strata bench compare`: Strata against each peer) to
+# outdir/<round>/comparison.md, with the machine's load average before and
+# after each target in outdir/<round>/uptime.txt.
+#
+# Environment (all optional): BENCH_INTERVAL (empty: as fast as the target
+# accepts; 1s or 15s: paced, every series one sample per interval in real
+# time), BENCH_SERIES (10000), BENCH_DURATION (60s), BENCH_REPEATS (3),
+# BENCH_PROTOCOL (v1), BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5),
+# BENCH_TIMESTAMPS (wallclock or interval), BENCH_BACKFILL (0s; only with
+# interval), BENCH_SKIP_QUERIES (set: no dashboard queries), BENCH_ROUNDS (compare: 1;
+# more alternate the targets again), BENCH_PORT (19299), PROMETHEUS_BIN (where
+# the Prometheus binary is built or found; default
+# /tmp/strata-bench-prometheus), VM_BIN (a victoria-metrics binary, e.g. from
+# `GOBIN=/tmp/vmbin go install
+# github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@v1.150.0`),
+# STRATA_BIN (a strata binary to use instead of building one).
 set -euo pipefail
 
 target=${1:-strata}
@@ -29,12 +43,39 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# strata drives the load in both cases.
-(cd "$repo" && go build -o "$work/strata" ./cmd/strata)
+if [[ -z "${STRATA_BIN:-}" ]]; then
+	(cd "$repo" && go build -o "$work/strata" ./cmd/strata)
+	export STRATA_BIN="$work/strata"
+fi
 
+if [[ "$target" == compare ]]; then
+	targets=(prometheus)
+	if [[ -n "${VM_BIN:-}" ]]; then
+		targets+=(victoriametrics)
+	fi
+	targets+=(strata)
+	for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do
+		dir="$out/$round"
+		mkdir -p "$dir"
+		reports=()
+		for t in "${targets[@]}"; do
+			echo "== round $round: $t ($(date -u +%H:%M:%S) UTC)" >&2
+			echo "$t before: $(uptime)" >>"$dir/uptime.txt"
+			"$0" "$t" "$dir/$t" >/dev/null
+			echo "$t after:  $(uptime)" >>"$dir/uptime.txt"
+			reports+=("$dir/$t/report.json")
+		done
+		"$STRATA_BIN" bench compare "${reports[@]}" >"$dir/comparison.md"
+		echo "== round $round" && cat "$dir/comparison.md" && echo
+	done
+	echo "reports and comparisons in $out"
+	exit 0
+fi
+
+ready=/-/ready
 case "$target" in
 strata)
-	"$work/strata" serve --storage.path="$work/db" --web.listen-address="127.0.0.1:$port" \
+	"$STRATA_BIN" serve --storage.path="$work/db" --web.listen-address="127.0.0.1:$port" \
 		--web.enable-pprof >"$work/server.log" 2>&1 &
 	pid=$!
 	;;
@@ -51,43 +92,73 @@ prometheus)
 		--web.enable-remote-write-receiver --web.listen-address="127.0.0.1:$port" >"$work/server.log" 2>&1 &
 	pid=$!
 	;;
+victoriametrics)
+	if [[ ! -x "${VM_BIN:-}" ]]; then
+		echo "set VM_BIN to a victoria-metrics binary" >&2
+		exit 2
+	fi
+	# Defaults otherwise, as a new user runs it (its query result cache
+	# included).
+	"$VM_BIN" -storageDataPath="$work/db" -httpListenAddr="127.0.0.1:$port" >"$work/server.log" 2>&1 &
+	pid=$!
+	ready=/health
+	;;
 *)
-	echo "usage: $0 strata|prometheus [outdir]" >&2
+	echo "usage: $0 compare|strata|prometheus|victoriametrics [outdir]" >&2
 	exit 2
 	;;
 esac
 
-# Wait (bounded) until the API answers.
+# Wait (bounded) until the server answers.
+up=""
 for _ in $(seq 1 120); do
-	if curl -fsS "http://127.0.0.1:$port/api/v1/status/buildinfo" >/dev/null 2>&1; then
+	if curl -fsS "http://127.0.0.1:$port$ready" >/dev/null 2>&1; then
+		up=1
 		break
 	fi
 	if ! kill -0 "$pid" 2>/dev/null; then
-		echo "server exited:" >&2
-		cat "$work/server.log" >&2
-		exit 1
+		break
 	fi
 	sleep 0.5
 done
+if [[ -z "$up" ]]; then
+	echo "$target did not come up:" >&2
+	cat "$work/server.log" >&2
+	exit 1
+fi
 
-# Every directory present at start is measured; "total" is the whole store.
-tierdirs=(--tier-dir="total=$work/db")
-for t in raw minute hour wal; do
+# Every directory present once the server is up is measured; "total" is the
+# whole store.
+dirs=(--tier-dir="total=$work/db")
+for t in raw minute hour wal data indexdb; do
 	if [[ -d "$work/db/$t" ]]; then
-		tierdirs+=(--tier-dir="$t=$work/db/$t")
+		dirs+=(--tier-dir="$t=$work/db/$t")
 	fi
 done
+args=()
+if [[ -n "${BENCH_INTERVAL:-}" ]]; then
+	args+=(--interval="$BENCH_INTERVAL")
+fi
+if [[ -n "${BENCH_SKIP_QUERIES:-}" ]]; then
+	args+=(--skip-queries)
+fi
 
 mkdir -p "$out"
-"$work/strata" bench run --url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" "${tierdirs[@]}" \
-	--name="$target" --out="$out" --cpu-profile="$out/cpu.pprof" \
+"$STRATA_BIN" bench run --url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" "${dirs[@]}" "${args[@]}" \
+	--name="$target" --out="$out" --cpu-profile="$out/cpu.pprof" --heap-profile="$out/heap.pprof" \
 	--series="${BENCH_SERIES:-10000}" --duration="${BENCH_DURATION:-60s}" --repeats="${BENCH_REPEATS:-3}" \
 	--protocol="${BENCH_PROTOCOL:-v1}" --concurrency="${BENCH_CONCURRENCY:-4}" \
 	--timestamps="${BENCH_TIMESTAMPS:-wallclock}" --backfill="${BENCH_BACKFILL:-0s}" \
-	--query-repeats="${BENCH_QUERY_REPEATS:-5}" --log.level=warn >"$out/run.log" 2>&1 || {
-	cat "$out/run.log" >&2
+	--query-repeats="${BENCH_QUERY_REPEATS:-5}" >"$out/bench.log" 2>&1 || {
+	cat "$out/bench.log" >&2
 	exit 1
 }
+if ! kill -0 "$pid" 2>/dev/null; then
+	echo "$target exited during the run:" >&2
+	tail -20 "$work/server.log" >&2
+	exit 1
+fi
+cp "$work/server.log" "$out/server.log"
 cat "$out/report.md"
 echo
 echo "report: $out/report.json, $out/report.md, charts in $out"

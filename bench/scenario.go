@@ -54,6 +54,10 @@ type Scenario struct {
 	// CPUProfileSeconds (default 30, capped at the load duration).
 	CPUProfilePath    string
 	CPUProfileSeconds int
+	// HeapProfilePath, when set, receives the server's heap profile
+	// (/debug/pprof/heap) taken at the end of the last repetition's load,
+	// before its queries: where the bytes per series go.
+	HeapProfilePath string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -79,6 +83,9 @@ type RunResult struct {
 // ServerResult is the server process' resource use during one repetition.
 type ServerResult struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// CPUCores is CPUSeconds over the repetition's wall time: the cores the
+	// server kept busy, the figure a paced load is about.
+	CPUCores float64 `json:"cpu_cores"`
 	// CPUSecondsPerMillionSamples is what a million accepted samples cost.
 	CPUSecondsPerMillionSamples float64 `json:"cpu_seconds_per_million_samples"`
 	// SamplesPerCPUSecond is the same ratio inverted: throughput per core.
@@ -92,7 +99,21 @@ type ServerResult struct {
 	// RSSPerActiveSeriesBytes is PeakRSSBytes over the active series: an
 	// upper bound, as it includes the server's fixed footprint.
 	RSSPerActiveSeriesBytes float64 `json:"rss_per_active_series_bytes"`
-	Samples                 int     `json:"rss_samples"`
+	// SteadyRSSBytes is the median RSS over the last quarter of the
+	// repetition: where memory settles under a steady load, without the
+	// spikes the peak catches. SteadyRSSPerActiveSeriesBytes is it over the
+	// active series.
+	SteadyRSSBytes                float64 `json:"steady_rss_bytes"`
+	SteadyRSSPerActiveSeriesBytes float64 `json:"steady_rss_per_active_series_bytes"`
+	Samples                       int     `json:"rss_samples"`
+	// RSSTimeline is every RSS reading of the repetition.
+	RSSTimeline []RSSPoint `json:"rss_timeline,omitempty"`
+}
+
+// RSSPoint is one reading of the server's resident set size.
+type RSSPoint struct {
+	Seconds float64 `json:"seconds"` // since the repetition started
+	Bytes   int64   `json:"bytes"`
 }
 
 // TierDisk is one tier's size on disk after a repetition.
@@ -151,6 +172,11 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 	var cumAccepted int64
 	for i := range sc.Repeats {
 		logger.Info("bench repetition", "run", i+1, "of", sc.Repeats, "target", load.URL)
+		if i > 0 && load.Paced() {
+			// A fleet does not send faster to catch up after the queries
+			// that ran between repetitions: it resumes at the real clock.
+			load.StartTime = later(load.StartTime, load.Now())
+		}
 		run, err := newLoadRun(load, gen, logger)
 		if err != nil {
 			return rep, err
@@ -177,11 +203,16 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 		}
 		rr.Load = lr
 		cumAccepted += lr.SamplesAccepted
-		next := lr.LastTimestamp + 1
-		if load.Timestamps == TimestampsInterval {
-			next = lr.LastTimestamp + load.Interval.Milliseconds()
+		// Interval timestamps round the start up to the next round, so +1
+		// never skips one.
+		load.StartTime = time.UnixMilli(lr.LastTimestamp + 1)
+		if i == sc.Repeats-1 && sc.HeapProfilePath != "" {
+			if err := captureProfile(ctx, client, base+"/debug/pprof/heap", load.Username, load.Password, sc.HeapProfilePath); err != nil {
+				logger.Warn("heap profile not captured", "err", err)
+			} else {
+				logger.Info("heap profile written", "path", sc.HeapProfilePath)
+			}
 		}
-		load.StartTime = time.UnixMilli(next)
 
 		if profErr != nil {
 			if err := <-profErr; err != nil {
@@ -281,23 +312,31 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 	return sc, nil
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // procSampler samples a process' RSS periodically during a run, for the
-// peak, and its CPU time at both ends.
+// peak and the steady state, and its CPU time at both ends.
 type procSampler struct {
-	root  string
-	pid   int
-	start ProcSample
-	ok    bool
-	peak  int64
-	n     int
-	done  chan struct{}
-	wg    sync.WaitGroup
+	root   string
+	pid    int
+	began  time.Time
+	start  ProcSample
+	ok     bool
+	points []RSSPoint
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 func startProcSampler(root string, pid int, every time.Duration) *procSampler {
-	p := &procSampler{root: root, pid: pid, done: make(chan struct{})}
+	p := &procSampler{root: root, pid: pid, began: time.Now(), done: make(chan struct{})}
 	if s, err := ReadProc(root, pid); err == nil {
-		p.start, p.ok, p.peak, p.n = s, true, s.RSSBytes, 1
+		p.start, p.ok = s, true
+		p.points = append(p.points, RSSPoint{Bytes: s.RSSBytes})
 	}
 	p.wg.Go(func() {
 		t := time.NewTicker(every)
@@ -308,8 +347,7 @@ func startProcSampler(root string, pid int, every time.Duration) *procSampler {
 				return
 			case <-t.C:
 				if s, err := ReadProc(root, pid); err == nil {
-					p.peak = max(p.peak, s.RSSBytes)
-					p.n++
+					p.points = append(p.points, RSSPoint{Seconds: time.Since(p.began).Seconds(), Bytes: s.RSSBytes})
 				}
 			}
 		}
@@ -326,13 +364,33 @@ func (p *procSampler) stop(lr LoadResult) *ServerResult {
 	if err != nil || !p.ok {
 		return nil
 	}
+	p.points = append(p.points, RSSPoint{Seconds: time.Since(p.began).Seconds(), Bytes: end.RSSBytes})
+	return serverResult(p.start, end, p.points, lr)
+}
+
+// serverResult computes a repetition's server figures from the process
+// readings at its start and end and the RSS readings in between (the end
+// reading included).
+func serverResult(start, end ProcSample, points []RSSPoint, lr LoadResult) *ServerResult {
 	sr := &ServerResult{
-		CPUSeconds:    end.CPUSeconds - p.start.CPUSeconds,
-		RSSStartBytes: p.start.RSSBytes,
+		CPUSeconds:    end.CPUSeconds - start.CPUSeconds,
+		RSSStartBytes: start.RSSBytes,
 		RSSEndBytes:   end.RSSBytes,
-		PeakRSSBytes:  max(p.peak, end.RSSBytes),
 		HWMBytes:      end.HWMBytes,
-		Samples:       p.n + 1,
+		Samples:       len(points),
+		RSSTimeline:   points,
+	}
+	var steady []float64
+	last := points[len(points)-1].Seconds
+	for _, pt := range points {
+		sr.PeakRSSBytes = max(sr.PeakRSSBytes, pt.Bytes)
+		if pt.Seconds >= 0.75*last {
+			steady = append(steady, float64(pt.Bytes))
+		}
+	}
+	sr.SteadyRSSBytes = quantile(steady, 0.5)
+	if lr.ElapsedSeconds > 0 {
+		sr.CPUCores = sr.CPUSeconds / lr.ElapsedSeconds
 	}
 	if lr.SamplesAccepted > 0 {
 		sr.CPUSecondsPerMillionSamples = sr.CPUSeconds / float64(lr.SamplesAccepted) * 1e6
@@ -342,6 +400,7 @@ func (p *procSampler) stop(lr LoadResult) *ServerResult {
 	}
 	if lr.Series > 0 {
 		sr.RSSPerActiveSeriesBytes = float64(sr.PeakRSSBytes) / float64(lr.Series)
+		sr.SteadyRSSPerActiveSeriesBytes = sr.SteadyRSSBytes / float64(lr.Series)
 	}
 	return sr
 }

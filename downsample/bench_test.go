@@ -134,13 +134,17 @@ func BenchmarkRollupMinute(b *testing.B) {
 		b.ReportAllocs()
 		cpu0 := processCPU(b)
 		for b.Loop() {
-			clear(p.open)
+			if err := p.dropSpill(start); err != nil {
+				b.Fatal(err)
+			}
 			for m := start; m < start+HourRes; m += MinuteRes {
-				if err := p.extend(ctx, start, m, m+MinuteRes); err != nil {
+				if err := p.extendRaw(ctx, start, m, m+MinuteRes); err != nil {
 					b.Fatal(err)
 				}
 			}
 		}
+		p.mark = start + HourRes
+		p.publishMark()
 		got := p.openWindows()
 		check(b, got)
 		if n := len(got[0].Windows); n != 60 {
@@ -152,9 +156,9 @@ func BenchmarkRollupMinute(b *testing.B) {
 
 // BenchmarkRollupTee is the rollup cost when ingest goes through Tee: the
 // tee's work in Append and Commit plus computing the minutes from the
-// handed-over samples (one hour of the fleet per iteration). The raw tier
-// behind the tee is a no-op here, so only the rollup's share is measured;
-// the pipeline still re-reads each hour from raw at flush (flush-hour above).
+// folded samples (one hour of the fleet per iteration), the windows
+// encoded into the open hour's spill (in memory here). The raw tier behind
+// the tee is a no-op here, so only the rollup's share is measured.
 func BenchmarkRollupTee(b *testing.B) {
 	const series = 500
 	f := newFleet(series)
@@ -179,7 +183,11 @@ func BenchmarkRollupTee(b *testing.B) {
 	for b.Loop() {
 		h := start + hour*HourRes
 		hour++
-		clear(p.open)
+		for _, h := range p.spillStarts() {
+			if err := p.dropSpill(h); err != nil {
+				b.Fatal(err)
+			}
+		}
 		for s := range 3600 {
 			app := tee.AppenderV2(ctx)
 			t := h + int64(s)*1000
@@ -192,13 +200,14 @@ func BenchmarkRollupTee(b *testing.B) {
 				b.Fatal(err)
 			}
 			if (s+1)%60 == 0 { // a minute became final
-				m := t + 1000 - MinuteRes
-				if err := p.extend(ctx, h, m, m+MinuteRes); err != nil {
+				p.mark = t + 1000
+				if err := p.drainTee(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
 		}
 	}
+	p.publishMark()
 	got := p.openWindows()
 	if len(got) != series || len(got[0].Windows) != 60 {
 		b.Fatalf("got %d series", len(got))

@@ -1,7 +1,7 @@
 package downsample
 
 import (
-	"slices"
+	"math"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -58,27 +58,5 @@ func (s tsample) Type() chunkenc.ValueType {
 // flushed (the current hour, and the previous one until its flush), sorted
 // by labels, each series' windows ascending.
 func (p *Pipeline) openWindows() []tiers.SeriesWindows {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	starts := make([]int64, 0, len(p.open))
-	for h := range p.open {
-		starts = append(starts, h)
-	}
-	slices.Sort(starts)
-	byKey := map[uint64]int{}
-	var out []tiers.SeriesWindows
-	for _, h := range starts {
-		for _, s := range p.open[h].all() {
-			// Hash collisions only merge series when labels are equal too.
-			key := s.Labels.Hash()
-			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
-				out[i].Windows = append(out[i].Windows, s.Windows...)
-				continue
-			}
-			byKey[key] = len(out)
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
-		}
-	}
-	sortSeries(out)
-	return out
+	return p.OpenWindowsIn(math.MinInt64, math.MaxInt64)
 }

@@ -2,7 +2,6 @@ package downsample
 
 import (
 	"slices"
-	"sort"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -35,46 +34,97 @@ func (p *Pipeline) publishMark() {
 	}
 }
 
-// OpenWindowsIn is OpenWindows restricted to windows starting in
-// [mint, maxt]: the diagnosis engine reads the last minutes of every series
-// each minute, not the whole open hour. It implements
-// tiers.OpenWindowSource.
+// OpenWindowsIn returns copies of the minute windows computed (final) but
+// not yet flushed to a partition that start in [mint, maxt], of the series
+// matching every matcher, sorted by labels, each series' windows ascending.
+// Only windows before the published mark are returned: those are final. The
+// diagnosis engine reads the last minutes of every series each minute. It
+// implements tiers.OpenWindowSource and is safe for concurrent use with the
+// pipeline.
 func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) []tiers.SeriesWindows {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	byKey := map[uint64]int{}
-	var out []tiers.SeriesWindows
-	starts := make([]int64, 0, len(p.open))
-	for h := range p.open {
-		if h+HourRes > mint && h <= maxt {
-			starts = append(starts, h)
-		}
+	maxt = min(maxt, p.pubMark.Load()-MinuteRes)
+	if mint > maxt {
+		return nil
 	}
-	slices.Sort(starts)
-	for _, h := range starts {
-	series:
-		for _, s := range p.open[h].all() {
+	type acc struct {
+		lset labels.Labels
+		ws   []orderedWindow
+	}
+	var (
+		accs    []acc
+		bySlot  = map[uint32]int{} // index in accs, -1: does not match
+		matches = func(lset labels.Labels) bool {
 			for _, m := range matchers {
-				if !m.Matches(s.Labels.Get(m.Name)) {
-					continue series
+				if !m.Matches(lset.Get(m.Name)) {
+					return false
 				}
 			}
-			lo := sort.Search(len(s.Windows), func(i int) bool { return s.Windows[i].Start >= mint })
-			hi := sort.Search(len(s.Windows), func(i int) bool { return s.Windows[i].Start > maxt })
-			if lo >= hi {
+			return true
+		}
+	)
+	p.spillMu.RLock()
+	defer p.spillMu.RUnlock()
+	for _, sp := range p.spills {
+		if sp.start+HourRes <= mint || sp.start > maxt {
+			continue
+		}
+		for i, blk := range sp.blocks {
+			if blk.maxStart < mint || blk.minStart > maxt {
 				continue
 			}
-			ws := s.Windows[lo:hi]
-			// Hash collisions only merge series when labels are equal too.
-			key := s.Labels.Hash()
-			if i, ok := byKey[key]; ok && labels.Equal(out[i].Labels, s.Labels) {
-				out[i].Windows = append(out[i].Windows, ws...)
-				continue
+			c := p.newCursor(sp, i, 32<<10)
+			lastInline := -1
+			for c.next() {
+				if c.w.Start < mint || c.w.Start > maxt {
+					continue
+				}
+				ow := orderedWindow{w: c.w, seq: i, rec: c.order}
+				if blk.inline {
+					// Consecutive windows of one inline series share its labels.
+					if lastInline < 0 || !labels.Equal(accs[lastInline].lset, c.key.lset) {
+						lastInline = -1
+						if matches(c.key.lset) {
+							accs = append(accs, acc{lset: c.key.lset})
+							lastInline = len(accs) - 1
+						}
+					}
+					if lastInline >= 0 {
+						accs[lastInline].ws = append(accs[lastInline].ws, ow)
+					}
+					continue
+				}
+				k, ok := bySlot[c.slot]
+				if !ok {
+					k = -1
+					if matches(c.key.lset) {
+						accs = append(accs, acc{lset: c.key.lset})
+						k = len(accs) - 1
+					}
+					bySlot[c.slot] = k
+				}
+				if k >= 0 {
+					accs[k].ws = append(accs[k].ws, ow)
+				}
 			}
-			byKey[key] = len(out)
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(ws)})
+			if err := c.Err(); err != nil {
+				p.logger.Error("read rollup spill", "hour", fmtTime(sp.start), "err", err)
+			}
 		}
 	}
-	sortSeries(out)
+	// A series may be in several accumulators (read from raw, or a new
+	// series reference for the same labels): merge them.
+	slices.SortStableFunc(accs, func(a, b acc) int { return labels.Compare(a.lset, b.lset) })
+	var out []tiers.SeriesWindows
+	for i := 0; i < len(accs); {
+		j := i + 1
+		ws := accs[i].ws
+		for ; j < len(accs) && labels.Equal(accs[j].lset, accs[i].lset); j++ {
+			ws = append(ws, accs[j].ws...)
+		}
+		if len(ws) > 0 {
+			out = append(out, tiers.SeriesWindows{Labels: accs[i].lset, Windows: latestPerMinute(ws, nil)})
+		}
+		i = j
+	}
 	return out
 }

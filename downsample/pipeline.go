@@ -3,9 +3,12 @@ package downsample
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,6 +75,11 @@ type Config struct {
 	// partitions are rebuilt only for days whose minute partitions are all
 	// still retained (a day partly deleted would give short hours).
 	MinuteRetention time.Duration
+	// SpillDir is where the open hours' minute windows wait for their
+	// partition (one file per hour, in the page cache rather than the
+	// heap); files left there by a previous process are removed by New.
+	// Empty keeps them in memory.
+	SpillDir string
 }
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
@@ -104,19 +112,18 @@ type Pipeline struct {
 	mark    int64 // end (ms, exclusive) of the minutes computed so far
 	dayMark int64 // start of the first day whose hour partition may still be missing
 
-	tap teeState // samples handed over by the appenders Tee returns
+	tap teeState // the series the appenders Tee returns fold samples for
 
-	bufMu sync.Mutex            // guards open; held briefly so readers never wait for a tick's reads
-	open  map[int64]*hourBuffer // in-memory minute windows by hour start (usually one or two hours)
+	// spillMu guards spills and their blocks. Readers (OpenWindowsIn) hold
+	// it for reading while they read a spill; the tick holds it for writing
+	// only to add a block, or to drop a spill and then forget the series
+	// no spill refers to any more (so a reader never sees a slot reused).
+	spillMu sync.RWMutex
+	spills  map[int64]*hourSpill // open hours' windows by hour start
+	encBuf  []byte               // block encoding scratch, used by the tick
 
 	pubMark atomic.Int64  // mark as of the last tick, for Mark (notify.go)
 	markCh  chan struct{} // MarkAdvanced
-}
-
-// hourBuffer holds the minute windows computed so far for one minute partition.
-type hourBuffer struct {
-	start  int64
-	series map[uint64][]*tiers.SeriesWindows // by labels hash; collisions chained
 }
 
 type metrics struct {
@@ -127,6 +134,9 @@ type metrics struct {
 	partitions *prometheus.CounterVec
 	samples    prometheus.Counter
 	late       prometheus.Counter
+	outOfOrder prometheus.Counter
+	recomputed prometheus.Counter
+	forgotten  prometheus.Counter
 	histograms prometheus.Counter
 	errors     prometheus.Counter
 }
@@ -160,7 +170,19 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 		late: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_downsample_late_samples_total",
-			Help: "Samples found when a minute partition was re-read from raw before its flush that were not in the incrementally computed windows (arrived after their minute was computed).",
+			Help: "Samples that arrived after their minute was final (behind the watermark): their window is folded again, or recomputed from raw, and replaces the one computed.",
+		}),
+		outOfOrder: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_out_of_order_samples_total",
+			Help: "Samples the tee could not fold in order (out of order for their series, or older than the tee): the minutes they change are recomputed from raw for their series.",
+		}),
+		recomputed: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_recomputed_series_total",
+			Help: "Per-series recomputes of minute windows from raw, for out-of-order samples.",
+		}),
+		forgotten: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_downsample_series_forgotten_total",
+			Help: "Series the tee stopped tracking after an hour without samples (their slot is reused).",
 		}),
 		histograms: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_downsample_native_histogram_samples_skipped_total",
@@ -192,11 +214,18 @@ func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Pipeline{
+	if cfg.SpillDir != "" {
+		if err := cleanSpillDir(cfg.SpillDir); err != nil {
+			return nil, err
+		}
+	}
+	p := &Pipeline{
 		cfg: cfg, src: src, minute: minute, hour: hour,
 		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
-		open: map[int64]*hourBuffer{}, markCh: make(chan struct{}, 1),
-	}, nil
+		spills: map[int64]*hourSpill{}, markCh: make(chan struct{}, 1),
+	}
+	p.registerMemoryMetrics(reg)
+	return p, nil
 }
 
 // ErrClosed is returned by Tick after Close.
@@ -259,7 +288,7 @@ func (p *Pipeline) tick(ctx context.Context) error {
 	}
 	// Raw retention may have removed data this pipeline never saw (it was
 	// stopped for longer than raw holds): start at what raw still has.
-	if start := timegrid.Floor(rawMin, HourRes); p.mark < start && len(p.openStarts()) == 0 {
+	if start := timegrid.Floor(rawMin, HourRes); p.mark < start && !p.spillBefore(start) {
 		p.logger.Warn("raw data expired before it was rolled up", "from", fmtTime(p.mark), "to", fmtTime(start))
 		p.mark = start
 	}
@@ -270,36 +299,43 @@ func (p *Pipeline) tick(ctx context.Context) error {
 		}
 		h := timegrid.Floor(p.mark, HourRes)
 		if p.mark == h && p.minute.HasPartition(h) {
-			p.mark = h + HourRes // written before a restart, or by a backfill
+			// Written before a restart, or by a backfill: final.
+			if err := p.dropSpill(h); err != nil {
+				return err
+			}
+			p.mark = h + HourRes
 			continue
 		}
 		stop := min(end, h+HourRes)
 		if p.mark == h && stop == h+HourRes && flushable(h, wm) {
 			// Recovery or catch-up: the whole hour is final, read it once.
-			if err := p.flushMinutes(ctx, h, nil); err != nil {
+			if _, err := p.flushFromRaw(ctx, h); err != nil {
 				return err
 			}
 			p.mark = stop
 			continue
 		}
-		if err := p.extend(ctx, h, p.mark, stop); err != nil {
-			// Some series may already hold windows of [mark, stop): start the
-			// hour over, and re-read it from raw at flush in any case.
-			p.bufMu.Lock()
-			delete(p.open, h)
-			p.bufMu.Unlock()
-			p.forceReread(h)
-			p.mark = h
+		if err := p.extendRaw(ctx, h, p.mark, stop); err != nil {
 			return err
 		}
 		p.mark = stop
 	}
-	for _, h := range p.openStarts() {
+	// Before the mark is published: the windows of the minutes that became
+	// final, recomputed where a sample came out of order, are in the spill.
+	if err := p.drainTee(ctx); err != nil {
+		return err
+	}
+	flushed := false
+	for _, h := range p.spillStarts() {
 		if h+HourRes <= p.mark && flushable(h, wm) {
-			if err := p.flushMinutes(ctx, h, p.buffer(h)); err != nil {
+			if err := p.flushMinutes(ctx, h); err != nil {
 				return err
 			}
+			flushed = true
 		}
+	}
+	if flushed {
+		p.forgetIdle()
 	}
 	p.m.lag.Set(float64(max(0, wm-p.mark)) / 1000)
 	p.publishMark()
@@ -311,140 +347,228 @@ func (p *Pipeline) tick(ctx context.Context) error {
 // marker right after the hour can still mark its last windows.
 func flushable(h, wm int64) bool { return wm >= h+HourRes+StaleLookahead }
 
-// openStarts returns the starts of the hours with in-memory windows, ascending.
-func (p *Pipeline) openStarts() []int64 {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	out := make([]int64, 0, len(p.open))
-	for h := range p.open {
+// spillStarts returns the starts of the hours with a spill, ascending.
+func (p *Pipeline) spillStarts() []int64 {
+	p.spillMu.RLock()
+	defer p.spillMu.RUnlock()
+	out := make([]int64, 0, len(p.spills))
+	for h := range p.spills {
 		out = append(out, h)
 	}
 	slices.Sort(out)
 	return out
 }
 
-func (p *Pipeline) buffer(h int64) *hourBuffer {
-	p.bufMu.Lock()
-	defer p.bufMu.Unlock()
-	return p.open[h]
+// spillBefore reports whether an hour before t has a spill.
+func (p *Pipeline) spillBefore(t int64) bool {
+	starts := p.spillStarts()
+	return len(starts) > 0 && starts[0] < t
 }
 
-// extend computes the minute windows of [from, to) (inside hour h), from the
-// tee's samples when it covers them, else from raw, and appends them to hour
-// h's buffer. It runs every minute, so it avoids
-// copying what the buffer already has (a known series' labels).
-func (p *Pipeline) extend(ctx context.Context, h, from, to int64) error {
-	p.bufMu.Lock()
-	b := p.open[h]
-	if b == nil {
-		b = &hourBuffer{start: h, series: map[uint64][]*tiers.SeriesWindows{}}
-		p.open[h] = b
+// teeFrom returns the first minute the tee covers, and false without a tee.
+func (p *Pipeline) teeFrom() (int64, bool) {
+	p.tap.mu.Lock()
+	defer p.tap.mu.Unlock()
+	return p.tap.from, p.tap.enabled
+}
+
+// extendRaw computes the minute windows of [from, to) (inside hour h) that
+// the tee does not cover from raw, into hour h's spill. The spill is created
+// even when there is nothing to add, so that the hour is flushed.
+func (p *Pipeline) extendRaw(ctx context.Context, h, from, to int64) error {
+	sp, err := p.spillFor(h)
+	if err != nil {
+		return err
 	}
-	p.bufMu.Unlock()
-	add := func(lset labels.Labels, ws []tiers.Window) {
-		p.bufMu.Lock()
-		b.add(lset, ws)
-		p.bufMu.Unlock()
+	if teeFrom, ok := p.teeFrom(); ok {
+		to = min(to, max(from, teeFrom))
 	}
-	var (
-		st  Stats
-		err error
-	)
-	if p.teeCovers(from) {
-		st = p.drainTee(from, to, add)
-	} else {
-		st, err = walkWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf, add)
+	if from >= to {
+		return nil
 	}
+	rs := rawSpiller{p: p, sp: sp}
+	st, err := walkWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf, rs.add)
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
-	return err
-}
-
-// add appends ws to the series lset, copying both.
-func (b *hourBuffer) add(lset labels.Labels, ws []tiers.Window) {
-	hash := lset.Hash()
-	for _, e := range b.series[hash] {
-		if labels.Equal(e.Labels, lset) {
-			e.Windows = append(e.Windows, ws...)
-			return
-		}
+	if err != nil {
+		return err
 	}
-	b.series[hash] = append(b.series[hash], &tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})
+	return rs.flush()
 }
 
-func countSamples(series []*tiers.SeriesWindows) (samples uint64) {
-	for _, s := range series {
-		for _, w := range s.Windows {
-			samples += uint64(w.Count)
+// flushMinutes writes the minute partition of hour h from its spill, or
+// from raw when the hour has none or lost windows (a failed spill write).
+//
+// Without the tee, the hour is always recomputed from raw: that is what
+// makes samples that arrived after their minute was computed (a sender
+// lagging behind the others by more than the lateness, which the raw tier
+// still accepts in order) reach the partition; the spill only tells how
+// many such samples there were. With the tee, such samples are folded as
+// they commit.
+func (p *Pipeline) flushMinutes(ctx context.Context, h int64) error {
+	p.spillMu.RLock()
+	sp := p.spills[h]
+	reread := sp == nil || sp.reread
+	p.spillMu.RUnlock()
+	if _, tee := p.teeFrom(); !tee && sp != nil {
+		var had uint64
+		for s, err := range p.spillSeries(sp) {
+			if err != nil {
+				return fmt.Errorf("read rollup spill %s: %w", fmtTime(h), err)
+			}
+			for _, w := range s.Windows {
+				had += uint64(w.Count)
+			}
 		}
-	}
-	return samples
-}
-
-func (b *hourBuffer) all() []*tiers.SeriesWindows {
-	var out []*tiers.SeriesWindows
-	for _, chain := range b.series {
-		out = append(out, chain...)
-	}
-	return out
-}
-
-// flushMinutes writes the minute partition of hour h. Without the tee it
-// recomputes the hour from raw: that is what makes samples that arrived
-// after their minute was computed (a sender lagging behind the others by more
-// than the lateness, which the raw tier still accepts in order) reach the
-// partition; b, the incrementally computed windows, only tells how many such
-// samples there were. With the tee, late samples are seen as they commit, so
-// the hour is re-read only when it had some.
-func (p *Pipeline) flushMinutes(ctx context.Context, h int64, b *hourBuffer) error {
-	var series []tiers.SeriesWindows
-	if fromMemory := p.flushFromMemory(h); b != nil && fromMemory {
-		p.bufMu.Lock()
-		for _, s := range b.all() {
-			series = append(series, *s)
-		}
-		p.bufMu.Unlock()
-		b = nil // nothing to compare with
-	} else {
-		var err error
-		if series, err = p.computeMinutes(ctx, h, h+HourRes); err != nil {
+		st, err := p.flushFromRaw(ctx, h)
+		if err != nil {
 			return err
 		}
+		if read := uint64(st.Floats); read > had { //nolint:gosec // a count
+			p.m.late.Add(float64(read - had))
+		}
+		return nil
 	}
-	sortSeries(series)
-	windows, samples := 0, uint64(0)
-	for _, s := range series {
-		windows += len(s.Windows)
-		for _, w := range s.Windows {
-			samples += uint64(w.Count)
+	if reread {
+		_, err := p.flushFromRaw(ctx, h)
+		return err
+	}
+	if err := p.writeMinutes(h, sp); err != nil {
+		return err
+	}
+	return p.dropSpill(h)
+}
+
+// flushFromRaw writes the minute partition of hour h computed from raw (the
+// whole hour final: recovery, catch-up or a reread), through a temporary
+// spill so that memory stays bounded whatever the series count, and returns
+// what it read. The hour's open spill, if any, is superseded and dropped.
+func (p *Pipeline) flushFromRaw(ctx context.Context, h int64) (st Stats, err error) {
+	tmp, err := p.newSpill(h, ".raw")
+	if err != nil {
+		return st, err
+	}
+	defer func() {
+		if rerr := tmp.f.remove(); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove rollup spill: %w", rerr))
+		}
+	}()
+	rs := rawSpiller{p: p, sp: tmp}
+	st, err = walkWindows(ctx, p.src, MinuteRes, h, h+HourRes, p.cfg.KindOf, rs.add)
+	p.m.samples.Add(float64(st.Floats))
+	p.m.histograms.Add(float64(st.Histograms))
+	if err != nil {
+		return st, err
+	}
+	if err := rs.flush(); err != nil {
+		return st, err
+	}
+	if err := p.writeMinutes(h, tmp); err != nil {
+		return st, err
+	}
+	return st, p.dropSpill(h)
+}
+
+// seriesPartitionWriter is a minute tier that takes a partition one series
+// at a time (*tiers.Rollup): the pipeline then never holds an hour of
+// windows.
+type seriesPartitionWriter interface {
+	WritePartitionSeries(start int64, series iter.Seq2[tiers.SeriesWindows, error]) error
+}
+
+// writeMinutes writes hour h's minute partition from sp.
+func (p *Pipeline) writeMinutes(h int64, sp *hourSpill) error {
+	var nSeries, windows int
+	series := func(yield func(tiers.SeriesWindows, error) bool) {
+		for s, err := range p.spillSeries(sp) {
+			if err == nil {
+				nSeries++
+				windows += len(s.Windows)
+			}
+			if !yield(s, err) {
+				return
+			}
 		}
 	}
-	if b != nil {
-		p.bufMu.Lock()
-		had := countSamples(b.all())
-		p.bufMu.Unlock()
-		if samples > had {
-			p.m.late.Add(float64(samples - had))
+	var err error
+	if sw, ok := p.minute.(seriesPartitionWriter); ok {
+		err = sw.WritePartitionSeries(h, series)
+	} else {
+		var all []tiers.SeriesWindows
+		for s, serr := range series {
+			if serr != nil {
+				err = serr
+				break
+			}
+			all = append(all, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
+		}
+		if err == nil {
+			err = p.minute.WritePartition(h, all)
 		}
 	}
-	if err := p.minute.WritePartition(h, series); err != nil {
+	if err != nil {
 		return fmt.Errorf("flush minute partition %s: %w", fmtTime(h), err)
 	}
 	p.m.partitions.WithLabelValues("minute").Inc()
 	p.m.windows.WithLabelValues("minute").Add(float64(windows))
 	p.m.flushed.Set(float64(h+HourRes) / 1000)
-	p.logger.Debug("minute partition written", "start", fmtTime(h), "series", len(series), "windows", windows)
-	p.bufMu.Lock()
-	delete(p.open, h)
-	p.bufMu.Unlock()
+	p.logger.Debug("minute partition written", "start", fmtTime(h), "series", nSeries, "windows", windows)
 	return nil
+}
+
+// maxRawBlockWindows bounds the windows read from raw that are held before
+// they are written to a spill block (~10 MiB).
+const maxRawBlockWindows = 1 << 17
+
+// rawSpiller collects windows read from raw (walkWindows' callback) and
+// writes them to a spill in sorted blocks.
+type rawSpiller struct {
+	p       *Pipeline
+	sp      *hourSpill
+	series  []rawSeries
+	windows int
+	err     error
+}
+
+func (r *rawSpiller) add(lset labels.Labels, ws []tiers.Window) {
+	if r.err != nil {
+		return
+	}
+	r.series = append(r.series, rawSeries{lset: lset.Copy(), id: tiers.SeriesID(lset), ws: slices.Clone(ws)})
+	if r.windows += len(ws); r.windows >= maxRawBlockWindows {
+		r.err = r.flush()
+	}
+}
+
+// flush writes the collected series as one block.
+func (r *rawSpiller) flush() error {
+	if r.err != nil || len(r.series) == 0 {
+		return r.err
+	}
+	slices.SortFunc(r.series, func(a, b rawSeries) int {
+		return tiers.ComparePartitionOrder(a.lset, a.id, b.lset, b.id)
+	})
+	buf := r.p.encBuf[:0]
+	blk := spillBlock{records: len(r.series), inline: true, minStart: math.MaxInt64, maxStart: math.MinInt64}
+	for _, s := range r.series {
+		buf = appendLabels(buf, s.lset)
+		buf = binary.AppendUvarint(buf, uint64(len(s.ws)))
+		for _, w := range s.ws {
+			buf = appendWindow(buf, r.sp.start, w)
+			blk.minStart, blk.maxStart = min(blk.minStart, w.Start), max(blk.maxStart, w.Start)
+		}
+	}
+	r.p.encBuf = buf
+	clear(r.series)
+	r.series, r.windows = r.series[:0], 0
+	return r.p.writeBlock(r.sp, buf, blk)
 }
 
 // buildDays writes the hour partition of every day whose minute partitions
 // are all final, from the minute tier.
 func (p *Pipeline) buildDays(ctx context.Context) error {
 	done := p.mark // minute partitions before done are on disk
-	if starts := p.openStarts(); len(starts) > 0 {
+	if starts := p.spillStarts(); len(starts) > 0 {
 		done = min(done, starts[0])
 	}
 	for d := p.dayMark; d+DayLen <= done; d += DayLen {
@@ -519,20 +643,20 @@ func (p *Pipeline) Close() error {
 		return nil
 	}
 	p.closed = true
+	var errs []error
 	if err := p.tick(context.Background()); err != nil {
 		p.m.errors.Inc()
+		errs = append(errs, err)
+	}
+	for _, h := range p.spillStarts() {
+		if err := p.dropSpill(h); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close rollup pipeline: %w", err)
 	}
 	return nil
-}
-
-// computeMinutes reads raw samples in [from, to) and returns every series'
-// minute windows, in no particular order.
-func (p *Pipeline) computeMinutes(ctx context.Context, from, to int64) ([]tiers.SeriesWindows, error) {
-	series, st, err := computeWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf)
-	p.m.samples.Add(float64(st.Floats))
-	p.m.histograms.Add(float64(st.Histograms))
-	return series, err
 }
 
 // computeWindows reads every series of q in [from, to) and returns their

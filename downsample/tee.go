@@ -3,7 +3,6 @@ package downsample
 import (
 	"context"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/prometheus/prometheus/model/exemplar"
@@ -17,16 +16,23 @@ import (
 )
 
 // Tee returns a storage.AppendableV2 that appends to next (the raw tier) and,
-// when a transaction commits, hands its float samples to the pipeline. The
-// open hour's minute windows are then computed from these samples instead
-// of re-reading raw every minute, which is what keeps the rollup's CPU cost
-// a fraction of ingest's (docs/rollups.md, "Cost"). Appenders it returns
-// implement storage.ExemplarAppenderV2 when next's do.
+// when a transaction commits, folds its float samples into the open minute
+// windows: one window builder per series, whatever its sample rate. The
+// minute windows are then computed as samples arrive instead of re-reading
+// raw every minute, which is what keeps the rollup's CPU cost a fraction of
+// ingest's (docs/rollups.md, "Cost"), and no raw sample is held for the
+// lateness window. Appenders it returns implement
+// storage.ExemplarAppenderV2 and storage.GetRef when next's do.
 //
-// With the tee, a minute partition is written from the in-memory windows;
-// only an hour that received samples after its minute was computed (counted
-// in strata_downsample_late_samples_total) is re-read from raw first. So
-// every writer of the raw tier must append through the tee: samples that
+// A sample a series' builder cannot take in order (out of order within the
+// lateness, or before the tee was installed) marks the minutes it can change
+// for a recompute from raw, for that series only, once they are final. A
+// sample that arrives after its minute was final but in order for its series
+// (a sender lagging by more than the lateness) is folded as usual and
+// replaces the window already computed (counted in
+// strata_downsample_late_samples_total).
+//
+// So every writer of the raw tier must append through the tee: samples that
 // bypass it would be missing from the minute tier. (strata serve hands the
 // tee to every writer: remote write, scrapes and rule results.)
 //
@@ -41,35 +47,22 @@ func (p *Pipeline) Tee(next storage.AppendableV2) storage.AppendableV2 {
 		if _, rawMax, ok := p.src.Bounds(); ok {
 			p.tap.from = timegrid.Floor(rawMax, MinuteRes) + MinuteRes
 		}
-		p.tap.series = map[storage.SeriesRef]*teeSeries{}
-		p.tap.late = map[int64]struct{}{}
 	}
 	return teeAppendable{next: next, p: p}
 }
 
-// teeState holds the samples of the minutes not computed yet, per series.
+// teeState is the tee's side of the pipeline.
 type teeState struct {
 	mu      sync.Mutex
 	enabled bool
 	from    int64 // first minute the tee covers; earlier minutes are read from raw
-	drained int64 // minutes before this were computed: later samples for them are late
-	series  map[storage.SeriesRef]*teeSeries
-	// late holds the hours that received samples after their minute was
-	// computed: their partition is re-read from raw at flush.
-	late    map[int64]struct{}
-	batches sync.Pool // *[]teeSample, reused across transactions
-}
-
-type teeSeries struct {
-	lset     labels.Labels
-	kind     Kind     // Config.KindOf(lset), looked up once per series
-	pending  []sample // samples of minutes not computed yet, in arrival order
-	lastSeen int64
-}
-
-type sample struct {
-	t int64
-	v float64
+	drained int64 // minutes before this are final: later samples for them are late
+	series  seriesTable
+	// pending holds the windows emitted since the last tick, in emission
+	// order: the tick moves them to the spill.
+	pending []spillEntry
+	dirty   []uint32 // slots with minutes to recompute from raw
+	batches sync.Pool
 }
 
 type teeSample struct {
@@ -87,8 +80,15 @@ type teeAppendable struct {
 func (a teeAppendable) AppenderV2(ctx context.Context) storage.AppenderV2 {
 	inner := a.next.AppenderV2(ctx)
 	t := &teeAppender{AppenderV2: inner, p: a.p}
-	if ex, ok := inner.(storage.ExemplarAppenderV2); ok {
+	ex, isEx := inner.(storage.ExemplarAppenderV2)
+	gr, isRef := inner.(storage.GetRef)
+	switch {
+	case isEx && isRef:
+		return &teeFullAppender{teeAppender: t, ex: ex, gr: gr}
+	case isEx:
 		return &teeExemplarAppender{teeAppender: t, ex: ex}
+	case isRef:
+		return &teeRefAppender{teeAppender: t, gr: gr}
 	}
 	return t
 }
@@ -159,126 +159,160 @@ func (a *teeExemplarAppender) AppendExemplars(ref storage.SeriesRef, ls labels.L
 	return a.ex.AppendExemplars(ref, ls, es)
 }
 
-// observe records committed samples. Samples for minutes already computed
-// are counted late: the flush-time re-read of raw puts them in the partition.
+type teeRefAppender struct {
+	*teeAppender
+	gr storage.GetRef
+}
+
+// GetRef forwards to the raw tier: a caller that caches references (the
+// remote-write receiver) then shares the raw tier's labels.
+func (a *teeRefAppender) GetRef(lset labels.Labels, hash uint64) (storage.SeriesRef, labels.Labels) {
+	return a.gr.GetRef(lset, hash)
+}
+
+type teeFullAppender struct {
+	*teeAppender
+	ex storage.ExemplarAppenderV2
+	gr storage.GetRef
+}
+
+// AppendExemplars forwards to the raw tier: exemplars are not rolled up.
+func (a *teeFullAppender) AppendExemplars(ref storage.SeriesRef, ls labels.Labels, es []exemplar.Exemplar) (storage.SeriesRef, error) {
+	return a.ex.AppendExemplars(ref, ls, es)
+}
+
+// GetRef forwards to the raw tier.
+func (a *teeFullAppender) GetRef(lset labels.Labels, hash uint64) (storage.SeriesRef, labels.Labels) {
+	return a.gr.GetRef(lset, hash)
+}
+
+// seriesLabeler is implemented by a Source that can tell the labels it
+// holds for a series reference (*tiers.Raw): the tee then shares them
+// instead of keeping a copy.
+type seriesLabeler interface {
+	SeriesLabels(ref storage.SeriesRef) (labels.Labels, bool)
+}
+
+// observe folds committed samples into their series' windows.
 func (p *Pipeline) observe(batch []teeSample) {
 	if len(batch) == 0 {
 		return
 	}
-	late := 0
+	var late, floats, ooo int
 	p.tap.mu.Lock()
-	for _, x := range batch {
-		s := p.tap.series[x.ref]
-		if s == nil {
-			s = &teeSeries{lset: x.lset.Copy(), kind: p.cfg.KindOf.Of(x.lset)}
-			p.tap.series[x.ref] = s
+	for i := range batch {
+		x := &batch[i]
+		s, ok := p.tap.series.byRef.get(x.ref)
+		if !ok {
+			s = p.tap.series.assign(x.ref, p.labelsOf(x.ref, x.lset), p.cfg.KindOf.Of(x.lset))
 		}
 		if x.t < p.tap.drained {
 			late++
-			p.tap.late[timegrid.Floor(x.t, HourRes)] = struct{}{}
-			continue
 		}
-		s.pending = append(s.pending, sample{x.t, x.v})
-		s.lastSeen = max(s.lastSeen, x.t)
+		switch p.fold(s, p.tap.series.at(s), x.t, x.v) {
+		case foldedFloat:
+			floats++
+		case outOfOrder:
+			ooo++
+		}
 	}
 	p.tap.mu.Unlock()
 	if late > 0 {
 		p.m.late.Add(float64(late))
 	}
+	if ooo > 0 {
+		p.m.outOfOrder.Add(float64(ooo))
+	}
+	p.m.samples.Add(float64(floats))
 }
 
-// teeCovers reports whether minutes starting at from can be computed from
-// the tee.
-func (p *Pipeline) teeCovers(from int64) bool {
-	p.tap.mu.Lock()
-	defer p.tap.mu.Unlock()
-	return p.tap.enabled && from >= p.tap.from
-}
-
-// drainTee computes the minute windows of [from, to) from the tee's pending
-// samples and calls fn for each series that has some, dropping the samples
-// it consumed. Series idle for an hour are forgotten.
-func (p *Pipeline) drainTee(from, to int64, fn func(lset labels.Labels, ws []tiers.Window)) Stats {
-	var (
-		st Stats
-		ws []tiers.Window
-	)
-	p.tap.mu.Lock()
-	defer p.tap.mu.Unlock()
-	p.tap.drained = max(p.tap.drained, to)
-	for ref, s := range p.tap.series {
-		if len(s.pending) == 0 {
-			if s.lastSeen < to-HourRes {
-				delete(p.tap.series, ref)
-			}
-			continue
-		}
-		if !slices.IsSortedFunc(s.pending, cmpSample) {
-			slices.SortStableFunc(s.pending, cmpSample) // out-of-order samples within the lateness
-		}
-		// The TSDB accepts an identical repeat of a series' newest sample
-		// as a no-op; the tee saw it twice.
-		s.pending = slices.CompactFunc(s.pending, func(a, b sample) bool { return a.t == b.t })
-		b := builder{res: MinuteRes, kind: s.kind}
-		ws = ws[:0]
-		i := 0
-		for ; i < len(s.pending) && s.pending[i].t < to; i++ {
-			x := s.pending[i]
-			if x.t < from {
-				continue // older than the range: only possible for a series created late
-			}
-			if isStale(x.v) {
-				st.Stale++
-			} else {
-				st.Floats++
-			}
-			if w, ok := b.add(x.t, x.v); ok {
-				ws = append(ws, w)
-			}
-		}
-		if i < len(s.pending) && isStale(s.pending[i].v) {
-			b.add(s.pending[i].t, s.pending[i].v) // a stale marker right after the range
-		}
-		if b.open {
-			ws = append(ws, b.finish())
-		}
-		s.pending = slices.Delete(s.pending, 0, i)
-		if len(ws) > 0 {
-			fn(s.lset, ws)
+// labelsOf returns the labels to keep for a new series: the raw tier's own
+// when it can tell them, else a copy of the caller's.
+func (p *Pipeline) labelsOf(ref storage.SeriesRef, lset labels.Labels) labels.Labels {
+	if sl, ok := p.src.(seriesLabeler); ok {
+		if l, ok := sl.SeriesLabels(ref); ok && labels.Equal(l, lset) {
+			return l
 		}
 	}
-	return st
+	return lset.Copy()
 }
 
-func cmpSample(a, b sample) int {
+type foldResult uint8
+
+const (
+	foldedFloat foldResult = iota
+	foldedOther            // a stale marker or an identical repeat
+	outOfOrder             // marked for a recompute
+)
+
+// fold adds a committed sample to slot s's builder. Called with tap.mu held.
+func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResult {
 	switch {
-	case a.t < b.t:
-		return -1
-	case a.t > b.t:
-		return 1
+	case t < p.tap.from:
+		// A minute before the tee: computed from raw, maybe already.
+		p.markDirty(s, st, timegrid.Floor(t-StaleLookahead, MinuteRes), timegrid.Floor(t, MinuteRes))
+		return outOfOrder
+	case t == st.lastT:
+		// The TSDB takes an identical repeat of a series' newest sample
+		// as a no-op (and refuses a different value): nothing to fold.
+		return foldedOther
+	case t < st.lastT:
+		// Out of order: it can change its own minute's window, and the
+		// Stale of a window whose last sample is at most StaleLookahead
+		// before it.
+		p.markDirty(s, st, timegrid.Floor(t-StaleLookahead, MinuteRes), timegrid.Floor(t, MinuteRes))
+		if st.b.open && timegrid.Floor(t, MinuteRes) == st.b.w.Start {
+			st.tainted = true
+		}
+		return outOfOrder
 	}
-	return 0
+	st.lastT = t
+	if value.IsStaleNaN(v) {
+		// A stale marker right after the window's last sample marks it.
+		if st.b.open && !st.b.w.Stale && t-st.b.w.LastT <= StaleLookahead {
+			st.b.w.Stale = true
+			p.changed(s, st)
+		}
+		return foldedOther
+	}
+	if st.b.open && t >= st.b.w.Start+MinuteRes {
+		if !st.emitted && !st.tainted {
+			p.emit(s, st, st.b.current())
+		}
+		st.b.open, st.tainted = false, false
+	}
+	st.b.add(t, v)
+	p.changed(s, st)
+	return foldedFloat
 }
 
-func isStale(v float64) bool { return value.IsStaleNaN(v) }
-
-// flushFromMemory reports whether hour h's partition may be written from
-// its in-memory windows: the tee fed them and no sample arrived late for h.
-// It forgets h's late mark.
-func (p *Pipeline) flushFromMemory(h int64) bool {
-	p.tap.mu.Lock()
-	defer p.tap.mu.Unlock()
-	_, late := p.tap.late[h]
-	delete(p.tap.late, h)
-	return p.tap.enabled && !late
+// changed notes that slot s's open window changed since it was emitted.
+func (p *Pipeline) changed(s uint32, st *seriesState) {
+	st.emitted = false
+	if st.tainted {
+		// It misses an out-of-order sample: recomputed from raw, again
+		// if it was already.
+		p.markDirty(s, st, st.b.w.Start, st.b.w.Start)
+	}
 }
 
-// forceReread makes hour h's flush re-read raw, whether or not the tee fed it.
-func (p *Pipeline) forceReread(h int64) {
-	p.tap.mu.Lock()
-	defer p.tap.mu.Unlock()
-	if p.tap.late == nil {
-		p.tap.late = map[int64]struct{}{}
+// emit hands a window of slot s to the next tick's spill.
+func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
+	st.emitted = true
+	st.lastHour = max(st.lastHour, timegrid.Floor(w.Start, HourRes))
+	p.tap.pending = append(p.tap.pending, spillEntry{slot: s, w: w})
+}
+
+// markDirty marks the minutes [from, to] (starts) of slot s for a recompute
+// from raw.
+func (p *Pipeline) markDirty(s uint32, st *seriesState, from, to int64) {
+	if st.dirtyFrom == math.MaxInt64 {
+		st.dirtyFrom, st.dirtyTo = from, to
+	} else {
+		st.dirtyFrom, st.dirtyTo = min(st.dirtyFrom, from), max(st.dirtyTo, to)
 	}
-	p.tap.late[h] = struct{}{}
+	if !st.listed {
+		st.listed = true
+		p.tap.dirty = append(p.tap.dirty, s)
+	}
 }

@@ -116,6 +116,12 @@ func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 // finish closes the open window and returns it.
 func (b *builder) finish() tiers.Window {
 	b.open = false
+	return b.current()
+}
+
+// current returns the open window as finish would, leaving it open: more
+// samples may still be added to it.
+func (b *builder) current() tiers.Window {
 	w := b.w
 	w.Sum = b.sum
 	if !math.IsInf(b.sum, 0) {

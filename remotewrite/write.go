@@ -117,6 +117,12 @@ func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *wri
 	}
 	if err := app.Commit(); err != nil {
 		res.fatal = fmt.Errorf("commit: %w", err)
+		return res
+	}
+	// The metadata this request changed is logged before the 2xx, as its
+	// samples are in the WAL: both survive a kill -9.
+	if err := h.meta.Sync(); err != nil {
+		res.fatal = fmt.Errorf("log metadata: %w", err)
 	}
 	return res
 }

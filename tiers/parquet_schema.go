@@ -89,7 +89,7 @@ func seriesRowTemplate(lbls labels.Labels) (parquetRow, error) {
 		Hostname:   lbls.Get("Hostname"),
 		Le:         lbls.Get("le"),
 		Labels:     string(js),
-		SeriesID:   int64(labels.StableHash(lbls)), //nolint:gosec // a hash: the sign bit is just another bit; signed because Trino/Spark mishandle UINT64
+		SeriesID:   SeriesID(lbls),
 	}, nil
 }
 

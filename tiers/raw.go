@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 )
@@ -99,6 +100,23 @@ func (r *Raw) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
 // ExemplarQuerier implements storage.ExemplarQueryable.
 func (r *Raw) ExemplarQuerier(ctx context.Context) (storage.ExemplarQuerier, error) {
 	return r.db.ExemplarQuerier(ctx)
+}
+
+// SeriesLabels returns the labels the head holds for ref (a reference its
+// appenders returned), sharing their memory rather than copying them: the
+// rollup tee keeps them for as long as it tracks the series. False when the
+// head does not hold the series.
+func (r *Raw) SeriesLabels(ref storage.SeriesRef) (labels.Labels, bool) {
+	ir, err := r.db.Head().Index()
+	if err != nil {
+		return labels.EmptyLabels(), false
+	}
+	defer ir.Close() //nolint:errcheck // the head's index reader has nothing to release
+	var b labels.ScratchBuilder
+	if err := ir.Series(ref, &b, nil); err != nil {
+		return labels.EmptyLabels(), false
+	}
+	return b.Labels(), true
 }
 
 // Bounds returns the oldest and the newest sample time (ms) the tier holds,

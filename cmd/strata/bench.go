@@ -21,13 +21,13 @@ type benchCommand struct {
 	url, protocol, name, out, timestamps string
 	series, concurrency, batch, repeats  int
 	queryRepeats, pid, extraLabels       int
-	duration, backfill                   time.Duration
+	duration, backfill, interval         time.Duration
 	churn                                float64
 	tierDirs                             map[string]string
-	cpuProfile, user, pass               string
+	cpuProfile, heapProfile, user, pass  string
 	skipQueries                          bool
 
-	a, b string
+	reports []string
 }
 
 func newBenchCommand(app *kingpin.Application) *benchCommand {
@@ -42,36 +42,47 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c.run.Flag("concurrency", "Concurrent senders (Prometheus' shards).").Default("4").IntVar(&c.concurrency)
 	c.run.Flag("duration", "Real time each repetition lasts.").Default("1m").DurationVar(&c.duration)
 	c.run.Flag("repeats", "Repetitions; figures are medians over them.").Default("3").IntVar(&c.repeats)
-	c.run.Flag("timestamps", "wallclock (default) or interval (simulated 1 s steps, starting --backfill ago).").Default("wallclock").EnumVar(&c.timestamps, "wallclock", "interval")
+	c.run.Flag("interval", "Paced mode: every series sends one sample per interval in real time, as a fleet of exporters does (e.g. 1s or 15s); implies --timestamps=interval. 0: as fast as the receiver accepts.").Default("0s").DurationVar(&c.interval)
+	c.run.Flag("timestamps", "wallclock (default) or interval (--interval steps, default 1s, starting --backfill ago).").Default("wallclock").EnumVar(&c.timestamps, "wallclock", "interval")
 	c.run.Flag("backfill", "With --timestamps=interval, how far behind now the first samples are.").Default("0s").DurationVar(&c.backfill)
 	c.run.Flag("pid", "PID of the receiver, to read its CPU and memory from /proc (0: none).").Default("0").IntVar(&c.pid)
 	c.run.Flag("tier-dir", "tier=dir to measure bytes on disk per sample (repeatable), e.g. raw=data/raw.").StringMapVar(&c.tierDirs)
 	c.run.Flag("query-repeats", "Times each dashboard query runs per range (p50, p99).").Default("5").IntVar(&c.queryRepeats)
 	c.run.Flag("skip-queries", "Do not measure dashboard query latency.").BoolVar(&c.skipQueries)
 	c.run.Flag("cpu-profile", "Write the receiver's CPU profile (/debug/pprof/profile, strata serve --web.enable-pprof) of the first repetition here.").StringVar(&c.cpuProfile)
+	c.run.Flag("heap-profile", "Write the receiver's heap profile (/debug/pprof/heap) taken at the end of the last repetition's load here.").StringVar(&c.heapProfile)
 	c.run.Flag("name", "Name of the report.").Default("bench").StringVar(&c.name)
 	c.run.Flag("out", "Directory for report.json, report.md and the charts.").Default("bench-report").StringVar(&c.out)
 	c.run.Flag("user", "Basic-auth user.").StringVar(&c.user)
 	c.run.Flag("password", "Basic-auth password (or STRATA_BENCH_PASSWORD).").Envar("STRATA_BENCH_PASSWORD").StringVar(&c.pass)
 
-	c.compare = c.cmd.Command("compare", "Compare two reports (JSON) figure by figure.")
-	c.compare.Arg("a", "Baseline report.json.").Required().StringVar(&c.a)
-	c.compare.Arg("b", "Report compared with it.").Required().StringVar(&c.b)
+	c.compare = c.cmd.Command("compare", "Compare reports (JSON) figure by figure: the last against each one before it.")
+	c.compare.Arg("reports", "Baseline report.json files, then the report compared with them.").Required().StringsVar(&c.reports)
 	return c
 }
 
 func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
 	if cmd == c.compare.FullCommand() {
-		a, err := bench.LoadReport(c.a)
-		if err != nil {
-			return err
+		if len(c.reports) < 2 {
+			return fmt.Errorf("%w: compare needs at least two reports", bench.ErrBadConfig)
 		}
-		b, err := bench.LoadReport(c.b)
-		if err != nil {
-			return err
+		reports := make([]bench.Report, len(c.reports))
+		for i, path := range c.reports {
+			r, err := bench.LoadReport(path)
+			if err != nil {
+				return err
+			}
+			reports[i] = r
 		}
-		_, err = fmt.Print(bench.Compare(a, b))
+		_, err := fmt.Print(bench.Compare(reports...))
 		return err
+	}
+	timestamps, interval := c.timestamps, c.interval
+	if interval > 0 {
+		if c.backfill > 0 {
+			return fmt.Errorf("%w: --interval paces a real-time fleet; --backfill needs --timestamps=interval instead", bench.ErrBadConfig)
+		}
+		timestamps = bench.TimestampsInterval
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -80,15 +91,16 @@ func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
 		Load: bench.LoadConfig{
 			URL: c.url, Protocol: bench.Protocol(c.protocol), Series: c.series, ExtraLabels: c.extraLabels,
 			ChurnPercent: c.churn, BatchSize: c.batch, Concurrency: c.concurrency, Duration: c.duration,
-			Timestamps: c.timestamps, Backfill: c.backfill, Username: c.user, Password: c.pass,
+			Timestamps: timestamps, Interval: interval, Backfill: c.backfill, Username: c.user, Password: c.pass,
 		},
-		Repeats:        c.repeats,
-		PID:            c.pid,
-		TierDirs:       c.tierDirs,
-		QueryRepeats:   c.queryRepeats,
-		SkipQueries:    c.skipQueries,
-		CPUProfilePath: c.cpuProfile,
-		Logger:         logger,
+		Repeats:         c.repeats,
+		PID:             c.pid,
+		TierDirs:        c.tierDirs,
+		QueryRepeats:    c.queryRepeats,
+		SkipQueries:     c.skipQueries,
+		CPUProfilePath:  c.cpuProfile,
+		HeapProfilePath: c.heapProfile,
+		Logger:          logger,
 	}
 	report, err := bench.Run(ctx, sc)
 	if err != nil {

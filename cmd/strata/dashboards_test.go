@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/strata-dev/strata/dcgmbridge/sim"
+	"github.com/strata-dev/strata/diagnose"
 )
 
 // dashboardQuery is one PromQL target of a Grafana panel.
@@ -150,5 +152,53 @@ func TestDashboardsReturnData(t *testing.T) {
 	sort.Strings(missing)
 	if len(missing) > 0 {
 		t.Errorf("%d of %d dashboard queries returned no data:\n%s", len(missing), len(queries), strings.Join(missing, "\n"))
+	}
+}
+
+// TestDashboardBaselineBands: the baseline bands need an hour of history, more
+// than TestDashboardsReturnData pushes, so their data is checked where the
+// engine writes them (diagnose's TestLiveEqualsReplay writes the baselines
+// back to the raw tier); here every band names, in its metric label, a signal
+// the engine tracks by default, and reads the k it writes, so a renamed
+// signal cannot leave an empty band behind.
+func TestDashboardBaselineBands(t *testing.T) {
+	bands := 0
+	for _, q := range dashboardQueries(t, "../../dashboards") {
+		if !strings.Contains(q.expr, "strata:baseline:") {
+			continue
+		}
+		bands++
+		expr, err := parser.NewParser(parser.Options{}).ParseExpr(q.expr)
+		if err != nil {
+			t.Fatalf("%s / %s: %v", q.dashboard, q.panel, err)
+		}
+		for _, vs := range parser.ExtractSelectors(expr) {
+			var name, metric string
+			for _, m := range vs {
+				switch m.Name {
+				case model.MetricNameLabel:
+					name = m.Value
+				case "metric":
+					if m.Type != labels.MatchEqual {
+						t.Errorf("%s / %s: metric label matched with %s, want =", q.dashboard, q.panel, m.Type)
+					}
+					metric = m.Value
+				}
+			}
+			switch name {
+			case "strata:baseline:median", "strata:baseline:sigma":
+				if _, ok := diagnose.DefaultBaselineSignals[metric]; !ok {
+					t.Errorf("%s / %s: %s{metric=%q} is not a signal the engine tracks by default", q.dashboard, q.panel, name, metric)
+				}
+			case "strata:baseline:k":
+			default:
+				if strings.HasPrefix(name, "strata:baseline:") {
+					t.Errorf("%s / %s: %s is not a series the engine writes", q.dashboard, q.panel, name)
+				}
+			}
+		}
+	}
+	if bands < 8 {
+		t.Errorf("%d baseline band queries, want the upper and lower band on four panels", bands)
 	}
 }

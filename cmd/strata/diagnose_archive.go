@@ -72,14 +72,15 @@ type diagnoseExtras struct {
 	// list is the default subcommand: `strata diagnose` alone lists.
 	list *kingpin.CmdClause
 
-	bench        *kingpin.CmdClause
-	split        string
-	out          string
-	short        bool
-	dataDir      string
-	reuse        bool
-	maxHistory   string
-	priorArchive string
+	bench         *kingpin.CmdClause
+	split         string
+	out           string
+	short         bool
+	dataDir       string
+	reuse         bool
+	maxHistory    string
+	priorArchive  string
+	compareStatic bool
 
 	export, imp *kingpin.CmdClause
 	file        string
@@ -95,6 +96,7 @@ func newDiagnoseExtras(parent *diagnoseCommand) *diagnoseExtras {
 	x.bench.Flag("data-dir", "Keep the generated data directories here (default: a temporary directory, removed).").StringVar(&x.dataDir)
 	x.bench.Flag("max-history", "Shorten every scenario's fault-free history to at most this (a quick run; the report says so), e.g. 3d.").StringVar(&x.maxHistory)
 	x.bench.Flag("prior-archive", "The case archive (diagnoses.db) of an earlier tuning run kept with --data-dir: the held-out split's diagnoses are reranked by it, as when both splits run.").StringVar(&x.priorArchive)
+	x.bench.Flag("compare-static", "Replay every fault-free history a second time with static thresholds in place of the baselines and report both false-diagnosis rates (seasonal mode only).").Default("true").BoolVar(&x.compareStatic)
 	x.bench.Flag("reuse", "With --data-dir: reuse a scenario's data directory from an earlier run of the same scenario (replay and score only).").BoolVar(&x.reuse)
 	arc := parent.cmd.Command("archive", "Export or import the case archive (diagnoses.db in --storage.path) as JSON lines.")
 	x.export = arc.Command("export", "Write every archived case as one JSON line (read-only: safe beside a running strata serve).")
@@ -146,7 +148,7 @@ func (x *diagnoseExtras) runBench(ctx context.Context, logger *slog.Logger, stdo
 	// about a fifth of its CPU time.
 	debug.SetGCPercent(400)
 	start := time.Now()
-	r, err := diagbench.Run(ctx, diagbench.Options{Splits: splits, Short: x.short, DataDir: x.dataDir, Reuse: x.reuse, MaxHistory: maxHistory, PriorArchive: x.priorArchive, Engine: &cfg.Diagnose.Config, Logger: logger})
+	r, err := diagbench.Run(ctx, diagbench.Options{Splits: splits, Short: x.short, DataDir: x.dataDir, Reuse: x.reuse, MaxHistory: maxHistory, PriorArchive: x.priorArchive, Engine: &cfg.Diagnose.Config, CompareStatic: x.compareStatic, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -224,7 +224,8 @@ func TestRemoteWriteAndQueryEndToEnd(t *testing.T) {
 
 // TestCrashKill9 kills strata with SIGKILL in the middle of a bounded write load,
 // restarts it on the same directory and checks that every sample acknowledged
-// with a 2xx is queryable.
+// with a 2xx is queryable, and that the metadata is the last acknowledged
+// (its help text changes every 50 requests).
 func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: skipped under -short")
@@ -251,6 +252,8 @@ func TestCrashKill9(t *testing.T) {
 				series = append(series, testSeries{
 					lbls:    labels.FromStrings("__name__", "crash_test_value", "series", fmt.Sprint(s)),
 					samples: []prompb.Sample{{Value: float64(step), Timestamp: start.Add(time.Duration(step) * 10 * time.Millisecond).UnixMilli()}},
+					typ:     model.MetricTypeGauge,
+					help:    crashHelp(step),
 				})
 			}
 			_, err := client.Store(ctx, encodeV1(t, series), 0)
@@ -314,7 +317,18 @@ func TestCrashKill9(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("%d acknowledged samples missing after kill -9 and restart", missing)
 	}
+	md, err := api.Metadata(context.Background(), "crash_test_value", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The request after the last acknowledged one may have been logged
+	// without its answer arriving.
+	if m := md["crash_test_value"]; len(m) != 1 || (m[0].Help != crashHelp(lastAcked) && m[0].Help != crashHelp(lastAcked+1)) || m[0].Type != "gauge" {
+		t.Fatalf("metadata after kill -9 and restart: %+v, want help %q", m, crashHelp(lastAcked))
+	}
 }
+
+func crashHelp(step int) string { return fmt.Sprintf("Crash test value, help version %d.", step/50) }
 
 // TestWebConfigAuth: with --web.config.file, every endpoint needs the password.
 func TestWebConfigAuth(t *testing.T) {

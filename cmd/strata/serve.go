@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,6 +42,7 @@ type serveCommand struct {
 	configFile string
 	logConfig  *promslog.Config
 	flags      *overrides
+	memory     memoryPolicy
 }
 
 func newServeCommand(app *kingpin.Application) *serveCommand {
@@ -50,6 +52,12 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		logConfig: &promslog.Config{},
 	}
 	s.cmd.Flag("config.file", "Strata configuration file, read over the embedded default (see docs/configuration.md).").StringVar(&s.configFile)
+	s.cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
+		Default(strconv.Itoa(defaultGOGC)).IntVar(&s.memory.gogc)
+	s.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment.").
+		Default("true").BoolVar(&s.memory.autoLimit)
+	s.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
+		Default("0.9").Float64Var(&s.memory.ratio)
 	o := &overrides{cmd: s.cmd}
 	s.flags = o
 	o.string("storage.path", "Directory holding every tier. (default: data)",
@@ -114,6 +122,9 @@ func (s *serveCommand) run() error {
 	}
 	cfg.flags = statusFlags(s.app, s.cmd.FullCommand(), s.flags, &cfg)
 	logger := promslog.New(s.logConfig)
+	if err := s.memory.apply(memorySources{root: "/"}, logger); err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -154,6 +165,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
+	// The open hours' minute windows wait in files (the page cache), not
+	// the heap: docs/rollups.md, "Memory".
+	dsCfg.SpillDir = filepath.Join(cfg.Storage.Path, "rollup-spill")
 	if dsCfg.KindOf, err = rollupTyping(); err != nil {
 		return nil, err
 	}
@@ -171,7 +185,8 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.closer = append(srv.closer, srv.meta.Save)
+	srv.meta.RegisterMetrics(reg)
+	srv.closer = append(srv.closer, srv.meta.Close)
 	srv.write, err = remotewrite.NewHandler(cfg.remoteWrite(), srv.rawApp, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
 	if err != nil {
 		return nil, err
@@ -329,8 +344,9 @@ func (s *server) startBackground(ctx context.Context, addr string) error {
 	return s.startScraper(ctx, addr)
 }
 
-// saveMetadataEvery persists the remote-write metadata periodically, so that a
-// crash loses at most one period of metadata changes (Close saves it too).
+// saveMetadataEvery folds the remote-write metadata's change log into its
+// snapshot periodically (Close does too). Acknowledged metadata is durable
+// without it: the handler logs it before the 2xx.
 func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()

@@ -34,9 +34,15 @@ func TestShortBenchmark(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates and replays about 3 days of a 4-GPU node")
 	}
-	r, err := Run(context.Background(), Options{Splits: []string{SplitTuning, SplitHeldout}, Short: true})
+	r, err := Run(context.Background(), Options{Splits: []string{SplitTuning, SplitHeldout}, Short: true, CompareStatic: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range r.Splits {
+		if s.Scores.StaticFalseHistory < 0 {
+			t.Errorf("split %s: no static-threshold replay of the fault-free history", s.Name)
+		}
+		t.Logf("split %s: false per fault-free day %.2f with baselines, %.2f with static thresholds", s.Name, s.Scores.FalsePerDay, s.Scores.StaticFalsePerDay)
 	}
 	dir := t.TempDir()
 	paths, err := r.WriteFiles(dir)
@@ -109,7 +115,7 @@ scenarios:
 	dir := t.TempDir()
 	ctx := context.Background()
 	run := func(sc Scenario) (ScenarioReport, []FaultOutcome) {
-		rep, outs, _, _, arc, err := runScenario(ctx, diagnose.DefaultConfig(), sc, dir, true, nil, slog.New(slog.DiscardHandler))
+		rep, outs, _, _, arc, err := runScenario(ctx, diagnose.DefaultConfig(), sc, dir, true, nil, false, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

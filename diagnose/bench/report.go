@@ -88,6 +88,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			pct(c.UnknownRate), c.TTDMean, c.TTDP95, pct(c.TTDWithin3m), c.FalsePerDay, c.FalseHistory, c.HistoryDays,
 			c.FalseDecoy, c.Decoys, c.FalseIncident, c.ECE, pct(c.NearestAcc))
 	}
+	for _, s := range r.Splits {
+		if c := s.Scores; c.StaticFalseHistory >= 0 {
+			fmt.Fprintf(&b, "\nStatic thresholds in place of the baselines, split %s: %.2f false diagnoses per fault-free day (%d in %.1f d), against %.2f with baselines.\n",
+				s.Name, c.StaticFalsePerDay, c.StaticFalseHistory, c.HistoryDays, c.FalsePerDay)
+		}
+	}
 	if f := r.Feedback; f != nil {
 		fmt.Fprintf(&b, "\nFeedback: the tuning split's archive (%d cases, verdicts from the ground truth) reranks the held-out split's diagnoses: cause top-1 %s before, %s after (%d of %d faults changed).\n",
 			f.TuningCases, pct(f.Before), pct(f.After), f.Changed, f.Faults)

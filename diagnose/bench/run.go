@@ -43,7 +43,12 @@ type Options struct {
 	// Engine is the diagnosis engine's configuration (zero:
 	// diagnose.DefaultConfig()).
 	Engine *diagnose.Config
-	Logger *slog.Logger
+	// CompareStatic replays every scenario's fault-free history a second
+	// time with static thresholds in place of the baselines
+	// (diagnose.baseline.mode: static) and reports its false diagnoses per
+	// fault-free day beside the seasonal ones. Only with a seasonal Engine.
+	CompareStatic bool
+	Logger        *slog.Logger
 }
 
 // Report is the outcome of a benchmark run: markdown, JSON and PNG
@@ -113,6 +118,10 @@ type ScenarioReport struct {
 	ReplaySeconds   float64 `json:"replay_seconds"`
 	ScoreSeconds    float64 `json:"score_seconds"`
 	CPUSeconds      float64 `json:"cpu_seconds"`
+	// StaticFalseHistory counts the diagnoses a replay of the fault-free
+	// history with static thresholds makes (Options.CompareStatic; -1 when
+	// not run).
+	StaticFalseHistory int `json:"static_false_history"`
 }
 
 // FeedbackReport compares the held-out split's top-1 cause accuracy
@@ -147,9 +156,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r := &Report{
 		SchemaVersion: ReportSchemaVersion, Started: time.Now().UTC(), Short: o.Short,
-		Host:       HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		Thresholds: "the engine's default pack as it stands (static thresholds; the engine offers no baseline switch yet)",
+		Host: HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU()},
 	}
+	r.Thresholds = fmt.Sprintf("the default pack with diagnose.baseline.mode %s", cfg.Baseline.Mode)
+	compareStatic := o.CompareStatic && cfg.Baseline.Mode == diagnose.BaselineSeasonal
 	start, cpu0 := time.Now(), cpuSeconds()
 	var prior *archive.Archive
 	if o.PriorArchive != "" {
@@ -180,7 +190,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		var arcs []*archive.Archive
 		for _, sc := range scs {
 			o.Logger.Info("scenario", "split", s.Name, "scenario", sc.Name)
-			rep, outs, falses, js, arc, err := runScenario(ctx, cfg, sc, filepath.Join(dir, s.Name, sc.Name), o.Reuse && o.DataDir != "", prior, o.Logger)
+			rep, outs, falses, js, arc, err := runScenario(ctx, cfg, sc, filepath.Join(dir, s.Name, sc.Name), o.Reuse && o.DataDir != "", prior, compareStatic, o.Logger)
 			if err != nil {
 				return nil, errors.Join(err, closeAll(arcs))
 			}
@@ -251,10 +261,10 @@ func (r *recorder) Similar(fp diagnose.Fingerprint, k int) []diagnose.SimilarCas
 	return r.arc.Similar(fp, k)
 }
 
-func runScenario(ctx context.Context, cfg diagnose.Config, sc Scenario, dir string, reuse bool, prior *archive.Archive, logger *slog.Logger) (ScenarioReport, []FaultOutcome, []FalseDiagnosis, []judged, *archive.Archive, error) {
+func runScenario(ctx context.Context, cfg diagnose.Config, sc Scenario, dir string, reuse bool, prior *archive.Archive, compareStatic bool, logger *slog.Logger) (ScenarioReport, []FaultOutcome, []FalseDiagnosis, []judged, *archive.Archive, error) {
 	rep := ScenarioReport{
 		Name: sc.Name, Nodes: sc.Cluster.Nodes, GPUs: sc.Cluster.Nodes * sc.Cluster.GPUsPerNode,
-		Days: sc.History.D().Hours() / 24, PeriodH: sc.Period.D().Hours(),
+		Days: sc.History.D().Hours() / 24, PeriodH: sc.Period.D().Hours(), StaticFalseHistory: -1,
 	}
 	for _, in := range sc.Incidents {
 		if isDecoy(in.Kind) {
@@ -289,6 +299,20 @@ func runScenario(ctx context.Context, cfg diagnose.Config, sc Scenario, dir stri
 	}
 	rep.ReplaySeconds = time.Since(t0).Seconds()
 	rep.Diagnoses = len(ds)
+	if compareStatic && from.Before(sc.Start()) {
+		// The same fault-free history with static thresholds: every
+		// diagnosis starting in it is false.
+		scfg := cfg
+		scfg.Baseline.Mode = diagnose.BaselineStatic
+		sds, err := diagnose.Replay(ctx, scfg, diagnose.Options{Minute: g.Minute, Logger: logger}, from, sc.Start())
+		if err != nil {
+			return rep, nil, nil, nil, nil, errors.Join(fmt.Errorf("static replay of scenario %s: %w", sc.Name, err), arc.Close())
+		}
+		rep.StaticFalseHistory = 0
+		for _, d := range sds {
+			rep.StaticFalseHistory += b2i(d.Start.Before(sc.Start()))
+		}
+	}
 
 	t1 := time.Now()
 	variants := make([]string, len(g.Truth))
@@ -431,6 +455,15 @@ func (sr *SplitReport) finish(all []judged, scs []Scenario) {
 	}
 	if s.HistoryDays > 0 {
 		s.FalsePerDay = float64(s.FalseHistory) / s.HistoryDays
+	}
+	s.StaticFalseHistory = -1
+	for _, sc := range sr.Scenarios {
+		if sc.StaticFalseHistory >= 0 {
+			s.StaticFalseHistory = max(s.StaticFalseHistory, 0) + sc.StaticFalseHistory
+		}
+	}
+	if s.StaticFalseHistory >= 0 && s.HistoryDays > 0 {
+		s.StaticFalsePerDay = float64(s.StaticFalseHistory) / s.HistoryDays
 	}
 	sr.Reliability, s.ECE = reliability(all)
 	sr.Confusion = confusion(sr.Faults)

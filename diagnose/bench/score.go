@@ -267,20 +267,24 @@ type Scores struct {
 	UnknownDiags int     `json:"unknown_diagnoses"`
 	// False diagnoses: on the fault-free history days (per day), around
 	// decoys, and elsewhere in the incident periods.
-	HistoryDays      float64 `json:"history_days"`
-	FalseHistory     int     `json:"false_history"`
-	FalsePerDay      float64 `json:"false_per_fault_free_day"`
-	Decoys           int     `json:"decoys"`
-	FalseDecoy       int     `json:"false_decoy"`
-	FalseIncident    int     `json:"false_incident_period"`
-	ECE              float64 `json:"expected_calibration_error"`
-	NearestRight     int     `json:"nearest_case_right"`
-	NearestCases     int     `json:"nearest_cases"`
-	NearestAcc       float64 `json:"nearest_case_acc"`
-	RerankedTop1     int     `json:"reranked_top1,omitempty"`
-	RerankedAcc1     float64 `json:"reranked_acc_top1,omitempty"`
-	RerankedFaults   int     `json:"reranked_faults,omitempty"`
-	UnknownDiagsRate float64 `json:"unknown_diagnoses_rate"`
+	HistoryDays  float64 `json:"history_days"`
+	FalseHistory int     `json:"false_history"`
+	FalsePerDay  float64 `json:"false_per_fault_free_day"`
+	// The same with static thresholds in place of the baselines
+	// (Options.CompareStatic; StaticFalseHistory -1 when not run).
+	StaticFalseHistory int     `json:"static_false_history"`
+	StaticFalsePerDay  float64 `json:"static_false_per_fault_free_day"`
+	Decoys             int     `json:"decoys"`
+	FalseDecoy         int     `json:"false_decoy"`
+	FalseIncident      int     `json:"false_incident_period"`
+	ECE                float64 `json:"expected_calibration_error"`
+	NearestRight       int     `json:"nearest_case_right"`
+	NearestCases       int     `json:"nearest_cases"`
+	NearestAcc         float64 `json:"nearest_case_acc"`
+	RerankedTop1       int     `json:"reranked_top1,omitempty"`
+	RerankedAcc1       float64 `json:"reranked_acc_top1,omitempty"`
+	RerankedFaults     int     `json:"reranked_faults,omitempty"`
+	UnknownDiagsRate   float64 `json:"unknown_diagnoses_rate"`
 }
 
 func summarize(outs []FaultOutcome) Scores {

@@ -1,0 +1,562 @@
+package downsample
+
+import (
+	"bufio"
+	"cmp"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// An open hour's minute windows wait for their partition in a spill: an
+// append-only file (or, without Config.SpillDir, a byte slice) of blocks,
+// each written at one tick and holding records sorted in partition order.
+// The heap then holds one builder per series, not an hour of windows per
+// series, and the partition is written by merging the blocks, one series at
+// a time (docs/rollups.md, "Memory").
+//
+// A record is a window of one series, named by its tee slot or, for windows
+// read from raw, by its labels (followed by that series' windows). A later
+// block's window of a series and minute replaces an earlier one, and so does
+// a later record within a block: that is how a window re-emitted with more
+// samples, or recomputed from raw, supersedes the first one. A spill is never
+// read after a restart: the open hours are recomputed from raw then.
+
+// spillFile is the storage of one hour's spill.
+type spillFile interface {
+	io.ReaderAt
+	io.WriterAt
+	// remove closes and deletes the spill.
+	remove() error
+}
+
+// memSpill is a spill in memory, for pipelines without Config.SpillDir.
+type memSpill struct {
+	mu sync.RWMutex
+	b  []byte
+}
+
+func (m *memSpill) ReadAt(p []byte, off int64) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m *memSpill) WriteAt(p []byte, off int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.b = append(m.b[:off], p...)
+	return len(p), nil
+}
+
+func (m *memSpill) remove() error {
+	m.mu.Lock()
+	m.b = nil
+	m.mu.Unlock()
+	return nil
+}
+
+// fileSpill is a spill file in Config.SpillDir. Its pages live in the
+// operating system's page cache, not in the process's heap.
+type fileSpill struct{ *os.File }
+
+func (f fileSpill) remove() error {
+	return errors.Join(f.Close(), os.Remove(f.Name()))
+}
+
+const spillSuffix = ".windows"
+
+// cleanSpillDir creates dir and removes spills a previous process left.
+func cleanSpillDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create rollup spill directory: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read rollup spill directory: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), spillSuffix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("remove leftover rollup spill: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// hourSpill is the spill of the minute partition starting at start. Blocks
+// are appended by the tick only; blocks and size are guarded by
+// Pipeline.spillMu.
+type hourSpill struct {
+	start  int64
+	f      spillFile
+	size   int64
+	blocks []spillBlock
+	// reread is set when windows of the hour were lost (a spill write
+	// failed): the partition is then recomputed from raw.
+	reread bool
+}
+
+type spillBlock struct {
+	off, len           int64
+	records            int
+	inline             bool // records name series by labels, not by slot
+	minStart, maxStart int64
+}
+
+// newSpill opens an empty spill for hour h.
+func (p *Pipeline) newSpill(h int64, suffix string) (*hourSpill, error) {
+	if p.cfg.SpillDir == "" {
+		return &hourSpill{start: h, f: &memSpill{}}, nil
+	}
+	f, err := os.Create(filepath.Join(p.cfg.SpillDir, strconv.FormatInt(h, 10)+suffix+spillSuffix))
+	if err != nil {
+		return nil, fmt.Errorf("create rollup spill: %w", err)
+	}
+	return &hourSpill{start: h, f: fileSpill{f}}, nil
+}
+
+// spillEntry is a window of the tee's series in slot.
+type spillEntry struct {
+	slot uint32
+	w    tiers.Window
+}
+
+// rawSeries is a series' windows read from raw.
+type rawSeries struct {
+	lset labels.Labels
+	id   int64
+	ws   []tiers.Window
+}
+
+// Window encoding, relative to the partition's start h: the minute, a flags
+// byte, FirstT-Start, LastT-FirstT, Count and Resets as uvarints, then Last
+// and whichever of First, Min, Max, Sum and Increase the flags do not give
+// back exactly (bit for bit), as 8 bytes each.
+const (
+	flagStale       = 1 << iota
+	flagFirstIsLast // First == Last
+	flagMinIsFirst
+	flagMinIsLast
+	flagMaxIsFirst
+	flagMaxIsLast
+	flagIncDerived // Increase == Last - First
+)
+
+func sameBits(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+
+func appendWindow(b []byte, h int64, w tiers.Window) []byte {
+	var f byte
+	if w.Stale {
+		f |= flagStale
+	}
+	if sameBits(w.First, w.Last) {
+		f |= flagFirstIsLast
+	}
+	switch {
+	case sameBits(w.Min, w.First):
+		f |= flagMinIsFirst
+	case sameBits(w.Min, w.Last):
+		f |= flagMinIsLast
+	}
+	switch {
+	case sameBits(w.Max, w.First):
+		f |= flagMaxIsFirst
+	case sameBits(w.Max, w.Last):
+		f |= flagMaxIsLast
+	}
+	if sameBits(w.Increase, w.Last-w.First) {
+		f |= flagIncDerived
+	}
+	b = append(b, byte((w.Start-h)/MinuteRes), f)
+	b = binary.AppendUvarint(b, uint64(w.FirstT-w.Start)) //nolint:gosec // FirstT >= Start
+	b = binary.AppendUvarint(b, uint64(w.LastT-w.FirstT)) //nolint:gosec // LastT >= FirstT
+	b = binary.AppendUvarint(b, uint64(w.Count))
+	b = binary.AppendUvarint(b, uint64(w.Resets))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Last))
+	if f&flagFirstIsLast == 0 {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.First))
+	}
+	if f&(flagMinIsFirst|flagMinIsLast) == 0 {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Min))
+	}
+	if f&(flagMaxIsFirst|flagMaxIsLast) == 0 {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Max))
+	}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Sum))
+	if f&flagIncDerived == 0 {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Increase))
+	}
+	return b
+}
+
+var errCorruptSpill = errors.New("corrupt rollup spill")
+
+// spillReader decodes a block.
+type spillReader struct {
+	r   *bufio.Reader
+	h   int64
+	buf [8]byte
+	err error
+}
+
+func (d *spillReader) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(d.r)
+	if err != nil {
+		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
+	}
+	return v
+}
+
+func (d *spillReader) float() float64 {
+	if d.err != nil {
+		return 0
+	}
+	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
+		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
+		return 0
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(d.buf[:]))
+}
+
+func (d *spillReader) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	c, err := d.r.ReadByte()
+	if err != nil {
+		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
+	}
+	return c
+}
+
+func (d *spillReader) window() tiers.Window {
+	var w tiers.Window
+	w.Start = d.h + int64(d.byte())*MinuteRes
+	f := d.byte()
+	w.Stale = f&flagStale != 0
+	w.FirstT = w.Start + int64(d.uvarint()) //nolint:gosec // written from an int64 difference
+	w.LastT = w.FirstT + int64(d.uvarint()) //nolint:gosec // written from an int64 difference
+	w.Count = uint32(d.uvarint())           //nolint:gosec // written from a uint32
+	w.Resets = uint32(d.uvarint())          //nolint:gosec // written from a uint32
+	w.Last = d.float()
+	w.First = w.Last
+	if f&flagFirstIsLast == 0 {
+		w.First = d.float()
+	}
+	switch {
+	case f&flagMinIsFirst != 0:
+		w.Min = w.First
+	case f&flagMinIsLast != 0:
+		w.Min = w.Last
+	default:
+		w.Min = d.float()
+	}
+	switch {
+	case f&flagMaxIsFirst != 0:
+		w.Max = w.First
+	case f&flagMaxIsLast != 0:
+		w.Max = w.Last
+	default:
+		w.Max = d.float()
+	}
+	w.Sum = d.float()
+	if f&flagIncDerived != 0 {
+		w.Increase = w.Last - w.First
+	} else {
+		w.Increase = d.float()
+	}
+	return w
+}
+
+func appendLabels(b []byte, lset labels.Labels) []byte {
+	b = binary.AppendUvarint(b, uint64(lset.Len()))
+	lset.Range(func(l labels.Label) {
+		b = binary.AppendUvarint(b, uint64(len(l.Name)))
+		b = append(b, l.Name...)
+		b = binary.AppendUvarint(b, uint64(len(l.Value)))
+		b = append(b, l.Value...)
+	})
+	return b
+}
+
+func (d *spillReader) labels(sb *labels.ScratchBuilder, tmp *[]byte) labels.Labels {
+	n := d.uvarint()
+	sb.Reset()
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		name := d.str(tmp)
+		value := d.str(tmp)
+		sb.Add(name, value)
+	}
+	return sb.Labels()
+}
+
+func (d *spillReader) str(tmp *[]byte) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > 1<<20 {
+		d.err = fmt.Errorf("%w: label of %d bytes", errCorruptSpill, n)
+		return ""
+	}
+	*tmp = slices.Grow((*tmp)[:0], int(n))[:n]
+	if _, err := io.ReadFull(d.r, *tmp); err != nil {
+		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
+		return ""
+	}
+	return string(*tmp)
+}
+
+// spillKey names a series in partition order.
+type spillKey struct {
+	lset labels.Labels
+	name string
+	id   int64
+}
+
+func (k *spillKey) compare(o *spillKey) int {
+	if c := strings.Compare(k.name, o.name); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.id, o.id); c != 0 {
+		return c
+	}
+	return labels.Compare(k.lset, o.lset)
+}
+
+// blockCursor reads one block's records in order.
+type blockCursor struct {
+	d       spillReader
+	p       *Pipeline
+	blk     spillBlock
+	seq     int // the block's index in its hour: later blocks win
+	rec     int // records read
+	sb      labels.ScratchBuilder
+	tmp     []byte
+	inlineN uint64 // windows left of the current inline series
+
+	key   spillKey
+	slot  uint32 // of the current record, when !blk.inline
+	w     tiers.Window
+	order int // the record's position in the hour: (seq, rec)
+}
+
+func (p *Pipeline) newCursor(sp *hourSpill, seq int, bufSize int) *blockCursor {
+	blk := sp.blocks[seq]
+	return &blockCursor{
+		d:   spillReader{r: bufio.NewReaderSize(io.NewSectionReader(sp.f, blk.off, blk.len), bufSize), h: sp.start},
+		p:   p,
+		blk: blk,
+		seq: seq,
+	}
+}
+
+// next reads the next record; false at the end of the block or on error
+// (Err).
+func (c *blockCursor) next() bool {
+	if c.d.err != nil {
+		return false
+	}
+	if c.blk.inline {
+		for c.inlineN == 0 {
+			if c.rec == c.blk.records {
+				return false
+			}
+			c.rec++
+			c.key.lset = c.d.labels(&c.sb, &c.tmp)
+			c.key.name = c.key.lset.Get(model.MetricNameLabel)
+			c.key.id = tiers.SeriesID(c.key.lset)
+			c.inlineN = c.d.uvarint()
+			if c.d.err != nil {
+				return false
+			}
+		}
+		c.inlineN--
+	} else {
+		if c.rec == c.blk.records {
+			return false
+		}
+		c.rec++
+		s := c.d.uvarint()
+		if c.d.err != nil {
+			return false
+		}
+		pages := c.p.tap.series.pages.Load()
+		if pages == nil || s >= uint64(len(*pages))*slotPageSize {
+			c.d.err = fmt.Errorf("%w: slot %d", errCorruptSpill, s)
+			return false
+		}
+		c.slot = uint32(s)
+		st := &(*pages)[c.slot>>slotPageBits][c.slot&(slotPageSize-1)]
+		c.key = spillKey{lset: st.lset, name: st.lset.Get(model.MetricNameLabel), id: st.id}
+	}
+	c.w = c.d.window()
+	c.order++
+	return c.d.err == nil
+}
+
+func (c *blockCursor) Err() error { return c.d.err }
+
+// cursorHeap orders cursors by their current record's key, then block.
+type cursorHeap []*blockCursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	if c := h[i].key.compare(&h[j].key); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*blockCursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// orderedWindow is a window and where it was read, for last-wins.
+type orderedWindow struct {
+	w        tiers.Window
+	seq, rec int
+}
+
+// latestPerMinute sorts ws by start and keeps, per start, the window read
+// last. It returns the windows.
+func latestPerMinute(ws []orderedWindow, out []tiers.Window) []tiers.Window {
+	slices.SortFunc(ws, func(a, b orderedWindow) int {
+		if c := cmp.Compare(a.w.Start, b.w.Start); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.rec, b.rec)
+	})
+	for i, x := range ws {
+		if i+1 < len(ws) && ws[i+1].w.Start == x.w.Start {
+			continue
+		}
+		out = append(out, x.w)
+	}
+	return out
+}
+
+// spillSeries merges sp's blocks into its series, in partition order, each
+// with its latest window per minute. The yielded windows are reused for the
+// next series. Read it with spillMu held for reading, or from the tick.
+func (p *Pipeline) spillSeries(sp *hourSpill) iter.Seq2[tiers.SeriesWindows, error] {
+	return func(yield func(tiers.SeriesWindows, error) bool) {
+		h := make(cursorHeap, 0, len(sp.blocks))
+		for i := range sp.blocks {
+			c := p.newCursor(sp, i, 8<<10)
+			if c.next() {
+				h = append(h, c)
+			} else if err := c.Err(); err != nil {
+				yield(tiers.SeriesWindows{}, err)
+				return
+			}
+		}
+		heap.Init(&h)
+		var (
+			ws  []orderedWindow
+			out []tiers.Window
+		)
+		for len(h) > 0 {
+			key := h[0].key
+			ws = ws[:0]
+			for len(h) > 0 && labels.Equal(h[0].key.lset, key.lset) {
+				c := h[0]
+				ws = append(ws, orderedWindow{c.w, c.seq, c.order})
+				if c.next() {
+					heap.Fix(&h, 0)
+					continue
+				}
+				if err := c.Err(); err != nil {
+					yield(tiers.SeriesWindows{}, err)
+					return
+				}
+				heap.Pop(&h)
+			}
+			out = latestPerMinute(ws, out[:0])
+			if !yield(tiers.SeriesWindows{Labels: key.lset, Windows: out}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// writeBlock appends a block of encoded records to sp; the block becomes
+// visible to readers once written.
+func (p *Pipeline) writeBlock(sp *hourSpill, data []byte, blk spillBlock) error {
+	blk.off, blk.len = sp.size, int64(len(data))
+	if _, err := sp.f.WriteAt(data, blk.off); err != nil {
+		return fmt.Errorf("write rollup spill: %w", err)
+	}
+	p.spillMu.Lock()
+	sp.blocks = append(sp.blocks, blk)
+	sp.size += blk.len
+	p.spillMu.Unlock()
+	return nil
+}
+
+// spillFor returns the spill of hour h, creating it. Called by the tick.
+func (p *Pipeline) spillFor(h int64) (*hourSpill, error) {
+	p.spillMu.RLock()
+	sp := p.spills[h]
+	p.spillMu.RUnlock()
+	if sp != nil {
+		return sp, nil
+	}
+	sp, err := p.newSpill(h, "")
+	if err != nil {
+		return nil, err
+	}
+	p.spillMu.Lock()
+	p.spills[h] = sp
+	p.spillMu.Unlock()
+	return sp, nil
+}
+
+// dropSpill removes hour h's spill. Called by the tick.
+func (p *Pipeline) dropSpill(h int64) error {
+	p.spillMu.Lock()
+	sp := p.spills[h]
+	delete(p.spills, h)
+	p.spillMu.Unlock()
+	if sp == nil {
+		return nil
+	}
+	if err := sp.f.remove(); err != nil {
+		return fmt.Errorf("remove rollup spill: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package remotewrite
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/prompb"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// gatedAppendable is a storage slower than the offered load: every Commit
+// waits until the gate opens. It records the most requests and bytes the
+// handler held in flight while a commit waited.
+type gatedAppendable struct {
+	next    storage.AppendableV2
+	h       *Handler
+	gate    chan struct{} // closed: commits proceed
+	waiting chan struct{} // one token per commit that started waiting
+
+	mu        sync.Mutex
+	peakReqs  int64
+	peakBytes int64
+}
+
+func (g *gatedAppendable) AppenderV2(ctx context.Context) storage.AppenderV2 {
+	return &gatedAppender{AppenderV2: g.next.AppenderV2(ctx), g: g}
+}
+
+type gatedAppender struct {
+	storage.AppenderV2
+	g *gatedAppendable
+}
+
+func (a *gatedAppender) Commit() error {
+	g := a.g
+	g.mu.Lock()
+	g.peakReqs = max(g.peakReqs, g.h.inflightReqs.Load())
+	g.peakBytes = max(g.peakBytes, g.h.inflightBytes.Load())
+	g.mu.Unlock()
+	g.waiting <- struct{}{}
+	<-g.gate
+	return a.AppenderV2.Commit()
+}
+
+// TestHandlerOverloadSlowStorage: with the storage stalled and more
+// senders than the handler admits, the handler holds at most its bound of
+// requests and body bytes, answers the rest 429 with Retry-After without
+// reading their bodies, and once the storage catches up every retried
+// request is written: nothing is lost, nothing grows without bound.
+func TestHandlerOverloadSlowStorage(t *testing.T) {
+	const senders = 16
+	bodies := make([][]byte, senders)
+	for i := range bodies {
+		var ts []prompb.TimeSeries
+		for s := range 50 {
+			ts = append(ts, series("overload", []string{"sender", fmt.Sprint(i), "s", fmt.Sprint(s)}, prompb.Sample{Timestamp: ms(0), Value: float64(i)}))
+		}
+		bodies[i] = encodeV1(t, &prompb.WriteRequest{Timeseries: ts})
+	}
+	n, err := decodedLen(bodies[0], 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := int64(len(bodies[0]) + n) // what one admitted request holds
+
+	for _, tc := range []struct {
+		name string
+		cfg  func(*Config)
+		// admit is how many requests the bound lets in at once; 0: at
+		// most maxAdmit, depending on the order of the byte reservations
+		// (a request reserves its compressed size, then exchanges it for
+		// compressed plus decompressed, and may be refused then, its body
+		// read).
+		admit, maxAdmit int
+	}{
+		{"requests", func(c *Config) { c.MaxInflightRequests = 4 }, 4, 4},
+		{"bytes", func(c *Config) { c.MaxInflightBytes = 3*need + need/2 }, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.cfg(&cfg)
+			env := newTestEnv(t, cfg)
+			g := &gatedAppendable{next: env.raw, gate: make(chan struct{}), waiting: make(chan struct{}, senders)}
+			h, err := NewHandler(cfg, g, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func() time.Time { return base })
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.h, env.h = h, h
+
+			// Phase 1: every sender posts once while the storage is stalled.
+			type answer struct {
+				code       int
+				retryAfter string
+				read       int
+			}
+			answers := make(chan answer, senders)
+			accepted := make(chan int, senders)
+			retry := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range senders {
+				wg.Go(func() {
+					body := &countingReader{r: bytes.NewReader(bodies[i])}
+					r := httptest.NewRequest(http.MethodPost, "/api/v1/write", body)
+					r.Header.Set("Content-Type", ctV1)
+					r.ContentLength = int64(len(bodies[i]))
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					answers <- answer{w.Code, w.Header().Get("Retry-After"), body.n}
+					if w.Code == http.StatusNoContent {
+						accepted <- i
+						return
+					}
+					// Phase 2: retry, as a sender does after Retry-After, until written.
+					<-retry
+					for attempt := 0; attempt < 10_000; attempt++ {
+						if w := env.post(bodies[i], ctV1, "snappy"); w.Code == http.StatusNoContent {
+							accepted <- i
+							return
+						} else if w.Code != http.StatusTooManyRequests {
+							t.Errorf("sender %d: %d %s", i, w.Code, w.Body)
+							return
+						}
+					}
+					t.Errorf("sender %d never got through", i)
+				})
+			}
+			// The admitted requests wait in Commit; every other one is answered.
+			timeout := time.After(30 * time.Second)
+			admitted, rejected := 0, 0
+			for admitted+rejected < senders {
+				select {
+				case <-g.waiting:
+					admitted++
+				case a := <-answers:
+					if a.code != http.StatusTooManyRequests || a.retryAfter != "5" {
+						t.Fatalf("a request past the bound got %d, Retry-After %q", a.code, a.retryAfter)
+					}
+					if tc.admit > 0 && a.read != 0 {
+						t.Errorf("a request refused at admission had its body read (%d bytes)", a.read)
+					}
+					rejected++
+				case <-timeout:
+					t.Fatalf("%d requests waiting in the storage and %d answered, of %d", admitted, rejected, senders)
+				}
+			}
+			if admitted == 0 || admitted > tc.maxAdmit || (tc.admit > 0 && admitted != tc.admit) {
+				t.Fatalf("%d requests admitted while the storage stalled, want %d (at most %d)", admitted, tc.admit, tc.maxAdmit)
+			}
+			if b := h.inflightBytes.Load(); b > max(cfg.MaxInflightBytes, need) {
+				t.Fatalf("stalled: %d bytes in flight, bound %d", b, cfg.MaxInflightBytes)
+			}
+
+			// Phase 2: the storage catches up; the rejected senders retry.
+			close(g.gate)
+			close(retry)
+			go func() {
+				for range g.waiting { // drain: commits no longer wait
+				}
+			}()
+			wg.Wait()
+			close(g.waiting)
+			close(accepted)
+			got := map[int]bool{}
+			for i := range accepted {
+				got[i] = true
+			}
+			if len(got) != senders {
+				t.Fatalf("%d of %d senders written", len(got), senders)
+			}
+			if n := len(env.read(t, "overload")); n != senders*50 {
+				t.Fatalf("%d series stored, want %d", n, senders*50)
+			}
+			// Under the byte bound, requests refused at the exchange hold a
+			// slot (not their bytes) for a moment: only bytes are bounded.
+			if (tc.admit > 0 && g.peakReqs > int64(tc.admit)) || g.peakBytes > max(cfg.MaxInflightBytes, need) {
+				t.Fatalf("peak in flight: %d requests, %d bytes; bound %d requests, %d bytes", g.peakReqs, g.peakBytes, tc.maxAdmit, cfg.MaxInflightBytes)
+			}
+			if n, b := h.inflightReqs.Load(), h.inflightBytes.Load(); n != 0 || b != 0 {
+				t.Errorf("in-flight accounting leaked: %d requests, %d bytes", n, b)
+			}
+		})
+	}
+}

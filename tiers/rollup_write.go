@@ -1,0 +1,249 @@
+package tiers
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
+)
+
+// SeriesID is the series_id a partition file stores for a series: the
+// labels' stable hash. Files hold their series in ascending (metric name,
+// SeriesID) order (docs/format/minute.md), which is the order
+// WritePartitionSeries takes them in.
+func SeriesID(lbls labels.Labels) int64 {
+	return int64(labels.StableHash(lbls)) //nolint:gosec // a hash: the sign bit is just another bit; signed because Trino/Spark mishandle UINT64
+}
+
+// ComparePartitionOrder orders two series as partition files do: by metric
+// name, then SeriesID (given as ida and idb, so that a caller sorting many
+// series computes each hash once), then, only for hash ties, by labels.
+// WritePartitionSeries accepts series in this order.
+func ComparePartitionOrder(a labels.Labels, ida int64, b labels.Labels, idb int64) int {
+	if c := strings.Compare(a.Get(model.MetricNameLabel), b.Get(model.MetricNameLabel)); c != 0 {
+		return c
+	}
+	switch {
+	case ida < idb:
+		return -1
+	case ida > idb:
+		return 1
+	}
+	return labels.Compare(a, b)
+}
+
+// WritePartition writes the partition starting at start (ms, a multiple of
+// the partition length) holding series' windows, replacing any existing file.
+// The file is written to a temporary name, fsynced, renamed and the directory
+// fsynced; on any error the temporary file is removed and an existing
+// partition is left untouched. Series without windows are skipped; an empty
+// partition is still written so that HasPartition reports it done.
+//
+// WritePartition sorts series itself; WritePartitionSeries writes series
+// that come sorted without holding them all.
+func (r *Rollup) WritePartition(start int64, series []SeriesWindows) error {
+	type item struct {
+		s  *SeriesWindows
+		id int64
+	}
+	items := make([]item, 0, len(series))
+	for i := range series {
+		items = append(items, item{&series[i], SeriesID(series[i].Labels)})
+	}
+	slices.SortFunc(items, func(a, b item) int { return ComparePartitionOrder(a.s.Labels, a.id, b.s.Labels, b.id) })
+	return r.WritePartitionSeries(start, func(yield func(SeriesWindows, error) bool) {
+		for _, it := range items {
+			if !yield(*it.s, nil) {
+				return
+			}
+		}
+	})
+}
+
+// WritePartitionSeries is WritePartition for series that come one at a
+// time, in partition order (ComparePartitionOrder; series whose name and
+// SeriesID are equal may come in any order), each series once with its
+// windows ascending. It holds one row group and one series' rows in memory,
+// not the partition: the pipeline writes an hour of windows of every series
+// this way. A yielded series (and its windows) need only stay valid until
+// the next one is requested. An error yielded by series, or series out of
+// order, aborts the write and leaves nothing behind.
+func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindows, error]) (err error) {
+	if r.cfg.ReadOnly {
+		return ErrReadOnly
+	}
+	defer func() {
+		if err != nil {
+			r.writeErrors.Inc()
+		}
+	}()
+	length := r.cfg.PartitionLength.Milliseconds()
+	if start%length != 0 {
+		return fmt.Errorf("write %s partition %d: %w", r.cfg.Name, start, ErrMisaligned)
+	}
+	r.mu.RLock()
+	closed := r.closed
+	r.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	final := filepath.Join(r.cfg.Dir, partitionName(start))
+	f, err := atomicfile.Create(final, tempPrefix+"*"+partitionSuffix)
+	if err != nil {
+		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, f.Abort())
+		}
+	}()
+	pw := &partitionWriter{
+		w:     parquet.NewGenericWriter[parquetRow](f, parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String())...),
+		start: start, length: length, res: r.cfg.Resolution.Milliseconds(),
+	}
+	for s, serr := range series {
+		if serr != nil {
+			return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), serr)
+		}
+		if err := pw.add(s); err != nil {
+			return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
+		}
+	}
+	if err := pw.flushGroup(); err != nil {
+		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
+	}
+	if r.cfg.SeriesRuns {
+		pw.w.SetKeyValueMetadata(seriesRunsKey, base64.StdEncoding.EncodeToString(pw.runs))
+	}
+	if err := pw.w.Close(); err != nil {
+		return fmt.Errorf("write %s partition %s: close parquet writer: %w", r.cfg.Name, fmtPartition(start), err)
+	}
+	// An error fsyncing the directory comes after the rename: the file is
+	// in place but may not survive a crash. It is reported so that the
+	// caller retries (the rewrite is idempotent).
+	if err := f.Commit(); err != nil {
+		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
+	}
+	r.mu.Lock()
+	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: pw.rows, Bytes: f.Size(), Path: final}
+	r.mu.Unlock()
+	r.written.Inc()
+	// A query holding the replaced file keeps reading it; new ones open this one.
+	if err := r.files.drop(start); err != nil {
+		r.logger.Warn("close replaced partition file", "err", err)
+	}
+	return nil
+}
+
+func fmtPartition(start int64) string { return time.UnixMilli(start).UTC().Format(time.RFC3339) }
+
+// partitionWriter turns series, in partition order, into rows. It holds the
+// series of one group with equal metric name and series_id (almost always a
+// single series) until the next group starts: within a group, series are
+// ordered by the labels column, as sortedRows orders them.
+type partitionWriter struct {
+	w                  *parquet.GenericWriter[parquetRow]
+	start, length, res int64
+
+	group    []groupSeries
+	wins     []Window // windows of the group's series
+	rowBuf   []parquetRow
+	aggBuf   []float64
+	runs     []byte // the seriesRunsKey value, before base64
+	rows     int64
+	havePrev bool
+	prevName string
+	prevID   int64
+}
+
+type groupSeries struct {
+	tmpl     parquetRow
+	from, to int // its windows: wins[from:to]
+}
+
+// add checks s and adds it to the current group, writing the group out
+// first when s starts another one.
+func (pw *partitionWriter) add(s SeriesWindows) error {
+	if len(s.Windows) == 0 {
+		return nil
+	}
+	for i, w := range s.Windows {
+		if w.Start < pw.start || w.Start >= pw.start+pw.length || w.Start%pw.res != 0 || w.Count == 0 {
+			return fmt.Errorf("series %s window %d (count %d): %w", s.Labels, w.Start, w.Count, ErrMisaligned)
+		}
+		// Readers derive a window's start from last_ts: both sample times
+		// must lie inside the window.
+		if w.FirstT < w.Start || w.LastT < w.FirstT || w.LastT >= w.Start+pw.res {
+			return fmt.Errorf("series %s window %d: first/last sample times %d/%d outside the window: %w", s.Labels, w.Start, w.FirstT, w.LastT, ErrMisaligned)
+		}
+		if i > 0 && w.Start <= s.Windows[i-1].Start {
+			return fmt.Errorf("series %s: windows not in ascending start order at %d", s.Labels, w.Start)
+		}
+	}
+	name := s.Labels.Get(model.MetricNameLabel)
+	if name == "" {
+		return fmt.Errorf("series %s has no metric name", s.Labels)
+	}
+	tmpl, err := seriesRowTemplate(s.Labels)
+	if err != nil {
+		return err
+	}
+	if pw.havePrev {
+		switch c := strings.Compare(name, pw.prevName); {
+		case c < 0 || (c == 0 && tmpl.SeriesID < pw.prevID):
+			return fmt.Errorf("series %s out of partition order (after metric %q, series_id %d)", s.Labels, pw.prevName, pw.prevID)
+		case c > 0 || tmpl.SeriesID != pw.prevID:
+			if err := pw.flushGroup(); err != nil {
+				return err
+			}
+		}
+	}
+	pw.havePrev, pw.prevName, pw.prevID = true, name, tmpl.SeriesID
+	from := len(pw.wins)
+	pw.wins = append(pw.wins, s.Windows...)
+	pw.group = append(pw.group, groupSeries{tmpl: tmpl, from: from, to: len(pw.wins)})
+	return nil
+}
+
+// flushGroup writes the current group's rows and forgets the group.
+func (pw *partitionWriter) flushGroup() error {
+	if len(pw.group) > 1 {
+		slices.SortFunc(pw.group, func(a, b groupSeries) int { return strings.Compare(a.tmpl.Labels, b.tmpl.Labels) })
+		for i := 1; i < len(pw.group); i++ {
+			if pw.group[i].tmpl.Labels == pw.group[i-1].tmpl.Labels {
+				return fmt.Errorf("series %s given twice", pw.group[i].tmpl.Labels)
+			}
+		}
+	}
+	for _, g := range pw.group {
+		ws := pw.wins[g.from:g.to]
+		pw.rowBuf = slices.Grow(pw.rowBuf[:0], len(ws))[:len(ws)]
+		pw.aggBuf = slices.Grow(pw.aggBuf[:0], 5*len(ws))[:5*len(ws)]
+		for i, w := range ws {
+			pw.rowBuf[i] = g.tmpl
+			pw.rowBuf[i].fillWindow(w, pw.aggBuf[5*i:5*i+5:5*i+5])
+		}
+		// The writer copies the values into its column buffers: the row
+		// and aggregate buffers are reused for the next series.
+		if _, err := pw.w.Write(pw.rowBuf); err != nil {
+			return fmt.Errorf("encode rows: %w", err)
+		}
+		pw.runs = binary.LittleEndian.AppendUint64(pw.runs, uint64(g.tmpl.SeriesID)) //nolint:gosec // the id's bits
+		pw.runs = binary.AppendUvarint(pw.runs, uint64(len(ws)))
+		pw.rows += int64(len(ws))
+	}
+	clear(pw.rowBuf) // drop the label strings
+	pw.group, pw.wins = pw.group[:0], pw.wins[:0]
+	return nil
+}
