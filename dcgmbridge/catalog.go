@@ -358,3 +358,21 @@ func (c *Catalogue) Aliases(src Source) []LabelAlias {
 	}
 	return out
 }
+
+// TypeOf returns the type the catalogue gives a metric name: "gauge" when
+// IsGauge says so (the rollups' typing), else the type of its DCGM field or
+// of its source metric entries ("counter", "histogram"; a _bucket, _sum or
+// _count series gets its histogram family's), or "" for a name it does not
+// know. strata export decides a metric's columns from it.
+func (c *Catalogue) TypeOf(name string) string {
+	if c.IsGauge(name) {
+		return "gauge"
+	}
+	if f, ok := c.FieldByName(name); ok {
+		return f.Type
+	}
+	for _, m := range c.Lookup(name) {
+		return m.Type
+	}
+	return ""
+}

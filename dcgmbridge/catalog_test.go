@@ -202,3 +202,22 @@ func TestIsGaugeMatchesEntries(t *testing.T) {
 		t.Errorf("only %d gauge names in the catalogue", gauges)
 	}
 }
+
+func TestCatalogueTypeOf(t *testing.T) {
+	c, err := NewCatalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"DCGM_FI_DEV_GPU_UTIL":                    "gauge",
+		"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":    "counter",
+		"vllm:request_success_total":              "counter",
+		"vllm:time_to_first_token_seconds_bucket": "histogram",
+		"vllm:kv_cache_usage_perc":                "gauge",
+		"node_memory_MemFree_bytes":               "",
+	} {
+		if got := c.TypeOf(name); got != want {
+			t.Errorf("TypeOf(%s) = %q, want %q", name, got, want)
+		}
+	}
+}

@@ -151,7 +151,7 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	}
 	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg))}
 	entries, err := os.ReadDir(cfg.Dir)
-	if err != nil {
+	if err != nil && (!cfg.ReadOnly || !errors.Is(err, os.ErrNotExist)) { // read-only: a missing directory is an empty tier
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 	}
 	for _, e := range entries {
@@ -171,6 +171,9 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 			continue
 		}
 		info, err := statPartition(path, start, cfg.PartitionLength.Milliseconds())
+		if cfg.ReadOnly && errors.Is(err, os.ErrNotExist) {
+			continue // deleted by the writer's retention since we listed it
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 		}

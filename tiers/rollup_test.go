@@ -292,3 +292,43 @@ func TestStitchedMaxWindows(t *testing.T) {
 		})
 	}
 }
+
+// TestRollupReadOnly: a tier opened read-only next to its writer (strata
+// export while strata serve runs) leaves the writer's temporary files alone,
+// reads its partitions and refuses to write; a missing directory is empty.
+func TestRollupReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	w := openTestRollup(t, tiers.DefaultMinuteConfig(dir), nil)
+	lbls := labels.FromStrings("__name__", "x")
+	if err := w.WritePartition(testT0, []tiers.SeriesWindows{{Labels: lbls, Windows: sampleWindows(testT0, 3, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	inProgress := filepath.Join(dir, ".tmp-123.parquet")
+	if err := os.WriteFile(inProgress, []byte("half written"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tiers.DefaultMinuteConfig(dir)
+	cfg.ReadOnly = true
+	r := openTestRollup(t, cfg, nil)
+	if _, err := os.Stat(inProgress); err != nil {
+		t.Fatalf("read-only open touched the writer's temporary file: %v", err)
+	}
+	got, err := r.Select(context.Background(), testT0, testT0+hourMs, labels.MustNewMatcher(labels.MatchEqual, "__name__", "x"))
+	if err != nil || len(got) != 1 || len(got[0].Windows) != 3 {
+		t.Fatalf("select: %v, %d series", err, len(got))
+	}
+	if err := r.WritePartition(testT0+hourMs, nil); !errors.Is(err, tiers.ErrReadOnly) {
+		t.Fatalf("write: %v, want ErrReadOnly", err)
+	}
+	if _, err := r.ApplyRetention(); !errors.Is(err, tiers.ErrReadOnly) {
+		t.Fatalf("retention: %v, want ErrReadOnly", err)
+	}
+	cfg.Dir = filepath.Join(dir, "missing")
+	empty := openTestRollup(t, cfg, nil)
+	if _, _, ok := empty.Bounds(); ok {
+		t.Fatal("a missing directory is not an empty tier")
+	}
+	if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("read-only open created %s", cfg.Dir)
+	}
+}

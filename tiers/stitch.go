@@ -522,28 +522,3 @@ func (c *stitchedChunkQuerier) LabelNames(ctx context.Context, hints *storage.La
 }
 
 func (c *stitchedChunkQuerier) Close() error { return c.q.Close() }
-
-// columnsFor lists the aggregate columns a mode's samples are made of, so a
-// query decodes only those (plus the series and start columns).
-func columnsFor(mode aggMode) colSet {
-	cols := colLastT | colStale
-	switch mode {
-	case modeMin:
-		cols |= colMin
-	case modeMax:
-		cols |= colMax
-	case modeSum:
-		cols |= colSum
-	case modeAvg:
-		cols |= colSum | colCount
-	case modeCount:
-		cols |= colFirstT | colCount | colSum
-	case modeCounter:
-		cols |= colFirstT | colCount | colFirst | colLast | colIncrease | colResets
-	case modeDelta:
-		cols |= colFirstT | colCount | colFirst | colLast
-	default:
-		cols |= colLast
-	}
-	return cols
-}

@@ -278,6 +278,11 @@ func (w *windowIter) loadOne(i int) bool {
 	if t < p.lo || t >= p.hi || b.isStale(row) {
 		return false
 	}
+	if b.firstT != nil && p.mode != modeLast && p.mode != modeAvg {
+		if ft := b.firstT[row]; ft == b.startOf(t) && t > ft {
+			return false // two samples (splitsFirst)
+		}
+	}
 	if p.fill > 0 {
 		if p.fillStep <= 0 {
 			return false
@@ -390,10 +395,16 @@ func (w *windowIter) Err() error  { return nil }
 func windowPoints(dst []point, w *Window, next *Window, p *seriesPart) []point {
 	switch p.mode {
 	case modeMin:
-		dst = append(dst, point{w.LastT, w.Min})
+		dst = append(boundaryFirst(dst, w), point{w.LastT, w.Min})
 	case modeMax:
-		dst = append(dst, point{w.LastT, w.Max})
+		dst = append(boundaryFirst(dst, w), point{w.LastT, w.Max})
 	case modeSum:
+		if splitsFirst(w) && !math.IsInf(w.First, 0) && !math.IsInf(w.Sum, 0) {
+			// First where it was, the rest of the sum at LastT: a range
+			// starting at the window's start drops First as raw drops it.
+			dst = append(dst, point{w.FirstT, w.First}, point{w.LastT, w.Sum - w.First})
+			break
+		}
 		dst = append(dst, point{w.LastT, w.Sum})
 	case modeAvg:
 		dst = append(dst, point{w.LastT, w.Sum / float64(w.Count)})
@@ -433,6 +444,27 @@ func windowPoints(dst []point, w *Window, next *Window, p *seriesPart) []point {
 	return dst
 }
 
+// splitsFirst reports whether a window's first sample lies exactly on its
+// start (as scrapes aligned to the clock put it) and is not its only
+// sample. A PromQL range ending at that time (left-open, right-closed:
+// (t-range, t]) includes the sample, while the window it belongs to starts
+// there and lies outside the range; so min/max/sum_over_time emit it at its
+// own time too (boundaryFirst), where a range ending at the boundary finds
+// it, as raw data has it.
+func splitsFirst(w *Window) bool {
+	return w.FirstT == w.Start && w.LastT > w.FirstT
+}
+
+// boundaryFirst appends First at FirstT when splitsFirst says a range ending
+// at the window's start must see it. The window's Min (Max), emitted at
+// LastT, includes it too: harmless, it is one of the window's samples.
+func boundaryFirst(dst []point, w *Window) []point {
+	if splitsFirst(w) {
+		dst = append(dst, point{w.FirstT, w.First})
+	}
+	return dst
+}
+
 // evenlySpaced appends n samples of value v spread over [from, to]. Raw
 // samples have distinct millisecond timestamps, so to-from >= n-1 and the
 // timestamps are distinct.
@@ -447,48 +479,67 @@ func evenlySpaced(dst []point, from, to, n int64, v float64) []point {
 	return dst
 }
 
-// counterPoints rebuilds a counter window as real values at both ends and
-// synthetic resets between them. With r resets inside the window it emits
+// counterPoints rebuilds a counter window from its real first and last
+// samples. With r resets inside the window it emits
 //
-//	First, First+d, 0, d, 0, ..., d, 0, Last     (r peaks, each followed by a drop to 0)
+//	First, First+a, First+a+d, 0, d, 0, ..., d, 0, Last     (r peaks, each followed by a drop to 0)
 //
-// with d = (Increase-Last)/r, so PromQL sees exactly r resets and a
-// reset-adjusted increase of d + (r-1)·d + Last = Increase. The ends are the
+// with d = (Increase-Last-a)/r, so PromQL sees exactly r resets and a
+// reset-adjusted increase of a + r·d + Last = Increase. The ends are the
 // real first and last samples, so a reset at a window boundary (First below
-// the previous window's Last) and the step across the boundary are seen as in
-// raw data, and the series joins raw data at the tier boundary seamlessly.
+// the previous window's Last) and the step across the boundary are seen as
+// in raw data, and the series joins raw data at the tier boundary seamlessly.
 //
-// Without resets and with interp > 1, interp-1 samples linearly interpolated
-// between the ends are added, so that a range only a few windows long still starts with a sample close to its left edge:
-// PromQL extrapolates a rate to the range's start only when the first sample
-// is within 1.1 average sample intervals of it. Not when Last < First: that
-// is a gauge's window (no resets recorded, see Window), where every
-// interpolated step down would count as one more reset; First and Last alone
-// show the one drop the window is known to hold.
+// The second sample, First+a, sits where the window's second raw sample
+// was if the series was scraped at a regular interval (FirstT plus the
+// window's average sample interval), with a the window's average increase
+// per interval. A range whose left edge is exactly the window's start
+// (PromQL ranges are left-open: an hour-aligned range over hour windows)
+// excludes First, as it excludes the raw sample there, and then starts at
+// that second sample, where raw data starts too: the engine extrapolates
+// to the range's start over one scrape interval in both, and the two
+// answers differ only by how far the real second sample was from the
+// window's average increase (docs/format/hour-parquet.md, "Agreement with
+// raw data").
+//
+// Without resets, samples linearly interpolated between the ends are added
+// (interp per window in all), so that a range that cuts a window still
+// starts with a sample close to its left edge: PromQL extrapolates a rate
+// to the range's start only when the first sample is within 1.1 average
+// sample intervals of it. Not when Last < First: that is a gauge's window
+// (no resets recorded, see Window), where every interpolated step down would
+// count as one more reset; First and Last alone show the one drop the
+// window is known to hold.
 func counterPoints(dst []point, w *Window, interp int64) []point {
 	dst = append(dst, point{w.FirstT, w.First})
 	if w.Count <= 1 || w.LastT <= w.FirstT {
 		return dst
 	}
+	span := w.LastT - w.FirstT
+	// Raw samples have distinct millisecond times: at most span intervals.
+	gaps := min(int64(w.Count)-1, span)
 	r := int64(w.Resets)
-	if r == 0 && interp > 1 && !(w.Last < w.First) {
-		span := w.LastT - w.FirstT
-		interp = min(interp, span)
-		for j := int64(1); j < interp; j++ {
-			dst = append(dst, point{w.FirstT + j*span/interp, w.First + (w.Last-w.First)*float64(j)/float64(interp)})
+	if r == 0 {
+		if w.Last < w.First {
+			return append(dst, point{w.LastT, w.Last})
 		}
-		return append(dst, point{w.LastT, w.Last})
+		return linearPoints(dst, w, gaps, interp)
 	}
-	span := w.LastT - w.FirstT // the 2r synthetic samples need distinct times strictly inside
-	r = min(r, (span-1)/2)
+	lo, a := w.FirstT, 0.0 // the synthetic resets lie strictly between lo and LastT
+	if gaps >= 2 {
+		lo = w.FirstT + span/gaps
+		a = min(max(w.Increase/float64(gaps), 0), max(w.Increase-w.Last, 0))
+		dst = append(dst, point{lo, w.First + a})
+	}
+	r = min(r, (w.LastT-lo-1)/2)
 	if r > 0 {
-		d := max(w.Increase-w.Last, 0) / float64(r)
+		d := max(w.Increase-w.Last-a, 0) / float64(r)
 		for j := range 2 * r {
-			t := w.FirstT + (j+1)*span/(2*r+1)
+			t := lo + (j+1)*(w.LastT-lo)/(2*r+1)
 			v := 0.0
 			switch {
 			case j == 0:
-				v = w.First + d
+				v = w.First + a + d
 			case j%2 == 0:
 				v = d
 			}
@@ -496,4 +547,56 @@ func counterPoints(dst []point, w *Window, interp int64) []point {
 		}
 	}
 	return append(dst, point{w.LastT, w.Last})
+}
+
+// linearPoints appends the samples after First of a counter window without
+// resets: values on the straight line from First to Last. With few samples
+// in the window (gaps sample intervals, at most interp+1) they are at the
+// times a regular scrape had them; otherwise at the second raw sample's
+// time (FirstT plus the average interval, see counterPoints) and at interp-1
+// evenly spaced times, then Last.
+func linearPoints(dst []point, w *Window, gaps, interp int64) []point {
+	span := w.LastT - w.FirstT
+	at := func(t int64) point {
+		return point{t, w.First + (w.Last-w.First)*float64(t-w.FirstT)/float64(span)}
+	}
+	if gaps <= interp+1 {
+		for k := int64(1); k < gaps; k++ {
+			dst = append(dst, at(w.FirstT+k*span/gaps))
+		}
+		return append(dst, point{w.LastT, w.Last})
+	}
+	second := w.FirstT + span/gaps
+	dst = append(dst, at(second))
+	for j := int64(1); j < interp; j++ {
+		if t := w.FirstT + j*span/interp; t > second {
+			dst = append(dst, at(t))
+		}
+	}
+	return append(dst, point{w.LastT, w.Last})
+}
+
+// columnsFor lists the aggregate columns a mode's samples are made of, so a
+// query decodes only those (plus the series and start columns).
+func columnsFor(mode aggMode) colSet {
+	cols := colLastT | colStale
+	switch mode {
+	case modeMin:
+		cols |= colMin | colFirstT | colFirst
+	case modeMax:
+		cols |= colMax | colFirstT | colFirst
+	case modeSum:
+		cols |= colSum | colFirstT | colFirst
+	case modeAvg:
+		cols |= colSum | colCount
+	case modeCount:
+		cols |= colFirstT | colCount | colSum
+	case modeCounter:
+		cols |= colFirstT | colCount | colFirst | colLast | colIncrease | colResets
+	case modeDelta:
+		cols |= colFirstT | colCount | colFirst | colLast
+	default:
+		cols |= colLast
+	}
+	return cols
 }

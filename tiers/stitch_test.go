@@ -389,11 +389,16 @@ func TestStitchedMatchesRaw(t *testing.T) {
 	exact := tolerance{rel: 1e-9, abs: 1e-9}
 	same := map[string]tolerance{"hour": exact, "minute": exact, "raw": exact}
 	checks := []check{
-		// Windows cover [t-1h, t) where PromQL's range is (t-1h, t]: the
-		// rollup answer equals raw shifted by 1 ms, exactly.
-		{name: "min_over_time", stitched: `min_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, raw: `min_over_time(DCGM_FI_DEV_GPU_TEMP[1h] offset 1ms)`, tol: same},
-		{name: "max_over_time", stitched: `max_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, raw: `max_over_time(DCGM_FI_DEV_GPU_TEMP[1h] offset 1ms)`, tol: same},
-		{name: "sum_over_time", stitched: `sum_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, raw: `sum_over_time(DCGM_FI_DEV_GPU_TEMP[1h] offset 1ms)`, tol: same},
+		// Windows cover [t-1h, t) where PromQL's range is (t-1h, t]. A
+		// sample exactly on the boundary t (GPU 0 is scraped on the
+		// minute) is emitted at its own time too, so the range ending
+		// there sees it; the one at t-1h is inside the first window's
+		// min and max: the answer is raw's over the closed range
+		// [t-1h, t], which [1h1ms] selects. sum_over_time emits the
+		// boundary sample apart and equals raw exactly.
+		{name: "min_over_time", stitched: `min_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, raw: `min_over_time(DCGM_FI_DEV_GPU_TEMP[1h1ms])`, tol: same},
+		{name: "max_over_time", stitched: `max_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, raw: `max_over_time(DCGM_FI_DEV_GPU_TEMP[1h1ms])`, tol: same},
+		{name: "sum_over_time", stitched: `sum_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, tol: same},
 		// count_over_time: the expanded samples start at the real first
 		// sample, so the left-open range drops it exactly as raw does.
 		{name: "count_over_time", stitched: `count_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`, tol: same},

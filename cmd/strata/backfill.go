@@ -206,7 +206,8 @@ func parseTimeOrAgo(s string, now time.Time) (time.Time, error) {
 	return now.Add(-time.Duration(d)), nil
 }
 
-// progressBar draws a one-line progress bar on a terminal (or any writer).
+// progressBar draws a one-line progress bar on a terminal (or any writer),
+// for strata backfill and strata export.
 type progressBar struct {
 	w     io.Writer
 	off   bool
@@ -215,18 +216,23 @@ type progressBar struct {
 }
 
 func (b *progressBar) update(p backfill.Progress) {
-	if b.off || time.Since(b.last) < 100*time.Millisecond && p.Done != p.Total {
+	b.draw(p.Phase, p.Done, p.Total, fmt.Sprintf(" partitions %d written, %d kept  raw samples %d (+%d in blocks)  dropped %d",
+		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.RawBlockSamples, p.DroppedSamples))
+}
+
+// draw redraws the bar at most every 100 ms (and always at the end).
+func (b *progressBar) draw(phase string, done, total int, detail string) {
+	if b.off || time.Since(b.last) < 100*time.Millisecond && done != total {
 		return
 	}
 	b.last = time.Now()
 	const width = 40
 	filled := width
-	if p.Total > 0 {
-		filled = width * p.Done / p.Total
+	if total > 0 {
+		filled = width * done / total
 	}
-	_, _ = fmt.Fprintf(b.w, "\r%-10s [%s%s] %d/%d  partitions %d written, %d kept  raw samples %d (+%d in blocks)  dropped %d ",
-		p.Phase, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), p.Done, p.Total,
-		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.RawBlockSamples, p.DroppedSamples)
+	_, _ = fmt.Fprintf(b.w, "\r%-10s [%s%s] %d/%d %s ",
+		phase, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total, detail)
 	b.drawn = true
 }
 

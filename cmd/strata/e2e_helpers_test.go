@@ -50,9 +50,13 @@ type strataProc struct {
 	addr string // host:port it listens on
 	user string // basic auth, if the server requires it
 	pass string
-	mu   sync.Mutex
-	logs strings.Builder
-	done chan struct{}
+	// client and scheme reach it: http and the default client, unless
+	// the server serves TLS (startStrataTLS)
+	client *http.Client
+	scheme string
+	mu     sync.Mutex
+	logs   strings.Builder
+	done   chan struct{}
 }
 
 var startedRe = regexp.MustCompile(`msg="Strata started" address=(\S+)`)
@@ -68,6 +72,13 @@ func startStrata(t testing.TB, dir string, args ...string) *strataProc {
 // startStrataAuth is startStrata for a server that requires basic auth.
 func startStrataAuth(t testing.TB, dir, user, pass string, args ...string) *strataProc {
 	t.Helper()
+	return startStrataTLS(t, dir, user, pass, nil, args...)
+}
+
+// startStrataTLS is startStrataAuth for a server that serves TLS: client
+// trusts its certificate (nil: plain HTTP).
+func startStrataTLS(t testing.TB, dir, user, pass string, client *http.Client, args ...string) *strataProc {
+	t.Helper()
 	all := append([]string{"serve", "--storage.path=" + dir, "--web.listen-address=127.0.0.1:0"}, args...)
 	cmd := exec.Command(strataBinary, all...)
 	stderr, err := cmd.StderrPipe()
@@ -77,7 +88,10 @@ func startStrataAuth(t testing.TB, dir, user, pass string, args ...string) *stra
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &strataProc{t: t, cmd: cmd, done: make(chan struct{}), user: user, pass: pass}
+	p := &strataProc{t: t, cmd: cmd, done: make(chan struct{}), user: user, pass: pass, client: http.DefaultClient, scheme: "http"}
+	if client != nil {
+		p.client, p.scheme = client, "https"
+	}
 	addrc := make(chan string, 1)
 	go func() {
 		defer close(p.done)
@@ -106,7 +120,7 @@ func startStrataAuth(t testing.TB, dir, user, pass string, args ...string) *stra
 	return p
 }
 
-func (p *strataProc) url(path string) string { return "http://" + p.addr + path }
+func (p *strataProc) url(path string) string { return p.scheme + "://" + p.addr + path }
 
 func (p *strataProc) output() string {
 	p.mu.Lock()
@@ -122,7 +136,7 @@ func (p *strataProc) waitReady() {
 		if p.user != "" {
 			req.SetBasicAuth(p.user, p.pass)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := p.client.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -25,6 +25,8 @@ func main() {
 		runErr = c.backfill.run(promslog.New(c.serve.logConfig))
 	case c.bench.run.FullCommand(), c.bench.compare.FullCommand():
 		runErr = c.bench.exec(cmd, promslog.New(c.serve.logConfig))
+	case c.export.cmd.FullCommand():
+		runErr = c.export.run(promslog.New(c.serve.logConfig))
 	case c.diagnose.cmd.FullCommand(), c.diagX.list.FullCommand():
 		runErr = c.diagnose.run(promslog.New(c.serve.logConfig), os.Stdout)
 	case c.simulate.cmd.FullCommand():
@@ -48,6 +50,7 @@ type cli struct {
 	simulate *simulateCommand
 	backfill *backfillCommand
 	bench    *benchCommand
+	export   *exportCommand
 	diagnose *diagnoseCommand
 	// diagX are diagnose's subcommands: list (the default), bench, archive.
 	diagX *diagnoseExtras
@@ -63,6 +66,7 @@ func newCLI() *cli {
 		simulate: newSimulateCommand(app),
 		backfill: newBackfillCommand(app),
 		bench:    newBenchCommand(app),
+		export:   newExportCommand(app),
 		diagnose: newDiagnoseCommand(app),
 	}
 	c.diagX = newDiagnoseExtras(c.diagnose)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/export"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/tiers"
@@ -101,6 +102,7 @@ type server struct {
 	write    *remotewrite.Handler
 	api      *query.API
 	targets  *scrapeTargets // the scraper's targets, for /api/v1/targets
+	export   http.Handler   // GET /api/v1/export
 	rules    *ruleSources   // /api/v1/rules and /api/v1/alerts
 	ams      *alertmanagers // /api/v1/alertmanagers
 	diag     *diagSource    // /api/v1/diagnoses
@@ -207,6 +209,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.api.Close)
+	ex, _, err := openExporter(cfg, logger, srv.minute, srv.hour, srv.api.Engine(), srv.meta)
+	if err != nil {
+		return nil, err
+	}
+	srv.export = export.NewHandler(ex, export.CapacityConfig{}, logger.With("component", "export"), time.Now)
 	if cfg.Diagnose.Enabled {
 		if _, err := srv.openArchive(logger.With("component", "diagnose")); err != nil {
 			return nil, err
@@ -220,6 +227,7 @@ func (s *server) handler() http.Handler {
 	s.api.Register(mux)
 	mux.Handle("/api/v1/write", s.write)
 	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
+	mux.Handle("GET /api/v1/export", s.export)
 	diag := diagnose.NewHandler(s.diag, time.Now)
 	mux.Handle("GET /api/v1/diagnoses", diag)
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)
