@@ -158,7 +158,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		SchemaVersion: ReportSchemaVersion, Started: time.Now().UTC(), Short: o.Short,
 		Host: HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU()},
 	}
-	r.Thresholds = fmt.Sprintf("the default pack with diagnose.baseline.mode %s", cfg.Baseline.Mode)
+	r.Thresholds = "the default pack with diagnose.baseline.mode " + cfg.Baseline.Mode
 	compareStatic := o.CompareStatic && cfg.Baseline.Mode == diagnose.BaselineSeasonal
 	start, cpu0 := time.Now(), cpuSeconds()
 	var prior *archive.Archive
