@@ -31,6 +31,7 @@ import (
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
+	"github.com/strata-dev/strata/storeapi"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -69,6 +70,7 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *model.Duration { return &c.Web.ReadTimeout })
 	addRemoteWriteFlags(o)
 	addQueryFlags(o)
+	addGRPCFlags(o)
 	promslogflag.AddFlags(app, s.logConfig)
 	return s
 }
@@ -87,10 +89,11 @@ type server struct {
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
 	api      *query.API
-	targets  *scrapeTargets // the scraper's targets, for /api/v1/targets
-	rules    *ruleSources   // /api/v1/rules and /api/v1/alerts
-	ams      *alertmanagers // /api/v1/alertmanagers
-	diag     *diagSource    // /api/v1/diagnoses
+	targets  *scrapeTargets   // the scraper's targets, for /api/v1/targets
+	rules    *ruleSources     // /api/v1/rules and /api/v1/alerts
+	ams      *alertmanagers   // /api/v1/alertmanagers
+	diag     *diagSource      // /api/v1/diagnoses
+	store    *storeapi.Server // the Thanos StoreAPI; nil when grpc.listen_address is empty
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -181,6 +184,15 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.api.Close)
+	if cfg.GRPC.ListenAddress != "" {
+		scfg, err := cfg.storeAPI()
+		if err != nil {
+			return nil, err
+		}
+		if srv.store, err = storeapi.New(scfg, srv.stitched, logger.With("component", "storeapi"), reg); err != nil {
+			return nil, err
+		}
+	}
 	return srv, nil
 }
 
@@ -244,13 +256,19 @@ func (s *server) serve(ctx context.Context) error {
 		WebSystemdSocket:   new(bool),
 		WebConfigFile:      &s.cfg.Web.ConfigFile,
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	stopGRPC, err := s.serveGRPC(errc)
+	if err != nil {
+		_ = ln.Close()
+		return errors.Join(err, s.close())
+	}
 	go func() { errc <- web.Serve(ln, httpSrv, webFlags, s.logger) }()
 	s.ready.Store(true)
 	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
 	go s.saveMetadataEvery(ctx, time.Minute)
 	if err := s.startBackground(ctx, ln.Addr().String()); err != nil {
 		cancel()
+		stopGRPC()
 		_ = httpSrv.Close()
 		return errors.Join(err, s.close())
 	}
@@ -275,6 +293,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.ready.Store(false)
 	cancel()
 	<-rollupDone
+	stopGRPC() // before the tiers close
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
