@@ -53,6 +53,9 @@ type RollupConfig struct {
 	// WritePartition and ApplyRetention fail with ErrReadOnly. The
 	// partitions are those present at open.
 	ReadOnly bool
+	// Remote, when set, keeps the tier's partitions in object storage and
+	// only a bounded cache of them locally (see RemoteConfig).
+	Remote *RemoteConfig
 }
 
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
@@ -113,6 +116,7 @@ type Rollup struct {
 	parts  map[int64]PartitionInfo
 	closed bool
 	files  *fileCache
+	remote *remote // nil: local disk only
 
 	written        prometheus.Counter
 	writeErrors    prometheus.Counter
@@ -175,6 +179,9 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 		}
 		r.parts[start] = info
+	}
+	if cfg.Remote != nil {
+		r.openRemote(reg)
 	}
 	f := promauto.With(reg)
 	cl := prometheus.Labels{"tier": cfg.Name}
@@ -264,18 +271,29 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) (err error)
 		return ErrClosed
 	}
 	final := filepath.Join(r.cfg.Dir, partitionName(start))
+	if r.remote != nil {
+		// Pending before the file is replaced, so that the local cache
+		// never evicts the new file before it is uploaded.
+		r.remote.written(start, 0)
+	}
 	opts := parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String())
 	if r.cfg.SeriesRuns {
 		opts = append(opts, parquet.KeyValueMetadata(seriesRunsKey, encodeSeriesRuns(rows)))
 	}
 	size, err := writeParquetAtomic(final, rows, opts)
 	if err != nil {
+		if r.remote != nil {
+			r.remote.forget(start)
+		}
 		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, time.UnixMilli(start).UTC().Format(time.RFC3339), err)
 	}
 	r.mu.Lock()
 	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: int64(len(rows)), Bytes: size, Path: final}
 	r.mu.Unlock()
 	r.written.Inc()
+	if r.remote != nil {
+		r.remote.written(start, size)
+	}
 	// A query holding the replaced file keeps reading it; new ones open this one.
 	if err := r.files.drop(start); err != nil {
 		r.logger.Warn("close replaced partition file", "err", err)
@@ -374,12 +392,12 @@ func (r *Rollup) ApplyRetention() (int, error) {
 	}
 	cutoff := r.now().Add(-r.cfg.Retention).UnixMilli()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return 0, ErrClosed
 	}
 	var errs []error
-	n := 0
+	var deleted []PartitionInfo
 	for s, p := range r.parts {
 		if p.End > cutoff {
 			continue
@@ -392,13 +410,34 @@ func (r *Rollup) ApplyRetention() (int, error) {
 		if err := r.files.drop(s); err != nil {
 			errs = append(errs, fmt.Errorf("close deleted %s partition %s: %w", r.cfg.Name, p.Path, err))
 		}
+		deleted = append(deleted, p)
+	}
+	if len(deleted) > 0 {
+		if err := atomicfile.SyncDir(r.cfg.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, p := range deleted {
+		if r.remote != nil {
+			// Outside the lock: a slow bucket must not stall queries. A
+			// partition whose object could not be deleted stays listed
+			// (queries download it) and is retried next time.
+			if err := r.remote.delete(p.Start); err != nil {
+				errs = append(errs, err)
+				r.mu.Lock()
+				if _, ok := r.parts[p.Start]; !ok {
+					r.parts[p.Start] = p
+				}
+				r.mu.Unlock()
+				continue
+			}
+		}
 		n++
 		r.retentionDrops.Inc()
 	}
 	if n > 0 {
-		if err := atomicfile.SyncDir(r.cfg.Dir); err != nil {
-			errs = append(errs, err)
-		}
 		r.logger.Info("retention deleted partitions", "count", n, "cutoff", time.UnixMilli(cutoff).UTC())
 	}
 	return n, errors.Join(errs...)
@@ -409,8 +448,12 @@ func (r *Rollup) ApplyRetention() (int, error) {
 // Files are always complete on disk, so there is nothing to flush.
 func (r *Rollup) Close() error {
 	r.mu.Lock()
+	closed := r.closed
 	r.closed = true
 	r.mu.Unlock()
+	if r.remote != nil && !closed && !r.cfg.ReadOnly {
+		r.remote.close()
+	}
 	return r.files.close()
 }
 
