@@ -364,8 +364,20 @@ func (rm *remote) delete(start int64) error {
 	return nil
 }
 
-// close stops the uploader; files still pending are uploaded at the next open.
-func (rm *remote) close() {
+// close lets the uploader finish the pending files for at most drain while
+// uploads succeed, then stops it; files still pending are uploaded at the
+// next open.
+func (rm *remote) close(drain time.Duration) {
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) {
+		rm.mu.Lock()
+		idle := len(rm.pending) == 0 || rm.failing
+		rm.mu.Unlock()
+		if idle {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	close(rm.stop)
 	<-rm.done
 }

@@ -445,6 +445,8 @@ func (r *Rollup) ApplyRetention() (int, error) {
 
 // Close marks the tier closed and closes the files it keeps open for
 // queries (those still being read are closed when their query finishes).
+// A tier in object storage first lets pending uploads finish (at most 30 s,
+// and not while the bucket fails); what is left is uploaded at the next open.
 // Files are always complete on disk, so there is nothing to flush.
 func (r *Rollup) Close() error {
 	r.mu.Lock()
@@ -452,7 +454,7 @@ func (r *Rollup) Close() error {
 	r.closed = true
 	r.mu.Unlock()
 	if r.remote != nil && !closed && !r.cfg.ReadOnly {
-		r.remote.close()
+		r.remote.close(30 * time.Second)
 	}
 	return r.files.close()
 }

@@ -90,6 +90,20 @@ type StorageConfig struct {
 	Raw              TierConfig     `yaml:"raw"`
 	Minute           TierConfig     `yaml:"minute"`
 	Hour             TierConfig     `yaml:"hour"`
+	ObjStore         ObjStoreConfig `yaml:"objstore"`
+}
+
+// ObjStoreConfig puts the minute and hour tiers in object storage.
+type ObjStoreConfig struct {
+	// ConfigFile is an objstore.yml (Thanos' format); empty keeps the
+	// rollup tiers on local disk only.
+	ConfigFile string `yaml:"config_file"`
+	// LocalCacheBytes bounds the uploaded partition files each rollup tier
+	// keeps on local disk.
+	LocalCacheBytes ByteSize `yaml:"local_cache_bytes"`
+	// PendingWarnBytes: files waiting for upload beyond this are warned
+	// about at each failed attempt.
+	PendingWarnBytes ByteSize `yaml:"pending_warn_bytes"`
 }
 
 // TierConfig is one tier's retention.

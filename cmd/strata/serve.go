@@ -58,6 +58,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
 	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",
 		func(c *Config) *model.Duration { return &c.Storage.Hour.Retention })
+	o.string("objstore.config-file", "objstore.yml (Thanos' format) putting the minute and hour tiers in object storage; empty: local disk. (default: none)",
+		func(c *Config) *string { return &c.Storage.ObjStore.ConfigFile })
 	o.duration("storage.out-of-order-time-window", "How far behind the newest sample a late sample is accepted; also the rollups' allowed lateness. (default: 10m)",
 		func(c *Config) *model.Duration { return &c.Storage.OutOfOrderWindow })
 	o.string("web.listen-address", "Address to listen on for the API, remote write and /metrics. (default: :9201)",
