@@ -149,7 +149,7 @@ func TestRemoteTierS3(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	now := time.UnixMilli(T0 + 5*dayMs)
 	r := openHour(t, dir, b, 1, reg, now) // keeps no uploaded file locally
-	defer r.Close()                        //nolint:errcheck // closed again below
+	defer r.Close()                       //nolint:errcheck // closed again below
 	parts, want := hourDays(3)
 	for p, sws := range parts {
 		if err := r.WritePartition(p, sws); err != nil {
