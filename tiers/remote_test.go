@@ -29,7 +29,7 @@ import (
 // a bucket "strata", and returns a client for it scoped to prefix, opened
 // from an objstore.yml as strata serve opens it, and one for the whole
 // bucket.
-func fakeS3(t *testing.T, prefix string) (objstore.Bucket, objstore.Bucket) {
+func fakeS3(t testing.TB, prefix string) (objstore.Bucket, objstore.Bucket) {
 	t.Helper()
 	backend := s3mem.New()
 	if err := backend.CreateBucket("strata"); err != nil {
@@ -268,4 +268,81 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) prometheus.Coll
 // collectorFunc is a gauge whose value is computed when collected.
 func collectorFunc(f func() float64) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "value", Help: "test"}, f)
+}
+
+// BenchmarkHourTierBucketWarm compares a 30-day select of 1,000 series'
+// hour windows from a tier on local disk with the same from a tier in an S3
+// bucket whose local cache holds the files (warm: read once before).
+func BenchmarkHourTierBucketWarm(b *testing.B) {
+	const series, days = 1000, 30
+	parts := map[int64][]tiers.SeriesWindows{}
+	for s := range series {
+		l := labels.FromStrings("__name__", "gpu_temp", "gpu", fmt.Sprint(s%8), "host", fmt.Sprintf("node-%03d", s/8))
+		for d := range days {
+			p := T0 + int64(d)*dayMs
+			sw := tiers.SeriesWindows{Labels: l}
+			for h := range 24 {
+				st := p + int64(h)*hourMs
+				v := float64(s + h)
+				sw.Windows = append(sw.Windows, tiers.Window{Start: st, FirstT: st, LastT: st + 59*minMs, Count: 240, Sum: 240 * v, Min: v - 1, Max: v + 1, First: v, Last: v})
+			}
+			parts[p] = append(parts[p], sw)
+		}
+	}
+	for p := range parts {
+		slices.SortFunc(parts[p], func(a, b tiers.SeriesWindows) int { return labels.Compare(a.Labels, b.Labels) })
+	}
+	open := func(b *testing.B, remote *tiers.RemoteConfig) *tiers.Rollup {
+		cfg := tiers.DefaultHourConfig(b.TempDir())
+		cfg.Remote = remote
+		r, err := tiers.OpenRollup(cfg, quietLogger(), prometheus.NewRegistry(), func() time.Time { return time.UnixMilli(T0 + days*dayMs) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = r.Close() })
+		for p, sws := range parts {
+			if err := r.WritePartition(p, sws); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return r
+	}
+	m := labels.MustNewMatcher(labels.MatchEqual, "__name__", "gpu_temp")
+	run := func(b *testing.B, r *tiers.Rollup) {
+		b.ReportAllocs()
+		for b.Loop() {
+			got, err := r.Select(context.Background(), T0, T0+days*dayMs-1, m)
+			if err != nil || len(got) != series {
+				b.Fatalf("%d series, %v", len(got), err)
+			}
+		}
+	}
+	b.Run("local", func(b *testing.B) { run(b, open(b, nil)) })
+	b.Run("bucket-warm", func(b *testing.B) {
+		bkt, _ := fakeS3(b, "bench")
+		r := open(b, &tiers.RemoteConfig{Bucket: bkt, CacheBytes: 1 << 30})
+		waitUploaded(b, bkt, days)
+		run(b, r)
+	})
+	b.Run("bucket-cold", func(b *testing.B) {
+		bkt, _ := fakeS3(b, "bench")
+		r := open(b, &tiers.RemoteConfig{Bucket: bkt, CacheBytes: 1}) // nothing kept: every read downloads
+		waitUploaded(b, bkt, days)
+		run(b, r)
+	})
+}
+
+func waitUploaded(b *testing.B, bkt objstore.Bucket, n int) {
+	b.Helper()
+	for range 600 {
+		var got int
+		if err := bkt.Iter(context.Background(), "hour/", func(string) error { got++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatalf("%d partitions not uploaded within 30s", n)
 }
