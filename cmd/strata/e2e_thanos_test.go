@@ -160,7 +160,7 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 // writeFleet writes the history of hosts [from, to) (four GPUs each) as
 // Prometheus text with timestamps, one sample a minute: a GPU utilisation
 // gauge and a token counter that resets when its server restarts.
-func writeFleet(t *testing.T, path string, start, end time.Time, from, to int) string {
+func writeFleet(t testing.TB, path string, start, end time.Time, from, to int) string {
 	t.Helper()
 	f, err := os.Create(path) //nolint:gosec // the test's own temp dir
 	if err != nil {
@@ -199,7 +199,7 @@ func writeFleet(t *testing.T, path string, start, end time.Time, from, to int) s
 var grpcStartedRe = regexp.MustCompile(`msg="StoreAPI started" address=(\S+)`)
 
 // grpcAddr is the StoreAPI address a strata serve logged.
-func grpcAddr(t *testing.T, p *strataProc) string {
+func grpcAddr(t testing.TB, p *strataProc) string {
 	t.Helper()
 	m := grpcStartedRe.FindStringSubmatch(p.output())
 	if m == nil {
@@ -208,7 +208,7 @@ func grpcAddr(t *testing.T, p *strataProc) string {
 	return m[1]
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -221,7 +221,7 @@ func freeAddr(t *testing.T) string {
 
 // startThanosQuery runs `thanos query` over the endpoints and returns its
 // HTTP base URL; it is stopped when the test ends.
-func startThanosQuery(t *testing.T, bin, dir string, endpoints ...string) string {
+func startThanosQuery(t testing.TB, bin, dir string, endpoints ...string) string {
 	t.Helper()
 	httpAddr := freeAddr(t)
 	args := []string{"query", "--http-address=" + httpAddr, "--grpc-address=" + freeAddr(t),
@@ -252,7 +252,7 @@ func startThanosQuery(t *testing.T, bin, dir string, endpoints ...string) string
 }
 
 // waitStores waits until the Querier sees n healthy stores.
-func waitStores(t *testing.T, base string, n int) {
+func waitStores(t testing.TB, base string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	var last string
@@ -270,9 +270,11 @@ func waitStores(t *testing.T, base string, n int) {
 			}
 			if json.Unmarshal(body, &r) == nil {
 				up := 0
-				for _, st := range r.Data["store"] {
-					if st.LastError == nil {
-						up++
+				for _, sts := range r.Data { // by component type ("receive" for Strata)
+					for _, st := range sts {
+						if st.LastError == nil {
+							up++
+						}
 					}
 				}
 				if up == n {
@@ -287,7 +289,7 @@ func waitStores(t *testing.T, base string, n int) {
 
 // promQuery runs a Prometheus HTTP API query and returns its result and
 // warnings.
-func promQuery(t *testing.T, u string, v url.Values) (model.Value, []string) {
+func promQuery(t testing.TB, u string, v url.Values) (model.Value, []string) {
 	t.Helper()
 	resp, err := http.PostForm(u, v) //nolint:noctx,gosec // test client of a loopback server
 	if err != nil {
@@ -388,7 +390,7 @@ func sameResult(got, want model.Value, ignore ...string) string {
 	return ""
 }
 
-func scalarOf(t *testing.T, v model.Value) float64 {
+func scalarOf(t testing.TB, v model.Value) float64 {
 	t.Helper()
 	vec, ok := v.(model.Vector)
 	if !ok || len(vec) != 1 {
@@ -408,7 +410,7 @@ func short(v model.Value) string {
 // buildThanos builds `thanos` from its module in a module of its own that
 // repeats Thanos' replace directives (its dependency versions differ from
 // Strata's), with the slicelabels tag Thanos' own builds use.
-func buildThanos(t *testing.T, dir string) string {
+func buildThanos(t testing.TB, dir string) string {
 	t.Helper()
 	run := func(wd string, args ...string) []byte {
 		cmd := exec.Command("go", args...)
