@@ -2,10 +2,36 @@
 GO          ?= go
 BIN         ?= strata
 PKGS        := ./...
-# Packages with concurrency: the race detector runs on these in `make test`.
-RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./backfill/... ./dcgmbridge/... ./bench/...
+# `make test` runs each test once. The packages with concurrency run under the
+# race detector, long tests included; every other package (backfill is
+# sequential) runs plain: PLAIN_PKGS is computed, so that a new package is never
+# left out. The diagnosis engine's long tests replay hours of simulated history
+# and would take most of CI's time under the race detector: its short tests (the
+# live engine, the notifier, the archive's concurrent writers) run under it, its
+# long tests plain.
+RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./dcgmbridge/... ./bench/... ./cmd/... ./internal/...
+RACE_SHORT_PKGS := ./diagnose/...
+PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list $(PKGS)))
+# Tests that measure what a race build changes run plain: race builds write the
+# rollup files at a faster zstd level (tiers/codec_race.go), and this test
+# measures their size.
+PLAIN_TESTS := ^TestRollupSizeRatios$$
+PLAIN_TESTS_PKGS := ./tiers/
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s
+# What `strata --version` and /api/v1/status/buildinfo report, set with
+# -ldflags as Prometheus' build does (a plain `go build` reads the module and
+# VCS information instead: cmd/strata/version.go).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null | sed 's/^v//')
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null)
+BRANCH      ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
+BUILD_USER  ?= $(shell id -un 2>/dev/null)@$(shell hostname 2>/dev/null)
+# The commit's date (the clock's outside Git): building the same tree twice gives the same
+# binary, and `make run` does not relink every time.
+BUILD_DATE  ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d-%H:%M:%S 2>/dev/null || date -u +%Y%m%d-%H:%M:%S)
+VERSION_PKG := github.com/prometheus/common/version
+LDFLAGS     := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
+	-X $(VERSION_PKG).Branch=$(BRANCH) -X $(VERSION_PKG).BuildUser=$(BUILD_USER) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
 .DEFAULT_GOAL := help
 
@@ -15,7 +41,7 @@ help: ## Show this help.
 
 .PHONY: build
 build: ## Build the strata binary into ./strata.
-	$(GO) build -o $(BIN) ./cmd/strata
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/strata
 
 .PHONY: run
 run: build ## Start Strata with the embedded default configuration (data in ./data).
@@ -26,10 +52,12 @@ demo: build ## Strata plus a simulated vLLM cluster with one fault (KV-cache sto
 	./scripts/demo.sh
 
 .PHONY: test
-test: ## Run every test, the long ones too, and the race detector on concurrent packages (what CI runs).
+test: ## Run every test once, the long ones too, under the race detector where there is concurrency (what CI runs).
 	$(GO) vet $(PKGS)
-	$(GO) test -timeout 20m $(PKGS)
-	$(GO) test -race -short -timeout 20m $(RACE_PKGS)
+	$(GO) test -race -timeout 45m -skip '$(PLAIN_TESTS)' $(RACE_PKGS)
+	$(GO) test -race -short -timeout 20m $(RACE_SHORT_PKGS)
+	$(GO) test -timeout 20m -run '$(PLAIN_TESTS)' $(PLAIN_TESTS_PKGS)
+	$(GO) test -timeout 20m $(PLAIN_PKGS)
 
 .PHONY: test-short
 test-short: ## Quick loop: skip crash, soak and long fuzz tests.
@@ -38,6 +66,10 @@ test-short: ## Quick loop: skip crash, soak and long fuzz tests.
 .PHONY: bench
 bench: build ## Reference scenario: strata bench against a fresh strata serve (a few minutes); prints the report.
 	./scripts/bench.sh
+
+.PHONY: bench-diagnose
+bench-diagnose: build ## Diagnosis benchmark, both splits, full size (about half an hour on 2 cores); report in diagnose-bench/. SHORT=1 for the CI form.
+	./$(BIN) diagnose bench --split=both --out=diagnose-bench $(if $(SHORT),--short,)
 
 .PHONY: bench-go
 bench-go: ## Run the Go benchmarks of the hot paths.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"path/filepath"
 
@@ -11,7 +10,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/strata-dev/strata/internal/atomicfile"
+	"github.com/strata-dev/strata/internal/chart"
 )
 
 // Chart file names written by WriteCharts.
@@ -30,7 +29,7 @@ func (r Report) WriteCharts(dir string) ([]string, error) {
 		return nil, err
 	}
 	path := filepath.Join(dir, ThroughputChart)
-	if err := savePNG(p, path); err != nil {
+	if err := chart.SavePNG(p, path); err != nil {
 		return nil, err
 	}
 	paths = append(paths, path)
@@ -41,7 +40,7 @@ func (r Report) WriteCharts(dir string) ([]string, error) {
 		return nil, err
 	}
 	path = filepath.Join(dir, QueryLatencyChart)
-	if err := savePNG(p, path); err != nil {
+	if err := chart.SavePNG(p, path); err != nil {
 		return nil, err
 	}
 	return append(paths, path), nil
@@ -110,16 +109,4 @@ func (r Report) queryPlot() (*plot.Plot, error) {
 	p.X.Label.Text = "dashboard range"
 	p.Y.Min = lo / 2
 	return p, nil
-}
-
-// savePNG renders p at 8x4 inches and writes it atomically.
-func savePNG(p *plot.Plot, path string) error {
-	wt, err := p.WriterTo(8*vg.Inch, 4*vg.Inch, "png")
-	if err != nil {
-		return fmt.Errorf("render %s: %w", path, err)
-	}
-	return atomicfile.Write(path, func(w io.Writer) error {
-		_, err := wt.WriteTo(w)
-		return err
-	})
 }

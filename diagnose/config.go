@@ -57,7 +57,64 @@ type SLO struct {
 
 // HooksConfig configures the hooks; all are off by default.
 type HooksConfig struct {
-	Webhooks []WebhookConfig `yaml:"webhooks"`
+	Webhooks  []WebhookConfig  `yaml:"webhooks"`
+	Profilers []ProfilerConfig `yaml:"profilers"`
+}
+
+// ProfilerConfig asks a profiler agent (URL: the operator's, on the node or
+// in the cluster; it runs Nsight Systems, the PyTorch profiler, ...) for one
+// short profiling window on the pod of a diagnosis where the rollup evidence
+// stops: once per diagnosis of Causes (all when empty) that reaches
+// MinConfidence, at most once per MinInterval per pod, never for a model
+// whose tightest latency objective (TTFT, TPOT or e2e P99 in slo) is under
+// MinLatencySLO (a profiler adds 10-20 % latency), and scheduled in the
+// model's quietest hour of the day over the last seven days. Strata sends
+// the request (JSON, docs/diagnosis.md) at once with the window's bounds; the
+// agent starts the profiler at not_before.
+type ProfilerConfig struct {
+	URL           string         `yaml:"url"`
+	Causes        []string       `yaml:"causes"`
+	MinConfidence float64        `yaml:"min_confidence"`
+	// Tool names the profiler for the agent (nsys, torch, ...); passed along.
+	Tool string `yaml:"tool"`
+	// Duration of the profiling window: 1m to 10m, default 5m.
+	Duration model.Duration `yaml:"duration"`
+	// MinLatencySLO: no profile for a model with a latency objective under
+	// it. Default 100ms.
+	MinLatencySLO model.Duration `yaml:"min_latency_slo"`
+	// MinInterval between two profiles of one pod. Default 24h.
+	MinInterval model.Duration `yaml:"min_interval"`
+	Timeout     model.Duration `yaml:"timeout"`
+	// MaxRetries bounds the retries of one delivery (exponential backoff
+	// from 1 s); 0 means 5.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// ProfilerDefaults returns p with its zero fields set to their defaults.
+func (p ProfilerConfig) ProfilerDefaults() ProfilerConfig {
+	if p.Duration == 0 {
+		p.Duration = model.Duration(5 * time.Minute)
+	}
+	if p.MinLatencySLO == 0 {
+		p.MinLatencySLO = model.Duration(100 * time.Millisecond)
+	}
+	if p.MinInterval == 0 {
+		p.MinInterval = model.Duration(24 * time.Hour)
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = model.Duration(10 * time.Second)
+	}
+	if p.MaxRetries <= 0 {
+		p.MaxRetries = 5
+	}
+	return p
+}
+
+// TightestLatencySLO is the smallest of model m's TTFT, TPOT and e2e P99
+// objectives.
+func (c SLOConfig) TightestLatencySLO(m string) time.Duration {
+	s := c.forModel(m)
+	return min(time.Duration(s.TTFTP99), time.Duration(s.TPOTP99), time.Duration(s.E2EP99))
 }
 
 // WebhookConfig posts a diagnosis (JSON, docs/diagnosis.md) to URL when a
@@ -136,6 +193,33 @@ func (c Config) Validate() error {
 		if w.Timeout < 0 || w.MaxRetries < 0 {
 			return fmt.Errorf("diagnose hooks.webhooks[%d]: negative timeout or max_retries", i)
 		}
+	}
+	for i, p := range c.Hooks.Profilers {
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("diagnose hooks.profilers[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (p ProfilerConfig) validate() error {
+	u, err := url.Parse(p.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("url %q must be an http or https URL", p.URL)
+	}
+	if p.MinConfidence < 0 || p.MinConfidence > 1 {
+		return errors.New("min_confidence must be in [0,1]")
+	}
+	for _, cause := range p.Causes {
+		if !slices.Contains(Causes, cause) {
+			return fmt.Errorf("unknown cause %q (known: %v)", cause, Causes)
+		}
+	}
+	if d := time.Duration(p.Duration); d != 0 && (d < time.Minute || d > 10*time.Minute) {
+		return fmt.Errorf("duration %s out of range: a profiler costs 10-20 %% latency, so a window is 1m to 10m", p.Duration)
+	}
+	if p.MinLatencySLO < 0 || p.MinInterval < 0 || p.Timeout < 0 || p.MaxRetries < 0 {
+		return errors.New("negative min_latency_slo, min_interval, timeout or max_retries")
 	}
 	return nil
 }

@@ -31,12 +31,13 @@ const apiPrefix = "/api/v1"
 
 // servedRoutes are the Prometheus API v1 routes Strata answers with
 // Prometheus' own handlers; /targets is served too when the API has a
-// TargetSource (WithTargets). Everything else under /api/v1/ (rules,
-// alerts, admin, status/config, targets/metadata, ...) depends on parts of
-// Prometheus that Strata does not have and gets a JSON 404 instead of reaching
-// a handler whose retriever is nil. /api/v1/metadata is served by this package (see
-// metadata.go) because Strata's metadata comes from remote write, not from
-// scrape targets.
+// TargetSource (WithTargets), /rules and /alerts when it has rules,
+// /alertmanagers when it has a notifier. Everything else under /api/v1/
+// (admin, targets/metadata, ...) depends on parts of Prometheus that Strata
+// does not have and gets a JSON 404 instead of reaching a handler whose
+// retriever is nil. /api/v1/metadata and /api/v1/status/config are served by
+// this package (metadata.go, status.go): Strata's metadata comes from remote
+// write, not from scrape targets, and its configuration is not Prometheus'.
 var servedRoutes = []string{
 	"/query",
 	"/query_range",
@@ -45,6 +46,7 @@ var servedRoutes = []string{
 	"/labels",
 	"/label/{name}/values",
 	"/status/buildinfo",
+	"/status/flags",
 	"/format_query",
 	"/parse_query",
 	"/read",
@@ -64,6 +66,7 @@ type API struct {
 	split    *splitEngine // engine, splitting long range queries
 	router   *route.Router
 	metadata http.Handler
+	config   http.Handler
 	notFound http.Handler
 	targets  bool     // /targets is served
 	routes   []string // servedRoutes, plus rules and alerts when configured
@@ -148,6 +151,10 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	} else {
 		exemplars = emptyExemplars{}
 	}
+	flags := cfg.Flags
+	if flags == nil {
+		flags = map[string]string{}
+	}
 	promCfg := config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: cfg.ExternalLabels}}
 	buildInfo := &v1.PrometheusVersion{
 		Version:   version.Version,
@@ -174,7 +181,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		split, q, nil, exemplars,
 		nil, o.targetRetriever(), ar, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
-		map[string]string{}, o.globalURLOptions(),
+		flags, o.globalURLOptions(),
 		func(f http.HandlerFunc) http.HandlerFunc { return f }, // always ready
 		nil, "", false, // no TSDB admin API
 		false, 0, // no search API
@@ -204,7 +211,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	router := route.New().WithInstrumentation(instrument).WithPrefix(apiPrefix)
 	papi.Register(router)
 
-	metaHandler := &metadataHandler{source: meta, cors: cors, logger: logger}
+	metaHandler := metadataHandler(meta, cors, logger)
 	return &API{
 		engine:   engine,
 		split:    split,
@@ -212,6 +219,8 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		routes:   routes,
 		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
 		targets:  o.targets != nil,
+		config: instrument(apiPrefix+"/status/config",
+			httputil.CompressionHandler{Handler: statusConfigHandler(cfg.ConfigYAML, cors, logger)}.ServeHTTP),
 		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
 			rejected.WithLabelValues("unsupported_endpoint").Inc()
 			httputil.SetCORS(w, cors, r)
@@ -233,6 +242,7 @@ func (a *API) Register(mux *http.ServeMux) {
 		mux.Handle(apiPrefix+"/targets", a.router)
 	}
 	mux.Handle(apiPrefix+"/metadata", a.metadata)
+	mux.Handle(apiPrefix+"/status/config", a.config)
 	mux.Handle(apiPrefix+"/", a.notFound)
 }
 

@@ -147,8 +147,18 @@ func goldenCases() []goldenCase {
 			wantCode: http.StatusNotFound},
 		{name: "error_not_found_admin", method: http.MethodPost, path: "/api/v1/admin/tsdb/snapshot",
 			wantCode: http.StatusNotFound},
-		{name: "error_not_found_status_config", method: http.MethodGet, path: "/api/v1/status/config",
+		{name: "error_not_found_status_tsdb", method: http.MethodGet, path: "/api/v1/status/tsdb",
 			wantCode: http.StatusNotFound},
+		{name: "status_config", method: http.MethodGet, path: "/api/v1/status/config",
+			config: func(c *Config) {
+				c.ConfigYAML = "storage:\n  path: data\nsources:\n  targets:\n    - url: http://user:<secret>@gpu-node-1:9400/metrics\n"
+			},
+			wantCode: http.StatusOK},
+		{name: "status_flags", method: http.MethodGet, path: "/api/v1/status/flags",
+			config: func(c *Config) {
+				c.Flags = map[string]string{"storage.path": "data", "web.cors.origin": ".*", "log.level": "info"}
+			},
+			wantCode: http.StatusOK},
 	}
 }
 

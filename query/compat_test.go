@@ -37,14 +37,18 @@ func TestMatchesPrometheus(t *testing.T) {
 		"vllm:num_requests_running": {{Type: model.MetricTypeGauge, Help: "Requests running on the GPU."}},
 		"vllm:request_latency":      {{Type: model.MetricTypeHistogram, Help: "Latency.", Unit: "seconds"}},
 	}
-	strata, err := New(DefaultConfig(), raw, meta, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	flags := map[string]string{"config.file": "strata.yml", "query.timeout": "2m", "web.cors.origin": ".*"}
+	cfg := DefaultConfig()
+	cfg.ConfigYAML = config.DefaultConfig.String() // what the reference serves
+	cfg.Flags = flags
+	strata, err := New(cfg, raw, meta, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { strata.Close() })
 	strataMux := http.NewServeMux()
 	strata.Register(strataMux)
-	reference := newPrometheusAPI(t, raw, meta)
+	reference := newPrometheusAPI(t, raw, meta, flags)
 
 	at := unixSec(t0 + 600_000)
 	rangeParams := url.Values{
@@ -81,6 +85,8 @@ func TestMatchesPrometheus(t *testing.T) {
 		{"metadata limit zero", http.MethodGet, "/api/v1/metadata", url.Values{"limit": {"0"}}},
 		{"metadata bad limit", http.MethodGet, "/api/v1/metadata", url.Values{"limit": {"a"}}},
 		{"buildinfo", http.MethodGet, "/api/v1/status/buildinfo", nil},
+		{"status config", http.MethodGet, "/api/v1/status/config", nil},
+		{"status flags", http.MethodGet, "/api/v1/status/flags", nil},
 		{"format query", http.MethodPost, "/api/v1/format_query", url.Values{"query": {"avg without(instance)(up)"}}},
 		{"exemplars", http.MethodGet, "/api/v1/query_exemplars", url.Values{"query": {"http_requests_total"}}},
 	} {
@@ -103,9 +109,9 @@ func TestMatchesPrometheus(t *testing.T) {
 }
 
 // newPrometheusAPI builds Prometheus' API over q with the engine options of
-// cmd/prometheus (Prometheus 3 defaults) and metadata served by one scrape
-// target per metric family.
-func newPrometheusAPI(t *testing.T, q storage.SampleAndChunkQueryable, meta fakeMetadata) http.Handler {
+// cmd/prometheus (Prometheus 3 defaults), metadata served by one scrape
+// target per metric family, and flags as its command-line flags.
+func newPrometheusAPI(t *testing.T, q storage.SampleAndChunkQueryable, meta fakeMetadata, flags map[string]string) http.Handler {
 	t.Helper()
 	cfg := DefaultConfig()
 	p := parser.NewParser(parser.Options{})
@@ -131,7 +137,7 @@ func newPrometheusAPI(t *testing.T, q storage.SampleAndChunkQueryable, meta fake
 	}
 	api := v1.NewAPI(engine, q, nil, eq, nil,
 		func(context.Context) v1.TargetRetriever { return targetRetriever{"strata": targets} },
-		nil, func() config.Config { return config.DefaultConfig }, nil, v1.GlobalURLOptions{},
+		nil, func() config.Config { return config.DefaultConfig }, flags, v1.GlobalURLOptions{},
 		func(f http.HandlerFunc) http.HandlerFunc { return f },
 		nil, "", false, false, 0, slog.New(slog.DiscardHandler), nil,
 		cfg.RemoteReadSampleLimit, cfg.RemoteReadConcurrency, cfg.RemoteReadMaxBytesInFrame,

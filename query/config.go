@@ -63,6 +63,13 @@ type Config struct {
 	// allowed to call the API from a browser (--web.cors.origin, ".*").
 	CORSOrigin string
 
+	// ConfigYAML is what /api/v1/status/config answers: the server's
+	// effective configuration as YAML, secrets already masked.
+	ConfigYAML string
+	// Flags is what /api/v1/status/flags answers: every command-line flag
+	// of the server, without its dashes, and its effective value.
+	Flags map[string]string
+
 	// The experimental PromQL features below are off by default, as in
 	// Prometheus, and map to its --enable-feature values.
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,34 +18,44 @@ func newTestGate(slots int, timeout time.Duration) *queryGate {
 		prometheus.NewGauge(prometheus.GaugeOpts{Name: "waiting"}))
 }
 
+// The gate's tests run in a synctest bubble: time is the bubble's fake
+// clock, so timeouts of minutes take no time, and synctest.Wait returns once
+// every goroutine is blocked, so no test polls or sleeps.
 func TestQueryGate(t *testing.T) {
 	t.Run("queued query runs when a slot frees", func(t *testing.T) {
-		g := newTestGate(1, time.Minute)
-		if _, err := g.Insert(t.Context(), "first"); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			_, err := g.Insert(t.Context(), "second")
-			done <- err
-		}()
-		// Wait (bounded) until the second query is queued, then free the slot.
-		deadline := time.Now().Add(10 * time.Second)
-		for testutil.ToFloat64(g.waiting) != 1 {
-			if time.Now().After(deadline) {
-				t.Fatal("second query never queued")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		g.Delete(0)
-		select {
-		case err := <-done:
-			if err != nil {
+		synctest.Test(t, func(t *testing.T) {
+			g := newTestGate(1, time.Minute)
+			if _, err := g.Insert(t.Context(), "first"); err != nil {
 				t.Fatal(err)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("queued query did not get the freed slot")
-		}
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.Insert(t.Context(), "second")
+				done <- err
+			}()
+			synctest.Wait() // the second query is blocked in the gate
+			if n := testutil.ToFloat64(g.waiting); n != 1 {
+				t.Fatalf("waiting = %g, want the second query queued", n)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("second query passed a full gate: %v", err)
+			default:
+			}
+			g.Delete(0)
+			synctest.Wait()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			default:
+				t.Fatal("queued query did not get the freed slot")
+			}
+			if n := testutil.ToFloat64(g.waiting); n != 0 {
+				t.Errorf("waiting = %g after the query left the queue", n)
+			}
+		})
 	})
 
 	for _, tc := range []struct {
@@ -53,18 +64,19 @@ func TestQueryGate(t *testing.T) {
 		ctx        func() (context.Context, context.CancelFunc)
 		wantErr    error
 		wantReason string
+		wantWait   time.Duration // how long the query waited in the queue
 	}{
 		{
-			name: "gate timeout", timeout: 20 * time.Millisecond,
+			name: "gate timeout", timeout: 2 * time.Minute,
 			ctx:     func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
-			wantErr: promql.ErrQueryTimeout("query queue"), wantReason: "timeout_in_queue",
+			wantErr: promql.ErrQueryTimeout("query queue"), wantReason: "timeout_in_queue", wantWait: 2 * time.Minute,
 		},
 		{
 			name: "request deadline", timeout: time.Hour,
 			ctx: func() (context.Context, context.CancelFunc) {
-				return context.WithTimeout(context.Background(), 20*time.Millisecond)
+				return context.WithTimeout(context.Background(), 30*time.Second)
 			},
-			wantErr: promql.ErrQueryTimeout("query queue"), wantReason: "timeout_in_queue",
+			wantErr: promql.ErrQueryTimeout("query queue"), wantReason: "timeout_in_queue", wantWait: 30 * time.Second,
 		},
 		{
 			name: "request canceled", timeout: time.Hour,
@@ -77,22 +89,28 @@ func TestQueryGate(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newTestGate(1, tc.timeout)
-			if _, err := g.Insert(t.Context(), "holder"); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			_, err := g.Insert(ctx, "queued")
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("got %v, want %v", err, tc.wantErr)
-			}
-			if n := testutil.ToFloat64(g.rejected.WithLabelValues(tc.wantReason)); n != 1 {
-				t.Errorf("rejected{reason=%q} = %g, want 1", tc.wantReason, n)
-			}
-			if n := testutil.ToFloat64(g.waiting); n != 0 {
-				t.Errorf("waiting = %g after the query left the queue", n)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				g := newTestGate(1, tc.timeout)
+				if _, err := g.Insert(t.Context(), "holder"); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := tc.ctx()
+				defer cancel()
+				start := time.Now()
+				_, err := g.Insert(ctx, "queued")
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("got %v, want %v", err, tc.wantErr)
+				}
+				if waited := time.Since(start); waited != tc.wantWait {
+					t.Errorf("the query waited %s in the queue, want %s", waited, tc.wantWait)
+				}
+				if n := testutil.ToFloat64(g.rejected.WithLabelValues(tc.wantReason)); n != 1 {
+					t.Errorf("rejected{reason=%q} = %g, want 1", tc.wantReason, n)
+				}
+				if n := testutil.ToFloat64(g.waiting); n != 0 {
+					t.Errorf("waiting = %g after the query left the queue", n)
+				}
+			})
 		})
 	}
 }

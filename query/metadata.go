@@ -9,8 +9,6 @@ import (
 
 	"github.com/grafana/regexp"
 	"github.com/prometheus/prometheus/model/metadata"
-	"github.com/prometheus/prometheus/util/httputil"
-	v1 "github.com/prometheus/prometheus/web/api/v1"
 )
 
 // MetadataSource gives the metric metadata (type, help, unit) Strata has
@@ -28,47 +26,18 @@ type MetadataSource interface {
 // metadataHandler serves /api/v1/metadata from a MetadataSource with the
 // parameters and JSON of Prometheus' metricMetadata handler, which reads
 // scrape targets instead.
-type metadataHandler struct {
-	source MetadataSource
-	cors   *regexp.Regexp
-	logger *slog.Logger
-}
-
-func (h *metadataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	httputil.SetCORS(w, h.cors, r)
-	if r.Method == http.MethodOptions {
-		// CORS preflight, answered as Prometheus' OPTIONS route does.
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if r.Method != http.MethodGet {
-		// Prometheus registers the route for GET only; its router answers
-		// other methods 405 in plain text.
-		w.Header().Set("Allow", http.MethodGet)
-		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
-		return
-	}
-	limit, err := parseLimit(r, "limit")
-	if err != nil {
-		writeError(w, h.logger, http.StatusBadRequest, "bad_data", err.Error())
-		return
-	}
-	limitPerMetric, err := parseLimit(r, "limit_per_metric")
-	if err != nil {
-		writeError(w, h.logger, http.StatusBadRequest, "bad_data", err.Error())
-		return
-	}
-	res := selectMetadata(h.source, r.FormValue("metric"), limit, limitPerMetric)
-	b, err := v1.JSONCodec{}.Encode(&v1.Response{Status: "success", Data: res})
-	if err != nil {
-		writeError(w, h.logger, http.StatusInternalServerError, "internal", err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(b); err != nil {
-		h.logger.Debug("write metadata response", "err", err)
-	}
+func metadataHandler(source MetadataSource, cors *regexp.Regexp, logger *slog.Logger) http.Handler {
+	return &getHandler{cors: cors, logger: logger, data: func(r *http.Request) (any, error) {
+		limit, err := parseLimit(r, "limit")
+		if err != nil {
+			return nil, err
+		}
+		limitPerMetric, err := parseLimit(r, "limit_per_metric")
+		if err != nil {
+			return nil, err
+		}
+		return selectMetadata(source, r.FormValue("metric"), limit, limitPerMetric), nil
+	}}
 }
 
 // parseLimit reads a limit parameter as Prometheus does: absent means -1 (no

@@ -19,8 +19,12 @@ import (
 	"github.com/prometheus/prometheus/storage"
 )
 
-// Response headers of RW 2.0, also sent (as 0) for RW 1.0 like Prometheus
-// does: the compliance suite expects 0 for 1.0 requests.
+// Response headers. The *-Written counts belong to RW 2.0 and are sent only
+// on 2.0 requests, as Prometheus' own receiver does (client_golang's
+// exp/api/remote leaves them out for 1.0): a Prometheus 3 sender that sees
+// them on a 1.0 response trusts them, so a 0 there would count every sample
+// of a successful request as failed, while without them it counts the
+// request's samples as written.
 const (
 	headerSamplesWritten    = "X-Prometheus-Remote-Write-Samples-Written"
 	headerHistogramsWritten = "X-Prometheus-Remote-Write-Histograms-Written"
@@ -418,7 +422,9 @@ func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
 func (h *Handler) reject(w http.ResponseWriter, ver protoVersion, e httpError) {
 	h.m.rejected.WithLabelValues(e.reason).Inc()
 	h.logger.Debug("remote-write request rejected", "code", e.code, "reason", e.reason, "err", e.err)
-	setWritten(w, 0, 0, 0)
+	if ver == version2 {
+		setWritten(w, 0, 0, 0)
+	}
 	http.Error(w, e.err.Error(), e.code)
 	v := "unknown"
 	if ver != versionUnknown {
@@ -447,10 +453,13 @@ func (h *Handler) respond(w http.ResponseWriter, ver protoVersion, res *writeRes
 		body = res.message(h.cfg.MaxErrorBodyBytes)
 		h.logger.Debug("remote-write request partly rejected", "msg", body)
 	}
-	if ver == version2 && res.fatal == nil {
+	switch {
+	case ver != version2:
+		// RW 1.0: no counts (see headerSamplesWritten).
+	case res.fatal != nil:
+		setWritten(w, 0, 0, 0) // rolled back
+	default:
 		setWritten(w, res.samples, res.histograms, res.exemplars)
-	} else {
-		setWritten(w, 0, 0, 0)
 	}
 	if res.fatal == nil {
 		h.m.written.WithLabelValues("sample").Add(float64(res.samples))

@@ -300,7 +300,7 @@ func TestHandlerV1MetadataAndExemplars(t *testing.T) {
 	if w.Code != 204 {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	checkWritten(t, w, "0", "0", "0")
+	checkNoWritten(t, w)
 	md := env.h.meta.Metadata("")
 	if m := md["req"]; len(m) != 1 || m[0].Type != model.MetricTypeCounter || m[0].Help != "Requests." {
 		t.Fatalf("metadata %v", md)

@@ -22,6 +22,12 @@ for _ in $(seq 1 100); do
 	curl -fs "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1 && break
 	sleep 0.2
 done
+if ! kill -0 "$strata_pid" 2>/dev/null; then
+	strata_pid=""
+	echo "strata serve did not start (is port $port in use? DEMO_PORT=... picks another):" >&2
+	tail -n 5 "$data.log" >&2
+	exit 1
+fi
 echo "Strata is up: http://127.0.0.1:$port (log: $data.log, data: $data/)"
 
 ./strata simulate --push.url="http://127.0.0.1:$port/api/v1/write" --push.interval=15s \
@@ -35,10 +41,35 @@ Injected fault (ground truth, $data/ground-truth.jsonl):
 $(cat "$data/ground-truth.jsonl")
 
 Try, while the simulated cluster keeps pushing:
-  curl -s 'http://127.0.0.1:$port/api/v1/query?query=max%20by%20(pod)(max_over_time(vllm:kv_cache_usage_perc[1h]))'
-  curl -s 'http://127.0.0.1:$port/api/v1/query?query=strata:ttft_seconds:p99'
-  curl -s 'http://127.0.0.1:$port/api/v1/query?query=sum%20by%20(component)(strata:latency_seconds:component)'
-Grafana: add a Prometheus data source http://127.0.0.1:$port and import dashboards/*.json.
-Stopping in $duration, or press Ctrl-C.
+  ./strata diagnose --url=http://127.0.0.1:$port --from=-2h
+  curl -s http://127.0.0.1:$port/api/v1/diagnoses
+  curl -sG http://127.0.0.1:$port/api/v1/query --data-urlencode 'query=max by (pod) (max_over_time(vllm:kv_cache_usage_perc[1h]))'
+  curl -sG http://127.0.0.1:$port/api/v1/query --data-urlencode 'query=strata:ttft_seconds:p99'
+  curl -sG http://127.0.0.1:$port/api/v1/query --data-urlencode 'query=sum by (component) (strata:latency_seconds:component)'
+Grafana: add a Prometheus data source http://127.0.0.1:$port and import dashboards/*.json
+(the inference dashboard draws diagnoses as annotations and in its "Diagnoses" panel).
+
+Waiting for Strata to diagnose the fault (it evaluates each minute once the
+10-minute lateness window has passed it)...
 MSG
+
+# Print the first diagnosis as soon as the engine makes it: bounded wait.
+diagnosed=""
+for _ in $(seq 1 120); do
+	kill -0 "$strata_pid" 2>/dev/null || break
+	if curl -fs "http://127.0.0.1:$port/api/v1/diagnoses" 2>/dev/null | grep -q '"cause"'; then
+		diagnosed=1
+		break
+	fi
+	sleep 5
+done
+if [[ -n "$diagnosed" ]]; then
+	echo
+	echo "Strata's diagnosis (./strata diagnose --url=http://127.0.0.1:$port --from=-2h):"
+	./strata diagnose --url="http://127.0.0.1:$port" --from=-2h
+else
+	echo "No diagnosis after 10 minutes: see $data.log."
+fi
+echo
+echo "Stopping in $duration, or press Ctrl-C."
 wait "$sim_pid" || true

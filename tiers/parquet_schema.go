@@ -24,9 +24,10 @@ const parquetSchemaVersion = "2"
 // parquetRow is one row of a minute or hour rollup file: one series' window.
 //
 // The metric name and the labels DCGM and vLLM series usually carry have their
-// own dictionary-encoded columns, because analysts filter on them (a wide
-// column is ~100x faster to filter in DuckDB than a map key, see
-// research/parquet.md §2.4). The full canonical label set is kept in `labels`
+// own dictionary-encoded columns, because analysts filter on them: in a
+// DuckDB test on 9 million rows, a filter on a label took 23-35 ms as a wide
+// column and 2.3-2.8 s as a map key, for files of about the same size. The
+// full canonical label set is kept in `labels`
 // as a JSON object so nothing is lost and Strata rebuilds series from it.
 // Absent labels are null. Timestamps are int64 milliseconds annotated as
 // TIMESTAMP(ms, UTC).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/alecthomas/units"
@@ -17,6 +18,7 @@ import (
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
 	"github.com/strata-dev/strata/diagnose"
+	"github.com/strata-dev/strata/diagnose/archive"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/storeapi"
@@ -33,15 +35,27 @@ type Config struct {
 	Storage     StorageConfig     `yaml:"storage"`
 	Web         WebConfig         `yaml:"web"`
 	RemoteWrite RemoteWriteConfig `yaml:"remote_write"`
+	RemoteRead  RemoteReadConfig  `yaml:"remote_read"`
 	Query       QueryConfig       `yaml:"query"`
 	GRPC        GRPCConfig        `yaml:"grpc"`
 	Rules       RulesConfig       `yaml:"rules"`
 	SelfScrape  SelfScrapeConfig  `yaml:"self_scrape"`
 	Sources     scrape.Config     `yaml:"sources"`
-	Diagnose    diagnose.Config   `yaml:"diagnose"`
+	Diagnose    DiagnoseSection   `yaml:"diagnose"`
 	// Alerting is Prometheus' `alerting:` section, parsed by Prometheus'
 	// configuration code (see alertingConfig).
 	Alerting yaml.Node `yaml:"alerting"`
+
+	// flags are the command line's flags and their effective values, for
+	// /api/v1/status/flags (statusFlags); not part of the file.
+	flags map[string]string
+}
+
+// DiagnoseSection is the `diagnose:` section: the engine's configuration
+// and, under `archive:`, the case archive's (docs/configuration.md).
+type DiagnoseSection struct {
+	diagnose.Config `yaml:",inline"`
+	Archive         archive.Config `yaml:"archive"`
 }
 
 // GlobalConfig holds what identifies this node among others, as in
@@ -117,6 +131,8 @@ type WebConfig struct {
 	ConfigFile    string         `yaml:"config_file"`
 	EnablePprof   bool           `yaml:"enable_pprof"`
 	ReadTimeout   model.Duration `yaml:"read_timeout"`
+	// CORSOrigin: query.Config.CORSOrigin.
+	CORSOrigin string `yaml:"cors_origin"`
 }
 
 // RemoteWriteConfig bounds what the receiver accepts.
@@ -129,6 +145,14 @@ type RemoteWriteConfig struct {
 	MaxFutureSkew        model.Duration `yaml:"max_future_skew"`
 	MaxInflightRequests  int            `yaml:"max_inflight_requests"`
 	MaxInflightBytes     ByteSize       `yaml:"max_inflight_bytes"`
+}
+
+// RemoteReadConfig bounds the remote-read endpoint (/api/v1/read), as
+// Prometheus' --storage.remote.read-* flags do.
+type RemoteReadConfig struct {
+	SampleLimit     int      `yaml:"sample_limit"`
+	ConcurrentLimit int      `yaml:"concurrent_limit"`
+	MaxBytesInFrame ByteSize `yaml:"max_bytes_in_frame"`
 }
 
 // QueryConfig bounds the PromQL engine.
@@ -154,6 +178,10 @@ func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
 
 // Set parses a size such as "32MiB" or a plain number of bytes (kingpin.Value).
 func (b *ByteSize) Set(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*b = ByteSize(n)
+		return nil
+	}
 	v, err := units.ParseBase2Bytes(s)
 	if err != nil {
 		return fmt.Errorf("invalid size %q: %w", s, err)
@@ -219,6 +247,9 @@ func (c Config) validate() error {
 	}
 	if _, err := c.canonicalRules(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Diagnose.Archive.Retention < 0 {
+		errs = append(errs, fmt.Errorf("diagnose.archive.retention must not be negative, got %s", c.Diagnose.Archive.Retention))
 	}
 	if err := c.Diagnose.Validate(); err != nil {
 		errs = append(errs, err)
@@ -310,5 +341,9 @@ func (c Config) query() query.Config {
 	q.MaxConcurrency = c.Query.MaxConcurrency
 	q.LookbackDelta = time.Duration(c.Query.LookbackDelta)
 	q.SplitParallelism = c.Query.SplitParallelism
+	q.RemoteReadSampleLimit = c.RemoteRead.SampleLimit
+	q.RemoteReadConcurrency = c.RemoteRead.ConcurrentLimit
+	q.RemoteReadMaxBytesInFrame = int(c.RemoteRead.MaxBytesInFrame)
+	q.CORSOrigin = c.Web.CORSOrigin
 	return q
 }

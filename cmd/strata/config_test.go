@@ -113,3 +113,23 @@ func TestExternalLabelsAndGRPC(t *testing.T) {
 		})
 	}
 }
+
+func TestByteSizeSet(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want ByteSize
+	}{
+		{"1048576", 1 << 20}, // a plain number of bytes, as Prometheus' flags take
+		{"1MiB", 1 << 20},
+		{"32MiB", 32 << 20},
+	} {
+		var b ByteSize
+		if err := b.Set(tc.in); err != nil || b != tc.want {
+			t.Errorf("Set(%q) = %d, %v; want %d", tc.in, b, err, tc.want)
+		}
+	}
+	var b ByteSize
+	if err := b.Set("lots"); err == nil {
+		t.Error(`Set("lots"): no error`)
+	}
+}

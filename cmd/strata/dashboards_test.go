@@ -44,6 +44,12 @@ func dashboardQueries(t *testing.T, dir string) []dashboardQuery {
 					Expr string `json:"expr"`
 				} `json:"targets"`
 			} `json:"panels"`
+			Annotations struct {
+				List []struct {
+					Name string `json:"name"`
+					Expr string `json:"expr"`
+				} `json:"list"`
+			} `json:"annotations"`
 		}
 		if err := json.Unmarshal(b, &d); err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -55,6 +61,12 @@ func dashboardQueries(t *testing.T, dir string) []dashboardQuery {
 			for _, tg := range p.Targets {
 				expr := strings.NewReplacer(`"$model"`, `".*"`).Replace(tg.Expr)
 				out = append(out, dashboardQuery{d.Title, p.Title, expr})
+			}
+		}
+		for _, a := range d.Annotations.List {
+			if a.Expr != "" {
+				expr := strings.NewReplacer(`"$model"`, `".*"`).Replace(a.Expr)
+				out = append(out, dashboardQuery{d.Title, "annotation " + a.Name, expr})
 			}
 		}
 	}
@@ -73,10 +85,13 @@ func TestDashboardQueriesParse(t *testing.T) {
 }
 
 // TestDashboardsReturnData feeds a running strata serve with a simulated
-// cluster (remote write, as a Prometheus in front of it would) and checks that
-// every dashboard query returns data: the canonical rules turned the
-// simulator's vLLM, DCGM and eBPF series into strata: series, and Strata's own
-// metrics were self-scraped.
+// cluster (remote write, as a Prometheus in front of it would) with one
+// injected fault and checks that every dashboard query returns data: the
+// canonical rules turned the simulator's vLLM, DCGM and eBPF series into
+// strata: series, Strata's own metrics were self-scraped, and the diagnosis
+// engine wrote its diagnosis of the fault back (the Diagnoses panel and
+// annotations). The baseline bands need an hour of history, more than this
+// test pushes: TestDashboardBaselineBands checks them.
 func TestDashboardsReturnData(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end dashboard test: skipped under -short")
@@ -92,7 +107,9 @@ func TestDashboardsReturnData(t *testing.T) {
 
 	// Twenty minutes of history up to now, pushed as fast as Strata takes it.
 	now := time.Now()
-	cluster, err := sim.New(sim.Config{Seed: 7, Nodes: 1, GPUsPerNode: 2, DCGMFields: "full", Start: now.Add(-20 * time.Minute).Truncate(time.Second)})
+	gpu := 0
+	cluster, err := sim.New(sim.Config{Seed: 7, Nodes: 1, GPUsPerNode: 2, DCGMFields: "full", Start: now.Add(-20 * time.Minute).Truncate(time.Second),
+		Faults: []sim.FaultSpec{{Kind: sim.KindKVCacheStorm, Node: 0, GPU: &gpu, At: 2 * time.Minute, Duration: time.Hour}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +126,9 @@ func TestDashboardsReturnData(t *testing.T) {
 	client := newAPIClient(t, p)
 	pending := map[string]dashboardQuery{}
 	for _, q := range queries {
-		pending[q.expr] = q
+		if !strings.Contains(q.expr, "strata:baseline:") {
+			pending[q.expr] = q
+		}
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for len(pending) > 0 && time.Now().Before(deadline) {

@@ -153,16 +153,22 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		s.ams.am.Store(am)
 		sinks = append(sinks, am)
 	}
-	if hooks := s.cfg.Diagnose.Hooks.Webhooks; len(hooks) > 0 {
+	if hooks := s.cfg.Diagnose.Hooks; len(hooks.Webhooks)+len(hooks.Profilers) > 0 {
 		m := notify.NewMetrics(s.reg)
-		for _, h := range hooks {
+		for _, h := range hooks.Webhooks {
 			w := notify.NewWebhook(h, m, logger.With("sink", "webhook"), 0)
 			s.closer = append(s.closer, func() error { w.Stop(); return nil })
 			sinks = append(sinks, w)
 		}
+		traffic := notify.QueryTraffic{Engine: s.api.Engine(), Queryable: s.stitched}
+		for _, h := range hooks.Profilers {
+			p := notify.NewProfiler(h, s.cfg.Diagnose.SLO, traffic, m, logger.With("sink", "profiler"), 0, time.Now)
+			s.closer = append(s.closer, func() error { p.Stop(); return nil })
+			sinks = append(sinks, p)
+		}
 	}
-	eng, err := diagnose.New(s.cfg.Diagnose, diagnose.Options{
-		Minute: s.minute, Open: s.rollup, Signals: signals,
+	eng, err := diagnose.New(s.cfg.Diagnose.Config, diagnose.Options{
+		Minute: s.minute, Open: s.rollup, Signals: signals, Archive: s.arc.archive(),
 		WriteBack: s.rawApp, WriteBackDelay: time.Duration(s.cfg.Storage.OutOfOrderWindow) + time.Minute,
 		Sinks: sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
 		Logger: logger, Registerer: s.reg,
@@ -268,7 +274,7 @@ func (c *diagnoseCommand) replay(ctx context.Context, logger *slog.Logger, from,
 	if err != nil {
 		return nil, err
 	}
-	return diagnose.Replay(ctx, cfg.Diagnose, diagnose.Options{Minute: minute, Signals: signals, Logger: logger,
+	return diagnose.Replay(ctx, cfg.Diagnose.Config, diagnose.Options{Minute: minute, Signals: signals, Logger: logger,
 		LookbackDelta: time.Duration(cfg.Query.LookbackDelta)}, from, to)
 }
 

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	if prometheusBuild.dir != "" {
+		_ = os.RemoveAll(prometheusBuild.dir)
+	}
 	os.Exit(code)
 }
 

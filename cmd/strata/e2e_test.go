@@ -328,9 +328,9 @@ func TestWebConfigAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startStrataAuth(t, filepath.Join(dir, "data"), "oncall", "s3cret", "--web.config.file="+webCfg)
-	for _, path := range []string{"/api/v1/write", "/api/v1/query?query=up", "/metrics", "/api/v1/labels"} {
+	for _, path := range []string{"/api/v1/write", "/api/v1/query?query=up", "/metrics", "/api/v1/labels", "/api/v1/diagnoses/d-0/feedback"} {
 		method := http.MethodGet
-		if path == "/api/v1/write" {
+		if path == "/api/v1/write" || strings.HasSuffix(path, "/feedback") {
 			method = http.MethodPost
 		}
 		for _, tc := range []struct {

@@ -15,11 +15,22 @@ import (
 type overrides struct {
 	cmd   *kingpin.CmdClause
 	apply []func(*Config)
+	// value reads each flag's effective value back from the configuration,
+	// for /api/v1/status/flags.
+	value map[string]func(*Config) string
+}
+
+func (o *overrides) read(name string, f func(*Config) string) {
+	if o.value == nil {
+		o.value = map[string]func(*Config) string{}
+	}
+	o.value[name] = f
 }
 
 func (o *overrides) duration(name, help string, field func(*Config) *model.Duration) {
 	v := new(model.Duration)
 	set := o.flag(name, help, v)
+	o.read(name, func(c *Config) string { return field(c).String() })
 	o.apply = append(o.apply, func(c *Config) {
 		if *set {
 			*field(c) = *v
@@ -30,6 +41,7 @@ func (o *overrides) duration(name, help string, field func(*Config) *model.Durat
 func (o *overrides) bytes(name, help string, field func(*Config) *ByteSize) {
 	v := new(ByteSize)
 	set := o.flag(name, help, v)
+	o.read(name, func(c *Config) string { return field(c).String() })
 	o.apply = append(o.apply, func(c *Config) {
 		if *set {
 			*field(c) = *v
@@ -40,6 +52,7 @@ func (o *overrides) bytes(name, help string, field func(*Config) *ByteSize) {
 func (o *overrides) int(name, help string, field func(*Config) *int) {
 	v := new(intValue)
 	set := o.flag(name, help, v)
+	o.read(name, func(c *Config) string { return strconv.Itoa(*field(c)) })
 	o.apply = append(o.apply, func(c *Config) {
 		if *set {
 			*field(c) = int(*v)
@@ -50,6 +63,7 @@ func (o *overrides) int(name, help string, field func(*Config) *int) {
 func (o *overrides) string(name, help string, field func(*Config) *string) {
 	v := new(stringValue)
 	set := o.flag(name, help, v)
+	o.read(name, func(c *Config) string { return *field(c) })
 	o.apply = append(o.apply, func(c *Config) {
 		if *set {
 			*field(c) = string(*v)
@@ -61,6 +75,7 @@ func (o *overrides) bool(name, help string, field func(*Config) *bool) {
 	v := new(bool)
 	set := new(bool)
 	o.cmd.Flag(name, help).IsSetByUser(set).BoolVar(v)
+	o.read(name, func(c *Config) string { return strconv.FormatBool(*field(c)) })
 	o.apply = append(o.apply, func(c *Config) {
 		if *set {
 			*field(c) = *v

@@ -10,36 +10,61 @@ import (
 )
 
 func main() {
-	app := kingpin.New("strata", "Strata: a tiered Prometheus remote-write store and PromQL API for AI inference fleets.")
-	app.Version(version.Print("strata"))
-	app.HelpFlag.Short('h')
-
-	serve := newServeCommand(app)
-	simulate := newSimulateCommand(app)
-	bf := newBackfillCommand(app)
-	bc := newBenchCommand(app)
-	diag := newDiagnoseCommand(app)
-
-	cmd, err := app.Parse(os.Args[1:])
+	setBuildVersion()
+	c := newCLI()
+	cmd, err := c.app.Parse(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		os.Exit(2)
 	}
 	var runErr error
 	switch cmd {
-	case serve.cmd.FullCommand():
-		runErr = serve.run()
-	case bf.cmd.FullCommand():
-		runErr = bf.run(promslog.New(serve.logConfig))
-	case bc.run.FullCommand(), bc.compare.FullCommand():
-		runErr = bc.exec(cmd, promslog.New(serve.logConfig))
-	case diag.cmd.FullCommand():
-		runErr = diag.run(promslog.New(serve.logConfig), os.Stdout)
-	case simulate.cmd.FullCommand():
-		runErr = simulate.run(promslog.New(serve.logConfig))
+	case c.serve.cmd.FullCommand():
+		runErr = c.serve.run()
+	case c.backfill.cmd.FullCommand():
+		runErr = c.backfill.run(promslog.New(c.serve.logConfig))
+	case c.bench.run.FullCommand(), c.bench.compare.FullCommand():
+		runErr = c.bench.exec(cmd, promslog.New(c.serve.logConfig))
+	case c.diagnose.cmd.FullCommand(), c.diagX.list.FullCommand():
+		runErr = c.diagnose.run(promslog.New(c.serve.logConfig), os.Stdout)
+	case c.simulate.cmd.FullCommand():
+		runErr = c.simulate.run(promslog.New(c.serve.logConfig))
+	default:
+		if c.diagX.handles(cmd) {
+			runErr = c.diagX.run(cmd, promslog.New(c.serve.logConfig), os.Stdin, os.Stdout)
+		}
 	}
 	if runErr != nil {
 		fmt.Fprintf(os.Stderr, "strata %s: %v\n", cmd, runErr)
 		os.Exit(1)
 	}
+}
+
+// cli is strata's command line: the kingpin application and its commands,
+// built in one place so tests see every flag a user can pass.
+type cli struct {
+	app      *kingpin.Application
+	serve    *serveCommand
+	simulate *simulateCommand
+	backfill *backfillCommand
+	bench    *benchCommand
+	diagnose *diagnoseCommand
+	// diagX are diagnose's subcommands: list (the default), bench, archive.
+	diagX *diagnoseExtras
+}
+
+func newCLI() *cli {
+	app := kingpin.New("strata", "Strata: a tiered Prometheus remote-write store and PromQL API for AI inference fleets.")
+	app.Version(version.Print("strata"))
+	app.HelpFlag.Short('h')
+	c := &cli{
+		app:      app,
+		serve:    newServeCommand(app),
+		simulate: newSimulateCommand(app),
+		backfill: newBackfillCommand(app),
+		bench:    newBenchCommand(app),
+		diagnose: newDiagnoseCommand(app),
+	}
+	c.diagX = newDiagnoseExtras(c.diagnose)
+	return c
 }

@@ -36,6 +36,7 @@ import (
 )
 
 type serveCommand struct {
+	app        *kingpin.Application
 	cmd        *kingpin.CmdClause
 	configFile string
 	logConfig  *promslog.Config
@@ -44,6 +45,7 @@ type serveCommand struct {
 
 func newServeCommand(app *kingpin.Application) *serveCommand {
 	s := &serveCommand{
+		app:       app,
 		cmd:       app.Command("serve", "Run the remote-write receiver, the tiers and the Prometheus HTTP API.").Default(),
 		logConfig: &promslog.Config{},
 	}
@@ -70,7 +72,10 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *bool { return &c.Web.EnablePprof })
 	o.duration("web.read-timeout", "Maximum time to read a request, body included. (default: 5m)",
 		func(c *Config) *model.Duration { return &c.Web.ReadTimeout })
+	o.string("web.cors.origin", `Regex for CORS origin. It is fully anchored. Example: 'https?://(domain1|domain2)\.com'. (default: .*)`,
+		func(c *Config) *string { return &c.Web.CORSOrigin })
 	addRemoteWriteFlags(o)
+	addRemoteReadFlags(o)
 	addQueryFlags(o)
 	addGRPCFlags(o)
 	promslogflag.AddFlags(app, s.logConfig)
@@ -95,6 +100,7 @@ type server struct {
 	rules    *ruleSources     // /api/v1/rules and /api/v1/alerts
 	ams      *alertmanagers   // /api/v1/alertmanagers
 	diag     *diagSource      // /api/v1/diagnoses
+	arc      *archiveSource   // the case archive, for /api/v1/diagnoses/{id}/feedback
 	store    *storeapi.Server // the Thanos StoreAPI; nil when grpc.listen_address is empty
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
@@ -109,6 +115,7 @@ func (s *serveCommand) run() error {
 	if err := cfg.validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
+	cfg.flags = statusFlags(s.app, s.cmd.FullCommand(), s.flags, &cfg)
 	logger := promslog.New(s.logConfig)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -128,7 +135,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		versioncollector.NewCollector("strata"),
 	)
-	srv = &server{cfg: cfg, logger: logger, reg: reg, rules: &ruleSources{}, ams: &alertmanagers{}, diag: &diagSource{}}
+	srv = &server{cfg: cfg, logger: logger, reg: reg, rules: &ruleSources{}, ams: &alertmanagers{}, diag: &diagSource{}, arc: &archiveSource{}}
 	// On error the returned srv is nil, so the deferred cleanup closes what
 	// was opened through its own reference.
 	opened := srv
@@ -180,6 +187,10 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	srv.targets = &scrapeTargets{}
 	qcfg := cfg.query()
 	qcfg.Rules, qcfg.Alertmanagers = srv.rules, srv.ams
+	if qcfg.ConfigYAML, err = cfg.statusYAML(); err != nil {
+		return nil, err
+	}
+	qcfg.Flags = cfg.flags
 	srv.api, err = query.New(qcfg, srv.stitched, srv.meta, logger.With("component", "query"), reg,
 		query.WithTargets(srv.targets, cfg.Web.ListenAddress, externalHost(cfg.Web.ListenAddress)))
 	if err != nil {
@@ -195,6 +206,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.Diagnose.Enabled {
+		if _, err := srv.openArchive(logger.With("component", "diagnose")); err != nil {
+			return nil, err
+		}
+	}
 	return srv, nil
 }
 
@@ -206,6 +222,7 @@ func (s *server) handler() http.Handler {
 	diag := diagnose.NewHandler(s.diag, time.Now)
 	mux.Handle("GET /api/v1/diagnoses", diag)
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)
+	mux.Handle("POST /api/v1/diagnoses/{id}/feedback", s.arc)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -389,6 +406,15 @@ func addRemoteWriteFlags(o *overrides) {
 		func(c *Config) *int { return &c.RemoteWrite.MaxInflightRequests })
 	o.bytes("remote-write.max-inflight-bytes", "Compressed bytes of remote-write requests handled at once; more get 429. (default: 512MiB)",
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxInflightBytes })
+}
+
+func addRemoteReadFlags(o *overrides) {
+	o.int("storage.remote.read-sample-limit", "Most samples one sampled (non-streamed) remote read may return; 0 means no limit. (default: 50000000)",
+		func(c *Config) *int { return &c.RemoteRead.SampleLimit })
+	o.int("storage.remote.read-concurrent-limit", "Remote reads served at once; 0 means no limit. (default: 10)",
+		func(c *Config) *int { return &c.RemoteRead.ConcurrentLimit })
+	o.bytes("storage.remote.read-max-bytes-in-frame", "Largest frame of a streamed remote read, in bytes or with a unit (1MiB). (default: 1MiB)",
+		func(c *Config) *ByteSize { return &c.RemoteRead.MaxBytesInFrame })
 }
 
 func addQueryFlags(o *overrides) {

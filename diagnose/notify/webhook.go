@@ -30,15 +30,18 @@ type WebhookEvent struct {
 // Metrics of the sinks, shared by every webhook.
 type Metrics struct {
 	sent, failed, dropped *prometheus.CounterVec
+	skipped               *prometheus.CounterVec // profiler hook, by reason
 }
 
-// NewMetrics registers strata_diagnose_notifications_{sent,failed,dropped}_total{kind}.
+// NewMetrics registers strata_diagnose_notifications_{sent,failed,dropped}_total{kind}
+// and strata_diagnose_profiles_skipped_total{reason}.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	return &Metrics{
 		sent:    f.NewCounterVec(prometheus.CounterOpts{Name: "strata_diagnose_notifications_sent_total", Help: "Notifications delivered, by kind of sink."}, []string{"kind"}),
 		failed:  f.NewCounterVec(prometheus.CounterOpts{Name: "strata_diagnose_notifications_failed_total", Help: "Notifications given up after every retry failed, by kind of sink."}, []string{"kind"}),
 		dropped: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_diagnose_notifications_dropped_total", Help: "Notifications dropped because the sink's queue was full, by kind of sink."}, []string{"kind"}),
+		skipped: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_diagnose_profiles_skipped_total", Help: "Diagnoses the profiler hook matched but did not profile: no_pod, latency_slo (a latency objective under min_latency_slo), min_interval (the pod was profiled recently)."}, []string{"reason"}),
 	}
 }
 
@@ -46,16 +49,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // delivers, retrying each event with exponential backoff (Backoff, doubling)
 // up to MaxRetries times. The caller MUST call Stop.
 type Webhook struct {
-	cfg     diagnose.WebhookConfig
-	client  *http.Client
-	m       *Metrics
-	logger  *slog.Logger
-	backoff time.Duration
-	queue   chan WebhookEvent
-	sent    map[string]bool // diagnoses that fired the hook
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	cfg  diagnose.WebhookConfig
+	out  *poster
+	sent map[string]bool // diagnoses that fired the hook
 }
 
 // NewWebhook starts the webhook's delivery goroutine. backoff is the first
@@ -67,24 +63,15 @@ func NewWebhook(cfg diagnose.WebhookConfig, m *Metrics, logger *slog.Logger, bac
 	if cfg.MaxRetries <= 0 {
 		cfg.MaxRetries = 5
 	}
-	if backoff <= 0 {
-		backoff = time.Second
+	return &Webhook{
+		cfg:  cfg,
+		out:  newPoster("webhook", cfg.URL, time.Duration(cfg.Timeout), cfg.MaxRetries, backoff, m, logger),
+		sent: map[string]bool{},
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Webhook{
-		cfg: cfg, client: &http.Client{Timeout: time.Duration(cfg.Timeout)}, m: m, logger: logger, backoff: backoff,
-		queue: make(chan WebhookEvent, 1000), sent: map[string]bool{}, ctx: ctx, cancel: cancel,
-	}
-	w.wg.Add(1)
-	go w.loop()
-	return w
 }
 
 // Stop abandons queued events and waits for the delivery goroutine.
-func (w *Webhook) Stop() {
-	w.cancel()
-	w.wg.Wait()
-}
+func (w *Webhook) Stop() { w.out.stop() }
 
 // Update implements diagnose.Sink.
 func (w *Webhook) Update(u diagnose.Update) {
@@ -98,54 +85,95 @@ func (w *Webhook) Update(u diagnose.Update) {
 		switch {
 		case d.State == diagnose.StateFiring && !w.sent[d.ID] && d.Confidence >= w.cfg.MinConfidence:
 			w.sent[d.ID] = true
-			w.enqueue(WebhookEvent{Event: "firing", Diagnosis: d})
+			w.out.enqueue(d.ID, WebhookEvent{Event: "firing", Diagnosis: d})
 		case d.State == diagnose.StateResolved && w.sent[d.ID]:
 			delete(w.sent, d.ID)
-			w.enqueue(WebhookEvent{Event: "resolved", Diagnosis: d})
+			w.out.enqueue(d.ID, WebhookEvent{Event: "resolved", Diagnosis: d})
 		}
 	}
 }
 
-func (w *Webhook) enqueue(ev WebhookEvent) {
+// poster delivers JSON bodies to one URL from a bounded queue, in one
+// goroutine, retrying each with exponential backoff; a full queue drops
+// (counted), so a slow receiver never blocks the engine.
+type poster struct {
+	kind, url  string
+	client     *http.Client
+	maxRetries int
+	backoff    time.Duration
+	m          *Metrics
+	logger     *slog.Logger
+	queue      chan posting
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+// posting is one queued body; id names it in logs (a diagnosis id).
+type posting struct {
+	id   string
+	body any
+}
+
+func newPoster(kind, url string, timeout time.Duration, maxRetries int, backoff time.Duration, m *Metrics, logger *slog.Logger) *poster {
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &poster{
+		kind: kind, url: url, client: &http.Client{Timeout: timeout}, maxRetries: maxRetries, backoff: backoff,
+		m: m, logger: logger, queue: make(chan posting, 1000), ctx: ctx, cancel: cancel,
+	}
+	p.wg.Add(1)
+	go p.loop()
+	return p
+}
+
+func (p *poster) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+func (p *poster) enqueue(id string, body any) {
 	select {
-	case w.queue <- ev:
+	case p.queue <- posting{id, body}:
 	default:
-		w.m.dropped.WithLabelValues("webhook").Inc()
+		p.m.dropped.WithLabelValues(p.kind).Inc()
 	}
 }
 
-func (w *Webhook) loop() {
-	defer w.wg.Done()
+func (p *poster) loop() {
+	defer p.wg.Done()
 	for {
 		select {
-		case <-w.ctx.Done():
+		case <-p.ctx.Done():
 			return
-		case ev := <-w.queue:
-			w.deliver(ev)
+		case ev := <-p.queue:
+			p.deliver(ev)
 		}
 	}
 }
 
-func (w *Webhook) deliver(ev WebhookEvent) {
-	body, err := json.Marshal(ev)
+func (p *poster) deliver(ev posting) {
+	body, err := json.Marshal(ev.body)
 	if err != nil {
-		w.m.failed.WithLabelValues("webhook").Inc()
+		p.m.failed.WithLabelValues(p.kind).Inc()
 		return
 	}
-	delay := w.backoff
+	delay := p.backoff
 	for attempt := 0; ; attempt++ {
-		err = w.post(body)
+		err = p.post(body)
 		if err == nil {
-			w.m.sent.WithLabelValues("webhook").Inc()
+			p.m.sent.WithLabelValues(p.kind).Inc()
 			return
 		}
-		if attempt >= w.cfg.MaxRetries {
-			w.m.failed.WithLabelValues("webhook").Inc()
-			w.logger.Warn("webhook delivery failed", "url", w.cfg.URL, "diagnosis", ev.Diagnosis.ID, "err", err)
+		if attempt >= p.maxRetries {
+			p.m.failed.WithLabelValues(p.kind).Inc()
+			p.logger.Warn(p.kind+" delivery failed", "url", p.url, "diagnosis", ev.id, "err", err)
 			return
 		}
 		select {
-		case <-w.ctx.Done():
+		case <-p.ctx.Done():
 			return
 		case <-time.After(delay):
 		}
@@ -153,13 +181,13 @@ func (w *Webhook) deliver(ev WebhookEvent) {
 	}
 }
 
-func (w *Webhook) post(body []byte) error {
-	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(body))
+func (p *poster) post(body []byte) error {
+	req, err := http.NewRequestWithContext(p.ctx, http.MethodPost, p.url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := w.client.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -168,7 +196,7 @@ func (w *Webhook) post(body []byte) error {
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook answered %s", resp.Status)
+		return fmt.Errorf("%s answered %s", p.kind, resp.Status)
 	}
 	return nil
 }
