@@ -1,7 +1,9 @@
 // Package backfill writes historical samples straight into Strata's tiers:
-// the part that the raw tier can still take goes into raw (and reaches the
-// rollups through the downsample pipeline), everything older is rolled up in
-// memory into minute partitions and, from those, hour partitions. It is how
+// the part that the raw tier's head can still take goes into raw (and reaches
+// the rollups through the downsample pipeline), everything older is rolled up
+// in memory into minute partitions and, from those, hour partitions; what of
+// it lies within the raw retention also goes into raw as TSDB blocks beside
+// the head, so an imported day is queryable at full resolution. It is how
 // weeks of history are imported (the `strata backfill` command) and how
 // tests get weeks of data in seconds.
 //
@@ -15,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -23,6 +26,7 @@ import (
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
@@ -88,12 +92,16 @@ type Targets struct {
 
 // Progress is reported after every partition and every raw commit.
 type Progress struct {
-	Phase             string // "minute", "hour" or "raw"
+	Phase             string // "minute", "hour", "raw blocks" or "raw"
 	Done, Total       int    // units of the current phase (partitions, or samples for raw)
 	PartitionsWritten int
 	PartitionsSkipped int // existing partitions, never overwritten (minute tier)
 	RawSamples        int // samples appended to raw so far
-	DroppedSamples    int // older than the hour tier's retention, or rejected by raw
+	// RawBlockSamples are the samples written into raw blocks behind the
+	// head; an open raw tier serves them after its next block reload (within
+	// a minute), a restarted one at once.
+	RawBlockSamples int
+	DroppedSamples  int // older than the hour tier's retention, or rejected by raw
 }
 
 // Result is the final Progress.
@@ -113,7 +121,15 @@ type progressState struct {
 	Hour    []int64 `json:"hour_partitions"`
 	RawMark int64   `json:"raw_mark"` // samples with T < RawMark are committed to raw
 	RawDone bool    `json:"raw_done"`
+	// RawBlocks are the starts of the raw block ranges written (rawBlockRange
+	// each) for history behind the cutoff.
+	RawBlocks []int64 `json:"raw_blocks"`
 }
+
+// rawBlockRange is the span of one raw block written for history behind the
+// head: the TSDB's smallest block range, as promtool's create-blocks-from
+// writes them, aligned to it.
+const rawBlockRange = 2 * time.Hour
 
 // Run imports series into the tiers:
 //
@@ -128,6 +144,12 @@ type progressState struct {
 //   - Each day that is entirely before the cutoff, or whose remaining minute
 //     partitions exist, gets its hour partition (re)built from the minute
 //     tier, as the pipeline does.
+//   - Samples before the cutoff but within the raw retention also go to raw,
+//     as TSDB blocks of two hours written into its directory (atomically, as
+//     `promtool tsdb create-blocks-from openmetrics` writes them). An open
+//     raw tier loads them at its next block reload (every minute) and
+//     `strata serve` at start; they may overlap the head, which the TSDB
+//     merges at query time and compacts vertically.
 //
 // Run is resumable through cfg.ProgressFile and reports progress to
 // progress (which may be nil). All input is held in memory (16 bytes per
@@ -255,6 +277,14 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		}
 		res.Phase, res.Done, res.Total = "hour", i+1, len(dayList)
 		progress(res)
+	}
+
+	// History behind the cutoff but within the raw retention: raw blocks.
+	if t.Raw != nil && cfg.RawRetention > 0 {
+		from := max(mint, now-cfg.RawRetention.Milliseconds())
+		if err := writeRawBlocks(ctx, series, t.Raw.DB().Dir(), from, min(cutoff, maxt+1), &st, &res, save, progress); err != nil {
+			return res, err
+		}
 	}
 
 	// The rest into raw, in time order.
@@ -385,6 +415,65 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.App
 		return err
 	}
 	return nil
+}
+
+// writeRawBlocks writes the samples in [from, to) into raw blocks in dir, one
+// per rawBlockRange-aligned range, skipping the ranges st records as written.
+func writeRawBlocks(ctx context.Context, series []Series, dir string, from, to int64, st *progressState, res *Result, save func() error, progress func(Progress)) error {
+	if from >= to {
+		return nil
+	}
+	span := rawBlockRange.Milliseconds()
+	first := timegrid.Floor(from, span)
+	total := int((to - first + span - 1) / span)
+	for i, b := 0, first; b < to; i, b = i+1, b+span {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !slices.Contains(st.RawBlocks, b) {
+			n, err := writeRawBlock(ctx, series, dir, max(b, from), min(b+span, to))
+			if err != nil {
+				return fmt.Errorf("backfill raw block %s: %w", time.UnixMilli(b).UTC().Format(time.RFC3339), err)
+			}
+			res.RawBlockSamples += n
+			st.RawBlocks = append(st.RawBlocks, b)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+		res.Phase, res.Done, res.Total = "raw blocks", i+1, total
+		progress(*res)
+	}
+	return nil
+}
+
+// writeRawBlock writes the samples in [from, to) as one block in dir and
+// returns how many it holds (none written when there are none).
+func writeRawBlock(ctx context.Context, series []Series, dir string, from, to int64) (n int, err error) {
+	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, rawBlockRange.Milliseconds())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, w.Close()) }()
+	app := w.Appender(ctx)
+	for _, s := range series {
+		i, _ := slices.BinarySearchFunc(s.Samples, from, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
+		var ref storage.SeriesRef
+		for ; i < len(s.Samples) && s.Samples[i].T < to; i++ {
+			if ref, err = app.Append(ref, s.Labels, s.Samples[i].T, s.Samples[i].V); err != nil {
+				return 0, errors.Join(fmt.Errorf("%s: %w", s.Labels, err), app.Rollback())
+			}
+			n++
+		}
+	}
+	if err := app.Commit(); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	_, err = w.Flush(ctx)
+	return n, err
 }
 
 // normalize drops empty series, sorts samples by time and keeps the last of

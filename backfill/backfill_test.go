@@ -221,7 +221,7 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(phases) != "[minute hour raw]" {
+	if fmt.Sprint(phases) != "[minute hour raw blocks raw]" {
 		t.Errorf("phases %v", phases)
 	}
 	cutoff := timegrid.Ceil(now-24*hour, hour)
@@ -357,5 +357,138 @@ func TestBackfillDropsBeyondHourRetention(t *testing.T) {
 	}
 	if res.PartitionsWritten != 0 || res.DroppedSamples == 0 {
 		t.Errorf("data older than the hour retention: %+v, want everything dropped", res)
+	}
+}
+
+// TestBackfillRawBlocks: a raw tier that already holds the last half hour
+// (a server ran), then 30 hours of history backfilled up to it: the part
+// within the raw retention behind the head goes into raw as blocks, so after
+// a restart raw answers 20 hours back with exactly the input's samples;
+// nothing older than the retention is in raw; a resumed run writes no block
+// twice.
+func TestBackfillRawBlocks(t *testing.T) {
+	e := openEnv(t, true)
+	now := histEnd
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+	all := history(now-30*hour, now)
+	var live, past []Series
+	for _, s := range all {
+		i := len(s.Samples)
+		for i > 0 && s.Samples[i-1].T >= now-30*minute {
+			i--
+		}
+		past = append(past, Series{Labels: s.Labels, Samples: s.Samples[:i]})
+		live = append(live, Series{Labels: s.Labels, Samples: s.Samples[i:]})
+	}
+	app := e.raw.AppenderV2(context.Background())
+	for _, s := range live {
+		for _, x := range s.Samples {
+			if _, err := app.Append(0, s.Labels, 0, x.T, x.V, nil, nil, storage.AppendV2Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := Run(context.Background(), cfg, past, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutoff := timegrid.Floor(now-30*minute, hour)
+	wantBlocks := 0
+	for _, s := range normalize(past) {
+		for _, x := range s.Samples {
+			if x.T >= now-24*hour && x.T < cutoff {
+				wantBlocks++
+			}
+		}
+	}
+	if res.RawBlockSamples != wantBlocks {
+		t.Fatalf("RawBlockSamples = %d, want the %d behind the head within the retention", res.RawBlockSamples, wantBlocks)
+	}
+
+	// A restart loads the blocks.
+	dir := e.raw.DB().Dir()
+	if err := e.raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rcfg := tiers.DefaultRawConfig(dir)
+	rcfg.Retention = 30 * 24 * time.Hour
+	raw, err := tiers.OpenRaw(rcfg, promslog.NewNopLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.DB().Dir() != dir {
+		t.Fatalf("reopened %s, want %s", raw.DB().Dir(), dir)
+	}
+
+	// Every sample of the 20 minutes ending 20 hours back, exactly.
+	from, to := now-20*hour-20*minute, now-20*hour
+	q, err := raw.Querier(from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]Sample{}
+	set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
+	for set.Next() {
+		it := set.At().Iterator(nil)
+		for it.Next() != 0 {
+			ts, v := it.At()
+			got[set.At().Labels().String()] = append(got[set.At().Labels().String()], Sample{ts, v})
+		}
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil { // before raw.Close, which waits for readers
+		t.Fatal(err)
+	}
+	for _, s := range normalize(all) {
+		var want []Sample
+		for _, x := range s.Samples {
+			if x.T >= from && x.T <= to {
+				want = append(want, x)
+			}
+		}
+		g := got[s.Labels.String()]
+		if len(g) != len(want) {
+			t.Errorf("%s: %d samples in raw 20h back, want %d", s.Labels, len(g), len(want))
+			continue
+		}
+		for i := range want {
+			if g[i].T != want[i].T || math.Float64bits(g[i].V) != math.Float64bits(want[i].V) {
+				t.Errorf("%s sample %d: got %v, want %v", s.Labels, i, g[i], want[i])
+				break
+			}
+		}
+	}
+	if mint, _, ok := raw.Bounds(); !ok || mint < now-24*hour {
+		t.Errorf("raw starts at %s, want within the 24h retention (from %s)", time.UnixMilli(mint).UTC(), time.UnixMilli(now-24*hour).UTC())
+	}
+
+	// Resuming writes no block again.
+	blocks := len(raw.DB().Blocks())
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw2, err := tiers.OpenRaw(rcfg, promslog.NewNopLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw2.Close()
+	e.raw = raw2
+	res2, err := Run(context.Background(), cfg, past, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.RawBlockSamples != 0 || res2.RawSamples != 0 || res2.PartitionsWritten != 0 {
+		t.Errorf("resumed run wrote %d samples in raw blocks, %d in the head and %d partitions, want none", res2.RawBlockSamples, res2.RawSamples, res2.PartitionsWritten)
+	}
+	if n := len(raw2.DB().Blocks()); n != blocks {
+		t.Errorf("%d raw blocks after the resumed run, want %d", n, blocks)
 	}
 }

@@ -72,9 +72,9 @@ type HooksConfig struct {
 // the request (JSON, docs/diagnosis.md) at once with the window's bounds; the
 // agent starts the profiler at not_before.
 type ProfilerConfig struct {
-	URL           string         `yaml:"url"`
-	Causes        []string       `yaml:"causes"`
-	MinConfidence float64        `yaml:"min_confidence"`
+	URL           string   `yaml:"url"`
+	Causes        []string `yaml:"causes"`
+	MinConfidence float64  `yaml:"min_confidence"`
 	// Tool names the profiler for the agent (nsys, torch, ...); passed along.
 	Tool string `yaml:"tool"`
 	// Duration of the profiling window: 1m to 10m, default 5m.

@@ -108,7 +108,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
 	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
-		"raw_samples", res.RawSamples, "dropped_samples", res.DroppedSamples)
+		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "dropped_samples", res.DroppedSamples)
 	return nil
 }
 
@@ -224,9 +224,9 @@ func (b *progressBar) update(p backfill.Progress) {
 	if p.Total > 0 {
 		filled = width * p.Done / p.Total
 	}
-	_, _ = fmt.Fprintf(b.w, "\r%-6s [%s%s] %d/%d  partitions %d written, %d kept  raw samples %d  dropped %d ",
+	_, _ = fmt.Fprintf(b.w, "\r%-10s [%s%s] %d/%d  partitions %d written, %d kept  raw samples %d (+%d in blocks)  dropped %d ",
 		p.Phase, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), p.Done, p.Total,
-		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.DroppedSamples)
+		p.PartitionsWritten, p.PartitionsSkipped, p.RawSamples, p.RawBlockSamples, p.DroppedSamples)
 	b.drawn = true
 }
 
