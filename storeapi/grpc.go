@@ -52,7 +52,7 @@ func (gogoCodec) Name() string { return proto.Name }
 func (gogoCodec) Marshal(v any) ([]byte, error) {
 	m, ok := v.(gogoMessage)
 	if !ok {
-		return encoding.GetCodec(proto.Name).Marshal(v) //nolint:staticcheck // fallback for non-gogo messages
+		return encoding.GetCodec(proto.Name).Marshal(v)
 	}
 	buf := make([]byte, m.Size())
 	n, err := m.MarshalToSizedBuffer(buf)
@@ -65,7 +65,7 @@ func (gogoCodec) Marshal(v any) ([]byte, error) {
 func (gogoCodec) Unmarshal(data []byte, v any) error {
 	m, ok := v.(gogoMessage)
 	if !ok {
-		return encoding.GetCodec(proto.Name).Unmarshal(data, v) //nolint:staticcheck // fallback for non-gogo messages
+		return encoding.GetCodec(proto.Name).Unmarshal(data, v)
 	}
 	return m.Unmarshal(data)
 }

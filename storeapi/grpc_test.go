@@ -112,7 +112,7 @@ func TestTLS(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer conn.Close() //nolint:errcheck // test client
+		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err = infopb.NewInfoClient(conn).Info(ctx, &infopb.InfoRequest{})

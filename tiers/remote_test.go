@@ -149,7 +149,7 @@ func TestRemoteTierS3(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	now := time.UnixMilli(T0 + 5*dayMs)
 	r := openHour(t, dir, b, 1, reg, now) // keeps no uploaded file locally
-	defer r.Close()                       //nolint:errcheck // closed again below
+	defer r.Close()
 	parts, want := hourDays(3)
 	for p, sws := range parts {
 		if err := r.WritePartition(p, sws); err != nil {
@@ -187,7 +187,7 @@ func TestRemoteTierS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := openHour(t, t.TempDir(), b, 1<<30, prometheus.NewRegistry(), now.Add(363*24*time.Hour))
-	defer r2.Close() //nolint:errcheck // test
+	defer r2.Close()
 	eventually(t, "the bucket's partitions listed", func() bool { return len(r2.Partitions()) == 3 })
 	n, err := r2.ApplyRetention()
 	if err != nil || n != 3 {
@@ -238,7 +238,7 @@ func TestRemoteTierUnreachable(t *testing.T) {
 	}
 	fb.down.Store(false)
 	r2 := openHour(t, dir, fb, 1<<30, prometheus.NewRegistry(), now)
-	defer r2.Close() //nolint:errcheck // test
+	defer r2.Close()
 	eventually(t, "the files left behind uploaded on restart", func() bool { return len(objects(t, fb, "hour/")) == 2 })
 	if got := localFiles(t, dir); len(got) != 2 {
 		t.Errorf("local files %v: a large cache keeps them", got)

@@ -295,7 +295,7 @@ func promQuery(t testing.TB, u string, v url.Values) (model.Value, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close() //nolint:errcheck // read fully below
+	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
