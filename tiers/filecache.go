@@ -3,6 +3,7 @@ package tiers
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 	"syscall"
@@ -40,6 +41,11 @@ type fileCache struct {
 	// partition was rewritten must not be cached after the rewrite dropped
 	// the old entry (it would serve the old data until evicted).
 	drops map[int64]uint64
+	// fetch, when set, brings a partition file missing locally (a tier in
+	// object storage whose local copy was evicted) back before it is
+	// opened; touch tells that tier's cache a partition was read.
+	fetch func(PartitionInfo) (*openFile, error)
+	touch func(start int64)
 }
 
 // defaultOpenFiles bounds the cache when the configuration does not: enough
@@ -67,11 +73,17 @@ func newFileCache(maxFiles int) *fileCache {
 
 // acquire returns partition p's open file; the caller must release it.
 func (c *fileCache) acquire(p PartitionInfo) (*openFile, error) {
+	if c.touch != nil {
+		c.touch(p.Start)
+	}
 	of, drops := c.lookup(p.Start)
 	if of != nil {
 		return of, nil
 	}
 	of, err := openPartition(p.Path)
+	if errors.Is(err, fs.ErrNotExist) && c.fetch != nil {
+		of, err = c.fetch(p)
+	}
 	if err != nil {
 		return nil, err
 	}

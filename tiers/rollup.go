@@ -53,6 +53,9 @@ type RollupConfig struct {
 	// WritePartition and ApplyRetention fail with ErrReadOnly. The
 	// partitions are those present at open.
 	ReadOnly bool
+	// Remote, when set, keeps the tier's partitions in object storage and
+	// only a bounded cache of them locally (see RemoteConfig).
+	Remote *RemoteConfig
 }
 
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
@@ -113,6 +116,7 @@ type Rollup struct {
 	parts  map[int64]PartitionInfo
 	closed bool
 	files  *fileCache
+	remote *remote // nil: local disk only
 
 	written        prometheus.Counter
 	writeErrors    prometheus.Counter
@@ -178,6 +182,9 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 		}
 		r.parts[start] = info
+	}
+	if cfg.Remote != nil {
+		r.openRemote(reg)
 	}
 	f := promauto.With(reg)
 	cl := prometheus.Labels{"tier": cfg.Name}
@@ -287,12 +294,12 @@ func (r *Rollup) ApplyRetention() (int, error) {
 	}
 	cutoff := r.now().Add(-r.cfg.Retention).UnixMilli()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return 0, ErrClosed
 	}
 	var errs []error
-	n := 0
+	var deleted []PartitionInfo
 	for s, p := range r.parts {
 		if p.End > cutoff {
 			continue
@@ -305,13 +312,34 @@ func (r *Rollup) ApplyRetention() (int, error) {
 		if err := r.files.drop(s); err != nil {
 			errs = append(errs, fmt.Errorf("close deleted %s partition %s: %w", r.cfg.Name, p.Path, err))
 		}
+		deleted = append(deleted, p)
+	}
+	if len(deleted) > 0 {
+		if err := atomicfile.SyncDir(r.cfg.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, p := range deleted {
+		if r.remote != nil {
+			// Outside the lock: a slow bucket must not stall queries. A
+			// partition whose object could not be deleted stays listed
+			// (queries download it) and is retried next time.
+			if err := r.remote.delete(p.Start); err != nil {
+				errs = append(errs, err)
+				r.mu.Lock()
+				if _, ok := r.parts[p.Start]; !ok {
+					r.parts[p.Start] = p
+				}
+				r.mu.Unlock()
+				continue
+			}
+		}
 		n++
 		r.retentionDrops.Inc()
 	}
 	if n > 0 {
-		if err := atomicfile.SyncDir(r.cfg.Dir); err != nil {
-			errs = append(errs, err)
-		}
 		r.logger.Info("retention deleted partitions", "count", n, "cutoff", time.UnixMilli(cutoff).UTC())
 	}
 	return n, errors.Join(errs...)
@@ -319,11 +347,17 @@ func (r *Rollup) ApplyRetention() (int, error) {
 
 // Close marks the tier closed and closes the files it keeps open for
 // queries (those still being read are closed when their query finishes).
+// A tier in object storage first lets pending uploads finish (at most 30 s,
+// and not while the bucket fails); what is left is uploaded at the next open.
 // Files are always complete on disk, so there is nothing to flush.
 func (r *Rollup) Close() error {
 	r.mu.Lock()
+	closed := r.closed
 	r.closed = true
 	r.mu.Unlock()
+	if r.remote != nil && !closed && !r.cfg.ReadOnly {
+		r.remote.close(30 * time.Second)
+	}
 	return r.files.close()
 }
 

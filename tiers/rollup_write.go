@@ -99,6 +99,16 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 		return ErrClosed
 	}
 	final := filepath.Join(r.cfg.Dir, partitionName(start))
+	if r.remote != nil {
+		// Pending before the file is replaced, so that the local cache
+		// never evicts the new file before it is uploaded.
+		r.remote.written(start, 0)
+		defer func() {
+			if err != nil {
+				r.remote.forget(start)
+			}
+		}()
+	}
 	f, err := atomicfile.Create(final, tempPrefix+"*"+partitionSuffix)
 	if err != nil {
 		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
@@ -139,6 +149,9 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: pw.rows, Bytes: f.Size(), Path: final}
 	r.mu.Unlock()
 	r.written.Inc()
+	if r.remote != nil {
+		r.remote.written(start, f.Size())
+	}
 	// A query holding the replaced file keeps reading it; new ones open this one.
 	if err := r.files.drop(start); err != nil {
 		r.logger.Warn("close replaced partition file", "err", err)

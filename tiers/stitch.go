@@ -74,14 +74,40 @@ const (
 
 // Querier implements storage.Queryable.
 func (s *Stitched) Querier(mint, maxt int64) (storage.Querier, error) {
-	return &stitchedQuerier{s: s, mint: mint, maxt: maxt}, nil
+	return &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: -1}, nil
+}
+
+// ResolutionQuerier is Querier for a caller that states the coarsest window
+// (ms) its selects may be served from, as a Thanos StoreAPI request does
+// (MaxResolutionWindow), instead of the view deriving it from the hints'
+// step (step/5). 0 keeps every tier's default range: raw where raw holds
+// data. The hints' Func and Range still choose the synthetic samples.
+func (s *Stitched) ResolutionQuerier(mint, maxt, maxResolution int64) storage.Querier {
+	return &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: max(maxResolution, 0)}
+}
+
+// MinTime returns the oldest time any tier holds data for (ms), and false
+// when every tier is empty.
+func (s *Stitched) MinTime() (int64, bool) {
+	mint, ok := int64(math.MaxInt64), false
+	if s.raw != nil {
+		if lo, _, rok := s.raw.Bounds(); rok {
+			mint, ok = lo, true
+		}
+	}
+	for _, r := range []*Rollup{s.minute, s.hour} {
+		if lo, _, rok := tierBounds(r); rok {
+			mint, ok = min(mint, lo), true
+		}
+	}
+	return mint, ok
 }
 
 // ChunkQuerier implements storage.ChunkQueryable by encoding the stitched
 // samples (plain-selector mapping: Last per window) into XOR chunks, so remote
 // read sees the same series as PromQL's plain selectors.
 func (s *Stitched) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
-	return &stitchedChunkQuerier{q: &stitchedQuerier{s: s, mint: mint, maxt: maxt}}, nil
+	return &stitchedChunkQuerier{q: &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: -1}}, nil
 }
 
 // segment is a half-open time range [lo, hi) served by one tier.
@@ -161,11 +187,13 @@ func rateLike(f string) bool {
 // A rollup tier's segment is left out when that tier holds no partition in
 // it, so a range the raw tier covers (a fresh store, or a dashboard over the
 // last hours) plans raw alone and never opens a rollup.
-func (s *Stitched) plan(mint, maxt int64, h *storage.SelectHints) []segment {
+//
+// maxRes is the coarsest window (ms) a selector may be served from:
+// maxResolution of the select hints, or what a StoreAPI request states.
+func (s *Stitched) plan(mint, maxt, maxRes int64) []segment {
 	rawLo := s.rawStart()
 	mLo, mHi, mOK := tierBounds(s.minute)
 	hLo, hHi, hOK := tierBounds(s.hour)
-	maxRes := maxResolution(h)
 	rawFrom := rawLo
 	if mOK && maxRes >= tierRes(s.minute, time.Minute) && mHi > rawFrom {
 		rawFrom = mHi
@@ -212,7 +240,10 @@ func satAdd(a, b int64) int64 {
 type stitchedQuerier struct {
 	s          *Stitched
 	mint, maxt int64
-	rawQs      []storage.Querier
+	// maxRes >= 0 fixes the coarsest window a Select may be served from
+	// (ResolutionQuerier); -1 derives it from the select hints.
+	maxRes int64
+	rawQs  []storage.Querier
 }
 
 // Select implements storage.Querier. Series are returned sorted when the
@@ -229,7 +260,11 @@ func (q *stitchedQuerier) Select(ctx context.Context, sortSeries bool, hints *st
 	if mint > maxt {
 		return storage.EmptySeriesSet()
 	}
-	segs := q.s.plan(mint, maxt, hints)
+	maxRes := q.maxRes
+	if maxRes < 0 {
+		maxRes = maxResolution(hints)
+	}
+	segs := q.s.plan(mint, maxt, maxRes)
 	if len(segs) == 1 && segs[0].tier == TierRaw {
 		return q.selectRawOnly(ctx, sortSeries, segs[0], hints, matchers)
 	}
@@ -434,7 +469,7 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 	seen := map[string]struct{}{}
 	add := func(v string) { seen[v] = struct{}{} }
 	var annots annotations.Annotations
-	for _, sg := range q.s.plan(q.mint, q.maxt, nil) {
+	for _, sg := range q.s.plan(q.mint, q.maxt, 0) {
 		switch sg.tier {
 		case TierRaw:
 			rq, err := q.s.raw.Querier(sg.lo, sg.hi-1)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/alecthomas/units"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
@@ -20,6 +21,7 @@ import (
 	"github.com/strata-dev/strata/diagnose/archive"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
+	"github.com/strata-dev/strata/storeapi"
 )
 
 //go:embed default.yml
@@ -29,11 +31,13 @@ var defaultConfigYAML []byte
 // --config.file over it, then flags set on the command line. docs/configuration.md
 // documents every key.
 type Config struct {
+	Global      GlobalConfig      `yaml:"global"`
 	Storage     StorageConfig     `yaml:"storage"`
 	Web         WebConfig         `yaml:"web"`
 	RemoteWrite RemoteWriteConfig `yaml:"remote_write"`
 	RemoteRead  RemoteReadConfig  `yaml:"remote_read"`
 	Query       QueryConfig       `yaml:"query"`
+	GRPC        GRPCConfig        `yaml:"grpc"`
 	Rules       RulesConfig       `yaml:"rules"`
 	SelfScrape  SelfScrapeConfig  `yaml:"self_scrape"`
 	Sources     scrape.Config     `yaml:"sources"`
@@ -52,6 +56,30 @@ type Config struct {
 type DiagnoseSection struct {
 	diagnose.Config `yaml:",inline"`
 	Archive         archive.Config `yaml:"archive"`
+}
+
+// GlobalConfig holds what identifies this node among others, as in
+// Prometheus' `global:` section.
+type GlobalConfig struct {
+	// ExternalLabels tell a Thanos Querier in front of several Strata nodes
+	// which node (shard, replica) a series comes from (docs/scale-out.md).
+	ExternalLabels map[string]string `yaml:"external_labels"`
+}
+
+// GRPCConfig is the Thanos StoreAPI endpoint (storeapi package).
+type GRPCConfig struct {
+	// ListenAddress enables the StoreAPI; empty leaves it off.
+	ListenAddress string `yaml:"listen_address"`
+	// TLS as Thanos components take it: cert and key enable TLS, client_ca
+	// requires client certificates signed by it.
+	TLSCert     string `yaml:"tls_cert"`
+	TLSKey      string `yaml:"tls_key"`
+	TLSClientCA string `yaml:"tls_client_ca"`
+	// MaxConcurrency bounds the StoreAPI requests served at once; MaxSeries
+	// and MaxSamples bound one Series request (0: no bound).
+	MaxConcurrency int `yaml:"max_concurrency"`
+	MaxSeries      int `yaml:"max_series"`
+	MaxSamples     int `yaml:"max_samples"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.
@@ -76,6 +104,20 @@ type StorageConfig struct {
 	Raw              TierConfig     `yaml:"raw"`
 	Minute           TierConfig     `yaml:"minute"`
 	Hour             TierConfig     `yaml:"hour"`
+	ObjStore         ObjStoreConfig `yaml:"objstore"`
+}
+
+// ObjStoreConfig puts the minute and hour tiers in object storage.
+type ObjStoreConfig struct {
+	// ConfigFile is an objstore.yml (Thanos' format); empty keeps the
+	// rollup tiers on local disk only.
+	ConfigFile string `yaml:"config_file"`
+	// LocalCacheBytes bounds the uploaded partition files each rollup tier
+	// keeps on local disk.
+	LocalCacheBytes ByteSize `yaml:"local_cache_bytes"`
+	// PendingWarnBytes: files waiting for upload beyond this are warned
+	// about at each failed attempt.
+	PendingWarnBytes ByteSize `yaml:"pending_warn_bytes"`
 }
 
 // TierConfig is one tier's retention.
@@ -215,6 +257,9 @@ func (c Config) validate() error {
 	if _, err := c.alertingConfig(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.storeAPI(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.SelfScrape.Enabled && c.SelfScrape.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("self_scrape.interval must be positive, got %s", c.SelfScrape.Interval))
 	}
@@ -253,6 +298,39 @@ func (c Config) remoteWrite() remotewrite.Config {
 	rw.MaxInflightRequests = c.RemoteWrite.MaxInflightRequests
 	rw.MaxInflightBytes = int64(c.RemoteWrite.MaxInflightBytes)
 	return rw
+}
+
+// externalLabels returns global.external_labels as labels.
+func (c Config) externalLabels() (labels.Labels, error) {
+	ls := labels.FromMap(c.Global.ExternalLabels)
+	err := ls.Validate(func(l labels.Label) error {
+		if !model.UTF8Validation.IsValidLabelName(l.Name) || l.Name == model.MetricNameLabel {
+			return fmt.Errorf("global.external_labels: invalid label name %q", l.Name)
+		}
+		if l.Value == "" {
+			return fmt.Errorf("global.external_labels: label %q has an empty value", l.Name)
+		}
+		return nil
+	})
+	return ls, err
+}
+
+// storeAPI maps the configuration onto the StoreAPI server's.
+func (c Config) storeAPI() (storeapi.Config, error) {
+	sc := storeapi.DefaultConfig()
+	ext, err := c.externalLabels()
+	if err != nil {
+		return sc, err
+	}
+	sc.ExternalLabels = ext
+	if c.GRPC.MaxConcurrency <= 0 {
+		return sc, fmt.Errorf("grpc.max_concurrency must be positive, got %d", c.GRPC.MaxConcurrency)
+	}
+	if c.GRPC.MaxSeries < 0 || c.GRPC.MaxSamples < 0 {
+		return sc, errors.New("grpc.max_series and grpc.max_samples must not be negative")
+	}
+	sc.MaxConcurrency, sc.MaxSeries, sc.MaxSamples = c.GRPC.MaxConcurrency, c.GRPC.MaxSeries, c.GRPC.MaxSamples
+	return sc, nil
 }
 
 // query maps the configuration onto the query API's.

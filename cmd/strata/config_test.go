@@ -78,6 +78,42 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestExternalLabelsAndGRPC(t *testing.T) {
+	cfg, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Global.ExternalLabels = map[string]string{"shard": "0", "replica": "a"}
+	sc, err := cfg.storeAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sc.ExternalLabels.String(); got != `{replica="a", shard="0"}` {
+		t.Errorf("external labels %s", got)
+	}
+	if sc.MaxConcurrency != 20 || sc.MaxSeries != 1_000_000 || sc.MaxSamples != 100_000_000 {
+		t.Errorf("StoreAPI limits %+v, want the documented defaults", sc)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"empty value", func(c *Config) { c.Global.ExternalLabels = map[string]string{"shard": ""} }, "empty value"},
+		{"metric name", func(c *Config) { c.Global.ExternalLabels = map[string]string{"__name__": "x"} }, "invalid label name"},
+		{"concurrency", func(c *Config) { c.GRPC.MaxConcurrency = 0 }, "grpc.max_concurrency"},
+		{"negative limit", func(c *Config) { c.GRPC.MaxSeries = -1 }, "must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			tc.edit(&c)
+			if err := c.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestByteSizeSet(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -107,6 +107,11 @@ var foreignFlags = map[string]string{
 	"data-urlencode":                   "curl",
 	"max-num-seqs":                     "vllm",
 	"gpu-memory-utilization":           "vllm",
+	"query.replica-label":              "querier",
+	"query.auto-downsampling":          "querier",
+	"query.partial-response":           "querier",
+	"endpoint":                         "querier",
+	"http-address":                     "querier",
 }
 
 // pendingDocFixes are documented flags that do not exist and that another

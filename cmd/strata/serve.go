@@ -33,6 +33,7 @@ import (
 	"github.com/strata-dev/strata/export"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
+	"github.com/strata-dev/strata/storeapi"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -68,6 +69,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
 	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",
 		func(c *Config) *model.Duration { return &c.Storage.Hour.Retention })
+	o.string("objstore.config-file", "objstore.yml (Thanos' format) putting the minute and hour tiers in object storage; empty: local disk. (default: none)",
+		func(c *Config) *string { return &c.Storage.ObjStore.ConfigFile })
 	o.duration("storage.out-of-order-time-window", "How far behind the newest sample a late sample is accepted; also the rollups' allowed lateness. (default: 10m)",
 		func(c *Config) *model.Duration { return &c.Storage.OutOfOrderWindow })
 	o.string("web.listen-address", "Address to listen on for the API, remote write and /metrics. (default: :9201)",
@@ -83,6 +86,7 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 	addRemoteWriteFlags(o)
 	addRemoteReadFlags(o)
 	addQueryFlags(o)
+	addGRPCFlags(o)
 	promslogflag.AddFlags(app, s.logConfig)
 	return s
 }
@@ -101,12 +105,13 @@ type server struct {
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
 	api      *query.API
-	targets  *scrapeTargets // the scraper's targets, for /api/v1/targets
-	export   http.Handler   // GET /api/v1/export
-	rules    *ruleSources   // /api/v1/rules and /api/v1/alerts
-	ams      *alertmanagers // /api/v1/alertmanagers
-	diag     *diagSource    // /api/v1/diagnoses
-	arc      *archiveSource // the case archive, for /api/v1/diagnoses/{id}/feedback
+	targets  *scrapeTargets   // the scraper's targets, for /api/v1/targets
+	export   http.Handler     // GET /api/v1/export
+	rules    *ruleSources     // /api/v1/rules and /api/v1/alerts
+	ams      *alertmanagers   // /api/v1/alertmanagers
+	diag     *diagSource      // /api/v1/diagnoses
+	arc      *archiveSource   // the case archive, for /api/v1/diagnoses/{id}/feedback
+	store    *storeapi.Server // the Thanos StoreAPI; nil when grpc.listen_address is empty
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -214,6 +219,15 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.export = export.NewHandler(ex, export.CapacityConfig{}, logger.With("component", "export"), time.Now)
+	if cfg.GRPC.ListenAddress != "" {
+		scfg, err := cfg.storeAPI()
+		if err != nil {
+			return nil, err
+		}
+		if srv.store, err = storeapi.New(scfg, srv.stitched, logger.With("component", "storeapi"), reg); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Diagnose.Enabled {
 		if _, err := srv.openArchive(logger.With("component", "diagnose")); err != nil {
 			return nil, err
@@ -284,13 +298,19 @@ func (s *server) serve(ctx context.Context) error {
 		WebSystemdSocket:   new(bool),
 		WebConfigFile:      &s.cfg.Web.ConfigFile,
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	stopGRPC, err := s.serveGRPC(errc)
+	if err != nil {
+		_ = ln.Close()
+		return errors.Join(err, s.close())
+	}
 	go func() { errc <- web.Serve(ln, httpSrv, webFlags, s.logger) }()
 	s.ready.Store(true)
 	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
 	go s.saveMetadataEvery(ctx, time.Minute)
 	if err := s.startBackground(ctx, ln.Addr().String()); err != nil {
 		cancel()
+		stopGRPC()
 		_ = httpSrv.Close()
 		return errors.Join(err, s.close())
 	}
@@ -315,6 +335,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.ready.Store(false)
 	cancel()
 	<-rollupDone
+	stopGRPC() // before the tiers close
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {

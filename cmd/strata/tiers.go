@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/thanos-io/objstore"
 
 	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/bucket"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -18,6 +23,7 @@ import (
 type storageTiers struct {
 	raw          *tiers.Raw
 	minute, hour *tiers.Rollup
+	bucket       objstore.Bucket // nil: rollups on local disk only
 }
 
 // openTiers opens the raw, minute and hour tiers with the configuration's
@@ -35,13 +41,26 @@ func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registere
 	if t.raw, err = tiers.OpenRaw(rawCfg, logger, rawReg); err != nil {
 		return t, err
 	}
+	var remote *tiers.RemoteConfig
+	if oc := cfg.Storage.ObjStore; oc.ConfigFile != "" {
+		conf, err := os.ReadFile(oc.ConfigFile)
+		if err != nil {
+			return t, fmt.Errorf("read objstore configuration: %w", err)
+		}
+		if t.bucket, err = bucket.Open(context.Background(), conf, logger.With("component", "objstore")); err != nil {
+			return t, err
+		}
+		remote = &tiers.RemoteConfig{Bucket: t.bucket, CacheBytes: int64(oc.LocalCacheBytes), PendingWarnBytes: int64(oc.PendingWarnBytes)}
+	}
 	minuteCfg := tiers.DefaultMinuteConfig(filepath.Join(cfg.Storage.Path, "minute"))
+	minuteCfg.Remote = remote
 	minuteCfg.Retention = time.Duration(cfg.Storage.Minute.Retention)
 	if t.minute, err = tiers.OpenRollup(minuteCfg, logger, reg, time.Now); err != nil {
 		return t, err
 	}
 	hourCfg := tiers.DefaultHourConfig(filepath.Join(cfg.Storage.Path, "hour"))
 	hourCfg.Retention = time.Duration(cfg.Storage.Hour.Retention)
+	hourCfg.Remote = remote
 	if t.hour, err = tiers.OpenRollup(hourCfg, logger, reg, time.Now); err != nil {
 		return t, err
 	}
@@ -59,6 +78,9 @@ func (t storageTiers) close() error {
 	}
 	if t.raw != nil {
 		errs = append(errs, t.raw.Close())
+	}
+	if t.bucket != nil {
+		errs = append(errs, t.bucket.Close())
 	}
 	return errors.Join(errs...)
 }

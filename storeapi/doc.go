@@ -1,0 +1,38 @@
+// Package storeapi serves the Thanos StoreAPI (Info, Series, LabelNames,
+// LabelValues; the gRPC protocol of github.com/thanos-io/thanos' storepb and
+// infopb) over Strata's stitched tiers, so that a Thanos Querier in front of
+// several Strata nodes queries them as one system: it fans a PromQL query out
+// to every node, merges the answers and deduplicates HA replicas by their
+// external labels.
+//
+// Data flow: Thanos Querier -> storeapi -> tiers (Stitched). It sits beside
+// the query package, which serves the same tiers over Prometheus' HTTP API.
+//
+// What a Series answer holds (docs/scale-out.md, "What the StoreAPI sends"):
+//
+//   - every series with the node's external labels added (they win over a
+//     series label of the same name, as in Thanos), minus the labels the
+//     request lists in without_replica_labels, sorted by the result;
+//   - its samples as XOR chunks in AggrChunk.Raw (histogram chunks for
+//     native histograms), at most 120 samples a chunk. Over the minute and
+//     hour tiers these are the stitched view's synthetic samples for the
+//     PromQL function the request implies (QueryHints.Func when the client
+//     sends it, else the aggregates Thanos asks for: COUNTER is rate-like,
+//     MIN min_over_time, MAX max_over_time, SUM sum_over_time, COUNT
+//     count_over_time, COUNT+SUM every other function and plain
+//     selectors), so that the Querier's engine computes what a single Strata
+//     would. Thanos' downsampled AggrChunk (count/sum/min/max/counter) is
+//     not used: the Querier turns COUNT+SUM into per-window averages, which
+//     would make plain selectors over rollups differ from a single Strata's
+//     (the stitched view serves each window's last value there);
+//   - the coarsest tier is chosen by max_resolution_window (Thanos'
+//     auto-downsampling sends step/5): minute windows when it is at least a
+//     minute, hour windows when at least an hour, where those tiers hold the
+//     range; 0 serves raw wherever raw still holds data.
+//
+// Limits: at most MaxConcurrency requests run at once (others wait for a
+// slot until their deadline), and a Series request that selects more than
+// MaxSeries series or MaxSamples samples fails with ResourceExhausted and a
+// message naming the limit; each rejection is counted in
+// strata_storeapi_rejected_total{reason}.
+package storeapi

@@ -1,0 +1,178 @@
+package storeapi
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/thanos-io/thanos/pkg/store/labelpb"
+	"github.com/thanos-io/thanos/pkg/store/storepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxFrameBytes bounds the chunk bytes of one Series frame; a longer series
+// is sent in several frames with the same labels, as Thanos' own stores do.
+const maxFrameBytes = 1 << 20
+
+type selected struct {
+	lbls   labels.Labels
+	series storage.Series
+}
+
+// Series implements storepb.StoreServer. See the package doc for what an
+// answer holds.
+func (s *Server) Series(req *storepb.SeriesRequest, srv storepb.Store_SeriesServer) error {
+	ctx := srv.Context()
+	release, err := s.acquire(ctx, "series")
+	if err != nil {
+		return err
+	}
+	defer release()
+	ms, ok, err := s.matchers(req.Matchers)
+	if err != nil {
+		s.rejected.WithLabelValues("bad_request").Inc()
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if !ok {
+		return nil
+	}
+	if len(ms) == 0 {
+		s.rejected.WithLabelValues("bad_request").Inc()
+		return status.Error(codes.InvalidArgument, "no matchers specified (excluding external labels)")
+	}
+	fn, rng := funcOf(req)
+	hints := &storage.SelectHints{Start: req.MinTime, End: req.MaxTime, Func: fn, Range: rng}
+	if req.SkipChunks {
+		hints.Func = "series"
+	}
+	q := s.q.ResolutionQuerier(req.MinTime, req.MaxTime, req.MaxResolutionWindow)
+	defer q.Close() //nolint:errcheck // a querier over immutable data; nothing to flush
+	set := q.Select(ctx, true, hints, ms...)
+
+	drop := dropSet(req.WithoutReplicaLabels)
+	ext := s.externalLabels(drop)
+	shard := req.ShardInfo.Matcher(&s.buffers)
+	defer shard.Close()
+	var all []selected
+	for set.Next() {
+		sr := set.At()
+		lbls := seriesLabels(sr.Labels(), ext, drop)
+		if shard.IsSharded() && !shard.MatchesZLabels(ZLabels(lbls)) {
+			continue
+		}
+		if s.cfg.MaxSeries > 0 && len(all) >= s.cfg.MaxSeries {
+			s.rejected.WithLabelValues("max_series").Inc()
+			return status.Errorf(codes.ResourceExhausted, "strata: %s: %v: more than %d (storeapi max_series); narrow the selector or the time range",
+				describe(req.Matchers), ErrTooManySeries, s.cfg.MaxSeries)
+		}
+		all = append(all, selected{lbls: lbls, series: sr})
+	}
+	if err := set.Err(); err != nil {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Error(codes.Internal, err.Error())
+	}
+	// External labels and dropped replica labels can change the order of
+	// label sets: the Querier merges the stores' streams and needs each
+	// sorted by the labels it receives.
+	if len(drop) > 0 || !ext.IsEmpty() {
+		sortSelected(all)
+	}
+	if req.Limit > 0 && int64(len(all)) > req.Limit {
+		all = all[:req.Limit]
+	}
+	var samples int
+	for _, sel := range all {
+		zl := ZLabels(sel.lbls)
+		if req.SkipChunks {
+			if err := srv.Send(storepb.NewSeriesResponse(&storepb.Series{Labels: zl})); err != nil {
+				return status.Error(codes.Aborted, err.Error())
+			}
+			s.series.Inc()
+			continue
+		}
+		n, err := s.sendSeries(srv, zl, sel.series, samples)
+		samples += n
+		if err != nil {
+			return err
+		}
+		s.series.Inc()
+	}
+	s.samples.Add(float64(samples))
+	for _, w := range warnings(set.Warnings()) {
+		if err := srv.Send(storepb.NewWarnSeriesResponse(fmt.Errorf("strata: %s", w))); err != nil {
+			return status.Error(codes.Aborted, err.Error())
+		}
+	}
+	return nil
+}
+
+// sendSeries encodes one series' samples into chunks of at most 120 samples
+// and sends them in frames of about maxFrameBytes, returning how many samples
+// it sent. before is the samples the request sent already (MaxSamples).
+func (s *Server) sendSeries(srv storepb.Store_SeriesServer, zl []labelpb.ZLabel, sr storage.Series, before int) (int, error) {
+	it := storage.NewSeriesToChunkEncoder(sr).Iterator(nil)
+	var (
+		chunks []storepb.AggrChunk
+		frame  int
+		n      int
+	)
+	flush := func() error {
+		if err := srv.Send(storepb.NewSeriesResponse(&storepb.Series{Labels: zl, Chunks: chunks})); err != nil {
+			return status.Error(codes.Aborted, err.Error())
+		}
+		chunks, frame = nil, 0
+		return nil
+	}
+	for it.Next() {
+		m := it.At()
+		enc, err := chunkEncoding(m.Chunk.Encoding())
+		if err != nil {
+			return n, status.Error(codes.Internal, err.Error())
+		}
+		n += m.Chunk.NumSamples()
+		if s.cfg.MaxSamples > 0 && before+n > s.cfg.MaxSamples {
+			s.rejected.WithLabelValues("max_samples").Inc()
+			return n, status.Errorf(codes.ResourceExhausted, "strata: %v: more than %d (storeapi max_samples); narrow the selector or the time range, or query with a coarser step (max_source_resolution)",
+				ErrTooManySamples, s.cfg.MaxSamples)
+		}
+		data := m.Chunk.Bytes() // the encoder's own buffer, one per chunk
+		chunks = append(chunks, storepb.AggrChunk{MinTime: m.MinTime, MaxTime: m.MaxTime, Raw: &storepb.Chunk{Type: enc, Data: data}})
+		frame += len(data)
+		if frame >= maxFrameBytes {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return n, status.Error(codes.Internal, err.Error())
+	}
+	if len(chunks) > 0 {
+		return n, flush()
+	}
+	// No samples in range (the stitched view found the series' labels but
+	// nothing to send): like the TSDB's chunk queriers, send nothing.
+	return n, nil
+}
+
+// chunkEncoding maps a TSDB chunk encoding onto the StoreAPI's (one off).
+func chunkEncoding(e chunkenc.Encoding) (storepb.Chunk_Encoding, error) {
+	switch e {
+	case chunkenc.EncXOR:
+		return storepb.Chunk_XOR, nil
+	case chunkenc.EncHistogram:
+		return storepb.Chunk_HISTOGRAM, nil
+	case chunkenc.EncFloatHistogram:
+		return storepb.Chunk_FLOAT_HISTOGRAM, nil
+	}
+	return 0, fmt.Errorf("chunk encoding %s has no StoreAPI equivalent", e)
+}
+
+func sortSelected(all []selected) {
+	slices.SortFunc(all, func(a, b selected) int { return labels.Compare(a.lbls, b.lbls) })
+}
