@@ -335,9 +335,30 @@ func TestSeriesResolution(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A counter window without resets becomes its first and last sample.
-		if len(got) != 1 || len(got[0].samples) != 2*2*24*60 {
-			t.Fatalf("got %d series, want one with two samples per minute window (%d)", len(got), 2*2*24*60)
+		// Counter windows become the samples the stitched view gives a
+		// rate over the minute tier (tiers/stitch_iter.go): the same here.
+		q := f.stitched.ResolutionQuerier(req.MinTime, req.MaxTime, minMs)
+		defer q.Close()
+		set := q.Select(context.Background(), false, &storage.SelectHints{Start: req.MinTime, End: req.MaxTime, Func: "rate"},
+			labels.MustNewMatcher(labels.MatchEqual, "__name__", "requests_total"))
+		var want []fsample
+		for set.Next() {
+			it := set.At().Iterator(nil)
+			for it.Next() != chunkenc.ValNone {
+				ts, v := it.At()
+				want = append(want, fsample{ts, v})
+			}
+		}
+		if err := set.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || len(got[0].samples) != len(want) || len(want) < 2*2*24*60 {
+			t.Fatalf("got %d series, want one with the stitched view's %d counter samples (at least two per minute window)", len(got), len(want))
+		}
+		for i := range want {
+			if got[0].samples[i] != want[i] {
+				t.Fatalf("sample %d = %v, want %v", i, got[0].samples[i], want[i])
+			}
 		}
 		raw := f.series[counterLabels().String()]
 		if first := got[0].samples[0]; first.t != raw[0].T() || first.f != raw[0].F() {
