@@ -53,15 +53,9 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 }
 
 func (c *backfillCommand) run(logger *slog.Logger) (err error) {
-	cfg, err := loadConfig(c.configFile)
+	cfg, err := loadOfflineConfig(c.configFile, c.storagePath)
 	if err != nil {
 		return err
-	}
-	if c.storagePath != "" {
-		cfg.Storage.Path = c.storagePath
-	}
-	if err := cfg.validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	if (len(c.files) == 0) == (c.readURL == "") {
 		return errors.New("give either input files or --remote-read.url")

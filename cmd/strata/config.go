@@ -194,6 +194,23 @@ func (b ByteSize) String() string { return units.Base2Bytes(b).String() }
 
 // loadConfig returns the embedded default with the file at path (if any) read
 // over it. Unknown keys are errors, so a typo does not silently keep a default.
+// loadOfflineConfig is the configuration of a command that works on a data
+// directory beside (or without) a server: loadConfig's, with
+// --storage.path when given, validated.
+func loadOfflineConfig(path, storagePath string) (Config, error) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if storagePath != "" {
+		cfg.Storage.Path = storagePath
+	}
+	if err := cfg.validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
 func loadConfig(path string) (Config, error) {
 	var cfg Config
 	if err := decodeStrict(bytes.NewReader(defaultConfigYAML), &cfg); err != nil {

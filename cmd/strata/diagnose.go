@@ -249,15 +249,9 @@ func (c *diagnoseCommand) run(logger *slog.Logger, out io.Writer) error {
 // replay opens the minute tier read-only (never the raw TSDB, whose lock a
 // running server holds) and replays the range.
 func (c *diagnoseCommand) replay(ctx context.Context, logger *slog.Logger, from, to time.Time) (ds []diagnose.Diagnosis, err error) {
-	cfg, err := loadConfig(c.configFile)
+	cfg, err := loadOfflineConfig(c.configFile, c.storagePath)
 	if err != nil {
 		return nil, err
-	}
-	if c.storagePath != "" {
-		cfg.Storage.Path = c.storagePath
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	dir := filepath.Join(cfg.Storage.Path, "minute")
 	if _, err := os.Stat(dir); err != nil {

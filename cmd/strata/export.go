@@ -61,15 +61,9 @@ func newExportCommand(app *kingpin.Application) *exportCommand {
 }
 
 func (c *exportCommand) run(logger *slog.Logger) (err error) {
-	cfg, err := loadConfig(c.configFile)
+	cfg, err := loadOfflineConfig(c.configFile, c.storagePath)
 	if err != nil {
 		return err
-	}
-	if c.storagePath != "" {
-		cfg.Storage.Path = c.storagePath
-	}
-	if err := cfg.validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	loc, err := export.ParseLocation(c.tz)
 	if err != nil {
