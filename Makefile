@@ -12,10 +12,12 @@ PKGS        := ./...
 RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./dcgmbridge/... ./bench/... ./cmd/... ./internal/...
 RACE_SHORT_PKGS := ./diagnose/...
 PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list $(PKGS)))
-# Tests that measure what a race build changes run plain: race builds write the
-# rollup files at a faster zstd level (tiers/codec_race.go), and this test
-# measures their size.
-PLAIN_TESTS := ^TestRollupSizeRatios$$
+# Tests that run plain inside race packages: TestRollupSizeRatios measures what
+# a race build changes (race builds write the rollup files at a faster zstd
+# level, tiers/codec_race.go); the tiers' differential tests against raw data
+# (35 days of history) are computation in one goroutine, which the race
+# detector would only slow down several-fold.
+PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures)$$
 PLAIN_TESTS_PKGS := ./tiers/
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s
