@@ -63,8 +63,8 @@ type Profiler struct {
 	out     *poster
 
 	jobs      chan diagnose.Diagnosis
-	requested map[string]bool      // diagnoses already handled
-	lastPod   map[string]time.Time // pod -> last request
+	requested map[string]bool      // open diagnoses already handled
+	lastPod   map[string]time.Time // pod -> last request, within min_interval
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -100,6 +100,10 @@ func (p *Profiler) Update(u diagnose.Update) {
 		return
 	}
 	for _, d := range u.Changed {
+		if d.State == diagnose.StateResolved {
+			delete(p.requested, d.ID) // a diagnosis that opens again has a new id
+			continue
+		}
 		if d.State != diagnose.StateFiring || p.requested[d.ID] || d.Confidence < p.cfg.MinConfidence {
 			continue
 		}
@@ -117,6 +121,11 @@ func (p *Profiler) Update(u diagnose.Update) {
 		case seen && u.T.Sub(last) < time.Duration(p.cfg.MinInterval):
 			p.m.skipped.WithLabelValues("min_interval").Inc()
 			continue
+		}
+		for k, t := range p.lastPod {
+			if u.T.Sub(t) >= time.Duration(p.cfg.MinInterval) {
+				delete(p.lastPod, k) // bounded by the pods profiled within min_interval
+			}
 		}
 		p.lastPod[podKey(d.Entities)] = u.T
 		select {
