@@ -106,11 +106,17 @@ type Pipeline struct {
 	now    func() time.Time
 	m      metrics
 
-	tickMu  sync.Mutex // serializes Tick and Close
-	started bool
-	closed  bool
-	mark    int64 // end (ms, exclusive) of the minutes computed so far
-	dayMark int64 // start of the first day whose hour partition may still be missing
+	tickMu sync.Mutex // serializes Tick and Close
+	// commitMu orders the tee's commits with the tick's watermark: a commit
+	// holds it shared from the raw commit until its samples are folded, the
+	// tick exclusively while it reads the raw tier's newest time, so every
+	// sample that time counts is folded before the minutes it makes final
+	// are drained.
+	commitMu sync.RWMutex
+	started  bool
+	closed   bool
+	mark     int64 // end (ms, exclusive) of the minutes computed so far
+	dayMark  int64 // start of the first day whose hour partition may still be missing
 
 	tap teeState // the series the appenders Tee returns fold samples for
 
@@ -275,7 +281,9 @@ func (p *Pipeline) Tick(ctx context.Context) error {
 }
 
 func (p *Pipeline) tick(ctx context.Context) error {
+	p.commitMu.Lock()
 	rawMin, rawMax, ok := p.src.Bounds()
+	p.commitMu.Unlock()
 	if !ok {
 		return nil
 	}

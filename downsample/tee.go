@@ -116,6 +116,11 @@ func (a *teeAppender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int6
 
 // Commit commits to the raw tier and, on success, hands the samples over.
 func (a *teeAppender) Commit() error {
+	// Shared with other commits, exclusive of the tick's watermark read
+	// (Pipeline.commitMu): the raw tier's newest time never counts samples
+	// that are not folded yet.
+	a.p.commitMu.RLock()
+	defer a.p.commitMu.RUnlock()
 	err := a.AppenderV2.Commit()
 	if a.batch != nil {
 		if err == nil {
