@@ -39,7 +39,7 @@ type backfillCommand struct {
 }
 
 func newBackfillCommand(app *kingpin.Application) *backfillCommand {
-	c := &backfillCommand{cmd: app.Command("backfill", "Import historical samples into the tiers: what raw can take goes to raw, older data straight into minute and hour rollups. Run it while strata serve is stopped.")}
+	c := &backfillCommand{cmd: app.Command("backfill", "Import historical samples into the tiers: what the raw head can take goes to raw; older data goes straight into minute and hour rollups, and what of it lies within the raw retention also into raw blocks. Run it while strata serve is stopped.")}
 	c.cmd.Flag("config.file", "Strata configuration file (for storage path and retentions).").StringVar(&c.configFile)
 	c.cmd.Flag("storage.path", "Directory holding every tier (overrides the configuration).").StringVar(&c.storagePath)
 	c.cmd.Arg("file", "OpenMetrics (.om, .openmetrics) or Prometheus text files with a timestamp on every sample.").StringsVar(&c.files)
