@@ -82,6 +82,9 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		at         time.Time     // instant query time (zero: range query)
 		from, to   time.Time     // range
 		step       time.Duration // range step
+		// tol is the relative difference allowed (0: 1e-9): a case
+		// docs/scale-out.md lists as differing through Thanos.
+		tol float64
 	}
 	day := 24 * time.Hour
 	queries := []query{
@@ -94,7 +97,10 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		{name: "minute min/max/sum/count_over_time", expr: `min_over_time(DCGM_FI_DEV_GPU_UTIL[1h]) + max_over_time(DCGM_FI_DEV_GPU_UTIL[1h]) + sum_over_time(DCGM_FI_DEV_GPU_UTIL[1h]) + count_over_time(DCGM_FI_DEV_GPU_UTIL[1h])`, at: end.Add(-4 * day)},
 		{name: "minute range", expr: `avg by (host) (DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: time.Hour},
 		{name: "minute range rate", expr: `sum by (host) (increase(vllm:generation_tokens_total[2h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: time.Hour},
-		{name: "hour range", expr: `sum by (host) (rate(vllm:generation_tokens_total[12h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
+		// The Querier sends no range: over the hour tier a counter window
+		// becomes other synthetic samples than a single Strata's, 2.5 % off
+		// at [12h] (docs/scale-out.md).
+		{name: "hour range", expr: `sum by (host) (rate(vllm:generation_tokens_total[12h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, tol: 0.05},
 		{name: "hour range max_over_time", expr: `max by (host) (max_over_time(DCGM_FI_DEV_GPU_UTIL[6h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
 	}
 	run := func(base string, qu query, extra url.Values) (model.Value, []string) {
@@ -120,7 +126,7 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 			if len(warns) > 0 {
 				t.Errorf("%s: warnings through Thanos: %v", qu.name, warns)
 			}
-			if diff := sameResult(got, want, "shard"); diff != "" {
+			if diff := sameResult(got, want, qu.tol, "shard"); diff != "" {
 				t.Errorf("%s: %s\nthrough Thanos: %s\nsingle Strata: %s", qu.name, diff, short(got), short(want))
 			}
 		}
@@ -332,9 +338,12 @@ func promQuery(t testing.TB, u string, v url.Values) (model.Value, []string) {
 }
 
 // sameResult compares two query results, series matched by their labels
-// without the given (external) labels, values to a relative 1e-9 (the
-// engines may sum series in another order). It returns "" when equal.
-func sameResult(got, want model.Value, ignore ...string) string {
+// without the given (external) labels, values to a relative tol (0: 1e-9, as
+// the engines may sum series in another order). It returns "" when equal.
+func sameResult(got, want model.Value, tol float64, ignore ...string) string {
+	if tol == 0 {
+		tol = 1e-9
+	}
 	key := func(m model.Metric) string {
 		c := m.Clone()
 		for _, l := range ignore {
@@ -343,7 +352,7 @@ func sameResult(got, want model.Value, ignore ...string) string {
 		return c.String()
 	}
 	close := func(a, b float64) bool {
-		return a == b || math.Abs(a-b) <= 1e-9*max(math.Abs(a), math.Abs(b))
+		return a == b || math.Abs(a-b) <= tol*max(math.Abs(a), math.Abs(b))
 	}
 	type pts = []model.SamplePair
 	series := func(v model.Value) map[string]pts {
