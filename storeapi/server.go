@@ -214,23 +214,39 @@ func seriesLabels(l, ext labels.Labels, drop map[string]struct{}) labels.Labels 
 	return b.Labels()
 }
 
-// LabelNames implements storepb.StoreServer.
-func (s *Server) LabelNames(ctx context.Context, req *storepb.LabelNamesRequest) (*storepb.LabelNamesResponse, error) {
-	release, err := s.acquire(ctx, "label_names")
+// labelQuerier is what LabelNames and LabelValues share: a concurrency slot,
+// the request's matchers, and a querier over [start, end]. It returns a nil
+// querier (and no error) when the matchers can match nothing; release closes
+// the querier and frees the slot.
+func (s *Server) labelQuerier(ctx context.Context, method string, pms []storepb.LabelMatcher, start, end int64) (storage.Querier, []*labels.Matcher, func(), error) {
+	release, err := s.acquire(ctx, method)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	defer release()
-	ms, ok, err := s.matchers(req.Matchers)
+	ms, ok, err := s.matchers(pms)
 	if err != nil {
+		release()
 		s.rejected.WithLabelValues("bad_request").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if !ok {
-		return &storepb.LabelNamesResponse{}, nil
+		release()
+		return nil, nil, nil, nil
 	}
-	q := s.q.ResolutionQuerier(req.Start, req.End, 0)
-	defer q.Close() //nolint:errcheck // a querier over immutable data; nothing to flush
+	q := s.q.ResolutionQuerier(start, end, 0)
+	return q, ms, func() {
+		_ = q.Close() // a querier over immutable data; nothing to flush
+		release()
+	}, nil
+}
+
+// LabelNames implements storepb.StoreServer.
+func (s *Server) LabelNames(ctx context.Context, req *storepb.LabelNamesRequest) (*storepb.LabelNamesResponse, error) {
+	q, ms, release, err := s.labelQuerier(ctx, "label_names", req.Matchers, req.Start, req.End)
+	if err != nil || q == nil {
+		return &storepb.LabelNamesResponse{}, err
+	}
+	defer release()
 	names, annots, err := q.LabelNames(ctx, &storage.LabelHints{Limit: int(req.Limit)}, ms...)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -256,21 +272,11 @@ func (s *Server) LabelValues(ctx context.Context, req *storepb.LabelValuesReques
 	if slices.Contains(req.WithoutReplicaLabels, req.Label) {
 		return &storepb.LabelValuesResponse{}, nil
 	}
-	release, err := s.acquire(ctx, "label_values")
-	if err != nil {
-		return nil, err
+	q, ms, release, err := s.labelQuerier(ctx, "label_values", req.Matchers, req.Start, req.End)
+	if err != nil || q == nil {
+		return &storepb.LabelValuesResponse{}, err
 	}
 	defer release()
-	ms, ok, err := s.matchers(req.Matchers)
-	if err != nil {
-		s.rejected.WithLabelValues("bad_request").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if !ok {
-		return &storepb.LabelValuesResponse{}, nil
-	}
-	q := s.q.ResolutionQuerier(req.Start, req.End, 0)
-	defer q.Close() //nolint:errcheck // a querier over immutable data; nothing to flush
 	if v := s.cfg.ExternalLabels.Get(req.Label); v != "" {
 		// Every series of this node carries the external value.
 		if len(ms) == 0 {
