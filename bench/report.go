@@ -334,12 +334,35 @@ func hasServer(runs []RunResult) bool {
 	return false
 }
 
+// samplesHeld is what the target held when the last repetition's dashboard
+// ran: every sample it accepted over the runs.
+func samplesHeld(r Report) int64 {
+	var n int64
+	for _, rr := range r.Runs {
+		n += rr.Load.SamplesAccepted
+	}
+	return n
+}
+
+// heldTolerance is how far apart (as a ratio) the samples two targets held
+// may be for their dashboard latencies to be compared.
+const heldTolerance = 1.1
+
+// dashboardRow reports whether a row is a dashboard latency.
+func dashboardRow(name string) bool { return strings.HasPrefix(name, "dashboard latency ") }
+
 // Compare renders a markdown table of the last report against each one
 // before it (the baselines, e.g. Prometheus and VictoriaMetrics, then
 // Strata): every report's medians, then per baseline the ratio
 // last/baseline marked better, worse or same (within 5%) by the figure's
 // direction. A figure the last report did not measure has no row; a
 // baseline that did not measure it shows "-".
+//
+// A query's cost grows with the samples in its range, so dashboard
+// latencies are only compared between targets that held the same data: when
+// the samples they accepted differ by more than 10% (an unpaced load, where
+// the faster receiver gets more samples per series per second), the
+// verdict says "not comparable" and by how much the data differed.
 func Compare(reports ...Report) string {
 	if len(reports) < 2 {
 		return ""
@@ -381,7 +404,10 @@ func Compare(reports ...Report) string {
 			if rb.fig.Median != 0 {
 				q := rs.fig.Median / rb.fig.Median
 				ratio = fmt.Sprintf("%.2fx", q)
+				held := heldRatio(subject, bases[i])
 				switch {
+				case dashboardRow(rs.name) && (held > heldTolerance || held < 1/heldTolerance):
+					verdict = fmt.Sprintf("not comparable: %s held %.2fx the samples", name(len(reports)-1), held)
 				case math.Abs(q-1) < 0.05:
 					verdict = "same"
 				case (q > 1) == rs.higherBetter:
@@ -398,6 +424,16 @@ func Compare(reports ...Report) string {
 		fmt.Fprintf(&sb, "| %s |%s %s |%s\n", rs.name, vals.String(), formatValue(rs.fig.Median, rs.unit), ratios.String())
 	}
 	return sb.String()
+}
+
+// heldRatio is the samples a held over those b held; 1 when either is
+// unknown (reports without runs).
+func heldRatio(a, b Report) float64 {
+	na, nb := samplesHeld(a), samplesHeld(b)
+	if na <= 0 || nb <= 0 {
+		return 1
+	}
+	return float64(na) / float64(nb)
 }
 
 func cell(name, def string) string {

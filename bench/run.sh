@@ -11,7 +11,10 @@
 # `compare` writes each target's report to outdir/<round>/<target>/ and the
 # comparison (`strata bench compare`: Strata against each peer) to
 # outdir/<round>/comparison.md, with the machine's load average before and
-# after each target in outdir/<round>/uptime.txt.
+# after each target in outdir/<round>/uptime.txt. Even rounds run the
+# targets in reverse order. Dashboard latencies compare only over the same
+# data: paced (BENCH_INTERVAL), where every target holds the same samples;
+# unpaced, the faster receiver holds more and the comparison says so.
 #
 # Environment (all optional): BENCH_INTERVAL (empty: as fast as the target
 # accepts; 1s or 15s: paced, every series one sample per interval in real
@@ -58,11 +61,23 @@ if [[ "$target" == compare ]]; then
 		dir="$out/$round"
 		mkdir -p "$dir"
 		reports=()
-		for t in "${targets[@]}"; do
+		order=("${targets[@]}")
+		if ((round % 2 == 0)); then
+			# Even rounds run the targets in reverse order, so that a load
+			# from other work that rises or falls over a round does not
+			# favour the same target every time.
+			order=()
+			for ((i = ${#targets[@]} - 1; i >= 0; i--)); do
+				order+=("${targets[i]}")
+			done
+		fi
+		for t in "${order[@]}"; do
 			echo "== round $round: $t ($(date -u +%H:%M:%S) UTC)" >&2
 			echo "$t before: $(uptime)" >>"$dir/uptime.txt"
 			"$0" "$t" "$dir/$t" >/dev/null
 			echo "$t after:  $(uptime)" >>"$dir/uptime.txt"
+		done
+		for t in "${targets[@]}"; do
 			reports+=("$dir/$t/report.json")
 		done
 		"$STRATA_BIN" bench compare "${reports[@]}" >"$dir/comparison.md"
