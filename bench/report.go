@@ -30,6 +30,37 @@ type Report struct {
 	Repeats       int         `json:"repeats"`
 	Runs          []RunResult `json:"runs"`
 	Summary       Summary     `json:"summary"`
+	// DashboardWith names the targets whose dashboards were measured
+	// interleaved with this one's (SetDashboard), this one included; empty
+	// when the dashboard ran after each repetition.
+	DashboardWith []string `json:"dashboard_with,omitempty"`
+}
+
+// SetDashboard makes lat (and errs) the report's dashboard latency, as
+// measured after its last repetition by MeasureDashboards together with the
+// targets named in with, and recomputes the summary. Latencies measured
+// after earlier repetitions are dropped: the summary's dashboard figures
+// are then this one measurement's.
+func (r *Report) SetDashboard(lat []RangeLatency, errs []string, with []string) {
+	if len(r.Runs) == 0 {
+		return
+	}
+	for i := range r.Runs {
+		r.Runs[i].Queries, r.Runs[i].QueryErrors = nil, nil
+	}
+	last := &r.Runs[len(r.Runs)-1]
+	last.Queries, last.QueryErrors = lat, errs
+	r.DashboardWith = with
+	r.Summary = summarize(r.Runs)
+}
+
+// DashboardEnd is where the dashboard's ranges end for this report: the
+// newest sample its last repetition sent.
+func (r Report) DashboardEnd() (time.Time, bool) {
+	if len(r.Runs) == 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(r.Runs[len(r.Runs)-1].Load.LastTimestamp), true
 }
 
 // HostInfo is the machine the bench ran on.
@@ -260,7 +291,11 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "- sender: batch %d samples, concurrency %d; each run bounded by %s and %d requests\n",
 		l.BatchSize, l.Concurrency, l.Duration, l.MaxRequests)
-	fmt.Fprintf(&b, "- repetitions: %d (figures are the median, with min and max)\n\n", r.Repeats)
+	fmt.Fprintf(&b, "- repetitions: %d (figures are the median, with min and max)\n", r.Repeats)
+	if len(r.DashboardWith) > 0 {
+		fmt.Fprintf(&b, "- dashboard: measured once after the last repetition, interleaved with %s (each panel execution on every target in turn)\n", strings.Join(r.DashboardWith, ", "))
+	}
+	b.WriteString("\n")
 
 	b.WriteString("## Summary\n\n| figure | median | min | max | n |\n|---|---:|---:|---:|---:|\n")
 	for _, rw := range r.Summary.rows() {
