@@ -70,6 +70,12 @@ type RangeLatency struct {
 	// Empty counts executions that returned no series at all.
 	Empty    int            `json:"empty"`
 	PerQuery []QueryLatency `json:"per_query"`
+	// ServerCPUSeconds is the CPU time the server process used while this
+	// range's queries ran (its background work included), when its PID is
+	// known; with CPUPerQuerySeconds, that over the executions. Unlike the
+	// latency it hardly depends on what else the machine runs.
+	ServerCPUSeconds   float64 `json:"server_cpu_seconds,omitempty"`
+	CPUPerQuerySeconds float64 `json:"cpu_per_query_seconds,omitempty"`
 }
 
 // QueryLatency is one panel's latency at one range.
@@ -111,6 +117,27 @@ type DashboardTarget struct {
 	// End is where every range ends: the newest sample the target was sent.
 	End                time.Time
 	Username, Password string
+	// PID, when not 0, is the server's process, whose CPU time per range
+	// is measured from ProcRoot (default /proc).
+	PID      int
+	ProcRoot string
+}
+
+// cpuSeconds is the target's CPU time so far; 0 without a PID or when it
+// cannot be read (the figure is then left out).
+func (t DashboardTarget) cpuSeconds() (float64, bool) {
+	if t.PID == 0 {
+		return 0, false
+	}
+	root := t.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	ps, err := ReadProc(root, t.PID)
+	if err != nil {
+		return 0, false
+	}
+	return ps.CPUSeconds, true
 }
 
 // MeasureDashboards runs every panel at every range repeats times on each
@@ -137,8 +164,10 @@ func MeasureDashboards(ctx context.Context, targets []DashboardTarget, queries [
 		step := StepFor(r)
 		rls := make([]RangeLatency, len(targets))
 		all := make([][]float64, len(targets))
+		cpu0 := make([]float64, len(targets))
 		for i := range rls {
 			rls[i] = RangeLatency{Range: model.Duration(r).String(), RangeSeconds: r.Seconds(), StepSeconds: step.Seconds()}
+			cpu0[i], _ = targets[i].cpuSeconds()
 		}
 		for _, q := range queries {
 			lat := make([][]float64, len(targets))
@@ -176,6 +205,10 @@ func MeasureDashboards(ctx context.Context, targets []DashboardTarget, queries [
 		}
 		for i := range targets {
 			rls[i].P50Seconds, rls[i].P99Seconds = quantile(all[i], 0.5), quantile(all[i], 0.99)
+			if cpu1, ok := targets[i].cpuSeconds(); ok && rls[i].Executions > 0 {
+				rls[i].ServerCPUSeconds = cpu1 - cpu0[i]
+				rls[i].CPUPerQuerySeconds = rls[i].ServerCPUSeconds / float64(rls[i].Executions)
+			}
 			out[i] = append(out[i], rls[i])
 		}
 	}

@@ -2,6 +2,10 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,7 +21,25 @@ func TestMeasureDashboardsInterleaves(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		order []string
+		ticks int // target a's CPU: one tick (10 ms) per query it serves
 	)
+	// A fake /proc for target a, whose CPU time grows by one tick per query.
+	procRoot := t.TempDir()
+	const pid = 4242
+	if err := os.MkdirAll(filepath.Join(procRoot, strconv.Itoa(pid)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeProc := func() {
+		dir := filepath.Join(procRoot, strconv.Itoa(pid))
+		stat := fmt.Sprintf("%d (server) S 1 1 1 0 -1 0 0 0 0 0 %d 0 0 0 20 0 1 0", pid, ticks)
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "status"), []byte("VmHWM:\t2048 kB\nVmRSS:\t1024 kB\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	writeProc()
 	serve := func(name string, end time.Time) *httptest.Server {
 		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := r.ParseForm(); err != nil {
@@ -28,6 +50,10 @@ func TestMeasureDashboardsInterleaves(t *testing.T) {
 			}
 			mu.Lock()
 			order = append(order, name)
+			if name == "a" {
+				ticks++
+				writeProc()
+			}
 			mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"]]}]}}`))
@@ -39,7 +65,7 @@ func TestMeasureDashboardsInterleaves(t *testing.T) {
 	defer b.Close()
 	queries := []DashboardQuery{{Name: "up", Expr: "up"}, {Name: "two", Expr: "sum(up)"}}
 	ranges := []time.Duration{time.Hour, 24 * time.Hour}
-	lat, errs, err := MeasureDashboards(context.Background(), []DashboardTarget{{Name: "a", URL: a.URL, End: endA}, {Name: "b", URL: b.URL, End: endB}},
+	lat, errs, err := MeasureDashboards(context.Background(), []DashboardTarget{{Name: "a", URL: a.URL, End: endA, PID: pid, ProcRoot: procRoot}, {Name: "b", URL: b.URL, End: endB}},
 		queries, ranges, 3, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +92,10 @@ func TestMeasureDashboardsInterleaves(t *testing.T) {
 			if rl.Executions != len(queries)*3 || rl.Errors != 0 || len(rl.PerQuery) != len(queries) || rl.P50Seconds <= 0 {
 				t.Errorf("target %d range %s: %+v", i, rl.Range, rl)
 			}
+			// a's CPU: one 10 ms tick per query; b has no PID.
+			if want := []float64{0.01, 0}[i]; math.Abs(rl.CPUPerQuerySeconds-want) > 1e-9 {
+				t.Errorf("target %d range %s: CPU per query %g, want %g", i, rl.Range, rl.CPUPerQuerySeconds, want)
+			}
 		}
 	}
 
@@ -83,5 +113,8 @@ func TestMeasureDashboardsInterleaves(t *testing.T) {
 	}
 	if got, want := rep.Summary.QueryLatency[0].P50Seconds.Median, lat[0][0].P50Seconds; got != want || got == 9 {
 		t.Fatalf("summary p50 %g, want the interleaved %g", got, want)
+	}
+	if got := rep.Summary.QueryLatency[0].CPUPerQuerySeconds; got.N != 1 || math.Abs(got.Median-0.01) > 1e-9 {
+		t.Fatalf("summary CPU per query %+v, want 10 ms", got)
 	}
 }

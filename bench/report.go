@@ -91,6 +91,9 @@ type RangeFigure struct {
 	Range      string `json:"range"`
 	P50Seconds Figure `json:"p50_seconds"`
 	P99Seconds Figure `json:"p99_seconds"`
+	// CPUPerQuerySeconds is the server's CPU time per query execution
+	// (RangeLatency.CPUPerQuerySeconds); N == 0 when not measured.
+	CPUPerQuerySeconds Figure `json:"cpu_per_query_seconds"`
 }
 
 // Summary holds the medians (with min and max) over the repetitions. A
@@ -125,7 +128,7 @@ func summarize(runs []RunResult) Summary {
 		cpuPerM, perCPU, peak, perSeries, rollup []float64
 		cores, steady, steadyPerSeries           []float64
 		disk                                     = map[string][]float64{}
-		qp50, qp99                               = map[string][]float64{}, map[string][]float64{}
+		qp50, qp99, qcpu                         = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		ranges                                   []string
 	)
 	for _, r := range runs {
@@ -157,6 +160,9 @@ func summarize(runs []RunResult) Summary {
 			}
 			qp50[q.Range] = append(qp50[q.Range], q.P50Seconds)
 			qp99[q.Range] = append(qp99[q.Range], q.P99Seconds)
+			if q.CPUPerQuerySeconds > 0 {
+				qcpu[q.Range] = append(qcpu[q.Range], q.CPUPerQuerySeconds)
+			}
 		}
 		if r.RollupLagSeconds != nil {
 			rollup = append(rollup, *r.RollupLagSeconds)
@@ -181,7 +187,7 @@ func summarize(runs []RunResult) Summary {
 		}
 	}
 	for _, r := range ranges {
-		s.QueryLatency = append(s.QueryLatency, RangeFigure{Range: r, P50Seconds: figureOf(qp50[r]), P99Seconds: figureOf(qp99[r])})
+		s.QueryLatency = append(s.QueryLatency, RangeFigure{Range: r, P50Seconds: figureOf(qp50[r]), P99Seconds: figureOf(qp99[r]), CPUPerQuerySeconds: figureOf(qcpu[r])})
 	}
 	return s
 }
@@ -260,7 +266,8 @@ func (s Summary) rows() []row {
 	}
 	for _, q := range s.QueryLatency {
 		rs = append(rs, row{"dashboard latency p50, " + q.Range, "s", q.P50Seconds, false},
-			row{"dashboard latency p99, " + q.Range, "s", q.P99Seconds, false})
+			row{"dashboard latency p99, " + q.Range, "s", q.P99Seconds, false},
+			row{"dashboard server CPU per query, " + q.Range, "s", q.CPUPerQuerySeconds, false})
 	}
 	rs = append(rs, row{"rollup lag", "s", s.RollupLagSeconds, false})
 	return rs
@@ -383,8 +390,8 @@ func samplesHeld(r Report) int64 {
 // may be for their dashboard latencies to be compared.
 const heldTolerance = 1.1
 
-// dashboardRow reports whether a row is a dashboard latency.
-func dashboardRow(name string) bool { return strings.HasPrefix(name, "dashboard latency ") }
+// dashboardRow reports whether a row is a dashboard figure (latency, CPU per query).
+func dashboardRow(name string) bool { return strings.HasPrefix(name, "dashboard ") }
 
 // Compare renders a markdown table of the last report against each one
 // before it (the baselines, e.g. Prometheus and VictoriaMetrics, then

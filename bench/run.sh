@@ -120,7 +120,7 @@ if [[ "$target" == compare ]]; then
 		dash=()
 		for t in "${targets[@]}"; do
 			reports+=("$dir/$t/report.json")
-			dash+=("$dir/$t/report.json=http://127.0.0.1:$((port + $(index_of "$t")))")
+			dash+=("$dir/$t/report.json=http://127.0.0.1:$((port + $(index_of "$t")))=$(cat "$dir/$t.server.pid")")
 		done
 		if [[ -z "${BENCH_SKIP_QUERIES:-}" ]]; then
 			echo "== round $round: dashboards, interleaved ($(date -u +%H:%M:%S) UTC)" >&2

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -65,7 +66,7 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c.dashboard.Flag("query-repeats", "Times each dashboard query runs per range and receiver (p50, p99).").Default("5").IntVar(&c.queryRepeats)
 	c.dashboard.Flag("user", "Basic-auth user.").StringVar(&c.user)
 	c.dashboard.Flag("password", "Basic-auth password (or STRATA_BENCH_PASSWORD).").Envar("STRATA_BENCH_PASSWORD").StringVar(&c.pass)
-	c.dashboard.Arg("targets", "report.json=URL of each receiver's Prometheus HTTP API (scheme://host), e.g. /tmp/b/strata/report.json=http://127.0.0.1:19301; the report is rewritten in place.").Required().StringsVar(&c.targets)
+	c.dashboard.Arg("targets", "report.json=URL of each receiver's Prometheus HTTP API (scheme://host), with =PID to measure its CPU per query from /proc, e.g. /tmp/b/strata/report.json=http://127.0.0.1:19301=4242; the report is rewritten in place.").Required().StringsVar(&c.targets)
 	return c
 }
 
@@ -141,10 +142,19 @@ func (c *benchCommand) measureDashboards() error {
 	targets := make([]bench.DashboardTarget, len(c.targets))
 	names := make([]string, len(c.targets))
 	for i, arg := range c.targets {
-		path, u, ok := strings.Cut(arg, "=")
-		if !ok || path == "" || u == "" {
-			return fmt.Errorf("%w: target %q is not report.json=URL", bench.ErrBadConfig, arg)
+		parts := strings.Split(arg, "=")
+		pid := 0
+		if len(parts) == 3 {
+			p, err := strconv.Atoi(parts[2])
+			if err != nil || p <= 0 {
+				return fmt.Errorf("%w: target %q: PID %q is not a process id", bench.ErrBadConfig, arg, parts[2])
+			}
+			pid = p
 		}
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			return fmt.Errorf("%w: target %q is not report.json=URL or report.json=URL=PID", bench.ErrBadConfig, arg)
+		}
+		path, u := parts[0], parts[1]
 		r, err := bench.LoadReport(path)
 		if err != nil {
 			return err
@@ -154,7 +164,7 @@ func (c *benchCommand) measureDashboards() error {
 			return fmt.Errorf("%w: report %s has no run", bench.ErrBadConfig, path)
 		}
 		reports[i], dirs[i], names[i] = r, filepath.Dir(path), r.Name
-		targets[i] = bench.DashboardTarget{Name: r.Name, URL: strings.TrimSuffix(u, "/"), End: end, Username: c.user, Password: c.pass}
+		targets[i] = bench.DashboardTarget{Name: r.Name, URL: strings.TrimSuffix(u, "/"), End: end, Username: c.user, Password: c.pass, PID: pid}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
