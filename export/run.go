@@ -179,6 +179,7 @@ type runState struct {
 	// their index, and the indexes in key order (nil when one was added)
 	gidx   map[groupKey]int
 	gkeys  []groupKey
+	gcells [][]Cell // per group index, its group-by columns' cells
 	sorted []int
 	row    []Cell
 }
@@ -200,6 +201,11 @@ func (s *runState) groupIndex(g groupKey) int {
 		i = len(s.gkeys)
 		s.gidx[g] = i
 		s.gkeys = append(s.gkeys, g)
+		var cells []Cell
+		for _, v := range g.values(len(s.p.groupCols)) {
+			cells = append(cells, Cell{S: v})
+		}
+		s.gcells = append(s.gcells, cells)
 		s.sorted = nil
 	}
 	return i
@@ -217,7 +223,7 @@ func (s *runState) prime(ctx context.Context, t *tierInfo, from int64) error {
 		// tier's oldest partition): then the window before is the hour
 		// tier's.
 		for _, src := range s.p.primeOrder(t) {
-			sel, err := src.src.Select(ctx, from-src.res, from-1, q.matchers...)
+			sel, err := src.src.SelectFields(ctx, from-src.res, from-1, tiers.FieldLast, q.matchers...)
 			if err != nil {
 				return fmt.Errorf("export %s: %w", q.text, err)
 			}
@@ -274,7 +280,7 @@ func (s *runState) readChunk(ctx context.Context, t *tierInfo, c span) error {
 			}
 			continue
 		}
-		sel, err := t.src.Select(ctx, c.start, c.end-1, q.matchers...)
+		sel, err := t.src.SelectFields(ctx, c.start, c.end-1, q.kind.fields(), q.matchers...)
 		if err != nil {
 			return fmt.Errorf("export %s: %w", q.text, err)
 		}
@@ -391,10 +397,7 @@ func (s *runState) closeStep(k int, w RowWriter) error {
 	}
 	var empty accum
 	for _, gi := range s.sorted {
-		row := s.row[:0]
-		for _, v := range s.gkeys[gi].values(len(s.p.groupCols)) {
-			row = append(row, Cell{S: v})
-		}
+		row := append(s.row[:0], s.gcells[gi]...)
 		row = append(row, Cell{I: st.start}, Cell{I: st.end}, Cell{S: t.name})
 		for qi, q := range s.p.queries {
 			a := &empty

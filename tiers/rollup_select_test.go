@@ -167,6 +167,29 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 			}
 		}
 	})
+	t.Run("SelectFields", func(t *testing.T) {
+		// The export's two sets: a gauge's and a counter's.
+		for _, f := range []WindowFields{FieldSum | FieldCount | FieldMin | FieldMax | FieldLast, FieldFirst | FieldLast | FieldIncrease} {
+			got, err := r.SelectFields(context.Background(), mint, maxt, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != nSeries {
+				t.Fatalf("fields %b: %d series, want %d", f, len(got), nSeries)
+			}
+			for _, sw := range got {
+				exp := inRange(want[sw.Labels.String()])
+				if len(sw.Windows) != len(exp) {
+					t.Fatalf("fields %b, %s: %d windows, want %d", f, sw.Labels, len(sw.Windows), len(exp))
+				}
+				for k, w := range sw.Windows {
+					if e := projectWindow(exp[k], derivationInputs(colSet(f)|colLastT)); w != e {
+						t.Fatalf("fields %b, %s window %d:\n got %+v\nwant %+v", f, sw.Labels, k, w, e)
+					}
+				}
+			}
+		}
+	})
 	t.Run("labels only", func(t *testing.T) {
 		got, err := r.SelectLabels(context.Background(), mint, maxt, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m1"))
 		if err != nil {
