@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -215,8 +216,12 @@ type rollupQuery struct {
 	matchers  []*labels.Matcher
 	nameEq    *parquet.Value // metric name equality matcher, for pruning
 	nameEqStr string
-	opts      selectOptions
-	nWindows  atomic.Int64 // windows kept so far, against opts.maxWindows
+	// nameEqJSON is that matcher's label as the labels column encodes it
+	// ("__name__":"<name>"), to pass over other metrics' series without
+	// decoding their labels (fileReader.admit)
+	nameEqJSON string
+	opts       selectOptions
+	nWindows   atomic.Int64 // windows kept so far, against opts.maxWindows
 }
 
 func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOptions) *rollupQuery {
@@ -230,6 +235,9 @@ func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOpti
 		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			v := parquet.ByteArrayValue([]byte(m.Value))
 			q.nameEq, q.nameEqStr = &v, m.Value
+			if js, err := json.Marshal(m.Value); err == nil {
+				q.nameEqJSON = nameKeyJSON + string(js)
+			}
 		}
 	}
 	return q
