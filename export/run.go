@@ -397,7 +397,8 @@ func (s *runState) closeStep(k int, w RowWriter) error {
 	}
 	var empty accum
 	for _, gi := range s.sorted {
-		row := append(s.row[:0], s.gcells[gi]...)
+		row := s.row[:0]
+		row = append(row, s.gcells[gi]...)
 		row = append(row, Cell{I: st.start}, Cell{I: st.end}, Cell{S: t.name})
 		for qi, q := range s.p.queries {
 			a := &empty
