@@ -17,9 +17,10 @@ import (
 
 // Tier is a rollup tier as an export reads it; *tiers.Rollup is one.
 type Tier interface {
-	// Select returns the matching series with their windows starting in
-	// [mint, maxt], sorted by labels.
-	Select(ctx context.Context, mint, maxt int64, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error)
+	// SelectFields returns the matching series with their windows starting
+	// in [mint, maxt], sorted by labels, with at least fields (and Start
+	// and LastT) read.
+	SelectFields(ctx context.Context, mint, maxt int64, fields tiers.WindowFields, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error)
 	// SelectLabels returns the label sets of the matching series with
 	// windows in partitions overlapping [mint, maxt].
 	SelectLabels(ctx context.Context, mint, maxt int64, ms ...*labels.Matcher) ([]labels.Labels, error)

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -214,9 +215,6 @@ type parquetWriter struct {
 	cols []Column
 	vals [][]parquet.Value // per column, the batch's values
 	n    int               // rows in the current row group
-	// bytes of the strings written (group labels, tiers repeat on every
-	// step), bounded
-	strs map[string][]byte
 }
 
 const parquetBatch = 1024
@@ -249,31 +247,30 @@ func newParquetWriter(out io.Writer, cols []Column) (*parquetWriter, error) {
 	for i := range vals {
 		vals[i] = make([]parquet.Value, 0, parquetBatch)
 	}
-	return &parquetWriter{w: w, cols: cols, vals: vals, strs: map[string][]byte{}}, nil
+	return &parquetWriter{w: w, cols: cols, vals: vals}, nil
 }
 
-func (p *parquetWriter) bytesOf(s string) []byte {
-	b, ok := p.strs[s]
-	if !ok {
-		b = []byte(s)
-		if len(p.strs) < 1<<16 {
-			p.strs[s] = b
-		}
-	}
-	return b
-}
+// stringBytes is s's bytes, not copied: the batch's values point into the
+// strings of the rows written (group labels, tiers, which repeat on every
+// step), which parquet-go only reads, copying them into its dictionary or
+// page before writeBuffered returns; the pointer keeps each string alive
+// until then.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 func (p *parquetWriter) WriteRow(row []Cell) error {
+	// A required column's buffer reads only a value's bytes; an optional
+	// column's reads the definition level too (1: a value, 0: null), so
+	// only the floats' values carry levels.
 	for i, col := range p.cols {
-		v := row[i]
+		v := &row[i]
 		var pv parquet.Value
 		switch {
 		case col.Type == ColString:
-			pv = parquet.ByteArrayValue(p.bytesOf(v.S)).Level(0, 0, i)
+			pv = parquet.ByteArrayValue(stringBytes(v.S))
 		case col.Type == ColTime, col.Type == ColInt:
-			pv = parquet.Int64Value(v.I).Level(0, 0, i)
+			pv = parquet.Int64Value(v.I)
 		case v.Null:
-			pv = parquet.NullValue().Level(0, 0, i)
+			pv = parquet.NullValue()
 		default:
 			pv = parquet.DoubleValue(v.F).Level(0, 1, i)
 		}

@@ -29,7 +29,7 @@ type gatedTier struct {
 	release chan struct{}
 }
 
-func (g *gatedTier) Select(ctx context.Context, mint, maxt int64, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error) {
+func (g *gatedTier) SelectFields(ctx context.Context, mint, maxt int64, fields tiers.WindowFields, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error) {
 	if n := g.calls.Add(1); n > g.free {
 		if n == g.free+1 {
 			close(g.held)
@@ -40,7 +40,7 @@ func (g *gatedTier) Select(ctx context.Context, mint, maxt int64, ms ...*labels.
 			return nil, ctx.Err()
 		}
 	}
-	return g.Tier.Select(ctx, mint, maxt, ms...)
+	return g.Tier.SelectFields(ctx, mint, maxt, fields, ms...)
 }
 
 // TestHandlerStreams: the first rows reach the client while the export is

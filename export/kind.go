@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/common/model"
+
+	"github.com/strata-dev/strata/tiers"
 )
 
 // Kind is how an export summarises a metric.
@@ -71,6 +73,16 @@ func (t Typing) kindOf(name string) Kind {
 		return KindCounter
 	}
 	return KindGauge
+}
+
+// fields are the window fields a kind's statistics read (run.go): a
+// gauge's sum, count, min, max and last; a counter's or bucket's first,
+// last and increase (the reset-aware step from window to window).
+func (k Kind) fields() tiers.WindowFields {
+	if k == KindGauge {
+		return tiers.FieldSum | tiers.FieldCount | tiers.FieldMin | tiers.FieldMax | tiers.FieldLast
+	}
+	return tiers.FieldFirst | tiers.FieldLast | tiers.FieldIncrease
 }
 
 func kindFromType(typ, name string) (Kind, bool) {

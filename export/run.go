@@ -179,6 +179,7 @@ type runState struct {
 	// their index, and the indexes in key order (nil when one was added)
 	gidx   map[groupKey]int
 	gkeys  []groupKey
+	gcells [][]Cell // per group index, its group-by columns' cells
 	sorted []int
 	row    []Cell
 }
@@ -200,6 +201,11 @@ func (s *runState) groupIndex(g groupKey) int {
 		i = len(s.gkeys)
 		s.gidx[g] = i
 		s.gkeys = append(s.gkeys, g)
+		var cells []Cell
+		for _, v := range g.values(len(s.p.groupCols)) {
+			cells = append(cells, Cell{S: v})
+		}
+		s.gcells = append(s.gcells, cells)
 		s.sorted = nil
 	}
 	return i
@@ -217,7 +223,7 @@ func (s *runState) prime(ctx context.Context, t *tierInfo, from int64) error {
 		// tier's oldest partition): then the window before is the hour
 		// tier's.
 		for _, src := range s.p.primeOrder(t) {
-			sel, err := src.src.Select(ctx, from-src.res, from-1, q.matchers...)
+			sel, err := src.src.SelectFields(ctx, from-src.res, from-1, tiers.FieldLast, q.matchers...)
 			if err != nil {
 				return fmt.Errorf("export %s: %w", q.text, err)
 			}
@@ -274,7 +280,7 @@ func (s *runState) readChunk(ctx context.Context, t *tierInfo, c span) error {
 			}
 			continue
 		}
-		sel, err := t.src.Select(ctx, c.start, c.end-1, q.matchers...)
+		sel, err := t.src.SelectFields(ctx, c.start, c.end-1, q.kind.fields(), q.matchers...)
 		if err != nil {
 			return fmt.Errorf("export %s: %w", q.text, err)
 		}
@@ -392,9 +398,7 @@ func (s *runState) closeStep(k int, w RowWriter) error {
 	var empty accum
 	for _, gi := range s.sorted {
 		row := s.row[:0]
-		for _, v := range s.gkeys[gi].values(len(s.p.groupCols)) {
-			row = append(row, Cell{S: v})
-		}
+		row = append(row, s.gcells[gi]...)
 		row = append(row, Cell{I: st.start}, Cell{I: st.end}, Cell{S: t.name})
 		for qi, q := range s.p.queries {
 			a := &empty
@@ -428,8 +432,16 @@ type accum struct {
 	// gauges and expressions
 	sum, count float64
 	min, max   float64
-	avgs       []float64
-	last       []lastValue // per read, the series' last sample
+	// the window averages, and per read the series' last sample: the
+	// first of each is held here and the slice used from the second on,
+	// so that closing a step of one window per group (an hourly export)
+	// reads nothing beside the accums, which lie side by side (a slice of
+	// its own per group cost a cache miss per row)
+	nAvg, nLast int
+	avg1        float64
+	last1       lastValue
+	avgs        []float64
+	last        []lastValue
 	// counters
 	increase float64
 	slots    map[int64]float64 // window start -> the group's increase in it (query.slotPeak)
@@ -471,10 +483,48 @@ func (a *accum) addGauge(h uint64, ws []tiers.Window) {
 		a.count += float64(w.Count)
 		a.min = min(a.min, w.Min)
 		a.max = max(a.max, w.Max)
-		a.avgs = append(a.avgs, w.Sum/float64(w.Count))
+		a.addAvg(w.Sum / float64(w.Count))
 	}
 	lw := &ws[len(ws)-1]
-	a.last = append(a.last, lastValue{h, lw.LastT, lw.Last})
+	a.addLast(lastValue{h, lw.LastT, lw.Last})
+}
+
+func (a *accum) addAvg(v float64) {
+	switch a.nAvg {
+	case 0:
+		a.avg1 = v
+	case 1:
+		a.avgs = append(a.avgs[:0], a.avg1, v)
+	default:
+		a.avgs = append(a.avgs, v)
+	}
+	a.nAvg++
+}
+
+func (a *accum) addLast(lv lastValue) {
+	switch a.nLast {
+	case 0:
+		a.last1 = lv
+	case 1:
+		a.last = append(a.last[:0], a.last1, lv)
+	default:
+		a.last = append(a.last, lv)
+	}
+	a.nLast++
+}
+
+// sortedAvgs returns the window averages sorted (in one the caller passes
+// when there is a single one).
+func (a *accum) sortedAvgs(one *[1]float64) []float64 {
+	switch a.nAvg {
+	case 0:
+		return nil
+	case 1:
+		one[0] = a.avg1
+		return one[:]
+	}
+	slices.Sort(a.avgs)
+	return a.avgs
 }
 
 // counterIncrease returns the reset-aware increase windows ws add to a
@@ -556,10 +606,10 @@ func (a *accum) addPoints(h uint64, pts []promql.FPoint) {
 		a.count++
 		a.min = min(a.min, pt.F)
 		a.max = max(a.max, pt.F)
-		a.avgs = append(a.avgs, pt.F)
+		a.addAvg(pt.F)
 	}
 	lp := pts[len(pts)-1]
-	a.last = append(a.last, lastValue{h, lp.T, lp.F})
+	a.addLast(lastValue{h, lp.T, lp.F})
 }
 
 // distinctSeries counts the distinct hashes in a.series (sorting it).
@@ -573,8 +623,11 @@ func (a *accum) distinctSeries() int {
 
 // lastMean is the mean over the series of each one's latest last sample.
 func (a *accum) lastMean() float64 {
-	if len(a.last) == 1 {
-		return a.last[0].v
+	switch a.nLast {
+	case 0:
+		return math.NaN()
+	case 1:
+		return a.last1.v
 	}
 	slices.SortFunc(a.last, func(x, y lastValue) int {
 		if x.h != y.h {
@@ -621,9 +674,10 @@ func (a *accum) appendCells(row []Cell, q *query, slots float64, st span, res in
 	row = append(row, Cell{I: int64(nSeries)}, Cell{F: min(cov, 1)})
 	switch {
 	case q.expr != nil || q.kind == KindGauge:
-		slices.Sort(a.avgs)
+		var one [1]float64
+		avgs := a.sortedAvgs(&one)
 		row = append(row, num(a.sum/a.count), num(a.min), num(a.max),
-			num(quantile(0.5, a.avgs)), num(quantile(0.95, a.avgs)), num(quantile(0.99, a.avgs)),
+			num(quantile(0.5, avgs)), num(quantile(0.95, avgs)), num(quantile(0.99, avgs)),
 			num(a.lastMean()))
 	case q.kind == KindCounter:
 		secs := float64(st.end-st.start) / 1000

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -32,11 +33,47 @@ func (r *Rollup) Select(ctx context.Context, mint, maxt int64, matchers ...*labe
 	if err != nil {
 		return nil, err
 	}
+	return toSeriesWindows(sel), nil
+}
+
+// WindowFields is a set of a Window's aggregate fields (SelectFields).
+type WindowFields uint16
+
+// The fields SelectFields can be asked for; Start and LastT are always read.
+const (
+	FieldFirstT   = WindowFields(colFirstT)
+	FieldCount    = WindowFields(colCount)
+	FieldSum      = WindowFields(colSum)
+	FieldMin      = WindowFields(colMin)
+	FieldMax      = WindowFields(colMax)
+	FieldFirst    = WindowFields(colFirst)
+	FieldLast     = WindowFields(colLast)
+	FieldIncrease = WindowFields(colIncrease)
+	FieldResets   = WindowFields(colResets)
+	FieldStale    = WindowFields(colStale)
+)
+
+// SelectFields is Select decoding only fields of each window (and the
+// columns the null rules of docs/format/hour-parquet.md derive them from);
+// the other fields read as zero. For readers that need a few aggregates of
+// many windows (strata export): a column not decoded costs nothing.
+func (r *Rollup) SelectFields(ctx context.Context, mint, maxt int64, fields WindowFields, matchers ...*labels.Matcher) ([]SeriesWindows, error) {
+	if fields == 0 {
+		fields = FieldLast // 0 would mean every column
+	}
+	sel, err := r.selectColumns(ctx, mint, maxt, matchers, selectOptions{need: colSet(fields)})
+	if err != nil {
+		return nil, err
+	}
+	return toSeriesWindows(sel), nil
+}
+
+func toSeriesWindows(sel []selectedSeries) []SeriesWindows {
 	out := make([]SeriesWindows, len(sel))
 	for i, s := range sel {
 		out[i] = SeriesWindows{Labels: s.lbls, Windows: s.ws.appendTo(make([]Window, 0, s.ws.Len()))}
 	}
-	return out, nil
+	return out
 }
 
 // SelectLabels returns the label sets of the series matching all matchers
@@ -179,8 +216,12 @@ type rollupQuery struct {
 	matchers  []*labels.Matcher
 	nameEq    *parquet.Value // metric name equality matcher, for pruning
 	nameEqStr string
-	opts      selectOptions
-	nWindows  atomic.Int64 // windows kept so far, against opts.maxWindows
+	// nameEqJSON is that matcher's label as the labels column encodes it
+	// ("__name__":"<name>"), to pass over other metrics' series without
+	// decoding their labels (fileReader.admit)
+	nameEqJSON string
+	opts       selectOptions
+	nWindows   atomic.Int64 // windows kept so far, against opts.maxWindows
 }
 
 func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOptions) *rollupQuery {
@@ -194,6 +235,9 @@ func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOpti
 		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			v := parquet.ByteArrayValue([]byte(m.Value))
 			q.nameEq, q.nameEqStr = &v, m.Value
+			if js, err := json.Marshal(m.Value); err == nil {
+				q.nameEqJSON = nameKeyJSON + string(js)
+			}
 		}
 	}
 	return q

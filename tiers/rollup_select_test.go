@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,6 +168,29 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 			}
 		}
 	})
+	t.Run("SelectFields", func(t *testing.T) {
+		// The export's two sets: a gauge's and a counter's.
+		for _, f := range []WindowFields{FieldSum | FieldCount | FieldMin | FieldMax | FieldLast, FieldFirst | FieldLast | FieldIncrease} {
+			got, err := r.SelectFields(context.Background(), mint, maxt, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != nSeries {
+				t.Fatalf("fields %b: %d series, want %d", f, len(got), nSeries)
+			}
+			for _, sw := range got {
+				exp := inRange(want[sw.Labels.String()])
+				if len(sw.Windows) != len(exp) {
+					t.Fatalf("fields %b, %s: %d windows, want %d", f, sw.Labels, len(sw.Windows), len(exp))
+				}
+				for k, w := range sw.Windows {
+					if e := projectWindow(exp[k], derivationInputs(colSet(f)|colLastT)); w != e {
+						t.Fatalf("fields %b, %s window %d:\n got %+v\nwant %+v", f, sw.Labels, k, w, e)
+					}
+				}
+			}
+		}
+	})
 	t.Run("labels only", func(t *testing.T) {
 		got, err := r.SelectLabels(context.Background(), mint, maxt, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m1"))
 		if err != nil {
@@ -219,4 +243,47 @@ func projectWindow(w Window, cols colSet) Window {
 		out.Stale = w.Stale
 	}
 	return out
+}
+
+// TestSelectNamePassesOverOtherMetrics: a name equality matcher passes
+// over other metrics' series undecoded (fileReader.admit) and still finds
+// every series of its metric, whatever the other labels' values hold (a
+// value quoting another name; names JSON escapes).
+func TestSelectNamePassesOverOtherMetrics(t *testing.T) {
+	cfg := DefaultHourConfig(t.TempDir())
+	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	res := cfg.Resolution.Milliseconds()
+	series := []labels.Labels{
+		labels.FromStrings("__name__", "a", "v", `"__name__":"b"`),
+		labels.FromStrings("__name__", "b"),
+		labels.FromStrings("__name__", "b", "x", `"__name__":"a"`),
+		labels.FromStrings("__name__", "a<b&c", "v", `"__name__":"a"`),
+		labels.FromStrings("__name__", "ab"),
+	}
+	var sws []SeriesWindows
+	for _, l := range series {
+		sws = append(sws, SeriesWindows{Labels: l, Windows: []Window{{Start: deriveT0, FirstT: deriveT0, LastT: deriveT0 + res/2, Count: 2, Sum: 3, Min: 1, Max: 2, First: 1, Last: 2, Increase: 1}}})
+	}
+	slices.SortFunc(sws, func(x, y SeriesWindows) int { return labels.Compare(x.Labels, y.Labels) })
+	if err := r.WritePartition(deriveT0, sws); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"a": 1, "b": 2, "a<b&c": 1, "ab": 1, "c": 0} {
+		got, err := r.Select(context.Background(), deriveT0, deriveT0+res, labels.MustNewMatcher(labels.MatchEqual, "__name__", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want {
+			t.Errorf("__name__=%q: %d series, want %d: %v", name, len(got), want, got)
+		}
+		for _, sw := range got {
+			if sw.Labels.Get("__name__") != name {
+				t.Errorf("__name__=%q: selected %s", name, sw.Labels)
+			}
+		}
+	}
 }

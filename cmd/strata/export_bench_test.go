@@ -261,6 +261,38 @@ func BenchmarkExportCapacityYear(b *testing.B) {
 	}
 }
 
+// BenchmarkExportInProcess runs the two exports above inside the test
+// process, so that go test's -cpuprofile and -memprofile see them (the
+// benchmarks above time a separate strata process, which a profile of the
+// test binary does not include):
+//
+//	go test -run '^$' -bench BenchmarkExportInProcess/year -benchtime 1x -cpuprofile cpu.out ./cmd/strata/
+func BenchmarkExportInProcess(b *testing.B) {
+	from, to := benchYear.Format(time.RFC3339), benchYear.AddDate(0, 0, 365).Format(time.RFC3339)
+	b.Run("year", func(b *testing.B) {
+		dir := benchDataDir(b, "year-1000", writeYearOfHours)
+		c := &exportCommand{storagePath: dir, from: from, to: to, step: "1h", by: []string{"Hostname,gpu"},
+			output: filepath.Join(b.TempDir(), "year.parquet"), force: true, noProgress: true, queries: []string{"DCGM_FI_DEV_GPU_UTIL"}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.run(promslog.NewNopLogger()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("capacity", func(b *testing.B) {
+		dir := benchDataDir(b, "capacity-year", writeSimulatedYear)
+		c := &exportCommand{storagePath: dir, from: from, to: to, step: "1d", preset: "capacity",
+			output: filepath.Join(b.TempDir(), "capacity.csv"), force: true, noProgress: true}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.run(promslog.NewNopLogger()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 type benchSample struct {
 	t int64
 	f float64
