@@ -229,12 +229,21 @@ func freeAddr(t testing.TB) string {
 // HTTP base URL; it is stopped when the test ends.
 func startThanosQuery(t testing.TB, bin, dir string, endpoints ...string) string {
 	t.Helper()
+	u, _ := startThanosQueryProc(t, bin, dir, endpoints)
+	return u
+}
+
+// startThanosQueryProc is startThanosQuery returning the process too, with
+// extra flags after the usual ones.
+func startThanosQueryProc(t testing.TB, bin, dir string, endpoints []string, extra ...string) (string, *os.Process) {
+	t.Helper()
 	httpAddr := freeAddr(t)
 	args := []string{"query", "--http-address=" + httpAddr, "--grpc-address=" + freeAddr(t),
 		"--query.replica-label=replica", "--query.auto-downsampling", "--log.level=warn"}
 	for _, e := range endpoints {
 		args = append(args, "--endpoint="+e)
 	}
+	args = append(args, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "thanos.log")) //nolint:gosec // the test's own temp dir
@@ -254,7 +263,7 @@ func startThanosQuery(t testing.TB, bin, dir string, endpoints ...string) string
 			t.Logf("thanos query log:\n%s", out)
 		}
 	})
-	return "http://" + httpAddr
+	return "http://" + httpAddr, cmd.Process
 }
 
 // waitStores waits until the Querier sees n healthy stores.
