@@ -37,16 +37,22 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 		pids []int
 	}{{tb.single, tb.singlePids}, {tb.querier, tb.querierPids}}
 	var wall, cpu [2]time.Duration
+	var querierCPU time.Duration // the Querier's part of cpu[1]
 	cpuOK := true
 	for i := 0; b.Loop(); i++ {
 		for k := range ways {
 			w := ways[(i+k)%2]
 			c0, ok0 := procsCPU(w.pids)
+			q0, _ := procsCPU(tb.querierPids[2:])
 			t0 := time.Now()
 			res, _ := promQuery(b, w.base+"/api/v1/query_range", tb.v)
 			wall[(i+k)%2] += time.Since(t0)
 			c1, ok1 := procsCPU(w.pids)
+			q1, _ := procsCPU(tb.querierPids[2:])
 			cpu[(i+k)%2] += c1 - c0
+			if (i+k)%2 == 1 {
+				querierCPU += q1 - q0
+			}
 			cpuOK = cpuOK && ok0 && ok1
 			tb.check(b, res)
 		}
@@ -58,6 +64,7 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 	if cpuOK && cpu[0] > 0 {
 		b.ReportMetric(cpu[0].Seconds()/n, "single-cpu-s/query")
 		b.ReportMetric(cpu[1].Seconds()/n, "thanos-cpu-s/query")
+		b.ReportMetric(querierCPU.Seconds()/n, "querier-cpu-s/query")
 		b.ReportMetric(cpu[1].Seconds()/cpu[0].Seconds(), "cpu-ratio")
 	}
 }
@@ -94,7 +101,7 @@ func procsCPU(pids []int) (time.Duration, bool) {
 // check of its answer.
 type thanosBench30d struct {
 	single, querier         string
-	singlePids, querierPids []int
+	singlePids, querierPids []int // querierPids: the two shards, then the Querier
 	v                       url.Values
 	check                   func(testing.TB, model.Value)
 }
