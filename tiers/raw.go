@@ -157,15 +157,17 @@ func (r *Raw) Bounds() (mint, maxt int64, ok bool) {
 		mint, maxt = h.MinTime(), h.MaxTime()
 	}
 	blocks := r.db.Blocks()
+	ooo := 0
 	for _, b := range blocks {
 		m := b.Meta()
 		bmin, bmax := m.MinTime, m.MaxTime-1
 		if m.Compaction.FromOutOfOrder() {
 			bmin, bmax = r.oooBlockBounds(b)
+			ooo++
 		}
 		mint, maxt = min(mint, bmin), max(maxt, bmax)
 	}
-	r.forgetOOOBounds(blocks)
+	r.forgetOOOBounds(blocks, ooo)
 	if mint > maxt {
 		return 0, 0, false
 	}
@@ -225,11 +227,13 @@ func indexBounds(b *tsdb.Block) (mint, maxt int64, err error) {
 }
 
 // forgetOOOBounds drops the cached bounds of blocks the TSDB no longer has
-// (deleted by retention or compacted into others).
-func (r *Raw) forgetOOOBounds(blocks []*tsdb.Block) {
+// (deleted by retention or compacted into others). ooo is how many of
+// blocks are out-of-order blocks: while the cache holds no more entries,
+// nothing is gone.
+func (r *Raw) forgetOOOBounds(blocks []*tsdb.Block, ooo int) {
 	r.oooMu.Lock()
 	defer r.oooMu.Unlock()
-	if len(r.oooBounds) == 0 {
+	if len(r.oooBounds) <= ooo {
 		return
 	}
 	live := make(map[ulid.ULID]bool, len(blocks))
