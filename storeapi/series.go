@@ -48,7 +48,7 @@ func (s *Server) Series(req *storepb.SeriesRequest, srv storepb.Store_SeriesServ
 	if req.SkipChunks {
 		hints.Func = "series"
 	}
-	q := s.q.ResolutionQuerier(req.MinTime, req.MaxTime, req.MaxResolutionWindow)
+	q := s.q.ResolutionQuerier(req.MinTime, req.MaxTime, req.MaxResolutionWindow, s.cfg.querierLookback(req.MaxResolutionWindow))
 	defer q.Close() //nolint:errcheck // a querier over immutable data; nothing to flush
 	set := q.Select(ctx, true, hints, ms...)
 
@@ -86,16 +86,17 @@ func (s *Server) Series(req *storepb.SeriesRequest, srv storepb.Store_SeriesServ
 		all = all[:req.Limit]
 	}
 	var samples int
+	out := &batcher{srv: srv, size: int(req.ResponseBatchSize)}
 	for _, sel := range all {
 		zl := ZLabels(sel.lbls)
 		if req.SkipChunks {
-			if err := srv.Send(storepb.NewSeriesResponse(&storepb.Series{Labels: zl})); err != nil {
-				return status.Error(codes.Aborted, err.Error())
+			if err := out.send(&storepb.Series{Labels: zl}, 0); err != nil {
+				return err
 			}
 			s.series.Inc()
 			continue
 		}
-		n, err := s.sendSeries(srv, zl, sel.series, samples)
+		n, err := s.sendSeries(out, zl, sel.series, samples)
 		samples += n
 		if err != nil {
 			return err
@@ -103,6 +104,9 @@ func (s *Server) Series(req *storepb.SeriesRequest, srv storepb.Store_SeriesServ
 		s.series.Inc()
 	}
 	s.samples.Add(float64(samples))
+	if err := out.flush(); err != nil {
+		return err
+	}
 	for _, w := range warnings(set.Warnings()) {
 		if err := srv.Send(storepb.NewWarnSeriesResponse(fmt.Errorf("strata: %s", w))); err != nil {
 			return status.Error(codes.Aborted, err.Error())
@@ -111,10 +115,53 @@ func (s *Server) Series(req *storepb.SeriesRequest, srv storepb.Store_SeriesServ
 	return nil
 }
 
+// batcher sends a Series answer's series: one a message, or, when the
+// request's ResponseBatchSize is above 1 (Thanos' Querier asks for 64), up
+// to that many a message as Thanos' own stores do, which saves the Querier
+// a message and a buffered response per series. A message holds about
+// maxFrameBytes of chunks at most.
+type batcher struct {
+	srv   storepb.Store_SeriesServer
+	size  int
+	batch []*storepb.Series
+	bytes int
+}
+
+// send sends s, or adds it to the batch; n is its chunks' bytes.
+func (b *batcher) send(s *storepb.Series, n int) error {
+	if b.size <= 1 {
+		if err := b.srv.Send(storepb.NewSeriesResponse(s)); err != nil {
+			return status.Error(codes.Aborted, err.Error())
+		}
+		return nil
+	}
+	b.batch = append(b.batch, s)
+	b.bytes += n
+	if len(b.batch) >= b.size || b.bytes >= maxFrameBytes {
+		return b.flush()
+	}
+	return nil
+}
+
+// flush sends the batch held, if any.
+func (b *batcher) flush() error {
+	if len(b.batch) == 0 {
+		return nil
+	}
+	// Send marshals the message before it returns: the batch can be reused.
+	err := b.srv.Send(storepb.NewBatchResponse(b.batch))
+	clear(b.batch)
+	b.batch, b.bytes = b.batch[:0], 0
+	if err != nil {
+		return status.Error(codes.Aborted, err.Error())
+	}
+	return nil
+}
+
 // sendSeries encodes one series' samples into chunks of at most 120 samples
 // and sends them in frames of about maxFrameBytes, returning how many samples
 // it sent. before is the samples the request sent already (MaxSamples).
-func (s *Server) sendSeries(srv storepb.Store_SeriesServer, zl []labelpb.ZLabel, sr storage.Series, before int) (int, error) {
+func (s *Server) sendSeries(out *batcher, zl []labelpb.ZLabel, sr storage.Series, before int) (int, error) {
 	it := storage.NewSeriesToChunkEncoder(sr).Iterator(nil)
 	var (
 		chunks []storepb.AggrChunk
@@ -122,11 +169,9 @@ func (s *Server) sendSeries(srv storepb.Store_SeriesServer, zl []labelpb.ZLabel,
 		n      int
 	)
 	flush := func() error {
-		if err := srv.Send(storepb.NewSeriesResponse(&storepb.Series{Labels: zl, Chunks: chunks})); err != nil {
-			return status.Error(codes.Aborted, err.Error())
-		}
+		err := out.send(&storepb.Series{Labels: zl, Chunks: chunks}, frame)
 		chunks, frame = nil, 0
-		return nil
+		return err
 	}
 	for it.Next() {
 		m := it.At()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -26,9 +27,10 @@ import (
 // (*tiers.Stitched).
 type Queryable interface {
 	// ResolutionQuerier returns a querier over [mint, maxt] whose selects
-	// are served from tiers no coarser than maxResolution (ms). The caller
-	// MUST close it.
-	ResolutionQuerier(mint, maxt, maxResolution int64) storage.Querier
+	// are served from tiers no coarser than maxResolution (ms), with samples
+	// for an engine whose lookback delta is lookback (0: the view's own).
+	// The caller MUST close it.
+	ResolutionQuerier(mint, maxt, maxResolution int64, lookback time.Duration) storage.Querier
 	// MinTime is the oldest time any tier holds data for, false when none.
 	MinTime() (int64, bool)
 }
@@ -45,11 +47,54 @@ type Config struct {
 	// MaxSeries and MaxSamples bound one Series request (0: no bound).
 	MaxSeries  int
 	MaxSamples int
+	// QuerierLookbackDelta and QuerierDynamicLookback describe the Thanos
+	// Querier in front (its --query.lookback-delta, 0 meaning its default
+	// of 5 m, and --query.dynamic-lookback-delta, on by default), from which
+	// the server knows the lookback each request is evaluated with: plain
+	// selectors over the hour tier then need a sample only where the
+	// Querier's lookback would not reach the next one (querierLookback).
+	QuerierLookbackDelta   time.Duration
+	QuerierDynamicLookback bool
 }
 
-// DefaultConfig is the configuration `strata serve` starts from.
+// DefaultConfig is the configuration `strata serve` starts from: a Querier
+// with Thanos' defaults.
 func DefaultConfig() Config {
-	return Config{ExternalLabels: labels.EmptyLabels(), MaxConcurrency: 20, MaxSeries: 1_000_000, MaxSamples: 100_000_000}
+	return Config{ExternalLabels: labels.EmptyLabels(), MaxConcurrency: 20, MaxSeries: 1_000_000, MaxSamples: 100_000_000, QuerierDynamicLookback: true}
+}
+
+// Thanos' downsampling resolutions, which its dynamic lookback delta is
+// keyed by (Thanos' pkg/compact/downsample ResLevel1 and ResLevel2).
+const (
+	thanosRes5m = 5 * time.Minute
+	thanosRes1h = time.Hour
+)
+
+// querierLookback is the lookback delta a Thanos Querier evaluates a Series
+// request with, as Thanos' LookbackDeltaFactory chooses it from the query's
+// max_source_resolution: with the dynamic lookback delta on, a resolution
+// above 5 m (above the configured delta, if longer) widens it to at least
+// 1 h, one above the delta to at least 5 m. The request carries
+// max_resolution_window, which is max_source_resolution or, for functions
+// over a range, at most half the range: never more, so the lookback derived
+// from it is never longer than the Querier's and the samples sent for it
+// leave no gap.
+func (c Config) querierLookback(maxResolutionWindow int64) time.Duration {
+	ld := c.QuerierLookbackDelta
+	res := []time.Duration{0}
+	if c.QuerierDynamicLookback {
+		res = append(res, thanosRes5m, thanosRes1h)
+	}
+	w := time.Duration(maxResolutionWindow) * time.Millisecond
+	for i := len(res) - 1; i >= 1; i-- {
+		if max(res[i-1], ld) < w {
+			return max(ld, res[i])
+		}
+	}
+	if ld <= 0 {
+		return 5 * time.Minute // the PromQL engine's default
+	}
+	return ld
 }
 
 // Errors a request can fail with (as gRPC statuses; see the package doc).
@@ -87,6 +132,9 @@ func New(cfg Config, q Queryable, logger *slog.Logger, reg prometheus.Registerer
 	}
 	if cfg.MaxSeries < 0 || cfg.MaxSamples < 0 {
 		return nil, fmt.Errorf("storeapi: negative limit (max series %d, max samples %d)", cfg.MaxSeries, cfg.MaxSamples)
+	}
+	if cfg.QuerierLookbackDelta < 0 {
+		return nil, fmt.Errorf("storeapi: negative querier lookback delta %s", cfg.QuerierLookbackDelta)
 	}
 	if err := cfg.ExternalLabels.Validate(func(l labels.Label) error {
 		if l.Value == "" {
@@ -233,7 +281,7 @@ func (s *Server) labelQuerier(ctx context.Context, method string, pms []storepb.
 		release()
 		return nil, nil, nil, nil
 	}
-	q := s.q.ResolutionQuerier(start, end, 0)
+	q := s.q.ResolutionQuerier(start, end, 0, 0)
 	return q, ms, func() {
 		_ = q.Close() // a querier over immutable data; nothing to flush
 		release()

@@ -224,33 +224,48 @@ func series(t testing.TB, c storepb.StoreClient, req *storepb.SeriesRequest) ([]
 			warns = append(warns, w)
 			continue
 		}
-		s := r.GetSeries()
-		if s == nil {
-			continue
-		}
-		l := PromLabels(s.Labels)
-		if len(out) == 0 || !labels.Equal(out[len(out)-1].lbls, l) {
-			out = append(out, gotSeries{lbls: l})
-		}
-		cur := &out[len(out)-1]
-		for _, c := range s.Chunks {
-			if c.Raw == nil || c.Raw.Type != storepb.Chunk_XOR {
-				t.Fatalf("series %s: chunk %+v is not a raw XOR chunk", l, c)
+		all := []*storepb.Series{r.GetSeries()}
+		if b := r.GetBatch(); b != nil {
+			if req.ResponseBatchSize <= 1 || len(b.Series) > int(req.ResponseBatchSize) {
+				t.Fatalf("a batch of %d series, for a request's batch size of %d", len(b.Series), req.ResponseBatchSize)
 			}
-			chk, err := chunkenc.FromData(chunkenc.EncXOR, c.Raw.Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			it := chk.Iterator(nil)
-			for it.Next() == chunkenc.ValFloat {
-				ts, v := it.At()
-				if ts < c.MinTime || ts > c.MaxTime {
-					t.Fatalf("sample %d outside its chunk's [%d, %d]", ts, c.MinTime, c.MaxTime)
-				}
-				cur.samples = append(cur.samples, fsample{ts, v})
+			all = b.Series
+		}
+		for _, s := range all {
+			if s != nil {
+				out = addSeries(t, out, s)
 			}
 		}
 	}
+}
+
+// addSeries decodes s and appends it to out, joining it to out's last series
+// when their labels are the same (a series sent in several frames).
+func addSeries(t testing.TB, out []gotSeries, s *storepb.Series) []gotSeries {
+	t.Helper()
+	l := PromLabels(s.Labels)
+	if len(out) == 0 || !labels.Equal(out[len(out)-1].lbls, l) {
+		out = append(out, gotSeries{lbls: l})
+	}
+	cur := &out[len(out)-1]
+	for _, c := range s.Chunks {
+		if c.Raw == nil || c.Raw.Type != storepb.Chunk_XOR {
+			t.Fatalf("series %s: chunk %+v is not a raw XOR chunk", l, c)
+		}
+		chk, err := chunkenc.FromData(chunkenc.EncXOR, c.Raw.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := chk.Iterator(nil)
+		for it.Next() == chunkenc.ValFloat {
+			ts, v := it.At()
+			if ts < c.MinTime || ts > c.MaxTime {
+				t.Fatalf("sample %d outside its chunk's [%d, %d]", ts, c.MinTime, c.MaxTime)
+			}
+			cur.samples = append(cur.samples, fsample{ts, v})
+		}
+	}
+	return out
 }
 
 func eq(name, value string) storepb.LabelMatcher {
@@ -337,7 +352,7 @@ func TestSeriesResolution(t *testing.T) {
 		}
 		// Counter windows become the samples the stitched view gives a
 		// rate over the minute tier (tiers/stitch_iter.go): the same here.
-		q := f.stitched.ResolutionQuerier(req.MinTime, req.MaxTime, minMs)
+		q := f.stitched.ResolutionQuerier(req.MinTime, req.MaxTime, minMs, 0)
 		defer q.Close()
 		set := q.Select(context.Background(), false, &storage.SelectHints{Start: req.MinTime, End: req.MaxTime, Func: "rate"},
 			labels.MustNewMatcher(labels.MatchEqual, "__name__", "requests_total"))
@@ -379,6 +394,125 @@ func TestSeriesResolution(t *testing.T) {
 			t.Fatalf("got %v, want the hour windows' minima", got)
 		}
 	})
+}
+
+// TestQuerierLookback: the lookback a Thanos Querier evaluates a request
+// with, by Thanos' LookbackDeltaFactory, from the request's resolution.
+func TestQuerierLookback(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		delta    time.Duration
+		dynamic  bool
+		maxResMs int64
+		want     time.Duration
+	}{
+		{"raw", 0, true, 0, 5 * time.Minute},
+		{"step 25m", 0, true, 5 * minMs, 5 * time.Minute},
+		{"step 1h", 0, true, 12 * minMs, time.Hour},
+		{"step 5h", 0, true, hourMs, time.Hour},
+		{"dynamic off", 0, false, hourMs, 5 * time.Minute},
+		{"delta 10m, step 50m", 10 * time.Minute, true, 10 * minMs, 10 * time.Minute},
+		{"delta 10m, step 1h", 10 * time.Minute, true, 12 * minMs, time.Hour},
+		{"delta 2h", 2 * time.Hour, true, hourMs, 2 * time.Hour},
+		{"delta 2h, dynamic off", 2 * time.Hour, false, 0, 2 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Config{QuerierLookbackDelta: tc.delta, QuerierDynamicLookback: tc.dynamic}
+			if got := c.querierLookback(tc.maxResMs); got != tc.want {
+				t.Errorf("querierLookback(%d) = %s, want %s", tc.maxResMs, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSeriesPlainSelectorHourTier: a plain selector over the hour tier
+// (COUNT+SUM, as the Querier asks) gets one sample per window when the
+// Querier widens its lookback to an hour (Thanos' default), and Last
+// repeated every 5 m when it does not.
+func TestSeriesPlainSelectorHourTier(t *testing.T) {
+	f := newFixture(t)
+	gpu0 := gpuLabels(0)
+	ws := f.hour[gpu0.String()]
+	req := storepb.SeriesRequest{MinTime: t0, MaxTime: t0 + 2*dayMs - 1, MaxResolutionWindow: hourMs,
+		Matchers: []storepb.LabelMatcher{eq("__name__", "gpu_temp"), eq("gpu", "0")}, Aggregates: []storepb.Aggr{storepb.Aggr_COUNT, storepb.Aggr_SUM}}
+
+	s, _ := newServer(t, f, DefaultConfig())
+	c, _ := client(t, s)
+	got, _, err := series(t, c, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].samples) != len(ws) {
+		t.Fatalf("got %v, want one series with one sample per hour window (%d)", got, len(ws))
+	}
+	for i, w := range ws {
+		if smp := got[0].samples[i]; smp.t != w.LastT || smp.f != w.Last {
+			t.Fatalf("sample %d = %v, want the window's last value %g at %d", i, smp, w.Last, w.LastT)
+		}
+	}
+
+	cfg := DefaultConfig()
+	cfg.QuerierDynamicLookback = false
+	s, _ = newServer(t, f, cfg)
+	c, _ = client(t, s)
+	got, _, err = series(t, c, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every window's Last repeated every 5 m until the next window's last
+	// sample: about an hour's worth.
+	if len(got) != 1 || len(got[0].samples) < 11*len(ws) {
+		t.Fatalf("got %d series, %d samples; want one with Last repeated every 5 m (at least %d)", len(got), len(got[0].samples), 11*len(ws))
+	}
+}
+
+// TestSeriesBatches: with a ResponseBatchSize above 1 (Thanos' Querier
+// sends 64), series come several a message, and the answer is the same.
+func TestSeriesBatches(t *testing.T) {
+	f := newFixture(t)
+	s, _ := newServer(t, f, DefaultConfig())
+	c, _ := client(t, s)
+	req := storepb.SeriesRequest{MinTime: t0, MaxTime: t0 + 2*dayMs - 1, MaxResolutionWindow: hourMs,
+		Matchers: []storepb.LabelMatcher{re("__name__", ".+")}, Aggregates: []storepb.Aggr{storepb.Aggr_COUNT, storepb.Aggr_SUM}}
+	want, _, err := series(t, c, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ResponseBatchSize = 2
+	got, _, err := series(t, c, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 5 || len(got) != len(want) {
+		t.Fatalf("batched: %d series, unbatched %d, want 5", len(got), len(want))
+	}
+	for i := range want {
+		if !labels.Equal(got[i].lbls, want[i].lbls) || !slices.Equal(got[i].samples, want[i].samples) {
+			t.Errorf("series %d: batched %s (%d samples), unbatched %s (%d)", i, got[i].lbls, len(got[i].samples), want[i].lbls, len(want[i].samples))
+		}
+	}
+	stream, err := c.Series(context.Background(), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []int
+	for {
+		r, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := r.GetBatch(); b != nil {
+			msgs = append(msgs, len(b.Series))
+		} else if r.GetSeries() != nil {
+			msgs = append(msgs, -1)
+		}
+	}
+	if !slices.Equal(msgs, []int{2, 2, 1}) {
+		t.Errorf("messages %v, want batches of 2, 2 and 1 series", msgs)
+	}
 }
 
 func TestSeriesExternalLabels(t *testing.T) {

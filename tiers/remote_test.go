@@ -31,6 +31,14 @@ import (
 // bucket.
 func fakeS3(t testing.TB, prefix string) (objstore.Bucket, objstore.Bucket) {
 	t.Helper()
+	open := fakeS3Server(t)
+	return open(prefix), open("")
+}
+
+// fakeS3Server starts fakeS3's server and returns an opener of clients for
+// it, each scoped to a prefix ("" for the whole bucket).
+func fakeS3Server(t testing.TB) func(prefix string) objstore.Bucket {
+	t.Helper()
 	backend := s3mem.New()
 	if err := backend.CreateBucket("strata"); err != nil {
 		t.Fatal(err)
@@ -50,7 +58,7 @@ func fakeS3(t testing.TB, prefix string) (objstore.Bucket, objstore.Bucket) {
 		t.Cleanup(func() { _ = b.Close() })
 		return b
 	}
-	return open(prefix), open("")
+	return open
 }
 
 // flakyBucket fails every upload while down is set: an unreachable bucket.

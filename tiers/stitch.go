@@ -82,8 +82,15 @@ func (s *Stitched) Querier(mint, maxt int64) (storage.Querier, error) {
 // (MaxResolutionWindow), instead of the view deriving it from the hints'
 // step (step/5). 0 keeps every tier's default range: raw where raw holds
 // data. The hints' Func and Range still choose the synthetic samples.
-func (s *Stitched) ResolutionQuerier(mint, maxt, maxResolution int64) storage.Querier {
-	return &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: max(maxResolution, 0)}
+//
+// lookback > 0 is the lookback delta of the engine that will evaluate the
+// samples, when it is not the view's own (a Thanos Querier's, which widens
+// it for coarse resolutions). Plain selectors over a tier coarser than half
+// of it then repeat a window's Last only where the next window's last sample
+// is more than lookback later (every lookback, the fewest repeats that leave
+// no gap), instead of every lookback/2.
+func (s *Stitched) ResolutionQuerier(mint, maxt, maxResolution int64, lookback time.Duration) storage.Querier {
+	return &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: max(maxResolution, 0), lookback: lookback}
 }
 
 // MinTime returns the oldest time any tier holds data for (ms), and false
@@ -243,7 +250,9 @@ type stitchedQuerier struct {
 	// maxRes >= 0 fixes the coarsest window a Select may be served from
 	// (ResolutionQuerier); -1 derives it from the select hints.
 	maxRes int64
-	rawQs  []storage.Querier
+	// lookback > 0 is a remote engine's lookback delta (ResolutionQuerier).
+	lookback time.Duration
+	rawQs    []storage.Querier
 }
 
 // Select implements storage.Querier. Series are returned sorted when the
@@ -363,13 +372,17 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		return nil, nil
 	}
 	res := r.cfg.Resolution.Milliseconds()
+	lookback := q.s.lookback.Milliseconds()
+	if q.lookback > 0 {
+		lookback = q.lookback.Milliseconds()
+	}
 	var rng, thinStep, thinOrigin int64
 	if hints != nil {
 		rng = hints.Range
 		if mode == modeLast && rng == 0 && hints.Step > res {
 			// A plain selector evaluated every Step (the engine selects from
 			// start-lookback+1) sees only the latest window before each step.
-			thinStep, thinOrigin = hints.Step, hints.Start-1+q.s.lookback.Milliseconds()
+			thinStep, thinOrigin = hints.Step, hints.Start-1+lookback
 		}
 	}
 	// Tier boundaries are aligned to the resolution, but a query's start need
@@ -382,15 +395,24 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		return nil, err
 	}
 	fill := int64(0)
-	if rng == 0 && mode == modeLast && res > q.s.lookback.Milliseconds() {
+	switch {
+	case rng != 0 || mode != modeLast:
+	case q.lookback > 0 && 2*res > lookback:
+		// A remote engine's lookback, known exactly: a sample at t is seen
+		// by evaluation times in [t, t+lookback) (the lookback is
+		// left-open), so a repeat every lookback leaves no gap, and two
+		// windows' last samples (at most 2*res apart) need one only when
+		// they are further apart than that.
+		fill = max(lookback, 1)
+	case q.lookback == 0 && res > lookback:
 		// Plain selectors: repeat each window's last value often enough that
 		// every evaluation step finds one within the lookback delta.
-		fill = max(q.s.lookback.Milliseconds()/2, 1)
+		fill = max(lookback/2, 1)
 	}
 	var fillStep, fillOrigin int64
 	if fill > 0 && hints != nil && hints.Step > 0 {
 		// The evaluation times are known: repeat Last exactly at them.
-		fillStep, fillOrigin = hints.Step, hints.Start-1+q.s.lookback.Milliseconds()
+		fillStep, fillOrigin = hints.Step, hints.Start-1+lookback
 	}
 	interp := int64(1)
 	if mode == modeCounter && rng > 0 {
@@ -399,7 +421,6 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		interp = min(max(res*12/rng, 1), 12)
 	}
 	out := make([]*stitchedSeries, 0, len(sel))
-	lookback := q.s.lookback.Milliseconds()
 	for _, s := range sel {
 		out = append(out, &stitchedSeries{lbls: s.lbls, parts: []seriesPart{{
 			windows: s.ws, mode: mode, res: res, fill: fill, fillStep: fillStep, fillOrigin: fillOrigin, lookback: lookback, interp: interp, lo: sg.lo, hi: sg.hi,

@@ -80,6 +80,12 @@ type GRPCConfig struct {
 	MaxConcurrency int `yaml:"max_concurrency"`
 	MaxSeries      int `yaml:"max_series"`
 	MaxSamples     int `yaml:"max_samples"`
+	// QuerierLookbackDelta and QuerierDynamicLookbackDelta repeat the Thanos
+	// Querier's --query.lookback-delta and --query.dynamic-lookback-delta,
+	// so that plain selectors over the hour tier send only the samples the
+	// Querier's lookback needs (docs/scale-out.md).
+	QuerierLookbackDelta        model.Duration `yaml:"querier_lookback_delta"`
+	QuerierDynamicLookbackDelta bool           `yaml:"querier_dynamic_lookback_delta"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.
@@ -347,6 +353,7 @@ func (c Config) storeAPI() (storeapi.Config, error) {
 		return sc, errors.New("grpc.max_series and grpc.max_samples must not be negative")
 	}
 	sc.MaxConcurrency, sc.MaxSeries, sc.MaxSamples = c.GRPC.MaxConcurrency, c.GRPC.MaxSeries, c.GRPC.MaxSamples
+	sc.QuerierLookbackDelta, sc.QuerierDynamicLookback = time.Duration(c.GRPC.QuerierLookbackDelta), c.GRPC.QuerierDynamicLookbackDelta
 	return sc, nil
 }
 

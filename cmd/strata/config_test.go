@@ -91,7 +91,7 @@ func TestExternalLabelsAndGRPC(t *testing.T) {
 	if got := sc.ExternalLabels.String(); got != `{replica="a", shard="0"}` {
 		t.Errorf("external labels %s", got)
 	}
-	if sc.MaxConcurrency != 20 || sc.MaxSeries != 1_000_000 || sc.MaxSamples != 100_000_000 {
+	if sc.MaxConcurrency != 20 || sc.MaxSeries != 1_000_000 || sc.MaxSamples != 100_000_000 || sc.QuerierLookbackDelta != 0 || !sc.QuerierDynamicLookback {
 		t.Errorf("StoreAPI limits %+v, want the documented defaults", sc)
 	}
 	for _, tc := range []struct {

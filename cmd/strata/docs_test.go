@@ -112,6 +112,8 @@ var foreignFlags = map[string]string{
 	"query.partial-response":           "querier",
 	"endpoint":                         "querier",
 	"http-address":                     "querier",
+	"query.dynamic-lookback-delta":     "querier",
+	"query.promql-engine":              "querier",
 }
 
 // pendingDocFixes are documented flags that do not exist and that another
