@@ -275,7 +275,7 @@ func (t *tracker) get(lbls labels.Labels) *bseries {
 	}
 	name := lbls.Get(model.MetricNameLabel)
 	s := &bseries{
-		metric: name, lbls: lbls.Copy(), ent: entitiesOf(lbls), dim: lbls.Get("strata_cause"),
+		metric: name, lbls: lbls, ent: entitiesOf(lbls), dim: lbls.Get("strata_cause"),
 		floor: t.floors[name], ring: newHourRing(t.hours), seas: make([]seasonal, t.shiftN+1),
 	}
 	s.peer = lbls.Get("model_name")
@@ -522,9 +522,10 @@ type baselineSink interface {
 }
 
 // minute processes minute ts: vals are the tracked signals' values at ts
-// (by name). With sinks, the baseline series are written at ts (median,
-// sigma, z-score per series with a baseline, stale markers for series
-// gone since the last minute, and strata:baseline:k).
+// (by name; the tracker keeps their labels, the scratch store's own, which
+// nobody modifies). With sinks, the baseline series are written at ts
+// (median, sigma, z-score per series with a baseline, stale markers for
+// series gone since the last minute, and strata:baseline:k).
 func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baselineSink) {
 	if t.started && ts <= t.done {
 		return
