@@ -16,14 +16,9 @@ PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list 
 # a race build changes (race builds write the rollup files at a faster zstd
 # level, tiers/codec_race.go); the tiers' differential tests against raw data
 # (35 days of history) are computation in one goroutine, which the race
-# detector would only slow down several-fold. downsample's
-# TestPipelineIncremental (30 simulated hours) and TestPipelineCrashRecovery
-# fail intermittently under the race detector, without a race report: an
-# hour's minute partition misses its last windows. TestPipelineIncremental did
-# so at a commit before this Makefile ran it under race; both pass plain; under
-# investigation (CHANGELOG, issue 13).
-PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures|TestPipelineIncremental|TestPipelineCrashRecovery)$$
-PLAIN_TESTS_PKGS := ./tiers/ ./downsample/
+# detector would only slow down several-fold.
+PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures)$$
+PLAIN_TESTS_PKGS := ./tiers/
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s
 # What `strata --version` and /api/v1/status/buildinfo report, set with

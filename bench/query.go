@@ -70,6 +70,12 @@ type RangeLatency struct {
 	// Empty counts executions that returned no series at all.
 	Empty    int            `json:"empty"`
 	PerQuery []QueryLatency `json:"per_query"`
+	// ServerCPUSeconds is the CPU time the server process used while this
+	// range's queries ran (its background work included), when its PID is
+	// known; with CPUPerQuerySeconds, that over the executions. Unlike the
+	// latency it hardly depends on what else the machine runs.
+	ServerCPUSeconds   float64 `json:"server_cpu_seconds,omitempty"`
+	CPUPerQuerySeconds float64 `json:"cpu_per_query_seconds,omitempty"`
 }
 
 // QueryLatency is one panel's latency at one range.
@@ -95,46 +101,116 @@ type queryConfig struct {
 // counted, not fatal: a receiver without PromQL (or without a panel's
 // functions) still gets its ingest figures.
 func runQueries(ctx context.Context, qc queryConfig) ([]RangeLatency, []string, error) {
-	client, err := api.NewClient(api.Config{Address: qc.url, RoundTripper: basicAuth(qc.username, qc.password, api.DefaultRoundTripper)})
+	lat, errs, err := MeasureDashboards(ctx, []DashboardTarget{{URL: qc.url, End: qc.end, Username: qc.username, Password: qc.password}},
+		qc.queries, qc.ranges, qc.repeats, qc.timeout)
 	if err != nil {
-		return nil, nil, fmt.Errorf("query client for %s: %w", qc.url, err)
+		return nil, nil, err
 	}
-	papi := v1.NewAPI(client)
-	var errs []string
-	out := make([]RangeLatency, 0, len(qc.ranges))
-	for _, r := range qc.ranges {
-		step := StepFor(r)
-		rl := RangeLatency{Range: model.Duration(r).String(), RangeSeconds: r.Seconds(), StepSeconds: step.Seconds()}
-		var all []float64
-		for _, q := range qc.queries {
-			var lat []float64
-			for range qc.repeats {
-				if err := ctx.Err(); err != nil {
-					return nil, errs, err
-				}
-				qctx, cancel := context.WithTimeout(ctx, qc.timeout)
-				began := time.Now()
-				val, _, _, err := papi.QueryRange(qctx, q.Expr, v1.Range{Start: qc.end.Add(-r), End: qc.end, Step: step})
-				d := time.Since(began).Seconds()
-				cancel()
-				rl.Executions++
-				if err != nil {
-					rl.Errors++
-					if len(errs) < maxErrors {
-						errs = append(errs, fmt.Sprintf("%s over %s: %v", q.Name, rl.Range, err))
-					}
-					continue
-				}
-				if m, ok := val.(model.Matrix); ok && len(m) == 0 {
-					rl.Empty++
-				}
-				lat = append(lat, d)
-			}
-			all = append(all, lat...)
-			rl.PerQuery = append(rl.PerQuery, QueryLatency{Name: q.Name, P50Seconds: quantile(lat, 0.5), P99Seconds: quantile(lat, 0.99)})
+	return lat[0], errs[0], nil
+}
+
+// DashboardTarget is one receiver MeasureDashboards queries.
+type DashboardTarget struct {
+	Name string
+	// URL is the base of its Prometheus HTTP API (scheme://host).
+	URL string
+	// End is where every range ends: the newest sample the target was sent.
+	End                time.Time
+	Username, Password string
+	// PID, when not 0, is the server's process, whose CPU time per range
+	// is measured from ProcRoot (default /proc).
+	PID      int
+	ProcRoot string
+}
+
+// cpuSeconds is the target's CPU time so far; 0 without a PID or when it
+// cannot be read (the figure is then left out).
+func (t DashboardTarget) cpuSeconds() (float64, bool) {
+	if t.PID == 0 {
+		return 0, false
+	}
+	root := t.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	ps, err := ReadProc(root, t.PID)
+	if err != nil {
+		return 0, false
+	}
+	return ps.CPUSeconds, true
+}
+
+// MeasureDashboards runs every panel at every range repeats times on each
+// target and returns each target's latency per range (and its failed
+// queries), in the order of targets. The targets are measured interleaved:
+// each execution of a panel runs on every target in turn, and the target
+// that goes first rotates from one execution to the next. Whatever else
+// the machine does during the measurement then slows every target alike,
+// which measuring one target after the other cannot promise on a shared
+// machine. A failing query is counted, not fatal.
+func MeasureDashboards(ctx context.Context, targets []DashboardTarget, queries []DashboardQuery, ranges []time.Duration, repeats int, timeout time.Duration) ([][]RangeLatency, [][]string, error) {
+	apis := make([]v1.API, len(targets))
+	for i, t := range targets {
+		client, err := api.NewClient(api.Config{Address: t.URL, RoundTripper: basicAuth(t.Username, t.Password, api.DefaultRoundTripper)})
+		if err != nil {
+			return nil, nil, fmt.Errorf("query client for %s: %w", t.URL, err)
 		}
-		rl.P50Seconds, rl.P99Seconds = quantile(all, 0.5), quantile(all, 0.99)
-		out = append(out, rl)
+		apis[i] = v1.NewAPI(client)
+	}
+	out := make([][]RangeLatency, len(targets))
+	errs := make([][]string, len(targets))
+	turn := 0
+	for _, r := range ranges {
+		step := StepFor(r)
+		rls := make([]RangeLatency, len(targets))
+		all := make([][]float64, len(targets))
+		cpu0 := make([]float64, len(targets))
+		for i := range rls {
+			rls[i] = RangeLatency{Range: model.Duration(r).String(), RangeSeconds: r.Seconds(), StepSeconds: step.Seconds()}
+			cpu0[i], _ = targets[i].cpuSeconds()
+		}
+		for _, q := range queries {
+			lat := make([][]float64, len(targets))
+			for range repeats {
+				for k := range targets {
+					i := (k + turn) % len(targets)
+					if err := ctx.Err(); err != nil {
+						return nil, errs, err
+					}
+					rl := &rls[i]
+					qctx, cancel := context.WithTimeout(ctx, timeout)
+					began := time.Now()
+					val, _, _, err := apis[i].QueryRange(qctx, q.Expr, v1.Range{Start: targets[i].End.Add(-r), End: targets[i].End, Step: step})
+					d := time.Since(began).Seconds()
+					cancel()
+					rl.Executions++
+					if err != nil {
+						rl.Errors++
+						if len(errs[i]) < maxErrors {
+							errs[i] = append(errs[i], fmt.Sprintf("%s over %s: %v", q.Name, rl.Range, err))
+						}
+						continue
+					}
+					if m, ok := val.(model.Matrix); ok && len(m) == 0 {
+						rl.Empty++
+					}
+					lat[i] = append(lat[i], d)
+				}
+				turn++
+			}
+			for i := range targets {
+				all[i] = append(all[i], lat[i]...)
+				rls[i].PerQuery = append(rls[i].PerQuery, QueryLatency{Name: q.Name, P50Seconds: quantile(lat[i], 0.5), P99Seconds: quantile(lat[i], 0.99)})
+			}
+		}
+		for i := range targets {
+			rls[i].P50Seconds, rls[i].P99Seconds = quantile(all[i], 0.5), quantile(all[i], 0.99)
+			if cpu1, ok := targets[i].cpuSeconds(); ok && rls[i].Executions > 0 {
+				rls[i].ServerCPUSeconds = cpu1 - cpu0[i]
+				rls[i].CPUPerQuerySeconds = rls[i].ServerCPUSeconds / float64(rls[i].Executions)
+			}
+			out[i] = append(out[i], rls[i])
+		}
 	}
 	return out, errs, nil
 }

@@ -30,6 +30,37 @@ type Report struct {
 	Repeats       int         `json:"repeats"`
 	Runs          []RunResult `json:"runs"`
 	Summary       Summary     `json:"summary"`
+	// DashboardWith names the targets whose dashboards were measured
+	// interleaved with this one's (SetDashboard), this one included; empty
+	// when the dashboard ran after each repetition.
+	DashboardWith []string `json:"dashboard_with,omitempty"`
+}
+
+// SetDashboard makes lat (and errs) the report's dashboard latency, as
+// measured after its last repetition by MeasureDashboards together with the
+// targets named in with, and recomputes the summary. Latencies measured
+// after earlier repetitions are dropped: the summary's dashboard figures
+// are then this one measurement's.
+func (r *Report) SetDashboard(lat []RangeLatency, errs []string, with []string) {
+	if len(r.Runs) == 0 {
+		return
+	}
+	for i := range r.Runs {
+		r.Runs[i].Queries, r.Runs[i].QueryErrors = nil, nil
+	}
+	last := &r.Runs[len(r.Runs)-1]
+	last.Queries, last.QueryErrors = lat, errs
+	r.DashboardWith = with
+	r.Summary = summarize(r.Runs)
+}
+
+// DashboardEnd is where the dashboard's ranges end for this report: the
+// newest sample its last repetition sent.
+func (r Report) DashboardEnd() (time.Time, bool) {
+	if len(r.Runs) == 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(r.Runs[len(r.Runs)-1].Load.LastTimestamp), true
 }
 
 // HostInfo is the machine the bench ran on.
@@ -60,6 +91,9 @@ type RangeFigure struct {
 	Range      string `json:"range"`
 	P50Seconds Figure `json:"p50_seconds"`
 	P99Seconds Figure `json:"p99_seconds"`
+	// CPUPerQuerySeconds is the server's CPU time per query execution
+	// (RangeLatency.CPUPerQuerySeconds); N == 0 when not measured.
+	CPUPerQuerySeconds Figure `json:"cpu_per_query_seconds"`
 }
 
 // Summary holds the medians (with min and max) over the repetitions. A
@@ -94,7 +128,7 @@ func summarize(runs []RunResult) Summary {
 		cpuPerM, perCPU, peak, perSeries, rollup []float64
 		cores, steady, steadyPerSeries           []float64
 		disk                                     = map[string][]float64{}
-		qp50, qp99                               = map[string][]float64{}, map[string][]float64{}
+		qp50, qp99, qcpu                         = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		ranges                                   []string
 	)
 	for _, r := range runs {
@@ -126,6 +160,9 @@ func summarize(runs []RunResult) Summary {
 			}
 			qp50[q.Range] = append(qp50[q.Range], q.P50Seconds)
 			qp99[q.Range] = append(qp99[q.Range], q.P99Seconds)
+			if q.CPUPerQuerySeconds > 0 {
+				qcpu[q.Range] = append(qcpu[q.Range], q.CPUPerQuerySeconds)
+			}
 		}
 		if r.RollupLagSeconds != nil {
 			rollup = append(rollup, *r.RollupLagSeconds)
@@ -150,7 +187,7 @@ func summarize(runs []RunResult) Summary {
 		}
 	}
 	for _, r := range ranges {
-		s.QueryLatency = append(s.QueryLatency, RangeFigure{Range: r, P50Seconds: figureOf(qp50[r]), P99Seconds: figureOf(qp99[r])})
+		s.QueryLatency = append(s.QueryLatency, RangeFigure{Range: r, P50Seconds: figureOf(qp50[r]), P99Seconds: figureOf(qp99[r]), CPUPerQuerySeconds: figureOf(qcpu[r])})
 	}
 	return s
 }
@@ -229,7 +266,8 @@ func (s Summary) rows() []row {
 	}
 	for _, q := range s.QueryLatency {
 		rs = append(rs, row{"dashboard latency p50, " + q.Range, "s", q.P50Seconds, false},
-			row{"dashboard latency p99, " + q.Range, "s", q.P99Seconds, false})
+			row{"dashboard latency p99, " + q.Range, "s", q.P99Seconds, false},
+			row{"dashboard server CPU per query, " + q.Range, "s", q.CPUPerQuerySeconds, false})
 	}
 	rs = append(rs, row{"rollup lag", "s", s.RollupLagSeconds, false})
 	return rs
@@ -260,7 +298,11 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "- sender: batch %d samples, concurrency %d; each run bounded by %s and %d requests\n",
 		l.BatchSize, l.Concurrency, l.Duration, l.MaxRequests)
-	fmt.Fprintf(&b, "- repetitions: %d (figures are the median, with min and max)\n\n", r.Repeats)
+	fmt.Fprintf(&b, "- repetitions: %d (figures are the median, with min and max)\n", r.Repeats)
+	if len(r.DashboardWith) > 0 {
+		fmt.Fprintf(&b, "- dashboard: measured once after the last repetition, interleaved with %s (each panel execution on every target in turn)\n", strings.Join(r.DashboardWith, ", "))
+	}
+	b.WriteString("\n")
 
 	b.WriteString("## Summary\n\n| figure | median | min | max | n |\n|---|---:|---:|---:|---:|\n")
 	for _, rw := range r.Summary.rows() {
@@ -334,12 +376,35 @@ func hasServer(runs []RunResult) bool {
 	return false
 }
 
+// samplesHeld is what the target held when the last repetition's dashboard
+// ran: every sample it accepted over the runs.
+func samplesHeld(r Report) int64 {
+	var n int64
+	for _, rr := range r.Runs {
+		n += rr.Load.SamplesAccepted
+	}
+	return n
+}
+
+// heldTolerance is how far apart (as a ratio) the samples two targets held
+// may be for their dashboard latencies to be compared.
+const heldTolerance = 1.1
+
+// dashboardRow reports whether a row is a dashboard figure (latency, CPU per query).
+func dashboardRow(name string) bool { return strings.HasPrefix(name, "dashboard ") }
+
 // Compare renders a markdown table of the last report against each one
 // before it (the baselines, e.g. Prometheus and VictoriaMetrics, then
 // Strata): every report's medians, then per baseline the ratio
 // last/baseline marked better, worse or same (within 5%) by the figure's
 // direction. A figure the last report did not measure has no row; a
 // baseline that did not measure it shows "-".
+//
+// A query's cost grows with the samples in its range, so dashboard
+// latencies are only compared between targets that held the same data: when
+// the samples they accepted differ by more than 10% (an unpaced load, where
+// the faster receiver gets more samples per series per second), the
+// verdict says "not comparable" and by how much the data differed.
 func Compare(reports ...Report) string {
 	if len(reports) < 2 {
 		return ""
@@ -381,7 +446,10 @@ func Compare(reports ...Report) string {
 			if rb.fig.Median != 0 {
 				q := rs.fig.Median / rb.fig.Median
 				ratio = fmt.Sprintf("%.2fx", q)
+				held := heldRatio(subject, bases[i])
 				switch {
+				case dashboardRow(rs.name) && (held > heldTolerance || held < 1/heldTolerance):
+					verdict = fmt.Sprintf("not comparable: %s held %.2fx the samples", name(len(reports)-1), held)
 				case math.Abs(q-1) < 0.05:
 					verdict = "same"
 				case (q > 1) == rs.higherBetter:
@@ -398,6 +466,16 @@ func Compare(reports ...Report) string {
 		fmt.Fprintf(&sb, "| %s |%s %s |%s\n", rs.name, vals.String(), formatValue(rs.fig.Median, rs.unit), ratios.String())
 	}
 	return sb.String()
+}
+
+// heldRatio is the samples a held over those b held; 1 when either is
+// unknown (reports without runs).
+func heldRatio(a, b Report) float64 {
+	na, nb := samplesHeld(a), samplesHeld(b)
+	if na <= 0 || nb <= 0 {
+		return 1
+	}
+	return float64(na) / float64(nb)
 }
 
 func cell(name, def string) string {

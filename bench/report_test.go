@@ -251,6 +251,34 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+// TestCompareDashboardOverDifferentData: a receiver that accepted 3x the
+// samples answers its dashboard over 3x the data, so Compare does not call
+// its latency worse (or better); within 10% it compares as usual.
+func TestCompareDashboardOverDifferentData(t *testing.T) {
+	fig := func(v float64) Figure { return Figure{Median: v, Min: v, Max: v, N: 1} }
+	report := func(name string, accepted int64, p50 float64) Report {
+		return Report{Name: name, Runs: []RunResult{{Load: LoadResult{SamplesAccepted: accepted}}}, Summary: Summary{
+			AcceptedSamplesPerSecond: fig(float64(accepted) / 20),
+			QueryLatency:             []RangeFigure{{Range: "1h", P50Seconds: fig(p50), P99Seconds: fig(p50 * 10)}},
+		}}
+	}
+	prom := report("prometheus", 1_000_000, 0.010)
+	out := Compare(prom, report("strata", 3_000_000, 0.030))
+	for _, want := range []string{
+		"| accepted samples/s | 50000 | 150000 | 3.00x | better |",
+		"| dashboard latency p50, 1h | 10.0 ms | 30.0 ms | 3.00x | not comparable: strata held 3.00x the samples |",
+		"| dashboard latency p99, 1h | 100.0 ms | 300.0 ms | 3.00x | not comparable: strata held 3.00x the samples |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare lacks %q:\n%s", want, out)
+		}
+	}
+	out = Compare(prom, report("strata", 1_050_000, 0.030))
+	if want := "| dashboard latency p50, 1h | 10.0 ms | 30.0 ms | 3.00x | worse |"; !strings.Contains(out, want) {
+		t.Errorf("compare over the same data lacks %q:\n%s", want, out)
+	}
+}
+
 func TestQuantileAndFigure(t *testing.T) {
 	for _, tc := range []struct {
 		xs   []float64

@@ -11,7 +11,15 @@
 # `compare` writes each target's report to outdir/<round>/<target>/ and the
 # comparison (`strata bench compare`: Strata against each peer) to
 # outdir/<round>/comparison.md, with the machine's load average before and
-# after each target in outdir/<round>/uptime.txt.
+# after each target in outdir/<round>/uptime.txt. Even rounds run the
+# targets' loads in reverse order. Each target's server stays up (on
+# BENCH_PORT + its index) after its load, and the dashboards of all of them
+# are measured at the end of the round interleaved (`strata bench
+# dashboard`: each panel execution on every target in turn), so that the
+# machine's other work slows them alike. Dashboard latencies compare only
+# over the same data: paced (BENCH_INTERVAL), where every target holds the
+# same samples; unpaced, the faster receiver holds more and the comparison
+# says so.
 #
 # Environment (all optional): BENCH_INTERVAL (empty: as fast as the target
 # accepts; 1s or 15s: paced, every series one sample per interval in real
@@ -34,11 +42,33 @@ port=${BENCH_PORT:-19299}
 work=$(mktemp -d /tmp/strata-bench-run.XXXXXX)
 pid=""
 
+kept=() # compare: servers left running for the dashboard, as pidfile prefixes
+
+# stop_kept stops the servers a target run left running (BENCH_KEEP) and
+# removes their data, keeping their logs.
+stop_kept() {
+	local k p
+	for k in "${kept[@]}"; do
+		[[ -f "$k.pid" ]] || continue
+		p=$(cat "$k.pid")
+		kill "$p" 2>/dev/null || true
+		for _ in $(seq 1 100); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.1
+		done
+		cp "$(cat "$k.work")/server.log" "$k.log" 2>/dev/null || true
+		rm -rf "$(cat "$k.work")"
+		rm -f "$k.pid" "$k.work"
+	done
+	kept=()
+}
+
 cleanup() {
 	if [[ -n "$pid" ]]; then
 		kill "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	fi
+	stop_kept
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -54,17 +84,51 @@ if [[ "$target" == compare ]]; then
 		targets+=(victoriametrics)
 	fi
 	targets+=(strata)
+	index_of() {
+		local i
+		for i in "${!targets[@]}"; do
+			if [[ "${targets[i]}" == "$1" ]]; then
+				echo "$i"
+				return
+			fi
+		done
+	}
 	for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do
 		dir="$out/$round"
 		mkdir -p "$dir"
 		reports=()
-		for t in "${targets[@]}"; do
+		order=("${targets[@]}")
+		if ((round % 2 == 0)); then
+			# Even rounds run the targets in reverse order, so that a load
+			# from other work that rises or falls over a round does not
+			# favour the same target every time.
+			order=()
+			for ((i = ${#targets[@]} - 1; i >= 0; i--)); do
+				order+=("${targets[i]}")
+			done
+		fi
+		# Each target gets its own port and stays up after its load, so
+		# that the dashboards are measured interleaved at the end.
+		for t in "${order[@]}"; do
 			echo "== round $round: $t ($(date -u +%H:%M:%S) UTC)" >&2
 			echo "$t before: $(uptime)" >>"$dir/uptime.txt"
-			"$0" "$t" "$dir/$t" >/dev/null
+			keep="$dir/$t.server"
+			kept+=("$keep")
+			BENCH_PORT=$((port + $(index_of "$t"))) BENCH_KEEP="$keep" BENCH_SKIP_QUERIES=1 "$0" "$t" "$dir/$t" >/dev/null
 			echo "$t after:  $(uptime)" >>"$dir/uptime.txt"
-			reports+=("$dir/$t/report.json")
 		done
+		dash=()
+		for t in "${targets[@]}"; do
+			reports+=("$dir/$t/report.json")
+			dash+=("$dir/$t/report.json=http://127.0.0.1:$((port + $(index_of "$t")))=$(cat "$dir/$t.server.pid")")
+		done
+		if [[ -z "${BENCH_SKIP_QUERIES:-}" ]]; then
+			echo "== round $round: dashboards, interleaved ($(date -u +%H:%M:%S) UTC)" >&2
+			echo "dashboards before: $(uptime)" >>"$dir/uptime.txt"
+			"$STRATA_BIN" bench dashboard --query-repeats="${BENCH_QUERY_REPEATS:-5}" "${dash[@]}" >/dev/null
+			echo "dashboards after:  $(uptime)" >>"$dir/uptime.txt"
+		fi
+		stop_kept
 		"$STRATA_BIN" bench compare "${reports[@]}" >"$dir/comparison.md"
 		echo "== round $round" && cat "$dir/comparison.md" && echo
 	done
@@ -159,6 +223,12 @@ if ! kill -0 "$pid" 2>/dev/null; then
 	exit 1
 fi
 cp "$work/server.log" "$out/server.log"
+if [[ -n "${BENCH_KEEP:-}" ]]; then
+	# compare measures the dashboard later and stops the server itself.
+	echo "$pid" >"$BENCH_KEEP.pid"
+	echo "$work" >"$BENCH_KEEP.work"
+	pid="" work=""
+fi
 cat "$out/report.md"
 echo
 echo "report: $out/report.json, $out/report.md, charts in $out"

@@ -364,13 +364,19 @@ func openTestRaw(t *testing.T) *tiers.Raw {
 var testStart = time.Date(2026, 1, 10, 20, 0, 0, 0, time.UTC).UnixMilli()
 
 // run delivers the workload in 30 s batches from (from, to], ticking after
-// each batch, and checks the lag bound after every tick.
+// each batch, and checks the lag bound after every tick. After each batch it
+// compacts the raw tier as the TSDB's background loop would when it next
+// runs (the head into a block once it spans 3 h, then the out-of-order
+// head), so that the ticks see blocks at the same points in every run.
 func run(t *testing.T, p *Pipeline, raw *tiers.Raw, w *workload, clock *testClock, from, to int64, checkLag bool) error {
 	t.Helper()
 	const batch = 30 * 1000
 	var firstErr error
 	for at := from; at < to; at += batch {
 		w.deliver(t, raw, at, min(at+batch, to))
+		if err := raw.DB().Compact(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		clock.t = time.UnixMilli(min(at+batch, to))
 		if err := p.Tick(context.Background()); err != nil {
 			if firstErr == nil {

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -9,10 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/index"
 	"github.com/prometheus/prometheus/util/compression"
 
 	"github.com/strata-dev/strata/internal/mapped"
@@ -51,6 +55,11 @@ type Raw struct {
 	db  *tsdb.DB
 	cfg RawConfig
 
+	// oooBounds caches the sample bounds of out-of-order blocks, whose
+	// meta.json gives their block range instead (see Bounds), by ULID.
+	oooMu     sync.Mutex
+	oooBounds map[ulid.ULID][2]int64
+
 	mu     sync.Mutex // ReleaseChunkPages against Close
 	closed bool
 }
@@ -86,7 +95,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	return &Raw{db: db, cfg: cfg}, nil
+	return &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}}, nil
 }
 
 // Config returns the configuration the tier was opened with.
@@ -136,24 +145,112 @@ func (r *Raw) SeriesLabels(ref storage.SeriesRef) (labels.Labels, bool) {
 // turns the TSDB's time ranges into sample times:
 //   - a block's MaxTime is exclusive, one past its newest sample (the TSDB's
 //     meta.json), so a block contributes MaxTime-1;
+//   - except a block compacted from the out-of-order head: its meta.json
+//     holds the whole block range it was cut to ([10:00, 12:00) for
+//     out-of-order samples of 10:55), up to two hours past its newest
+//     sample, so its bounds are read from its index (once per block);
 //   - the head's MaxTime is its newest sample, inclusive, while it holds
 //     series. A head without series (all of it compacted into blocks, or
 //     opened after a restart with an empty WAL) keeps the time it was
 //     truncated to, the newest block's MaxTime, which is no sample: it
 //     contributes nothing.
+//
+// The rollup pipeline's watermark is the newest sample: a block range taken
+// for it would finalise minutes whose samples have not arrived yet.
 func (r *Raw) Bounds() (mint, maxt int64, ok bool) {
 	mint, maxt = math.MaxInt64, math.MinInt64
 	if h := r.db.Head(); h.NumSeries() > 0 {
 		mint, maxt = h.MinTime(), h.MaxTime()
 	}
-	for _, b := range r.db.Blocks() {
+	blocks := r.db.Blocks()
+	ooo := 0
+	for _, b := range blocks {
 		m := b.Meta()
-		mint, maxt = min(mint, m.MinTime), max(maxt, m.MaxTime-1)
+		bmin, bmax := m.MinTime, m.MaxTime-1
+		if m.Compaction.FromOutOfOrder() {
+			bmin, bmax = r.oooBlockBounds(b)
+			ooo++
+		}
+		mint, maxt = min(mint, bmin), max(maxt, bmax)
 	}
+	r.forgetOOOBounds(blocks, ooo)
 	if mint > maxt {
 		return 0, 0, false
 	}
 	return mint, maxt, true
+}
+
+// oooBlockBounds returns the oldest and newest sample time of an
+// out-of-order block from its chunks' time ranges, which the index holds;
+// the block's range when the index cannot be read (never more than it).
+func (r *Raw) oooBlockBounds(b *tsdb.Block) (mint, maxt int64) {
+	m := b.Meta()
+	r.oooMu.Lock()
+	defer r.oooMu.Unlock()
+	if bs, ok := r.oooBounds[m.ULID]; ok {
+		return bs[0], bs[1]
+	}
+	mint, maxt = m.MinTime, m.MaxTime-1
+	if bmin, bmax, err := indexBounds(b); err == nil {
+		mint, maxt = bmin, bmax
+		r.oooBounds[m.ULID] = [2]int64{mint, maxt}
+	}
+	return mint, maxt
+}
+
+// indexBounds scans a block's index for the time range of its chunks.
+func indexBounds(b *tsdb.Block) (mint, maxt int64, err error) {
+	ir, err := b.Index()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ir.Close() //nolint:errcheck // a read-only reader
+	name, value := index.AllPostingsKey()
+	p, err := ir.Postings(context.Background(), name, value)
+	if err != nil {
+		return 0, 0, err
+	}
+	mint, maxt = math.MaxInt64, math.MinInt64
+	var (
+		sb   labels.ScratchBuilder
+		chks []chunks.Meta
+	)
+	for p.Next() {
+		if err := ir.Series(p.At(), &sb, &chks); err != nil {
+			return 0, 0, err
+		}
+		for _, c := range chks {
+			mint, maxt = min(mint, c.MinTime), max(maxt, c.MaxTime)
+		}
+	}
+	if err := p.Err(); err != nil {
+		return 0, 0, err
+	}
+	if mint > maxt {
+		return 0, 0, errors.New("block without chunks")
+	}
+	return mint, maxt, nil
+}
+
+// forgetOOOBounds drops the cached bounds of blocks the TSDB no longer has
+// (deleted by retention or compacted into others). ooo is how many of
+// blocks are out-of-order blocks: while the cache holds no more entries,
+// nothing is gone.
+func (r *Raw) forgetOOOBounds(blocks []*tsdb.Block, ooo int) {
+	r.oooMu.Lock()
+	defer r.oooMu.Unlock()
+	if len(r.oooBounds) <= ooo {
+		return
+	}
+	live := make(map[ulid.ULID]bool, len(blocks))
+	for _, b := range blocks {
+		live[b.Meta().ULID] = true
+	}
+	for id := range r.oooBounds {
+		if !live[id] {
+			delete(r.oooBounds, id)
+		}
+	}
 }
 
 // Close flushes and closes the tier: the WAL is synced, nothing acknowledged is lost.

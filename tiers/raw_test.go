@@ -85,6 +85,85 @@ func TestRawBounds(t *testing.T) {
 	check("block only", raw)
 }
 
+// TestRawBoundsOutOfOrderBlock: a block compacted from the out-of-order head
+// says in its meta.json that it covers its whole block range, up to two hours
+// past its newest sample. Bounds must still give the newest sample: the
+// rollup pipeline's watermark follows it, and a watermark from the block
+// range finalised minutes whose samples had not arrived (rollups lost them).
+func TestRawBoundsOutOfOrderBlock(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tiers.DefaultRawConfig(dir)
+	cfg.Retention = 30 * 24 * time.Hour
+	open := func() *tiers.Raw {
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	raw := open()
+	defer func() { _ = raw.Close() }()
+
+	// In order past three hours, so that the head is compactable, then one
+	// out-of-order sample five minutes behind the newest: its block range is
+	// [2h, 4h).
+	first, last := testT0, testT0+3*hourMs+30*minMs
+	ooo := last - 5*minMs
+	app := raw.Appender(context.Background())
+	for ts := first; ts <= last; ts += 15_000 {
+		if _, err := app.Append(0, labels.FromStrings("__name__", "m"), ts, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := app.Append(0, labels.FromStrings("__name__", "o"), last, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	app = raw.Appender(context.Background())
+	if _, err := app.Append(0, labels.FromStrings("__name__", "o"), ooo, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.DB().Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var oooBlock bool
+	for _, b := range raw.DB().Blocks() {
+		m := b.Meta()
+		if m.Compaction.FromOutOfOrder() {
+			oooBlock = true
+			if m.MaxTime-1 <= last {
+				t.Fatalf("the out-of-order block ends at %d, not past the newest sample %d: the test shows nothing", m.MaxTime, last)
+			}
+		}
+	}
+	if !oooBlock {
+		t.Fatal("compaction wrote no out-of-order block")
+	}
+	if mint, maxt, ok := raw.Bounds(); !ok || mint != first || maxt != last {
+		t.Errorf("with the head: bounds [%d, %d] %v, want [%d, %d]", mint, maxt, ok, first, last)
+	}
+
+	// A restart whose WAL and WBL hold nothing: the blocks alone know the
+	// data, and the newest sample is the out-of-order one.
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"wal", "wbl"} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw = open()
+	if mint, maxt, ok := raw.Bounds(); !ok || mint != first || maxt != ooo {
+		t.Errorf("blocks only: bounds [%d, %d] %v, want [%d, %d]", mint, maxt, ok, first, ooo)
+	}
+}
+
 // TestRawWALCompression: the default configuration compresses the WAL, as
 // Prometheus does by default; the same appends take far fewer WAL bytes than
 // with WALCompression off.

@@ -430,3 +430,79 @@ func BenchmarkRollupSelectHourPartition(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2000*24), "ns/window")
 }
+
+// BenchmarkQueryRawTierDay is what the rollup tiers' 30-day and 365-day
+// queries stand against: the same selector answered by Prometheus' engine
+// (one goroutine, as Prometheus evaluates a range query) over raw
+// per-second samples in a TSDB block, one day of 100 series. A plain
+// selector's cost is one Seek per series and step, each decoding up to one
+// chunk, so it is linear in series x days at a fixed step: the benchmark
+// reports that cost scaled to the rollup benchmarks' 1,000 series over 30
+// days at a 5 m step (raw-30d-s/op) and over 365 days at a 1 h step
+// (raw-365d-s/op), which is what Prometheus would take over raw data of
+// the same range.
+func BenchmarkQueryRawTierDay(b *testing.B) {
+	const nSeries, scaleSeries = 100, 1000
+	dir := b.TempDir()
+	w, err := tsdb.NewBlockWriter(quietLogger(), dir, 2*dayMs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	app := w.Appender(context.Background())
+	for i := range nSeries {
+		l := labels.FromStrings("__name__", "DCGM_FI_DEV_GPU_UTIL", "gpu", fmt.Sprint(i%8), "Hostname", fmt.Sprintf("gpu-node-%03d", i/8), "job", "dcgm-exporter")
+		var ref storage.SeriesRef
+		for t := testT0; t < testT0+dayMs; t += 1000 {
+			if ref, err = app.Append(ref, l, t, 50+40*math.Sin(float64(t)/3.6e6+float64(i))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil { // one series per commit keeps the appender's buffer small
+			b.Fatal(err)
+		}
+		app = w.Appender(context.Background())
+	}
+	if _, err := w.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	db, err := tsdb.OpenDBReadOnly(dir, "", quietLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	q := storage.QueryableFunc(func(mint, maxt int64) (storage.Querier, error) { return db.Querier(mint, maxt) })
+	for _, c := range []struct {
+		name   string
+		step   time.Duration
+		days   int
+		metric string
+	}{{"step=5m", 5 * time.Minute, 30, "raw-30d-s/op"}, {"step=1h", time.Hour, 365, "raw-365d-s/op"}} {
+		b.Run(c.name, func(b *testing.B) {
+			engine := newTestEngine()
+			start, end := testT0+c.step.Milliseconds(), testT0+dayMs-1000
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				qry, err := engine.NewRangeQuery(context.Background(), q, nil, `DCGM_FI_DEV_GPU_UTIL`, time.UnixMilli(start), time.UnixMilli(end), c.step)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res := qry.Exec(context.Background())
+				if res.Err != nil {
+					b.Fatal(res.Err)
+				}
+				if m, err := res.Matrix(); err != nil || len(m) != nSeries {
+					b.Fatalf("got %d series, err %v", len(m), err)
+				}
+				qry.Close()
+			}
+			perOp := b.Elapsed().Seconds() / float64(b.N)
+			cpuPerOp := (processCPU(b) - cpu0).Seconds() / float64(b.N)
+			scale := float64(scaleSeries) / nSeries * float64(c.days)
+			b.ReportMetric(perOp*scale, c.metric)
+			b.ReportMetric(cpuPerOp*scale, "cpu-"+c.metric)
+		})
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,7 +18,7 @@ import (
 )
 
 type benchCommand struct {
-	cmd, run, compare *kingpin.CmdClause
+	cmd, run, compare, dashboard *kingpin.CmdClause
 
 	url, protocol, name, out, timestamps string
 	series, concurrency, batch, repeats  int
@@ -28,6 +30,7 @@ type benchCommand struct {
 	skipQueries                          bool
 
 	reports []string
+	targets []string // dashboard: report.json=URL
 }
 
 func newBenchCommand(app *kingpin.Application) *benchCommand {
@@ -58,6 +61,12 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 
 	c.compare = c.cmd.Command("compare", "Compare reports (JSON) figure by figure: the last against each one before it.")
 	c.compare.Arg("reports", "Baseline report.json files, then the report compared with them.").Required().StringsVar(&c.reports)
+
+	c.dashboard = c.cmd.Command("dashboard", "Measure the dashboard of several receivers interleaved (each panel execution on every one in turn) and put the latencies into their reports.")
+	c.dashboard.Flag("query-repeats", "Times each dashboard query runs per range and receiver (p50, p99).").Default("5").IntVar(&c.queryRepeats)
+	c.dashboard.Flag("user", "Basic-auth user.").StringVar(&c.user)
+	c.dashboard.Flag("password", "Basic-auth password (or STRATA_BENCH_PASSWORD).").Envar("STRATA_BENCH_PASSWORD").StringVar(&c.pass)
+	c.dashboard.Arg("targets", "report.json=URL of each receiver's Prometheus HTTP API (scheme://host), with =PID to measure its CPU per query from /proc, e.g. /tmp/b/strata/report.json=http://127.0.0.1:19301=4242; the report is rewritten in place.").Required().StringsVar(&c.targets)
 	return c
 }
 
@@ -76,6 +85,9 @@ func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
 		}
 		_, err := fmt.Print(bench.Compare(reports...))
 		return err
+	}
+	if cmd == c.dashboard.FullCommand() {
+		return c.measureDashboards()
 	}
 	timestamps, interval := c.timestamps, c.interval
 	if interval > 0 {
@@ -115,4 +127,59 @@ func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
 	}
 	_, err = fmt.Printf("\nwrote %s\n", strings.Join(files, ", "))
 	return err
+}
+
+// measureDashboards is `strata bench dashboard`: every receiver's dashboard,
+// interleaved, over the range ending at the newest sample its report's last
+// repetition sent; each report gets the latencies and is written again
+// (JSON, markdown, charts) where it was read.
+func (c *benchCommand) measureDashboards() error {
+	if c.queryRepeats < 1 {
+		return fmt.Errorf("%w: --query-repeats must be at least 1", bench.ErrBadConfig)
+	}
+	reports := make([]bench.Report, len(c.targets))
+	dirs := make([]string, len(c.targets))
+	targets := make([]bench.DashboardTarget, len(c.targets))
+	names := make([]string, len(c.targets))
+	for i, arg := range c.targets {
+		parts := strings.Split(arg, "=")
+		pid := 0
+		if len(parts) == 3 {
+			p, err := strconv.Atoi(parts[2])
+			if err != nil || p <= 0 {
+				return fmt.Errorf("%w: target %q: PID %q is not a process id", bench.ErrBadConfig, arg, parts[2])
+			}
+			pid = p
+		}
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			return fmt.Errorf("%w: target %q is not report.json=URL or report.json=URL=PID", bench.ErrBadConfig, arg)
+		}
+		path, u := parts[0], parts[1]
+		r, err := bench.LoadReport(path)
+		if err != nil {
+			return err
+		}
+		end, ok := r.DashboardEnd()
+		if !ok {
+			return fmt.Errorf("%w: report %s has no run", bench.ErrBadConfig, path)
+		}
+		reports[i], dirs[i], names[i] = r, filepath.Dir(path), r.Name
+		targets[i] = bench.DashboardTarget{Name: r.Name, URL: strings.TrimSuffix(u, "/"), End: end, Username: c.user, Password: c.pass, PID: pid}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	lat, errs, err := bench.MeasureDashboards(ctx, targets, bench.DefaultDashboard(), bench.DefaultQueryRanges(), c.queryRepeats, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	for i := range reports {
+		reports[i].SetDashboard(lat[i], errs[i], names)
+		if _, err := reports[i].WriteFiles(dirs[i]); err != nil {
+			return err
+		}
+		if _, err := fmt.Printf("%s: dashboard measured, report %s rewritten\n", names[i], dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

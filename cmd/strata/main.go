@@ -23,7 +23,7 @@ func main() {
 		runErr = c.serve.run()
 	case c.backfill.cmd.FullCommand():
 		runErr = c.backfill.run(promslog.New(c.serve.logConfig))
-	case c.bench.run.FullCommand(), c.bench.compare.FullCommand():
+	case c.bench.run.FullCommand(), c.bench.compare.FullCommand(), c.bench.dashboard.FullCommand():
 		runErr = c.bench.exec(cmd, promslog.New(c.serve.logConfig))
 	case c.export.cmd.FullCommand():
 		runErr = c.export.run(promslog.New(c.serve.logConfig))
