@@ -268,3 +268,33 @@ func TestEvidenceStrength(t *testing.T) {
 		t.Error("calibration is not the clamped identity")
 	}
 }
+
+// TestHourRingPages: a summary reads back from its hour's slot until the
+// slot is reused n hours later, and only the pages written are allocated.
+func TestHourRingPages(t *testing.T) {
+	r := newHourRing(676)
+	if len(r.pages) != 29 {
+		t.Fatalf("%d pages for 676 slots", len(r.pages))
+	}
+	const h = 500_000
+	r.set(h, summary{hour: h, m: 1, d: 2})
+	if got := r.at(h); got.hour != h || got.m != 1 || got.d != 2 {
+		t.Errorf("at(h) = %+v", got)
+	}
+	if got := r.at(h + 1); got != (summary{}) {
+		t.Errorf("an unwritten slot reads %+v", got)
+	}
+	allocated := 0
+	for _, p := range r.pages {
+		if p != nil {
+			allocated++
+		}
+	}
+	if allocated != 1 {
+		t.Errorf("%d pages allocated after one write", allocated)
+	}
+	r.set(h+676, summary{hour: h + 676, m: 3})
+	if got := r.at(h); got.hour != h+676 || got.m != 3 {
+		t.Errorf("slot reused n hours later reads %+v", got)
+	}
+}

@@ -41,14 +41,22 @@ func newScratch() *scratch {
 	return &scratch{series: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{}}
 }
 
-func (s *scratch) get(lbls labels.Labels) *scratchSeries {
+func (s *scratch) get(lbls labels.Labels) *scratchSeries { return s.lookup(lbls, true) }
+
+// lookup returns lbls' series, created when new: with a copy of lbls, or
+// with lbls itself when the caller never modifies them (a handle's labels:
+// the baselines' three output series per tracked series were a copy each).
+func (s *scratch) lookup(lbls labels.Labels, copyNew bool) *scratchSeries {
 	h := lbls.Hash()
 	for _, e := range s.series[h] {
 		if labels.Equal(e.lbls, lbls) {
 			return e
 		}
 	}
-	e := &scratchSeries{lbls: lbls.Copy()}
+	if copyNew {
+		lbls = lbls.Copy()
+	}
+	e := &scratchSeries{lbls: lbls}
 	s.series[h] = append(s.series[h], e)
 	name := lbls.Get(model.MetricNameLabel)
 	s.byName[name] = append(s.byName[name], e)
@@ -183,7 +191,7 @@ func (s *scratch) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
 	defer s.mu.Unlock()
 	for i, h := range hs {
 		if h.s == nil || h.gen != s.gen {
-			h.s, h.gen = s.get(h.lbls), s.gen
+			h.s, h.gen = s.lookup(h.lbls, false), s.gen
 		}
 		h.s.add(t, vs[i])
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/index"
 	"github.com/prometheus/prometheus/util/compression"
+
+	"github.com/strata-dev/strata/internal/mapped"
 )
 
 // RawConfig configures the raw (per-second) tier.
@@ -56,6 +59,9 @@ type Raw struct {
 	// meta.json gives their block range instead (see Bounds), by ULID.
 	oooMu     sync.Mutex
 	oooBounds map[ulid.ULID][2]int64
+
+	mu     sync.Mutex // ReleaseChunkPages against Close
+	closed bool
 }
 
 // OpenRaw opens (or creates) the raw tier in cfg.Dir, replaying and repairing its
@@ -249,8 +255,40 @@ func (r *Raw) forgetOOOBounds(blocks []*tsdb.Block, ooo int) {
 
 // Close flushes and closes the tier: the WAL is synced, nothing acknowledged is lost.
 func (r *Raw) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
 	if err := r.db.Close(); err != nil {
 		return fmt.Errorf("close raw tier: %w", err)
 	}
 	return nil
+}
+
+// ReleaseChunkPages drops this process's page mappings of the head's chunk
+// files (chunks_head/), which every read of a cut chunk leaves behind until
+// the head is truncated hours later; the pages stay in the page cache and
+// the next read maps them again (internal/mapped). It returns the bytes of
+// address space released.
+//
+// The TSDB unmaps chunk files only when its compaction truncates the head
+// (and on Close): compactions are held off meanwhile, so no range is
+// unmapped, and perhaps reused, while it is being advised. A compaction
+// due in that time is skipped and runs at the TSDB's next trigger (a
+// minute later).
+func (r *Raw) ReleaseChunkPages() (int64, error) {
+	if !mapped.Supported {
+		return 0, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, nil
+	}
+	r.db.DisableCompactions() // waits for a running compaction
+	defer r.db.EnableCompactions()
+	n, _, err := mapped.Release(filepath.Join(r.db.Dir(), "chunks_head"))
+	if err != nil {
+		return n, fmt.Errorf("release raw chunk pages: %w", err)
+	}
+	return n, nil
 }

@@ -322,6 +322,11 @@ func (s *server) serve(ctx context.Context) error {
 		}
 	}()
 	go s.applyRetentionEvery(ctx, 10*time.Minute)
+	releaseDone := make(chan struct{})
+	go func() {
+		defer close(releaseDone)
+		s.releaseChunkPagesEvery(ctx, chunkPageReleasePeriod)
+	}()
 
 	var serveErr error
 	select {
@@ -335,6 +340,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.ready.Store(false)
 	cancel()
 	<-rollupDone
+	<-releaseDone
 	stopGRPC() // before the tiers close
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -400,6 +406,32 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// chunkPageReleasePeriod is how often the raw head's chunk file pages that
+// reads mapped are released: the canonical rules read every series they use
+// every 15 s, so the resident set holds at most what one period's reads
+// mapped.
+const chunkPageReleasePeriod = 15 * time.Second
+
+// releaseChunkPagesEvery drops the process's mappings of the raw head's
+// chunk file pages periodically (tiers.Raw.ReleaseChunkPages): without it
+// every chunk a rule or query read stayed in the resident set until the
+// head's truncation, growing it by what was written (docs/rollups.md,
+// "Memory").
+func (s *server) releaseChunkPagesEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.raw.ReleaseChunkPages(); err != nil {
+				s.logger.Warn("release raw chunk pages", "err", err)
+			}
 		}
 	}
 }

@@ -1,0 +1,88 @@
+//go:build linux
+
+package mapped
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether Release does anything on this platform.
+const Supported = true
+
+// Release drops the mappings of every shared, read-only file mapping of a
+// file under dir (matched by path in /proc/self/maps) and returns how many
+// bytes of address space it advised and how many mappings.
+func Release(dir string) (bytesAdvised int64, mappings int, err error) {
+	regions, err := regionsUnder("/proc/self/maps", dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range regions {
+		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_DONTNEED); e != 0 {
+			// ENOMEM: the range was unmapped since /proc/self/maps was read.
+			if e == unix.ENOMEM {
+				continue
+			}
+			return bytesAdvised, mappings, fmt.Errorf("madvise %#x-%#x: %w", r.start, r.end, e)
+		}
+		bytesAdvised += int64(r.end - r.start) //nolint:gosec // address ranges fit
+		mappings++
+	}
+	return bytesAdvised, mappings, nil
+}
+
+type region struct{ start, end uintptr }
+
+// regionsUnder reads a maps file (proc(5)) and returns the shared,
+// read-only file mappings of files under dir.
+func regionsUnder(mapsPath, dir string) ([]region, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	prefix := []byte(filepath.Clean(abs) + string(filepath.Separator))
+	f, err := os.Open(mapsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() //nolint:errcheck // read only
+	var out []region
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if r, ok := parseLine(sc.Bytes(), prefix); ok {
+			out = append(out, r)
+		}
+	}
+	return out, sc.Err()
+}
+
+// parseLine parses "start-end perms offset dev inode path" and keeps the
+// line when perms is "r--s" (read only, shared) and path is under prefix.
+func parseLine(line, prefix []byte) (region, bool) {
+	fields := bytes.Fields(line)
+	if len(fields) < 6 || string(fields[1]) != "r--s" {
+		return region{}, false
+	}
+	path := bytes.Join(fields[5:], []byte(" "))
+	if !bytes.HasPrefix(path, prefix) {
+		return region{}, false
+	}
+	lo, hi, ok := bytes.Cut(fields[0], []byte("-"))
+	if !ok {
+		return region{}, false
+	}
+	start, err1 := strconv.ParseUint(string(lo), 16, 64)
+	end, err2 := strconv.ParseUint(string(hi), 16, 64)
+	if err1 != nil || err2 != nil || end <= start {
+		return region{}, false
+	}
+	return region{start: uintptr(start), end: uintptr(end)}, true
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package mapped
+
+// Supported reports whether Release does anything on this platform.
+const Supported = false
+
+// Release does nothing outside Linux.
+func Release(string) (bytesAdvised int64, mappings int, err error) { return 0, 0, nil }
