@@ -16,21 +16,26 @@ import (
 	"github.com/strata-dev/strata/tiers"
 )
 
+// openRawMonth opens a raw tier in dir that keeps 30 days, so that nothing
+// a test writes expires.
+func openRawMonth(t *testing.T, dir string) *tiers.Raw {
+	t.Helper()
+	cfg := tiers.DefaultRawConfig(dir)
+	cfg.Retention = 30 * 24 * time.Hour
+	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
 // TestRawBounds checks the raw tier's bounds at the block boundary: the
 // newest sample is the same whether it is in the head, in a block (whose
 // MaxTime is one past it), or in a block only, after a restart whose WAL
 // holds nothing. The status API and the downsample pipeline both read it.
 func TestRawBounds(t *testing.T) {
 	dir := t.TempDir()
-	cfg := tiers.DefaultRawConfig(dir)
-	cfg.Retention = 30 * 24 * time.Hour
-	open := func() *tiers.Raw {
-		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
+	open := func() *tiers.Raw { return openRawMonth(t, dir) }
 	raw := open()
 	defer func() { _ = raw.Close() }()
 	if _, _, ok := raw.Bounds(); ok {
@@ -92,15 +97,7 @@ func TestRawBounds(t *testing.T) {
 // range finalised minutes whose samples had not arrived (rollups lost them).
 func TestRawBoundsOutOfOrderBlock(t *testing.T) {
 	dir := t.TempDir()
-	cfg := tiers.DefaultRawConfig(dir)
-	cfg.Retention = 30 * 24 * time.Hour
-	open := func() *tiers.Raw {
-		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
+	open := func() *tiers.Raw { return openRawMonth(t, dir) }
 	raw := open()
 	defer func() { _ = raw.Close() }()
 

@@ -375,6 +375,15 @@ func (s *server) startBackground(ctx context.Context, addr string) error {
 // snapshot periodically (Close does too). Acknowledged metadata is durable
 // without it: the handler logs it before the 2xx.
 func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
+	every(ctx, period, func() {
+		if err := s.meta.Save(); err != nil {
+			s.logger.Error("save metadata", "err", err)
+		}
+	})
+}
+
+// every calls fn once a period until ctx is done.
+func every(ctx context.Context, period time.Duration, fn func()) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -382,9 +391,7 @@ func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.meta.Save(); err != nil {
-				s.logger.Error("save metadata", "err", err)
-			}
+			fn()
 		}
 	}
 }
@@ -392,9 +399,7 @@ func (s *server) saveMetadataEvery(ctx context.Context, period time.Duration) {
 // applyRetentionEvery deletes rollup partitions past their tier's retention.
 // (The raw TSDB applies its own retention when it compacts.)
 func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
+	apply := func() {
 		for _, tier := range []*tiers.Rollup{s.minute, s.hour} {
 			if n, err := tier.ApplyRetention(); err != nil {
 				s.logger.Error("apply rollup retention", "tier", tier.Config().Name, "err", err)
@@ -402,12 +407,9 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 				s.logger.Info("deleted rollup partitions past retention", "tier", tier.Config().Name, "partitions", n)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	apply()
+	every(ctx, period, apply)
 }
 
 // chunkPageReleasePeriod is how often the raw head's chunk file pages that
@@ -422,18 +424,11 @@ const chunkPageReleasePeriod = 15 * time.Second
 // head's truncation, growing it by what was written (docs/rollups.md,
 // "Memory").
 func (s *server) releaseChunkPagesEvery(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.raw.ReleaseChunkPages(); err != nil {
-				s.logger.Warn("release raw chunk pages", "err", err)
-			}
+	every(ctx, period, func() {
+		if _, err := s.raw.ReleaseChunkPages(); err != nil {
+			s.logger.Warn("release raw chunk pages", "err", err)
 		}
-	}
+	})
 }
 
 func (s *server) close() error {
