@@ -432,16 +432,9 @@ type accum struct {
 	// gauges and expressions
 	sum, count float64
 	min, max   float64
-	// the window averages, and per read the series' last sample: the
-	// first of each is held here and the slice used from the second on,
-	// so that closing a step of one window per group (an hourly export)
-	// reads nothing beside the accums, which lie side by side (a slice of
-	// its own per group cost a cache miss per row)
-	nAvg, nLast int
-	avg1        float64
-	last1       lastValue
-	avgs        []float64
-	last        []lastValue
+	// the window averages, and per read the series' last sample
+	avgs oneOrMore[float64]
+	last oneOrMore[lastValue]
 	// counters
 	increase float64
 	slots    map[int64]float64 // window start -> the group's increase in it (query.slotPeak)
@@ -464,7 +457,7 @@ func (a *accum) use() {
 }
 
 func (a *accum) reset() {
-	*a = accum{series: a.series[:0], avgs: a.avgs[:0], last: a.last[:0], slots: a.slots, buckets: a.buckets, points: a.points}
+	*a = accum{series: a.series[:0], avgs: a.avgs.emptied(), last: a.last.emptied(), slots: a.slots, buckets: a.buckets, points: a.points}
 	clear(a.slots)
 	clear(a.buckets)
 	clear(a.points)
@@ -483,48 +476,55 @@ func (a *accum) addGauge(h uint64, ws []tiers.Window) {
 		a.count += float64(w.Count)
 		a.min = min(a.min, w.Min)
 		a.max = max(a.max, w.Max)
-		a.addAvg(w.Sum / float64(w.Count))
+		a.avgs.add(w.Sum / float64(w.Count))
 	}
 	lw := &ws[len(ws)-1]
-	a.addLast(lastValue{h, lw.LastT, lw.Last})
+	a.last.add(lastValue{h, lw.LastT, lw.Last})
 }
 
-func (a *accum) addAvg(v float64) {
-	switch a.nAvg {
-	case 0:
-		a.avg1 = v
-	case 1:
-		a.avgs = append(a.avgs[:0], a.avg1, v)
-	default:
-		a.avgs = append(a.avgs, v)
-	}
-	a.nAvg++
+// oneOrMore is a list whose first element is held inline, the slice used
+// from the second on: closing a step of one window per group (an hourly
+// export) then reads nothing beside the accums, which lie side by side (a
+// slice of its own per group cost a cache miss per row).
+type oneOrMore[T any] struct {
+	n     int
+	first T
+	all   []T // every element once there are two
 }
 
-func (a *accum) addLast(lv lastValue) {
-	switch a.nLast {
+func (l *oneOrMore[T]) add(v T) {
+	switch l.n {
 	case 0:
-		a.last1 = lv
+		l.first = v
 	case 1:
-		a.last = append(a.last[:0], a.last1, lv)
+		l.all = append(l.all[:0], l.first, v)
 	default:
-		a.last = append(a.last, lv)
+		l.all = append(l.all, v)
 	}
-	a.nLast++
+	l.n++
 }
+
+// items returns the elements, the only one in one when there is one.
+func (l *oneOrMore[T]) items(one *[1]T) []T {
+	switch l.n {
+	case 0:
+		return nil
+	case 1:
+		one[0] = l.first
+		return one[:]
+	}
+	return l.all
+}
+
+// emptied is an empty list that keeps l's slice for reuse.
+func (l *oneOrMore[T]) emptied() oneOrMore[T] { return oneOrMore[T]{all: l.all[:0]} }
 
 // sortedAvgs returns the window averages sorted (in one the caller passes
 // when there is a single one).
 func (a *accum) sortedAvgs(one *[1]float64) []float64 {
-	switch a.nAvg {
-	case 0:
-		return nil
-	case 1:
-		one[0] = a.avg1
-		return one[:]
-	}
-	slices.Sort(a.avgs)
-	return a.avgs
+	avgs := a.avgs.items(one)
+	slices.Sort(avgs)
+	return avgs
 }
 
 // counterIncrease returns the reset-aware increase windows ws add to a
@@ -606,10 +606,10 @@ func (a *accum) addPoints(h uint64, pts []promql.FPoint) {
 		a.count++
 		a.min = min(a.min, pt.F)
 		a.max = max(a.max, pt.F)
-		a.addAvg(pt.F)
+		a.avgs.add(pt.F)
 	}
 	lp := pts[len(pts)-1]
-	a.addLast(lastValue{h, lp.T, lp.F})
+	a.last.add(lastValue{h, lp.T, lp.F})
 }
 
 // distinctSeries counts the distinct hashes in a.series (sorting it).
@@ -623,13 +623,15 @@ func (a *accum) distinctSeries() int {
 
 // lastMean is the mean over the series of each one's latest last sample.
 func (a *accum) lastMean() float64 {
-	switch a.nLast {
+	var one [1]lastValue
+	last := a.last.items(&one)
+	switch len(last) {
 	case 0:
 		return math.NaN()
 	case 1:
-		return a.last1.v
+		return last[0].v
 	}
-	slices.SortFunc(a.last, func(x, y lastValue) int {
+	slices.SortFunc(last, func(x, y lastValue) int {
 		if x.h != y.h {
 			if x.h < y.h {
 				return -1
@@ -639,8 +641,8 @@ func (a *accum) lastMean() float64 {
 		return int(x.t - y.t)
 	})
 	sum, n := 0.0, 0
-	for i, lv := range a.last {
-		if i+1 == len(a.last) || a.last[i+1].h != lv.h {
+	for i, lv := range last {
+		if i+1 == len(last) || last[i+1].h != lv.h {
 			sum += lv.v
 			n++
 		}
