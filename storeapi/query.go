@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -354,7 +355,7 @@ type externalQuerier struct {
 
 // anyName selects every series: what is left of a selector whose matchers
 // were all on external labels.
-var anyName = labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, ".+")
+var anyName = labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")
 
 // own returns the matchers the tiers are asked with, false when a matcher on
 // an external label excludes this node.
