@@ -385,15 +385,6 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 			thinStep, thinOrigin = hints.Step, hints.Start-1+lookback
 		}
 	}
-	// Tier boundaries are aligned to the resolution, but a query's start need
-	// not be: the window holding lo is read too and its samples before lo
-	// are dropped by the iterator.
-	sel, err := r.selectColumns(ctx, timegrid.Floor(sg.lo, res), sg.hi-1, ms, selectOptions{
-		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
-	})
-	if err != nil {
-		return nil, err
-	}
 	fill := int64(0)
 	switch {
 	case rng != 0 || mode != modeLast:
@@ -408,6 +399,22 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		// Plain selectors: repeat each window's last value often enough that
 		// every evaluation step finds one within the lookback delta.
 		fill = max(lookback/2, 1)
+	}
+	// Tier boundaries are aligned to the resolution, but a query's start need
+	// not be: the window holding lo is read too and its samples before lo
+	// are dropped by the iterator. Where Last is repeated, the window before
+	// it is read as well: its repeats fill the evaluation times between lo
+	// and the next window's last sample (a range starting at 10:37 over the
+	// hour tier sees the 09:00 window's value at 10:37, as at later steps).
+	from := timegrid.Floor(sg.lo, res)
+	if fill > 0 && from >= math.MinInt64+res {
+		from -= res
+	}
+	sel, err := r.selectColumns(ctx, from, sg.hi-1, ms, selectOptions{
+		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
+	})
+	if err != nil {
+		return nil, err
 	}
 	var fillStep, fillOrigin int64
 	if fill > 0 && hints != nil && hints.Step > 0 {

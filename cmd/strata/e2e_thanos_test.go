@@ -95,10 +95,6 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		// (0: 1e-9): a case docs/scale-out.md lists as differing there.
 		// Through the Query API (distributed mode) every case is exact.
 		tol float64
-		// distributedOnly: a case compared through the Query API only
-		// (through the StoreAPI it differs at the range's first step, by
-		// the clock: docs/scale-out.md).
-		distributedOnly bool
 	}
 	day := 24 * time.Hour
 	queries := []query{
@@ -119,7 +115,7 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		// Aggregations across the shards: every gpu value is in both, so
 		// a node's partial aggregate must keep its shard label to be
 		// merged, not taken for the other shard's duplicate.
-		{name: "hour range avg across shards", expr: `avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, distributedOnly: true},
+		{name: "hour range avg across shards", expr: `avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
 		{name: "hour range sum of rates across shards", expr: `sum(rate(vllm:generation_tokens_total[12h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, tol: 0.05},
 		{name: "raw count across shards", expr: `count(DCGM_FI_DEV_GPU_UTIL > 50)`, at: end.Add(-90 * time.Minute)},
 		{name: "raw topk", expr: `topk(3, rate(vllm:generation_tokens_total[10m]))`, at: end.Add(-2 * time.Hour)},
@@ -144,9 +140,6 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 	// single Strata, exactly or, through the StoreAPI, to each query's tol.
 	compareAll := func(t *testing.T, base string, exact bool) {
 		for _, qu := range queries {
-			if qu.distributedOnly && !exact {
-				continue
-			}
 			want, _ := run("http://"+single.addr, qu, nil)
 			got, warns := run(base, qu, nil)
 			if len(warns) > 0 {
