@@ -242,6 +242,7 @@ func (w *workload) writeRollups(t testing.TB, minute, hour *tiers.Rollup, minute
 type stitchFixture struct {
 	w                 *workload
 	ref               *tiers.Raw // every sample, the ground truth
+	raw               *tiers.Raw // the stitched view's raw tier
 	stitched          *tiers.Stitched
 	minute, hour      *tiers.Rollup
 	minuteCut, rawMin int64
@@ -273,6 +274,7 @@ func newStitchFixture(t testing.TB) *stitchFixture {
 	f.hour = openTestRollup(t, tiers.DefaultHourConfig(t.TempDir()), nil)
 	w.writeRollups(t, f.minute, f.hour, f.minuteCut)
 	f.stitched = tiers.NewStitched(raw, f.minute, f.hour)
+	f.raw = raw
 	f.engine = newTestEngine()
 	return f
 }
@@ -737,6 +739,46 @@ func TestStitchedRawOnlyRange(t *testing.T) {
 		compare(t, got, want, tolerance{})
 		if len(infos) > 0 {
 			t.Errorf("%s: infos %q for a range the raw tier alone served", qs, infos)
+		}
+	}
+}
+
+// BenchmarkStitchedPanel: a 12-hour panel (250 points) whose first minute
+// the minute tier serves and the rest the raw tier, as a panel reaching
+// back to where raw begins does (after a restart, when the windows flushed
+// on shutdown overlap raw's first minutes, or a day-long panel in steady
+// state), against the same query over a raw tier holding all of it, which
+// is what Prometheus reads. The difference is what stitching costs.
+func BenchmarkStitchedPanel(b *testing.B) {
+	f := newStitchFixture(b)
+	// Cut the heads' days into blocks now, as a running TSDB would have:
+	// otherwise the compaction runs in the background, during the
+	// benchmark, and is counted in its allocations.
+	for _, r := range []*tiers.Raw{f.ref, f.raw} {
+		if err := r.DB().Compact(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start, end := testT0+60*hourMs, testT0+72*hourMs-minMs
+	step := time.Duration(end-start) * time.Millisecond / 250
+	for _, qs := range []string{
+		`DCGM_FI_DEV_GPU_TEMP`,
+		`sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket[5m]))`,
+	} {
+		for _, src := range []struct {
+			name string
+			q    storage.Queryable
+		}{{"raw", f.ref}, {"stitched", f.stitched}} {
+			b.Run(fmt.Sprintf("query=%s/tiers=%s", strings.Fields(qs)[0], src.name), func(b *testing.B) {
+				want, _ := f.rangeQuery(b, src.q, qs, start, end, step)
+				if len(want) == 0 {
+					b.Fatal("no series")
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					f.rangeQuery(b, src.q, qs, start, end, step)
+				}
+			})
 		}
 	}
 }
