@@ -17,8 +17,8 @@ import (
 )
 
 // serveWith serves target through mux with the given Accept-Encoding
-// ("" sends none) and returns the response.
-func serveWith(t *testing.T, mux http.Handler, target, accept string) *http.Response {
+// ("" sends none) and returns the recorded response.
+func serveWith(t *testing.T, mux http.Handler, target, accept string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, target, nil)
 	if accept != "" {
@@ -26,23 +26,23 @@ func serveWith(t *testing.T, mux http.Handler, target, accept string) *http.Resp
 	}
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, req)
-	return rec.Result()
+	return rec
 }
 
-// decoded returns resp's body with its Content-Encoding undone.
-func decoded(t *testing.T, resp *http.Response) []byte {
+// decoded returns body with the Content-Encoding of header undone.
+func decoded(t *testing.T, header http.Header, body io.Reader) []byte {
 	t.Helper()
-	var r io.Reader = resp.Body
-	switch enc := resp.Header.Get("Content-Encoding"); enc {
+	r := body
+	switch enc := header.Get("Content-Encoding"); enc {
 	case "":
 	case "gzip":
-		gz, err := gzip.NewReader(resp.Body)
+		gz, err := gzip.NewReader(body)
 		if err != nil {
 			t.Fatalf("gzip body: %v", err)
 		}
 		r = gz
 	case "deflate":
-		zr, err := zlib.NewReader(resp.Body)
+		zr, err := zlib.NewReader(body)
 		if err != nil {
 			t.Fatalf("deflate body: %v", err)
 		}
@@ -52,7 +52,7 @@ func decoded(t *testing.T, resp *http.Response) []byte {
 	}
 	b, err := io.ReadAll(r)
 	if err != nil {
-		t.Fatalf("read %s body: %v", resp.Header.Get("Content-Encoding"), err)
+		t.Fatalf("read %s body: %v", header.Get("Content-Encoding"), err)
 	}
 	return b
 }
@@ -75,8 +75,8 @@ func TestResponseCompression(t *testing.T) {
 	for name, target := range targets {
 		t.Run(name, func(t *testing.T) {
 			plainResp := serveWith(t, mux, target, "")
-			plain := decoded(t, plainResp)
-			if enc := plainResp.Header.Get("Content-Encoding"); enc != "" {
+			plain := decoded(t, plainResp.Header(), plainResp.Body)
+			if enc := plainResp.Header().Get("Content-Encoding"); enc != "" {
 				t.Fatalf("no encoding accepted, answered %q", enc)
 			}
 			for _, tc := range []struct{ accept, want string }{
@@ -89,19 +89,19 @@ func TestResponseCompression(t *testing.T) {
 				// Twice: the second response comes from a pooled encoder.
 				for range 2 {
 					resp := serveWith(t, mux, target, tc.accept)
-					if resp.StatusCode != plainResp.StatusCode {
-						t.Fatalf("Accept-Encoding %q: status %d, without it %d", tc.accept, resp.StatusCode, plainResp.StatusCode)
+					if resp.Code != plainResp.Code {
+						t.Fatalf("Accept-Encoding %q: status %d, without it %d", tc.accept, resp.Code, plainResp.Code)
 					}
-					if enc := resp.Header.Get("Content-Encoding"); enc != tc.want {
+					if enc := resp.Header().Get("Content-Encoding"); enc != tc.want {
 						t.Fatalf("Accept-Encoding %q: Content-Encoding %q, want %q", tc.accept, enc, tc.want)
 					}
-					if vary, want := resp.Header.Values("Vary"), plainResp.Header.Values("Vary"); !slices.Equal(vary, want) || slices.Index(vary, "Accept-Encoding") < 0 {
+					if vary, want := resp.Header().Values("Vary"), plainResp.Header().Values("Vary"); !slices.Equal(vary, want) || slices.Index(vary, "Accept-Encoding") < 0 {
 						t.Errorf("Accept-Encoding %q: Vary %q, want %q with Accept-Encoding once", tc.accept, vary, want)
 					}
-					if cl := resp.Header.Get("Content-Length"); tc.want != "" && cl != "" {
+					if cl := resp.Header().Get("Content-Length"); tc.want != "" && cl != "" {
 						t.Errorf("Accept-Encoding %q: compressed response with Content-Length %s", tc.accept, cl)
 					}
-					if got := decoded(t, resp); !bytes.Equal(got, plain) {
+					if got := decoded(t, resp.Header(), resp.Body); !bytes.Equal(got, plain) {
 						t.Fatalf("Accept-Encoding %q: body decodes to\n%s\nwant\n%s", tc.accept, got, plain)
 					}
 				}
@@ -126,7 +126,8 @@ func TestResponseCompressionConcurrent(t *testing.T) {
 	}
 	want := make([][]byte, len(targets))
 	for i, target := range targets {
-		want[i] = decoded(t, serveWith(t, mux, target, ""))
+		rec := serveWith(t, mux, target, "")
+		want[i] = decoded(t, rec.Header(), rec.Body)
 	}
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -146,7 +147,7 @@ func TestResponseCompressionConcurrent(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				got := decoded(t, resp)
+				got := decoded(t, resp.Header, resp.Body)
 				if err := resp.Body.Close(); err != nil {
 					t.Error(err)
 				}
@@ -210,15 +211,11 @@ func TestCompressorsSameBytes(t *testing.T) {
 		prom := serveWith(t, inner, "/", tc.enc)
 		for i := range 3 {
 			got := serveWith(t, pooled, "/", tc.enc)
-			gotBody, err := io.ReadAll(got.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(gotBody, want.Bytes()) {
+			if gotBody := got.Body.Bytes(); !bytes.Equal(gotBody, want.Bytes()) {
 				t.Fatalf("%s, response %d: %d bytes differ from a fresh encoder's %d", tc.enc, i, len(gotBody), want.Len())
 			}
 			for _, h := range []string{"Content-Encoding", "Content-Type", "Vary"} {
-				if g, w := got.Header.Values(h), prom.Header.Values(h); !slices.Equal(g, w) {
+				if g, w := got.Header().Values(h), prom.Header().Values(h); !slices.Equal(g, w) {
 					t.Errorf("%s, response %d: %s %q, Prometheus' %q", tc.enc, i, h, g, w)
 				}
 			}
