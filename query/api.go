@@ -208,7 +208,16 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 			duration.WithLabelValues(handler).Observe(time.Since(start).Seconds())
 		}
 	}
-	router := route.New().WithInstrumentation(instrument).WithPrefix(apiPrefix)
+	// Every route Prometheus compresses is compressed from pooled encoders
+	// instead (compressors); remote read, whose streamed frames are
+	// snappy-encoded, never is.
+	comp := &compressors{}
+	router := route.New().WithInstrumentation(func(handler string, h http.HandlerFunc) http.HandlerFunc {
+		if handler != "/read" {
+			h = comp.wrap(h)
+		}
+		return instrument(handler, h)
+	}).WithPrefix(apiPrefix)
 	papi.Register(router)
 
 	metaHandler := metadataHandler(meta, cors, logger)
@@ -217,10 +226,10 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		split:    split,
 		router:   router,
 		routes:   routes,
-		metadata: instrument(apiPrefix+"/metadata", httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP),
+		metadata: instrument(apiPrefix+"/metadata", comp.wrap(httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP)),
 		targets:  o.targets != nil,
 		config: instrument(apiPrefix+"/status/config",
-			httputil.CompressionHandler{Handler: statusConfigHandler(cfg.ConfigYAML, cors, logger)}.ServeHTTP),
+			comp.wrap(httputil.CompressionHandler{Handler: statusConfigHandler(cfg.ConfigYAML, cors, logger)}.ServeHTTP)),
 		notFound: instrument(apiPrefix+"/*unsupported", func(w http.ResponseWriter, r *http.Request) {
 			rejected.WithLabelValues("unsupported_endpoint").Inc()
 			httputil.SetCORS(w, cors, r)

@@ -74,6 +74,14 @@ func fillTestRaw(tb testing.TB, raw *tiers.Raw) {
 	}
 }
 
+// filledTestRaw is a raw tier holding the test data set (fillTestRaw).
+func filledTestRaw(tb testing.TB) *tiers.Raw {
+	tb.Helper()
+	raw := openTestRaw(tb)
+	fillTestRaw(tb, raw)
+	return raw
+}
+
 // fakeMetadata is a MetadataSource over a fixed map, as the remotewrite
 // package's store would hold it.
 type fakeMetadata map[string][]metadata.Metadata

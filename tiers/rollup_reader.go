@@ -139,11 +139,15 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 	need := q.opts.need
 	thin := q.opts.thinStep > 0
 	// Columns are decoded straight into the batch, after its rows; the rows
-	// not kept are then squeezed out in place.
+	// not kept are then squeezed out in place. The batch grows with what is
+	// kept, up to batchRows+n: a select that keeps a few windows (a panel's
+	// first minute from the minute tier) allocates one row group's rows,
+	// not a full batch.
 	if fr.batch == nil {
-		fr.batch = newWindowBlock(q.res, need, q.opts.batchRows+n)
+		fr.batch = newWindowBlock(q.res, need, n)
 	}
 	b := fr.batch
+	b.reserve(n)
 	base := len(b.lastT)
 	// last_ts decides which rows are kept (a window's start is derived
 	// from it: WritePartition checks it lies inside the window, so the

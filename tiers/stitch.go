@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/annotations"
 
 	"github.com/strata-dev/strata/internal/timegrid"
@@ -343,11 +344,14 @@ func (q *stitchedQuerier) selectRaw(ctx context.Context, sg segment, hints *stor
 	}
 	h.Start, h.End = sg.lo, sg.hi-1
 	set := rq.Select(ctx, true, &h, ms...)
-	var out []*stitchedSeries
-	noted := false
+	var (
+		out   []*stitchedSeries
+		probe chunkenc.Iterator // one iterator for every series' probe
+		noted bool
+	)
 	for set.Next() {
 		sr := set.At()
-		if !noted && qmint < sg.lo && startsWithHistogram(sr) {
+		if !noted && qmint < sg.lo && startsWithHistogram(sr, &probe) {
 			annots.Add(fmt.Errorf("%w: strata: native histograms are kept in the raw tier only; %s has no data before %s", annotations.PromQLInfo, sr.Labels().Get(model.MetricNameLabel), time.UnixMilli(sg.lo).UTC().Format(time.RFC3339)))
 			noted = true
 		}
@@ -360,9 +364,12 @@ func (q *stitchedQuerier) selectRaw(ctx context.Context, sg segment, hints *stor
 	return out, nil
 }
 
-func startsWithHistogram(sr storage.Series) bool {
-	it := sr.Iterator(nil)
-	vt := it.Next()
+// startsWithHistogram reports whether sr's first sample is a native
+// histogram, reading it with *it (reused, and replaced by the iterator
+// used).
+func startsWithHistogram(sr storage.Series, it *chunkenc.Iterator) bool {
+	*it = sr.Iterator(*it)
+	vt := (*it).Next()
 	return vt == valHistogram || vt == valFloatHistogram
 }
 

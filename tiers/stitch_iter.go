@@ -80,21 +80,49 @@ type stitchedSeries struct {
 	parts []seriesPart
 }
 
-// Iterator implements storage.Series.
-func (s *stitchedSeries) Iterator(chunkenc.Iterator) chunkenc.Iterator {
-	it := &stitchedIter{parts: make([]chunkenc.Iterator, len(s.parts))}
-	for i := range s.parts {
-		p := &s.parts[i]
-		if p.raw != nil {
-			it.parts[i] = &rawPartIter{it: p.raw.Iterator(nil), lo: p.lo, hi: p.hi}
-		} else {
-			it.parts[i] = &windowIter{p: p, n: p.windows.Len(), i: -1}
-		}
+// Iterator implements storage.Series. It reuses reuse, the iterator of a
+// series the caller is done with (the engine passes each series' iterator
+// on to the next), down to the raw tier's iterator inside it, as the TSDB's
+// series do: a select of many series then allocates iterators once, not
+// once per series.
+func (s *stitchedSeries) Iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
+	if len(s.parts) == 1 {
+		return s.parts[0].iterator(reuse) // one tier: no concatenation to do
 	}
-	if len(it.parts) == 1 {
-		return it.parts[0] // one tier: no concatenation to do
+	it, ok := reuse.(*stitchedIter)
+	if !ok {
+		it = &stitchedIter{}
+	}
+	it.cur = 0
+	for len(it.parts) < len(s.parts) {
+		it.parts = append(it.parts, nil)
+	}
+	it.parts = it.parts[:len(s.parts)]
+	for i := range s.parts {
+		it.parts[i] = s.parts[i].iterator(it.parts[i])
 	}
 	return it
+}
+
+// iterator returns the part's iterator, reusing reuse when it is one of
+// the same kind.
+func (p *seriesPart) iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
+	if p.raw != nil {
+		r, ok := reuse.(*rawPartIter)
+		if !ok {
+			// Another store's iterator (or none) may still serve the
+			// raw series.
+			return &rawPartIter{it: p.raw.Iterator(reuse), lo: p.lo, hi: p.hi}
+		}
+		*r = rawPartIter{it: p.raw.Iterator(r.it), lo: p.lo, hi: p.hi}
+		return r
+	}
+	w, ok := reuse.(*windowIter)
+	if !ok {
+		return &windowIter{p: p, n: p.windows.Len(), i: -1}
+	}
+	*w = windowIter{p: p, n: p.windows.Len(), i: -1, pts: w.pts[:0]}
+	return w
 }
 
 // stitchedIter concatenates the parts' iterators; parts cover disjoint,

@@ -242,6 +242,7 @@ func (w *workload) writeRollups(t testing.TB, minute, hour *tiers.Rollup, minute
 type stitchFixture struct {
 	w                 *workload
 	ref               *tiers.Raw // every sample, the ground truth
+	raw               *tiers.Raw // the stitched view's raw tier
 	stitched          *tiers.Stitched
 	minute, hour      *tiers.Rollup
 	minuteCut, rawMin int64
@@ -273,6 +274,7 @@ func newStitchFixture(t testing.TB) *stitchFixture {
 	f.hour = openTestRollup(t, tiers.DefaultHourConfig(t.TempDir()), nil)
 	w.writeRollups(t, f.minute, f.hour, f.minuteCut)
 	f.stitched = tiers.NewStitched(raw, f.minute, f.hour)
+	f.raw = raw
 	f.engine = newTestEngine()
 	return f
 }
@@ -737,6 +739,136 @@ func TestStitchedRawOnlyRange(t *testing.T) {
 		compare(t, got, want, tolerance{})
 		if len(infos) > 0 {
 			t.Errorf("%s: infos %q for a range the raw tier alone served", qs, infos)
+		}
+	}
+}
+
+// TestStitchedIteratorReuse: a stitched series' iterator handed on to
+// other series, as the engine hands each series' iterator on to the next,
+// yields what a fresh iterator yields, whatever tiers the series before
+// came from: two tiers, a rollup tier alone, raw alone.
+func TestStitchedIteratorReuse(t *testing.T) {
+	f := newStitchFixture(t)
+	type window struct{ lo, hi int64 }
+	var all []storage.Series
+	for _, w := range []window{
+		{testT0 + 29*hourMs, testT0 + 31*hourMs}, // hour, minute
+		{testT0 + 31*hourMs, testT0 + 32*hourMs}, // minute
+		{testT0 + 65*hourMs, testT0 + 66*hourMs}, // raw
+		{testT0 + 59*hourMs, testT0 + 61*hourMs}, // minute, raw
+	} {
+		for _, fn := range []string{"", "rate", "max_over_time"} {
+			q, err := f.stitched.Querier(w.lo, w.hi)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = q.Close() })
+			hints := &storage.SelectHints{Start: w.lo, End: w.hi, Func: fn, Step: 60_000}
+			if fn != "" {
+				hints.Range = 5 * minMs
+			}
+			set := q.Select(t.Context(), true, hints, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+"))
+			for set.Next() {
+				all = append(all, set.At())
+			}
+			if err := set.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read := func(it chunkenc.Iterator) []sample {
+		var out []sample
+		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+			if vt != chunkenc.ValFloat {
+				t.Fatalf("value type %v", vt)
+			}
+			ts, v := it.At()
+			out = append(out, sample{ts, v})
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := make([][]sample, len(all))
+	for i, s := range all {
+		want[i] = read(s.Iterator(nil))
+		if len(want[i]) == 0 {
+			t.Fatalf("series %d (%s): no samples", i, s.Labels())
+		}
+	}
+	// Forwards, backwards, and forwards again with the iterator of the
+	// last series read, half way through, each time.
+	var it chunkenc.Iterator
+	order := make([]int, 0, 3*len(all))
+	for i := range all {
+		order = append(order, i)
+	}
+	for i := range all {
+		order = append(order, len(all)-1-i)
+	}
+	for i := range all {
+		order = append(order, i)
+	}
+	for k, i := range order {
+		it = all[i].Iterator(it)
+		if k%2 == 1 { // leave the next reuse a half-read iterator
+			got := read(it)
+			if !slices.EqualFunc(got, want[i], sameSample) {
+				t.Fatalf("series %d (%s), read %d with a reused iterator: %d samples differ from a fresh iterator's %d", i, all[i].Labels(), k, len(got), len(want[i]))
+			}
+			continue
+		}
+		if it.Next() == chunkenc.ValNone {
+			t.Fatalf("series %d (%s), read %d: empty with a reused iterator", i, all[i].Labels(), k)
+		}
+		if ts, v := it.At(); !sameSample(sample{ts, v}, want[i][0]) {
+			t.Fatalf("series %d (%s), read %d: first sample %v, want %v", i, all[i].Labels(), k, sample{ts, v}, want[i][0])
+		}
+	}
+}
+
+// sameSample compares samples bit for bit (stale markers are NaNs).
+func sameSample(a, b sample) bool {
+	return a.t == b.t && math.Float64bits(a.f) == math.Float64bits(b.f)
+}
+
+// BenchmarkStitchedPanel: a 12-hour panel (250 points) whose first minute
+// the minute tier serves and the rest the raw tier, as a panel reaching
+// back to where raw begins does (after a restart, when the windows flushed
+// on shutdown overlap raw's first minutes, or a day-long panel in steady
+// state), against the same query over a raw tier holding all of it, which
+// is what Prometheus reads. The difference is what stitching costs.
+func BenchmarkStitchedPanel(b *testing.B) {
+	f := newStitchFixture(b)
+	// Cut the heads' days into blocks now, as a running TSDB would have:
+	// otherwise the compaction runs in the background, during the
+	// benchmark, and is counted in its allocations.
+	for _, r := range []*tiers.Raw{f.ref, f.raw} {
+		if err := r.DB().Compact(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start, end := testT0+60*hourMs, testT0+72*hourMs-minMs
+	step := time.Duration(end-start) * time.Millisecond / 250
+	for _, qs := range []string{
+		`DCGM_FI_DEV_GPU_TEMP`,
+		`sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket[5m]))`,
+	} {
+		for _, src := range []struct {
+			name string
+			q    storage.Queryable
+		}{{"raw", f.ref}, {"stitched", f.stitched}} {
+			b.Run(fmt.Sprintf("query=%s/tiers=%s", strings.Fields(qs)[0], src.name), func(b *testing.B) {
+				want, _ := f.rangeQuery(b, src.q, qs, start, end, step)
+				if len(want) == 0 {
+					b.Fatal("no series")
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					f.rangeQuery(b, src.q, qs, start, end, step)
+				}
+			})
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/strata-dev/strata/internal/timegrid"
@@ -57,6 +58,28 @@ func newWindowBlock(res int64, need colSet, capacity int) *windowBlock {
 func alloc[T any](s *[]T, ok bool, capacity int) {
 	if ok {
 		*s = make([]T, 0, capacity)
+	}
+}
+
+// reserve makes room for n more rows in every column b holds. A column it
+// grows at least doubles, so that a batch filled row group by row group
+// copies each row a bounded number of times.
+func (b *windowBlock) reserve(n int) {
+	grow(&b.firstT, n)
+	grow(&b.lastT, n)
+	grow(&b.count, n)
+	grow(&b.sum, n)
+	grow(&b.min, n)
+	grow(&b.max, n)
+	grow(&b.first, n)
+	grow(&b.last, n)
+	grow(&b.increase, n)
+	grow(&b.resets, n)
+}
+
+func grow[T any](s *[]T, n int) {
+	if *s != nil && cap(*s)-len(*s) < n {
+		*s = slices.Grow(*s, max(n, cap(*s)))
 	}
 }
 

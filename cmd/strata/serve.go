@@ -27,6 +27,8 @@ import (
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/prometheus/storage"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/downsample"
@@ -143,6 +145,13 @@ func (s *serveCommand) run() error {
 }
 
 func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
+	// The PromQL engine times each stage of a query (queue, prepare, eval,
+	// sort) with a span from OpenTelemetry's global tracer, and Strata
+	// exports no traces. Without a provider that tracer allocates every
+	// span (about 30 allocations, 3 KB, per dashboard query, a fifteenth of
+	// what its evaluation allocates); the no-op provider, which Prometheus
+	// installs when tracing is off, does not.
+	otel.SetTracerProvider(noop.NewTracerProvider())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),

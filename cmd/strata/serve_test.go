@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // TestStartServerErrorClosesOpenedTiers: when a tier fails to open after
@@ -31,6 +34,11 @@ func TestStartServerErrorClosesOpenedTiers(t *testing.T) {
 	srv, err := startServer(cfg, logger) // the raw tier's lock was released
 	if err != nil {
 		t.Fatalf("second start: %v", err)
+	}
+	// Queries start their engine spans from the no-op tracer, which
+	// allocates nothing, not from the global tracer's default.
+	if tp := otel.GetTracerProvider(); tp != (noop.TracerProvider{}) {
+		t.Errorf("tracer provider %T after start-up, want the no-op provider", tp)
 	}
 	if err := srv.close(); err != nil {
 		t.Fatal(err)
