@@ -129,6 +129,7 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.8.1 // indirect
 	github.com/stackitcloud/stackit-sdk-go/core v0.27.1 // indirect
+	github.com/thanos-io/promql-engine v0.0.0-20260513095632-c5f6038078e3 // indirect
 	github.com/tinylib/msgp v1.3.0 // indirect
 	github.com/vultr/govultr/v3 v3.33.2 // indirect
 	github.com/x448/float16 v0.8.4 // indirect

@@ -5,8 +5,18 @@
 // to every node, merges the answers and deduplicates HA replicas by their
 // external labels.
 //
-// Data flow: Thanos Querier -> storeapi -> tiers (Stitched). It sits beside
-// the query package, which serves the same tiers over Prometheus' HTTP API.
+// It also serves Thanos' Query API (querypb: Query, QueryRange; QueryServer),
+// which a Querier in distributed mode pushes subqueries down to: Strata
+// evaluates them with its own PromQL engine (the query package's) over the
+// stitched tiers, so that rollups are read as a single Strata reads them,
+// and sends only the result series. The engine sees each series with the
+// external labels added and the request's replica labels removed, as the
+// distributed engine needs to merge partial aggregates and deduplicate HA
+// pairs (docs/scale-out.md, "Two modes").
+//
+// Data flow: Thanos Querier -> storeapi -> tiers (Stitched), or -> the
+// query package's engine -> tiers. It sits beside the query package, which
+// serves the same tiers over Prometheus' HTTP API.
 //
 // What a Series answer holds (docs/scale-out.md, "What the StoreAPI sends"):
 //
@@ -30,7 +40,11 @@
 //     minute, hour windows when at least an hour, where those tiers hold the
 //     range; 0 serves raw wherever raw still holds data.
 //
-// Limits: at most MaxConcurrency requests run at once (others wait for a
+// Limits: Query API requests take the engine's limits (concurrency,
+// timeout, samples) and at most 11,000 steps; a query that does not parse
+// or evaluate, or a string result, fails with a gRPC status
+// (InvalidArgument, ResourceExhausted, DeadlineExceeded, Unimplemented).
+// StoreAPI requests: at most MaxConcurrency requests run at once (others wait for a
 // slot until their deadline), and a Series request that selects more than
 // MaxSeries series or MaxSamples samples fails with ResourceExhausted and a
 // message naming the limit; each rejection is counted in

@@ -1,12 +1,14 @@
 package storeapi
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 
+	"github.com/thanos-io/thanos/pkg/api/query/querypb"
 	"github.com/thanos-io/thanos/pkg/info/infopb"
 	"github.com/thanos-io/thanos/pkg/store/storepb"
 	"google.golang.org/grpc"
@@ -16,9 +18,10 @@ import (
 )
 
 // NewGRPCServer returns a gRPC server with s registered as the Store and
-// Info services. tlsCfg nil serves plain text. The caller MUST call Stop or
-// GracefulStop.
-func NewGRPCServer(s *Server, tlsCfg *tls.Config) *grpc.Server {
+// Info services and, when qs is not nil, qs as the Query service (announced
+// in Info, which makes the node a remote engine of a distributed Querier).
+// tlsCfg nil serves plain text. The caller MUST call Stop or GracefulStop.
+func NewGRPCServer(s *Server, qs *QueryServer, tlsCfg *tls.Config) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodec(Codec()),
 		grpc.MaxRecvMsgSize(16 << 20), // requests are matchers and hints: small
@@ -28,8 +31,27 @@ func NewGRPCServer(s *Server, tlsCfg *tls.Config) *grpc.Server {
 	}
 	g := grpc.NewServer(opts...)
 	storepb.RegisterStoreServer(g, s)
-	infopb.RegisterInfoServer(g, s)
+	infopb.RegisterInfoServer(g, infoServer{s: s, query: qs != nil})
+	if qs != nil {
+		querypb.RegisterQueryServer(g, qs)
+	}
 	return g
+}
+
+// infoServer is the Info service: the StoreAPI's, plus the Query API's
+// announcement when it is served.
+type infoServer struct {
+	infopb.UnimplementedInfoServer
+	s     *Server
+	query bool
+}
+
+func (i infoServer) Info(ctx context.Context, req *infopb.InfoRequest) (*infopb.InfoResponse, error) {
+	resp, err := i.s.Info(ctx, req)
+	if err == nil && i.query {
+		resp.Query = &infopb.QueryAPIInfo{}
+	}
+	return resp, err
 }
 
 // Codec is the wire codec of the StoreAPI's messages: they are gogoproto

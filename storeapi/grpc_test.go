@@ -97,7 +97,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGRPCServer(srv, tlsCfg)
+	g := NewGRPCServer(srv, nil, tlsCfg)
 	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(g.Stop)
 

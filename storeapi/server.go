@@ -123,6 +123,8 @@ type Server struct {
 	waiting  prometheus.Gauge
 	series   prometheus.Counter
 	samples  prometheus.Counter
+
+	querySeries prometheus.Counter // result series sent by the Query API
 }
 
 // New returns a server over q.
@@ -147,12 +149,14 @@ func New(cfg Config, q Queryable, logger *slog.Logger, reg prometheus.Registerer
 	f := promauto.With(reg)
 	s := &Server{
 		cfg: cfg, q: q, logger: logger, slots: make(chan struct{}, cfg.MaxConcurrency),
-		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_storeapi_requests_total", Help: "StoreAPI requests received, by method."}, []string{"method"}),
-		rejected: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_storeapi_rejected_total", Help: "StoreAPI requests refused, by reason (queue_timeout, max_series, max_samples, bad_request)."}, []string{"reason"}),
+		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_storeapi_requests_total", Help: "StoreAPI and Query API requests received, by method."}, []string{"method"}),
+		rejected: f.NewCounterVec(prometheus.CounterOpts{Name: "strata_storeapi_rejected_total", Help: "StoreAPI and Query API requests refused, by reason (queue_timeout, max_series, max_samples, bad_request; Query API: query_timeout, query_max_samples, unsupported)."}, []string{"reason"}),
 		inflight: f.NewGauge(prometheus.GaugeOpts{Name: "strata_storeapi_inflight_requests", Help: "StoreAPI requests being served."}),
 		waiting:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_storeapi_waiting_requests", Help: "StoreAPI requests waiting for a slot (storeapi max_concurrency)."}),
 		series:   f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_series_sent_total", Help: "Series sent in StoreAPI Series answers."}),
 		samples:  f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_samples_sent_total", Help: "Samples sent in StoreAPI Series answers."}),
+
+		querySeries: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_series_sent_total", Help: "Result series sent in Query API (distributed query) answers."}),
 	}
 	s.buffers.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return s, nil
@@ -197,11 +201,14 @@ func (s *Server) Info(context.Context, *infopb.InfoRequest) (*infopb.InfoRespons
 			TsdbInfos:                    []infopb.TSDBInfo{},
 		},
 	}
+	zl := labelpb.ZLabelSet{Labels: ZLabels(s.cfg.ExternalLabels)}
 	if !s.cfg.ExternalLabels.IsEmpty() {
-		zl := labelpb.ZLabelSet{Labels: ZLabels(s.cfg.ExternalLabels)}
 		resp.LabelSets = append(resp.LabelSets, zl)
-		resp.Store.TsdbInfos = append(resp.Store.TsdbInfos, infopb.TSDBInfo{Labels: zl, MinTime: mint, MaxTime: maxt})
 	}
+	// One TSDB, even without external labels: a distributed Querier takes a
+	// Query API endpoint's time range from its TSDB infos only, and skips an
+	// endpoint that has none.
+	resp.Store.TsdbInfos = append(resp.Store.TsdbInfos, infopb.TSDBInfo{Labels: zl, MinTime: mint, MaxTime: maxt})
 	return resp, nil
 }
 

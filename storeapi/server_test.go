@@ -174,7 +174,7 @@ func client(t testing.TB, srv *Server) (storepb.StoreClient, infopb.InfoClient) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGRPCServer(srv, nil)
+	g := NewGRPCServer(srv, nil, nil)
 	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodec(Codec())))

@@ -86,6 +86,9 @@ type GRPCConfig struct {
 	// Querier's lookback needs (docs/scale-out.md).
 	QuerierLookbackDelta        model.Duration `yaml:"querier_lookback_delta"`
 	QuerierDynamicLookbackDelta bool           `yaml:"querier_dynamic_lookback_delta"`
+	// QueryAPI also serves Thanos' Query API on the same address, for a
+	// Querier in distributed mode (--query.mode=distributed).
+	QueryAPI bool `yaml:"query_api"`
 }
 
 // RulesConfig selects the recording rules Strata evaluates.

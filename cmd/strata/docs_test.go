@@ -114,6 +114,8 @@ var foreignFlags = map[string]string{
 	"http-address":                     "querier",
 	"query.dynamic-lookback-delta":     "querier",
 	"query.promql-engine":              "querier",
+	"query.mode":                       "querier",
+	"query.partition-label":            "querier",
 }
 
 // pendingDocFixes are documented flags that do not exist and that another

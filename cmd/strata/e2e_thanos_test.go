@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
@@ -74,17 +75,30 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 	s0b := node("shard0-b", half0, map[string]string{"shard": "0", "replica": "b"})
 	s1 := node("shard1", half1, map[string]string{"shard": "1"})
 
-	q := startThanosQuery(t, thanos, dir, grpcAddr(t, s0a), grpcAddr(t, s0b), grpcAddr(t, s1))
+	endpoints := []string{grpcAddr(t, s0a), grpcAddr(t, s0b), grpcAddr(t, s1)}
+	q := startThanosQuery(t, thanos, dir, endpoints...)
+	// The same Querier in distributed mode: it pushes subqueries down to
+	// each node's Query API and merges their result series.
+	if err := os.MkdirAll(filepath.Join(dir, "distributed"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	dq, _ := startThanosQueryProc(t, thanos, filepath.Join(dir, "distributed"), endpoints, "--query.mode=distributed")
 	waitStores(t, q, 3)
+	waitStores(t, dq, 3)
 
 	type query struct {
 		name, expr string
 		at         time.Time     // instant query time (zero: range query)
 		from, to   time.Time     // range
 		step       time.Duration // range step
-		// tol is the relative difference allowed (0: 1e-9): a case
-		// docs/scale-out.md lists as differing through Thanos.
+		// tol is the relative difference allowed through the StoreAPI
+		// (0: 1e-9): a case docs/scale-out.md lists as differing there.
+		// Through the Query API (distributed mode) every case is exact.
 		tol float64
+		// distributedOnly: a case compared through the Query API only
+		// (through the StoreAPI it differs at the range's first step, by
+		// the clock: docs/scale-out.md).
+		distributedOnly bool
 	}
 	day := 24 * time.Hour
 	queries := []query{
@@ -102,6 +116,13 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		// at [12h] (docs/scale-out.md).
 		{name: "hour range", expr: `sum by (host) (rate(vllm:generation_tokens_total[12h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, tol: 0.05},
 		{name: "hour range max_over_time", expr: `max by (host) (max_over_time(DCGM_FI_DEV_GPU_UTIL[6h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
+		// Aggregations across the shards: every gpu value is in both, so
+		// a node's partial aggregate must keep its shard label to be
+		// merged, not taken for the other shard's duplicate.
+		{name: "hour range avg across shards", expr: `avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, distributedOnly: true},
+		{name: "hour range sum of rates across shards", expr: `sum(rate(vllm:generation_tokens_total[12h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, tol: 0.05},
+		{name: "raw count across shards", expr: `count(DCGM_FI_DEV_GPU_UTIL > 50)`, at: end.Add(-90 * time.Minute)},
+		{name: "raw topk", expr: `topk(3, rate(vllm:generation_tokens_total[10m]))`, at: end.Add(-2 * time.Hour)},
 	}
 	run := func(base string, qu query, extra url.Values) (model.Value, []string) {
 		v := url.Values{"query": {qu.expr}}
@@ -119,19 +140,42 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		}
 		return promQuery(t, base+path, v)
 	}
-	compareAll := func(t *testing.T) {
+	// compareAll compares every query through the Querier at base with the
+	// single Strata, exactly or, through the StoreAPI, to each query's tol.
+	compareAll := func(t *testing.T, base string, exact bool) {
 		for _, qu := range queries {
+			if qu.distributedOnly && !exact {
+				continue
+			}
 			want, _ := run("http://"+single.addr, qu, nil)
-			got, warns := run(q, qu, nil)
+			got, warns := run(base, qu, nil)
 			if len(warns) > 0 {
 				t.Errorf("%s: warnings through Thanos: %v", qu.name, warns)
 			}
-			if diff := sameResult(got, want, qu.tol, "shard"); diff != "" {
+			tol := qu.tol
+			if exact {
+				tol = 0
+			}
+			if diff := sameResult(got, want, tol, "shard"); diff != "" {
 				t.Errorf("%s: %s\nthrough Thanos: %s\nsingle Strata: %s", qu.name, diff, short(got), short(want))
 			}
 		}
 	}
-	t.Run("equal to one Strata", compareAll)
+	t.Run("equal to one Strata", func(t *testing.T) { compareAll(t, q, false) })
+	t.Run("distributed: equal to one Strata", func(t *testing.T) {
+		shards := []*strataProc{s0a, s0b, s1}
+		before := storeRequests(t, shards...)
+		compareAll(t, dq, true)
+		after := storeRequests(t, shards...)
+		// Every query went to the nodes' Query API, none to the StoreAPI:
+		// only result series crossed the wire.
+		if n := after["query"] + after["query_range"] - before["query"] - before["query_range"]; n < float64(len(queries)) {
+			t.Errorf("%g Query API requests for %d queries", n, len(queries))
+		}
+		if n := after["series"] - before["series"]; n != 0 {
+			t.Errorf("%g StoreAPI Series requests in distributed mode, want none", n)
+		}
+	})
 
 	t.Run("without deduplication", func(t *testing.T) {
 		qu := query{expr: `count(DCGM_FI_DEV_GPU_UTIL)`, at: end.Add(-3 * day)}
@@ -147,17 +191,22 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 	t.Run("one replica down", func(t *testing.T) {
 		s0b.stop()
 		waitStores(t, q, 2)
-		compareAll(t)
+		waitStores(t, dq, 2)
+		compareAll(t, q, false)
+		compareAll(t, dq, true)
 	})
 
 	t.Run("a shard down: partial response", func(t *testing.T) {
 		s1.stop()
 		waitStores(t, q, 1)
+		waitStores(t, dq, 1)
 		qu := query{expr: `count(DCGM_FI_DEV_GPU_UTIL)`, at: end.Add(-time.Hour)}
 		want, _ := run("http://"+single.addr, qu, nil)
-		got, _ := run(q, qu, url.Values{"partial_response": {"true"}})
-		if w, g := scalarOf(t, want), scalarOf(t, got); g != w/2 {
-			t.Errorf("with shard 1 gone the count is %g, want %g (shard 0's half)", g, w/2)
+		for _, base := range []string{q, dq} {
+			got, _ := run(base, qu, url.Values{"partial_response": {"true"}})
+			if w, g := scalarOf(t, want), scalarOf(t, got); g != w/2 {
+				t.Errorf("%s: with shard 1 gone the count is %g, want %g (shard 0's half)", base, g, w/2)
+			}
 		}
 	})
 	_ = s0a
@@ -208,6 +257,32 @@ func writeFleet(t testing.TB, path string, start, end time.Time, from, to int) s
 		t.Fatal(err)
 	}
 	return path
+}
+
+// storeRequests sums the nodes' strata_storeapi_requests_total by method.
+func storeRequests(t testing.TB, procs ...*strataProc) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, p := range procs {
+		resp, err := http.Get(p.url("/metrics")) //nolint:noctx // test client of a loopback server
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatalf("parse /metrics: %v", err)
+		}
+		for _, m := range families["strata_storeapi_requests_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 var grpcStartedRe = regexp.MustCompile(`msg="StoreAPI started" address=(\S+)`)

@@ -17,6 +17,8 @@ func addGRPCFlags(o *overrides) {
 		func(c *Config) *string { return &c.GRPC.TLSKey })
 	o.string("grpc-server-tls-client-ca", "CA that signs the client certificates the gRPC server requires; empty: no client certificates.",
 		func(c *Config) *string { return &c.GRPC.TLSClientCA })
+	o.bool("grpc.query-api", "Also serve Thanos' Query API on the gRPC address, for a Thanos Querier in distributed mode (--query.mode=distributed); --no-grpc.query-api: StoreAPI only. (default: on)",
+		func(c *Config) *bool { return &c.GRPC.QueryAPI })
 	o.int("store.grpc.series-max-concurrency", "StoreAPI requests served at once; others wait until their deadline. (default: 20)",
 		func(c *Config) *int { return &c.GRPC.MaxConcurrency })
 	o.int("store.limits.request-series", "Most series one StoreAPI Series request may select; 0: no bound. (default: 1000000)",
@@ -25,7 +27,7 @@ func addGRPCFlags(o *overrides) {
 		func(c *Config) *int { return &c.GRPC.MaxSamples })
 }
 
-// serveGRPC starts the StoreAPI when it is configured; a serving error is
+// serveGRPC starts the StoreAPI (and the Query API) when it is configured; a serving error is
 // sent on errc. The returned function stops it, letting requests in flight
 // finish for at most 30 s.
 func (s *server) serveGRPC(errc chan<- error) (stop func(), err error) {
@@ -40,13 +42,13 @@ func (s *server) serveGRPC(errc chan<- error) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (grpc): %w", s.cfg.GRPC.ListenAddress, err)
 	}
-	g := storeapi.NewGRPCServer(s.store, tlsCfg)
+	g := storeapi.NewGRPCServer(s.store, s.queryAPI, tlsCfg)
 	go func() {
 		if err := g.Serve(ln); err != nil {
 			errc <- fmt.Errorf("grpc server: %w", err)
 		}
 	}()
-	s.logger.Info("StoreAPI started", "address", ln.Addr().String(), "tls", tlsCfg != nil, "external_labels", s.cfg.Global.ExternalLabels)
+	s.logger.Info("StoreAPI started", "address", ln.Addr().String(), "tls", tlsCfg != nil, "query_api", s.queryAPI != nil, "external_labels", s.cfg.Global.ExternalLabels)
 	return func() {
 		done := make(chan struct{})
 		go func() { g.GracefulStop(); close(done) }()

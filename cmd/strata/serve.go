@@ -105,13 +105,14 @@ type server struct {
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
 	api      *query.API
-	targets  *scrapeTargets   // the scraper's targets, for /api/v1/targets
-	export   http.Handler     // GET /api/v1/export
-	rules    *ruleSources     // /api/v1/rules and /api/v1/alerts
-	ams      *alertmanagers   // /api/v1/alertmanagers
-	diag     *diagSource      // /api/v1/diagnoses
-	arc      *archiveSource   // the case archive, for /api/v1/diagnoses/{id}/feedback
-	store    *storeapi.Server // the Thanos StoreAPI; nil when grpc.listen_address is empty
+	targets  *scrapeTargets        // the scraper's targets, for /api/v1/targets
+	export   http.Handler          // GET /api/v1/export
+	rules    *ruleSources          // /api/v1/rules and /api/v1/alerts
+	ams      *alertmanagers        // /api/v1/alertmanagers
+	diag     *diagSource           // /api/v1/diagnoses
+	arc      *archiveSource        // the case archive, for /api/v1/diagnoses/{id}/feedback
+	store    *storeapi.Server      // the Thanos StoreAPI; nil when grpc.listen_address is empty
+	queryAPI *storeapi.QueryServer // the Thanos Query API; nil when off (grpc.query_api)
 	ready    atomic.Bool
 	closer   []func() error // run in reverse order on shutdown
 }
@@ -226,6 +227,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		}
 		if srv.store, err = storeapi.New(scfg, srv.stitched, logger.With("component", "storeapi"), reg); err != nil {
 			return nil, err
+		}
+		if cfg.GRPC.QueryAPI {
+			srv.queryAPI = storeapi.NewQueryServer(srv.store, srv.api.Engine(), srv.stitched)
+			if scfg.ExternalLabels.IsEmpty() {
+				logger.Warn("the Query API is served without external labels: a distributed Thanos Querier over several nodes needs labels that tell them apart (global.external_labels), or it takes their answers for duplicates")
+			}
 		}
 	}
 	if cfg.Diagnose.Enabled {
