@@ -1,12 +1,19 @@
 package diagnose
 
 import (
+	"context"
+	"log/slog"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 )
 
 const waiting = "strata:requests_waiting"
@@ -296,5 +303,129 @@ func TestHourRingPages(t *testing.T) {
 	r.set(h+676, summary{hour: h + 676, m: 3})
 	if got := r.at(h); got.hour != h+676 || got.m != 3 {
 		t.Errorf("slot reused n hours later reads %+v", got)
+	}
+}
+
+// TestReplicasEqualTheDirectMedian: the replica baseline computed once per
+// group (sorted values, order statistics at shifted indices) equals, to
+// the bit, the median and MAD of each series' other replicas collected
+// and sorted one series at a time, as the tracker computed it before:
+// groups of every size, repeated values, zeros of both signs, and series
+// absent at the minute.
+func TestReplicasEqualTheDirectMedian(t *testing.T) {
+	// direct is the tracker's former computation, kept as the reference.
+	direct := func(tr *tracker, s *bseries, ts int64) (float64, float64, bool) {
+		var vs []float64
+		for _, p := range tr.byMetric[s.metric] {
+			if p != s && p.peer == s.peer && p.lastT == ts {
+				vs = append(vs, p.x)
+			}
+		}
+		if len(vs) < minReplicas {
+			return 0, 0, false
+		}
+		m := median(vs)
+		return m, mad(vs, m), true
+	}
+	rng := uint64(7)
+	next := func(n int) int {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int(rng % uint64(n)) //nolint:gosec // n is small and positive
+	}
+	const ts = int64(60_000)
+	for round := range 300 {
+		tr := newTracker(testBaselineConfig())
+		var seen []*bseries
+		groups := 1 + next(4)
+		for i := range 1 + next(40) {
+			s := &bseries{metric: waiting, peer: string(rune('a' + next(groups))), lastT: ts}
+			switch next(6) {
+			case 0:
+				s.x = float64(next(3)) // ties
+			case 1:
+				s.x = math.Copysign(0, -1)
+			case 2:
+				s.lastT = ts - 60_000 // not at this minute
+			default:
+				s.x = float64(next(1000))/7 - 50
+			}
+			s.lbls = labels.FromStrings(model.MetricNameLabel, waiting, "i", string(rune('A'+i)))
+			tr.byMetric[waiting] = append(tr.byMetric[waiting], s)
+			if s.lastT == ts {
+				seen = append(seen, s)
+			}
+		}
+		peers := newPeerValues(seen, tr.byMetric)
+		for _, s := range seen {
+			wm, wd, wok := direct(tr, s, ts)
+			m, d, ok := peers.others(s)
+			if ok != wok || math.Float64bits(m) != math.Float64bits(wm) || math.Float64bits(d) != math.Float64bits(wd) {
+				t.Fatalf("round %d, series %s (%v in group %s): got %v %v %v, want %v %v %v", round, s.lbls, s.x, s.peer, m, d, ok, wm, wd, wok)
+			}
+		}
+	}
+}
+
+// commitSizes is a write-back appendable that records how many samples
+// each commit held.
+type commitSizes struct {
+	commits []int
+	labels  map[string]float64
+}
+
+func (c *commitSizes) AppenderV2(context.Context) storage.AppenderV2 {
+	return &commitSizesApp{c: c}
+}
+
+type commitSizesApp struct {
+	c *commitSizes
+	n int
+	p map[string]float64
+}
+
+func (a *commitSizesApp) Append(_ storage.SeriesRef, ls labels.Labels, _, _ int64, v float64, _ *histogram.Histogram, _ *histogram.FloatHistogram, _ storage.AppendV2Options) (storage.SeriesRef, error) {
+	if a.p == nil {
+		a.p = map[string]float64{}
+	}
+	a.n++
+	a.p[ls.String()] = v
+	return 0, nil
+}
+
+func (a *commitSizesApp) Commit() error {
+	a.c.commits = append(a.c.commits, a.n)
+	maps.Copy(a.c.labels, a.p)
+	return nil
+}
+
+func (a *commitSizesApp) Rollback() error { return nil }
+
+// TestBaselineWriteBackInBatches: a minute's baseline series reach the
+// write-back store, every one of them, in commits of at most writeBackBatch
+// samples (one commit of a large fleet's first minute held every new
+// series' records at once).
+func TestBaselineWriteBackInBatches(t *testing.T) {
+	store := &commitSizes{labels: map[string]float64{}}
+	e := &Engine{o: Options{WriteBack: store, WriteBackDelay: time.Minute}, logger: slog.New(slog.DiscardHandler)}
+	n := 2*writeBackBatch + 10
+	hs := make([]*scratchHandle, n)
+	vs := make([]float64, n)
+	for i := range hs {
+		hs[i] = &scratchHandle{lbls: labels.FromStrings(model.MetricNameLabel, BaselineMedianSeries, "i", strconv.Itoa(i))}
+		vs[i] = float64(i)
+	}
+	writeBackSink{e}.appendDirect(tStart, hs, vs)
+	if want := []int{writeBackBatch, writeBackBatch, 10}; !slices.Equal(store.commits, want) {
+		t.Errorf("commits of %v samples, want %v", store.commits, want)
+	}
+	if len(store.labels) != n {
+		t.Fatalf("%d series written back, want %d", len(store.labels), n)
+	}
+	for i, h := range hs {
+		if v := store.labels[h.lbls.String()]; v != float64(i) {
+			t.Errorf("%s = %v, want %d", h.lbls, v, i)
+		}
 	}
 }

@@ -127,16 +127,27 @@ func (e *Engine) baselineSinks() []baselineSink {
 // T+WriteBackDelay like the ALERTS series.
 type writeBackSink struct{ e *Engine }
 
+// writeBackBatch is how many baseline samples one write-back commit holds.
+// A minute's baselines in one commit (three series per tracked series,
+// 29,000 at 50,000 active series) held every new series' WAL record and
+// the appender's buffers at once when the engine first wrote them: about
+// 40 MB at the engine's start. The write-back was never atomic (a rejected
+// sample is only logged), so smaller commits change nothing else.
+const writeBackBatch = 4096
+
 func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
-	app := w.e.o.WriteBack.AppenderV2(context.Background())
 	ts := t + w.e.o.WriteBackDelay.Milliseconds()
-	for i, h := range hs {
-		if _, err := app.Append(0, h.lbls, 0, ts, vs[i], nil, nil, storage.AppendV2Options{}); err != nil {
-			w.e.logger.Debug("write-back baseline sample rejected", "series", h.lbls.String(), "err", err)
+	for lo := 0; lo < len(hs); lo += writeBackBatch {
+		hi := min(lo+writeBackBatch, len(hs))
+		app := w.e.o.WriteBack.AppenderV2(context.Background())
+		for i := lo; i < hi; i++ {
+			if _, err := app.Append(0, hs[i].lbls, 0, ts, vs[i], nil, nil, storage.AppendV2Options{}); err != nil {
+				w.e.logger.Debug("write-back baseline sample rejected", "series", hs[i].lbls.String(), "err", err)
+			}
 		}
-	}
-	if err := app.Commit(); err != nil {
-		w.e.logger.Warn("write back baseline series", "err", err)
+		if err := app.Commit(); err != nil {
+			w.e.logger.Warn("write back baseline series", "err", err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -96,7 +97,8 @@ type Engine struct {
 	view   *tiers.MinuteView
 
 	scratch  *scratch
-	need     int64 // ms of minute windows before T a minute's rules read
+	keep     *scratchKeep // how long the scratch store keeps each name
+	need     int64        // ms of minute windows before T a minute's rules read
 	warmup   time.Duration
 	lookback time.Duration
 	snap     *tiers.MinuteSnapshot
@@ -126,6 +128,8 @@ type engineMetrics struct {
 	lag         prometheus.Gauge
 	diagnoses   *prometheus.GaugeVec
 	failures    prometheus.Counter
+	scratchSeries,
+	scratchSamples prometheus.Gauge
 }
 
 func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
@@ -136,9 +140,11 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 			Name: "strata_diagnose_evaluation_duration_seconds", Help: "Time to evaluate one minute: every rule group, then the diagnosis assembly.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
-		lag:       f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_lag_seconds", Help: "How far the last evaluated minute trails the newest final minute (the rollup pipeline's mark)."}),
-		diagnoses: f.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_diagnose_diagnoses", Help: "Diagnoses held, by cause and state."}, []string{"cause", "state"}),
-		failures:  f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluation_failures_total", Help: "Minutes whose evaluation failed (minute data unreadable); the minute is retried."}),
+		lag:            f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_lag_seconds", Help: "How far the last evaluated minute trails the newest final minute (the rollup pipeline's mark)."}),
+		diagnoses:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_diagnose_diagnoses", Help: "Diagnoses held, by cause and state."}, []string{"cause", "state"}),
+		failures:       f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluation_failures_total", Help: "Minutes whose evaluation failed (minute data unreadable); the minute is retried."}),
+		scratchSeries:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_scratch_series", Help: "Series of the engine's own recorded series held in memory (the scratch store), after its last truncation."}),
+		scratchSamples: f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_scratch_samples", Help: "Samples the scratch store holds (16 bytes each), after its last truncation."}),
 	}
 }
 
@@ -296,6 +302,13 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 	if ret := time.Duration(e.cfg.ScratchRetention); ret < maxScratch+minute {
 		return fmt.Errorf("diagnose scratch_retention %s is shorter than the longest range a rule reads of the engine's own series (%s)", ret, maxScratch)
 	}
+	// What the scratch store holds: the recorded names, and the series
+	// the rules append besides them.
+	kept := maps.Clone(recorded)
+	for _, n := range []string{"ALERTS", "ALERTS_FOR_STATE", DiagnosisSeries} {
+		kept[n] = true
+	}
+	e.keep = newScratchKeep(engineExprs(files), kept, e.lookback, time.Duration(e.cfg.ScratchRetention))
 	return nil
 }
 
@@ -411,7 +424,10 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		return err
 	}
 	if tm%(10*minute).Milliseconds() == 0 {
-		e.scratch.truncate(tm - time.Duration(e.cfg.ScratchRetention).Milliseconds())
+		e.scratch.truncateBy(func(name string) int64 { return tm - e.keep.keepFor(name) })
+		n, samples := e.scratch.samples()
+		e.m.scratchSeries.Set(float64(n))
+		e.m.scratchSamples.Set(float64(samples))
 	}
 	changed := e.inc.assemble(ctx, t)
 	if e.chunk == 0 {

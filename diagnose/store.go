@@ -82,41 +82,59 @@ func (e *scratchSeries) add(t int64, v float64) {
 
 // truncate drops samples before mint, and series left empty.
 func (s *scratch) truncate(mint int64) {
+	s.truncateBy(func(string) int64 { return mint })
+}
+
+// truncateBy drops the samples of each series before mintOf(its name), and
+// series left empty.
+func (s *scratch) truncateBy(mintOf func(name string) int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	drop := func(e *scratchSeries) bool {
-		i := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] >= mint })
-		if i > 0 {
-			e.ts = slices.Delete(e.ts, 0, i)
-			e.vs = slices.Delete(e.vs, 0, i)
+	emptied := false
+	for name, list := range s.byName {
+		mint := mintOf(name)
+		for _, e := range list {
+			i := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] >= mint })
+			if i > 0 {
+				e.ts = slices.Delete(e.ts, 0, i)
+				e.vs = slices.Delete(e.vs, 0, i)
+			}
+			emptied = emptied || len(e.ts) == 0
 		}
-		return len(e.ts) == 0
 	}
-	n := 0
-	for _, chain := range s.series {
-		n += len(chain)
+	if !emptied {
+		return
 	}
+	empty := func(e *scratchSeries) bool { return len(e.ts) == 0 }
 	for h, chain := range s.series {
-		if chain = slices.DeleteFunc(chain, drop); len(chain) == 0 {
+		if chain = slices.DeleteFunc(chain, empty); len(chain) == 0 {
 			delete(s.series, h)
 		} else {
 			s.series[h] = chain
 		}
 	}
 	for n, list := range s.byName {
-		if list = slices.DeleteFunc(list, func(e *scratchSeries) bool { return len(e.ts) == 0 }); len(list) == 0 {
+		if list = slices.DeleteFunc(list, empty); len(list) == 0 {
 			delete(s.byName, n)
 		} else {
 			s.byName[n] = list
 		}
 	}
-	m := 0
-	for _, chain := range s.series {
-		m += len(chain)
+	// Handles (scratchHandle) to forgotten series look them up again.
+	s.gen++
+}
+
+// samples is the number of samples held (for the engine's metrics).
+func (s *scratch) samples() (series, samples int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, list := range s.byName {
+		series += len(list)
+		for _, e := range list {
+			samples += len(e.ts)
+		}
 	}
-	if m != n {
-		s.gen++
-	}
+	return series, samples
 }
 
 // sampleAt is a series' value at one timestamp.

@@ -66,11 +66,13 @@ func (s *Stats) add(o Stats) {
 //     drops them from range vectors too).
 type builder struct {
 	res      int64
-	kind     Kind
 	w        tiers.Window
-	open     bool
 	sum, c   float64 // Kahan-Neumaier state of Sum
 	resetSum float64 // sum of the values before each reset inside the window
+	// kind and open share a word (128 bytes, not 136: the tee holds a
+	// builder per series).
+	kind Kind
+	open bool
 }
 
 // add aggregates a float sample (stale markers included) at t. When t falls

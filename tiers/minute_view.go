@@ -140,6 +140,14 @@ func mergeOpen(disk []selectedSeries, open []SeriesWindows, res, lo, maxt int64)
 	if len(open) == 0 {
 		return disk
 	}
+	// Every open series' windows go into one shared block (see windowSeq).
+	total := 0
+	for j := range open {
+		total += len(clampWindows(open[j].Windows, lo, maxt))
+	}
+	shared := newWindowBlock(res, colAll, total)
+	// The open-only series' one-block sequences, from three allocations.
+	blocks, ends, offs := make([]*windowBlock, len(open)), make([]int, len(open)), make([]int, len(open))
 	out := make([]selectedSeries, 0, len(disk)+len(open))
 	i, j := 0, 0
 	for i < len(disk) || j < len(open) {
@@ -158,11 +166,13 @@ func mergeOpen(disk []selectedSeries, open []SeriesWindows, res, lo, maxt int64)
 			i++
 		case c > 0:
 			if ws := clampWindows(open[j].Windows, lo, maxt); len(ws) > 0 {
-				out = append(out, selectedSeries{lbls: open[j].Labels, ws: seqOf(blockFromWindows(res, ws))})
+				blocks[j], ends[j], offs[j] = shared, len(ws), len(shared.lastT)
+				appendWindows(shared, ws)
+				out = append(out, selectedSeries{lbls: open[j].Labels, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
 			}
 			j++
 		default:
-			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, clampWindows(open[j].Windows, lo, maxt), res)})
+			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, clampWindows(open[j].Windows, lo, maxt), res, shared)})
 			i++
 			j++
 		}
@@ -176,8 +186,9 @@ func clampWindows(ws []Window, lo, maxt int64) []Window {
 	return ws[a:max(a, b)]
 }
 
-// mergeSeq adds the open windows whose start the disk sequence lacks.
-func mergeSeq(disk windowSeq, open []Window, res int64) windowSeq {
+// mergeSeq adds the open windows whose start the disk sequence lacks (the
+// ones after the disk's last window go into shared).
+func mergeSeq(disk windowSeq, open []Window, res int64, shared *windowBlock) windowSeq {
 	n := disk.Len()
 	hint := 0
 	last := int64(-1 << 62)
@@ -207,8 +218,13 @@ func mergeSeq(disk windowSeq, open []Window, res int64) windowSeq {
 	if len(after) == 0 {
 		return disk
 	}
-	out := windowSeq{blocks: slices.Clone(disk.blocks), ends: slices.Clone(disk.ends)}
-	out.blocks = append(out.blocks, blockFromWindows(res, after))
+	out := windowSeq{blocks: slices.Clone(disk.blocks), ends: slices.Clone(disk.ends), offs: slices.Clone(disk.offs)}
+	if out.offs == nil {
+		out.offs = make([]int, len(out.blocks), len(out.blocks)+1)
+	}
+	out.offs = append(out.offs, len(shared.lastT))
+	appendWindows(shared, after)
+	out.blocks = append(out.blocks, shared)
 	out.ends = append(out.ends, n+len(after))
 	return out
 }
@@ -220,7 +236,13 @@ func seqOf(b *windowBlock) windowSeq {
 // blockFromWindows holds ws (ascending) in a block with every column.
 func blockFromWindows(res int64, ws []Window) *windowBlock {
 	b := newWindowBlock(res, colAll, len(ws))
-	for i, w := range ws {
+	appendWindows(b, ws)
+	return b
+}
+
+// appendWindows appends ws as rows of b (every column).
+func appendWindows(b *windowBlock, ws []Window) {
+	for _, w := range ws {
 		b.firstT = append(b.firstT, w.FirstT)
 		b.lastT = append(b.lastT, w.LastT)
 		b.count = append(b.count, int64(w.Count))
@@ -232,10 +254,9 @@ func blockFromWindows(res int64, ws []Window) *windowBlock {
 		b.increase = append(b.increase, w.Increase)
 		b.resets = append(b.resets, int32(min(w.Resets, 1<<31-1))) //nolint:gosec // clamped
 		if w.Stale {
-			b.staleRows = append(b.staleRows, int32(i)) //nolint:gosec // block rows fit
+			b.staleRows = append(b.staleRows, int32(len(b.lastT)-1)) //nolint:gosec // block rows fit
 		}
 	}
-	return b
 }
 
 // minutePart turns one series' windows into the synthetic samples PromQL

@@ -201,6 +201,20 @@ func trunc[T any](s []T) []T { return s[:0:cap(s)] }
 type windowSeq struct {
 	blocks []*windowBlock
 	ends   []int // ends[k]: windows in blocks[:k+1]
+	// offs[k] is the row of blocks[k] where the sequence's windows start
+	// (nil: row 0 of every block). A block may hold many series' windows
+	// one after the other: the minute view's open windows share one block
+	// instead of a block per series, whose column headers alone (288
+	// bytes) outweighed the one or few windows each held.
+	offs []int
+}
+
+// off is the first row of block k.
+func (s *windowSeq) off(k int) int {
+	if s.offs == nil {
+		return 0
+	}
+	return s.offs[k]
 }
 
 // Len is the number of windows.
@@ -227,7 +241,7 @@ func (s *windowSeq) locate(i int, hint *int) (*windowBlock, int) {
 	if k > 0 {
 		base = s.ends[k-1]
 	}
-	return s.blocks[k], i - base
+	return s.blocks[k], i - base + s.off(k)
 }
 
 // at sets *w to window i (see windowBlock.window).
@@ -244,12 +258,15 @@ func (s *windowSeq) startAt(i int, hint *int) int64 {
 
 // appendTo appends every window to dst.
 func (s *windowSeq) appendTo(dst []Window) []Window {
-	for _, b := range s.blocks {
-		for row := range b.lastT {
+	base := 0
+	for k, b := range s.blocks {
+		off := s.off(k)
+		for row := off; row < off+s.ends[k]-base; row++ {
 			var w Window
 			b.window(row, &w)
 			dst = append(dst, w)
 		}
+		base = s.ends[k]
 	}
 	return dst
 }
