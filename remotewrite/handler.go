@@ -68,6 +68,16 @@ type Config struct {
 	// bound the handler answers 429, so receiver memory for bodies stays
 	// under this figure.
 	MaxInflightBytes int64
+	// MaxHeapBytes is the live Go heap (as the last garbage collection
+	// found it) past which the handler answers 429 with Retry-After without
+	// reading the body, whatever the in-flight bounds allow: memory that the
+	// head, caches and pending work keep is not bounded by the requests in
+	// flight, and appending more when it is near the limit would end in an
+	// out-of-memory kill, losing what the WAL has not synced. 0 means
+	// DefaultHeapLimitRatio of the Go runtime's soft memory limit
+	// (GOMEMLIMIT) as NewHandler finds it, and no gate when none is set;
+	// negative switches the gate off.
+	MaxHeapBytes int64
 	// RetryAfter is the Retry-After the handler sends with 429 (5 s, rounded
 	// up to whole seconds).
 	RetryAfter time.Duration
@@ -120,6 +130,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = d.RetryAfter
 	}
+	if c.MaxHeapBytes == 0 {
+		c.MaxHeapBytes = heapLimitFromRuntime()
+	}
 	if c.MaxErrorBodyBytes <= 0 {
 		c.MaxErrorBodyBytes = d.MaxErrorBodyBytes
 	}
@@ -143,6 +156,9 @@ type Handler struct {
 	inflightReqs  atomic.Int64
 	inflightBytes atomic.Int64
 	retryAfter    string
+	// liveHeap reads the live heap for the MaxHeapBytes gate (readLiveHeap;
+	// tests replace it).
+	liveHeap func() uint64
 
 	pool sync.Pool // *requestState
 
@@ -159,6 +175,7 @@ type handlerMetrics struct {
 	duration      *prometheus.HistogramVec
 	inflightReqs  prometheus.GaugeFunc
 	inflightBytes prometheus.GaugeFunc
+	heapLimit     prometheus.Gauge
 }
 
 // requestState is the pooled memory of one request: its two body buffers,
@@ -195,6 +212,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 		logger:     logger,
 		now:        now,
 		retryAfter: strconv.FormatInt(int64(math.Ceil(cfg.RetryAfter.Seconds())), 10),
+		liveHeap:   readLiveHeap,
 	}
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize)
@@ -209,7 +227,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 		}, []string{"version", "code"}),
 		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_remotewrite_rejected_total",
-			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written (a series rejected without any counts as one).",
+			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, heap_limit, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written (a series rejected without any counts as one).",
 		}, []string{"reason"}),
 		samples: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_remotewrite_samples_total",
@@ -241,7 +259,12 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 			Name: "strata_remotewrite_inflight_bytes",
 			Help: "Body bytes (compressed plus decompressed) reserved by in-flight requests.",
 		}, func() float64 { return float64(h.inflightBytes.Load()) }),
+		heapLimit: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_remotewrite_heap_limit_bytes",
+			Help: "Live Go heap past which remote writes get 429 (rejected_total{reason=\"heap_limit\"}); 0: no such gate.",
+		}),
 	}
+	h.m.heapLimit.Set(float64(max(cfg.MaxHeapBytes, 0)))
 	for _, r := range rejectionReasons {
 		h.m.rejected.WithLabelValues(r)
 	}
@@ -328,7 +351,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, r.ContentLength, h.cfg.MaxCompressedBytes)})
 		return
 	}
-	// Admission: bound requests and body bytes in flight before reading.
+	// Admission: refuse while memory is short, then bound requests and
+	// body bytes in flight, all before reading the body.
+	if h.cfg.MaxHeapBytes > 0 {
+		if live := h.liveHeap(); live > uint64(h.cfg.MaxHeapBytes) {
+			h.tooMuchHeap(w, ver, live)
+			return
+		}
+	}
 	reserve := r.ContentLength
 	if reserve < 0 {
 		reserve = int64(h.cfg.MaxCompressedBytes)
@@ -416,6 +446,12 @@ func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
 	w.Header().Set("Retry-After", h.retryAfter)
 	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
 		errors.New("too many remote-write requests or bytes in flight, retry later")})
+}
+
+func (h *Handler) tooMuchHeap(w http.ResponseWriter, ver protoVersion, live uint64) {
+	w.Header().Set("Retry-After", h.retryAfter)
+	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonHeapLimit,
+		fmt.Errorf("memory pressure: live heap %d bytes is over the receiver's bound of %d, retry later", live, h.cfg.MaxHeapBytes)})
 }
 
 // reject answers a request that wrote nothing.
