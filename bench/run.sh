@@ -41,7 +41,12 @@
 # /tmp/strata-bench-prometheus), VM_BIN (a victoria-metrics binary, e.g. from
 # `GOBIN=/tmp/vmbin go install
 # github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@v1.150.0`),
-# STRATA_BIN (a strata binary to use instead of building one).
+# STRATA_BIN (a strata binary to use instead of building one), STRATA_FLAGS
+# (more `strata serve` flags, e.g. --storage.raw.wal-compression=zstd).
+#
+# Each target's outdir gets du.txt, the bytes of every file and directory of
+# its store two levels down, taken when its load ends: where the disk bytes
+# per sample go.
 set -euo pipefail
 
 target=${1:-strata}
@@ -152,8 +157,9 @@ fi
 ready=/-/ready
 case "$target" in
 strata)
+	# shellcheck disable=SC2086 # STRATA_FLAGS is a list of flags
 	"$STRATA_BIN" serve --storage.path="$work/db" --web.listen-address="127.0.0.1:$port" \
-		--web.enable-pprof >"$work/server.log" 2>&1 &
+		--web.enable-pprof ${STRATA_FLAGS:-} >"$work/server.log" 2>&1 &
 	pid=$!
 	;;
 prometheus)
@@ -274,6 +280,7 @@ if ! kill -0 "$pid" 2>/dev/null; then
 	exit 1
 fi
 cp "$work/server.log" "$out/server.log"
+du -ab --max-depth=2 "$work/db" | sed "s#$work/db#db#" | sort -k2 >"$out/du.txt"
 if [[ -n "${BENCH_KEEP:-}" ]]; then
 	# compare measures the dashboard later and stops the server itself.
 	echo "$pid" >"$BENCH_KEEP.pid"
