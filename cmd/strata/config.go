@@ -158,6 +158,10 @@ type RemoteWriteConfig struct {
 	MaxFutureSkew        model.Duration `yaml:"max_future_skew"`
 	MaxInflightRequests  int            `yaml:"max_inflight_requests"`
 	MaxInflightBytes     ByteSize       `yaml:"max_inflight_bytes"`
+	// MaxActiveRequests and MaxQueueWait: remotewrite.Config's (0: twice
+	// GOMAXPROCS, at least 4; 10s).
+	MaxActiveRequests int            `yaml:"max_active_requests"`
+	MaxQueueWait      model.Duration `yaml:"max_queue_wait"`
 	// MaxHeapBytes: remotewrite.Config.MaxHeapBytes (0: 80% of GOMEMLIMIT,
 	// negative: no gate).
 	MaxHeapBytes ByteSize `yaml:"max_heap_bytes"`
@@ -336,6 +340,8 @@ func (c Config) remoteWrite() remotewrite.Config {
 	rw.MaxInflightRequests = c.RemoteWrite.MaxInflightRequests
 	rw.MaxInflightBytes = int64(c.RemoteWrite.MaxInflightBytes)
 	rw.MaxHeapBytes = int64(c.RemoteWrite.MaxHeapBytes)
+	rw.MaxActiveRequests = c.RemoteWrite.MaxActiveRequests
+	rw.MaxQueueWait = time.Duration(c.RemoteWrite.MaxQueueWait)
 	return rw
 }
 

@@ -459,6 +459,10 @@ func addRemoteWriteFlags(o *overrides) {
 		func(c *Config) *int { return &c.RemoteWrite.MaxInflightRequests })
 	o.bytes("remote-write.max-inflight-bytes", "Compressed bytes of remote-write requests handled at once; more get 429. (default: 512MiB)",
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxInflightBytes })
+	o.int("remote-write.max-active-requests", "Remote-write requests that decode and append at once; the other in-flight ones wait. 0: twice the CPUs, at least 4. (default: 0)",
+		func(c *Config) *int { return &c.RemoteWrite.MaxActiveRequests })
+	o.duration("remote-write.max-queue-wait", "How long an in-flight remote-write request waits to become active before it gets 429. (default: 10s)",
+		func(c *Config) *model.Duration { return &c.RemoteWrite.MaxQueueWait })
 	o.bytes("remote-write.max-heap-bytes", "Live Go heap past which remote writes get 429 with Retry-After; 0: 80% of GOMEMLIMIT, -1: no such gate. (default: 0)",
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxHeapBytes })
 }
