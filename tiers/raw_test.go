@@ -238,6 +238,9 @@ func TestRawWALCompression(t *testing.T) {
 		t.Fatalf("WAL bytes: zstd %d, snappy %d: want zstd smaller", zstd, snappy)
 	}
 	t.Logf("WAL bytes: %d default, %d snappy, %d zstd, %d uncompressed", def, snappy, zstd, off)
+	if d := tiers.DefaultRawConfig("").WALCompression; d != compression.Zstd {
+		t.Errorf("default WAL compression %q, want zstd", d)
+	}
 	if _, err := tiers.OpenRaw(tiers.RawConfig{Dir: t.TempDir(), Retention: time.Hour, WALCompression: "lz4"}, quietLogger(), nil); err == nil {
 		t.Error("an unknown WAL compression was accepted")
 	}
@@ -301,5 +304,58 @@ func TestRawReleaseChunkPages(t *testing.T) {
 	}
 	if released, err := raw.ReleaseChunkPages(); released != 0 || err != nil {
 		t.Errorf("after Close: released %d (%v)", released, err)
+	}
+}
+
+// TestRawWALCompressionChange: a WAL written partly with snappy and partly
+// with zstd (the compression changed between two runs, as upgrading to the
+// zstd default does) replays every sample under either setting.
+func TestRawWALCompressionChange(t *testing.T) {
+	dir := t.TempDir()
+	ls := labels.FromStrings("__name__", "m", "s", "1")
+	steps := []compression.Type{compression.Snappy, compression.Zstd}
+	for i, c := range steps {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.WALCompression = c
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := raw.Appender(context.Background())
+		for j := range 100 {
+			if _, err := app.Append(0, ls, testT0+int64(i*100+j)*1000, float64(i*100+j)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := errors.Join(app.Commit(), raw.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range steps {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.WALCompression = c
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := raw.Querier(testT0, testT0+1_000_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+		for ss.Next() {
+			it := ss.At().Iterator(nil)
+			for it.Next() != chunkenc.ValNone {
+				_, v := it.At()
+				got = append(got, v)
+			}
+		}
+		if err := errors.Join(ss.Err(), q.Close(), raw.Close()); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 200 || got[0] != 0 || got[199] != 199 {
+			t.Fatalf("replayed under %s: %d samples (%v...), want 0..199", c, len(got), got[:min(3, len(got))])
+		}
 	}
 }
