@@ -80,7 +80,7 @@ func TestValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Storage.Raw.WALCompression != "zstd" || cfg.RemoteWrite.MaxHeapBytes != 0 {
+	if cfg.Storage.Raw.WALCompression != "snappy" || cfg.RemoteWrite.MaxHeapBytes != 0 {
 		t.Fatalf("defaults: WAL compression %q, max heap bytes %d", cfg.Storage.Raw.WALCompression, cfg.RemoteWrite.MaxHeapBytes)
 	}
 	cfg.Storage.Raw.WALCompression = "lz4"

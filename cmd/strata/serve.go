@@ -65,7 +65,7 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *string { return &c.Storage.Path })
 	o.duration("storage.raw.retention", "How long per-second samples are kept. (default: 24h)",
 		func(c *Config) *model.Duration { return &c.Storage.Raw.Retention })
-	o.string("storage.raw.wal-compression", "How the raw tier's write-ahead log is compressed: zstd, snappy or none. (default: zstd)",
+	o.string("storage.raw.wal-compression", "How the raw tier's write-ahead log is compressed: snappy, zstd or none. (default: snappy)",
 		func(c *Config) *string { return &c.Storage.Raw.WALCompression })
 	o.duration("storage.minute.retention", "How long minute rollups are kept. (default: 30d)",
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
