@@ -237,8 +237,9 @@ type receiverMetrics struct {
 	storedTotal string // the metric stored was read from
 }
 
-// readReceiverMetrics scrapes metricsURL for the rollup lag and the stored
-// samples.
+// readReceiverMetrics scrapes metricsURL for the rollup lag (the largest
+// strata_downsample_lag_seconds over its tiers; Prometheus and
+// VictoriaMetrics have none) and the stored samples.
 func readReceiverMetrics(ctx context.Context, client *http.Client, metricsURL, user, pass string) (receiverMetrics, error) {
 	fams, err := scrapeMetrics(ctx, client, metricsURL, user, pass)
 	if err != nil {
@@ -269,14 +270,6 @@ func storedSamplesOf(fams map[string]*dto.MetricFamily) (float64, string, bool) 
 		return sum, name, true
 	}
 	return 0, "", false
-}
-
-// readRollupLag scrapes metricsURL and returns the largest value of
-// strata_downsample_lag_seconds (over its tiers); ok is false when the target
-// does not expose it (Prometheus, VictoriaMetrics).
-func readRollupLag(ctx context.Context, client *http.Client, metricsURL, user, pass string) (lag float64, ok bool, err error) {
-	m, err := readReceiverMetrics(ctx, client, metricsURL, user, pass)
-	return m.rollupLag, m.hasLag, err
 }
 
 // scrapeMetrics fetches and parses a text exposition.

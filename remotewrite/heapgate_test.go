@@ -57,10 +57,9 @@ func TestHandlerHeapLimit(t *testing.T) {
 	if got := testutil.ToFloat64(env.h.m.rejected.WithLabelValues(ReasonHeapLimit)); got != 1 {
 		t.Errorf("heap_limit rejections %v, want 1", got)
 	}
-	runtime.KeepAlive(hog)
+	runtime.KeepAlive(hog) // live until here, garbage after
 
 	// The memory is released: the sender's retry is written.
-	hog = nil
 	runtime.GC()
 	if w := env.post(body, ctV1, "snappy"); w.Code != http.StatusNoContent {
 		t.Fatalf("under the heap bound again: %d %s", w.Code, w.Body)
