@@ -246,7 +246,13 @@ if [[ "$mode" == overload ]]; then
 	}
 	echo "$(date -u +%H:%M:%S) done: $(uptime)" >>"$out/uptime.txt"
 	cp "$work/server.log" "$out/server.log"
-	curl -fsS "http://127.0.0.1:$port/metrics" | grep -E '^strata_remotewrite_(rejected_total|requests_total|heap_limit_bytes)' >"$out/metrics.txt" || true
+	# Where the resident memory is at the end: anonymous (heap) or file
+	# pages (mapped chunks), the Go heap, the raw head.
+	{
+		grep -E '^(VmRSS|RssAnon|RssFile)' "/proc/$pid/status"
+		curl -fsS "http://127.0.0.1:$port/metrics" | grep -E '^(strata_remotewrite_(rejected_total|requests_total|heap_limit_bytes)|go_memstats_heap_(inuse|idle|released)_bytes|strata_raw_prometheus_tsdb_head_(chunks|series|samples_appended_total))' | grep -v ' 0$'
+	} >"$out/metrics.txt" || true
+	curl -fsS -o "$out/heap.pprof" "http://127.0.0.1:$port/debug/pprof/heap" || true
 	# Medians over the first and the last minute of the overload run.
 	jq -r --argjson capacity "$capacity" --argjson rate "$rate" '
 		def median: sort | if length == 0 then null else .[length / 2 | floor] end;
