@@ -87,6 +87,15 @@ type LoadConfig struct {
 	// Prometheus' batch_send_deadline); it matters for paced loads, where a
 	// sender may fill a batch slower than that.
 	BatchDeadline time.Duration `json:"batch_deadline"`
+	// Rate, with "wallclock" timestamps, caps the samples offered per second
+	// over all senders (0: as fast as the receiver accepts). Each sender
+	// sends its share, Rate/Concurrency, on its own schedule; retries are
+	// not counted against it, and a sender that the receiver held back more
+	// than a second does not burst to catch up. With Concurrency above the
+	// receiver's in-flight limit and Rate above its capacity, this is an
+	// overload: the offered rate stays fixed while the receiver refuses what
+	// it cannot take (docs/bench.md, "Overload").
+	Rate float64 `json:"rate,omitempty"`
 	// Concurrency is the number of senders, each owning a fixed share of the
 	// series, like Prometheus' shards (default 4).
 	Concurrency int `json:"concurrency"`
@@ -235,6 +244,8 @@ func (c LoadConfig) validate() error {
 		return fmt.Errorf("%w: protocol %q: want v1 or v2", ErrBadConfig, c.Protocol)
 	case c.Series < 0, c.BatchSize < 0, c.Concurrency < 0, c.MaxRequests < 0, c.ExtraLabels < 0, c.LabelValueLength < 0:
 		return fmt.Errorf("%w: counts must not be negative", ErrBadConfig)
+	case c.Rate < 0 || (c.Rate > 0 && c.Timestamps != TimestampsWallclock):
+		return fmt.Errorf("%w: rate %g: want a positive samples/s with wallclock timestamps (a paced load's rate is its series over its interval)", ErrBadConfig, c.Rate)
 	case c.Mix.DCGM < 0 || c.Mix.VLLM < 0 || c.Mix.EBPF < 0:
 		return fmt.Errorf("%w: mix shares must not be negative", ErrBadConfig)
 	case c.ChurnPercent < 0 || c.ChurnPercent > 100:

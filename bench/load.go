@@ -120,6 +120,7 @@ type loadRun struct {
 	requests, s2xx, s4xx, s429, s5xx, netErr, retries atomic.Int64
 	accepted, refused, dropped, created               atomic.Int64
 	pacedNanos, lagNanos                              atomic.Int64
+	senders                                           int // set by run
 
 	errMu  sync.Mutex
 	errors []string
@@ -155,6 +156,9 @@ type sender struct {
 	batch     []sampleRef
 	latencies []float64
 	lastTS    int64
+	// due is when, under LoadConfig.Rate, the sender may send its next
+	// batch.
+	due time.Time
 }
 
 func (l *loadRun) run(parent context.Context) (LoadResult, error) {
@@ -167,6 +171,7 @@ func (l *loadRun) run(parent context.Context) (LoadResult, error) {
 	for i := range senders {
 		senders[i] = &sender{id: i, enc: newEncoder(cfg.Protocol), batch: make([]sampleRef, 0, cfg.BatchSize)}
 	}
+	l.senders = len(senders)
 	for i, u := range l.gen.units {
 		s := senders[i%len(senders)]
 		s.units = append(s.units, u)
@@ -338,12 +343,43 @@ func (l *loadRun) pace(ctx context.Context, ts int64) error {
 	return l.cfg.sleep(ctx, ahead)
 }
 
+// maxRateDebt is how far behind its LoadConfig.Rate schedule a sender may
+// fall (held back by a slow or refusing receiver) before the schedule
+// restarts from now: the offered rate stays the configured one instead of
+// bursting to make up for the time the receiver took.
+const maxRateDebt = time.Second
+
+// throttle waits, under LoadConfig.Rate, until the sender may send n more
+// samples at its share of the rate.
+func (l *loadRun) throttle(ctx context.Context, s *sender, n int) error {
+	if l.cfg.Rate <= 0 {
+		return nil
+	}
+	share := l.cfg.Rate / float64(l.senders)
+	now := l.cfg.Now()
+	if s.due.IsZero() || now.Sub(s.due) > maxRateDebt {
+		s.due = now
+	}
+	wait := s.due.Sub(now)
+	s.due = s.due.Add(time.Duration(float64(n) / share * float64(time.Second)))
+	if wait <= 0 {
+		return ctx.Err()
+	}
+	l.pacedNanos.Add(int64(wait))
+	return l.cfg.sleep(ctx, wait)
+}
+
 // flush encodes and sends the sender's pending batch.
 func (l *loadRun) flush(ctx context.Context, s *sender) error {
 	if len(s.batch) == 0 {
 		return nil
 	}
 	n := len(s.batch)
+	if err := l.throttle(ctx, s, n); err != nil {
+		s.batch = s.batch[:0]
+		l.dropped.Add(int64(n))
+		return errStop
+	}
 	body, err := s.enc.encode(l.gen.series, s.batch)
 	s.batch = s.batch[:0]
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -218,13 +219,64 @@ func MeasureDashboards(ctx context.Context, targets []DashboardTarget, queries [
 // rollupLagMetric is the downsample package's freshness gauge.
 const rollupLagMetric = "strata_downsample_lag_seconds"
 
-// readRollupLag scrapes metricsURL and returns the largest value of
-// strata_downsample_lag_seconds (over its tiers); ok is false when the target
-// does not expose it (Prometheus, VictoriaMetrics).
-func readRollupLag(ctx context.Context, client *http.Client, metricsURL, user, pass string) (lag float64, ok bool, err error) {
+// storedSampleMetrics are, by receiver, the counter of every sample its
+// storage appended, whichever way it came (remote write, Strata's self-scrape
+// and recording rules): the first one a target exposes is read.
+var storedSampleMetrics = []string{
+	"strata_raw_prometheus_tsdb_head_samples_appended_total", // Strata's raw tier
+	"prometheus_tsdb_head_samples_appended_total",            // Prometheus
+	"vm_rows_added_to_storage_total",                         // VictoriaMetrics
+}
+
+// receiverMetrics is what one scrape of the target's /metrics told.
+type receiverMetrics struct {
+	rollupLag   float64
+	hasLag      bool
+	stored      float64 // samples the storage appended since it started
+	hasStored   bool
+	storedTotal string // the metric stored was read from
+}
+
+// readReceiverMetrics scrapes metricsURL for the rollup lag (the largest
+// strata_downsample_lag_seconds over its tiers; Prometheus and
+// VictoriaMetrics have none) and the stored samples.
+func readReceiverMetrics(ctx context.Context, client *http.Client, metricsURL, user, pass string) (receiverMetrics, error) {
+	fams, err := scrapeMetrics(ctx, client, metricsURL, user, pass)
+	if err != nil {
+		return receiverMetrics{}, err
+	}
+	var m receiverMetrics
+	m.rollupLag, m.hasLag = rollupLagOf(fams)
+	m.stored, m.storedTotal, m.hasStored = storedSamplesOf(fams)
+	return m, nil
+}
+
+// storedSamplesOf sums the first of storedSampleMetrics found over its
+// label sets (Prometheus splits it by sample type).
+func storedSamplesOf(fams map[string]*dto.MetricFamily) (float64, string, bool) {
+	for _, name := range storedSampleMetrics {
+		mf, found := fams[name]
+		if !found || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			} else {
+				sum += m.GetUntyped().GetValue()
+			}
+		}
+		return sum, name, true
+	}
+	return 0, "", false
+}
+
+// scrapeMetrics fetches and parses a text exposition.
+func scrapeMetrics(ctx context.Context, client *http.Client, metricsURL, user, pass string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, http.NoBody)
 	if err != nil {
-		return 0, false, fmt.Errorf("build metrics request: %w", err)
+		return nil, fmt.Errorf("build metrics request: %w", err)
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	if user != "" {
@@ -232,26 +284,39 @@ func readRollupLag(ctx context.Context, client *http.Client, metricsURL, user, p
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, false, fmt.Errorf("scrape %s: %w", metricsURL, err)
+		return nil, fmt.Errorf("scrape %s: %w", metricsURL, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return 0, false, fmt.Errorf("scrape %s: HTTP %d", metricsURL, resp.StatusCode)
+		return nil, fmt.Errorf("scrape %s: HTTP %d", metricsURL, resp.StatusCode)
 	}
-	return parseRollupLag(resp.Body)
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	return fams, nil
 }
 
 // parseRollupLag finds the largest strata_downsample_lag_seconds sample in a
 // text exposition.
 func parseRollupLag(r io.Reader) (float64, bool, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	fams, err := parseMetrics(r)
 	if err != nil {
-		return 0, false, fmt.Errorf("parse metrics: %w", err)
+		return 0, false, err
 	}
+	lag, ok := rollupLagOf(fams)
+	return lag, ok, nil
+}
+
+func rollupLagOf(fams map[string]*dto.MetricFamily) (float64, bool) {
 	mf, found := fams[rollupLagMetric]
 	if !found || len(mf.GetMetric()) == 0 {
-		return 0, false, nil
+		return 0, false
 	}
 	lag := math.Inf(-1)
 	for _, m := range mf.GetMetric() {
@@ -261,7 +326,7 @@ func parseRollupLag(r io.Reader) (float64, bool, error) {
 		}
 		lag = math.Max(lag, v)
 	}
-	return lag, true, nil
+	return lag, true
 }
 
 // captureCPUProfile fetches the target's /debug/pprof/profile for the given

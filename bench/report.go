@@ -117,8 +117,15 @@ type Summary struct {
 
 	// DiskBytesPerSample is per tier, after the last repetition's growth.
 	DiskBytesPerSample map[string]Figure `json:"disk_bytes_per_sample,omitempty"`
-	QueryLatency       []RangeFigure     `json:"query_latency,omitempty"`
-	RollupLagSeconds   Figure            `json:"rollup_lag_seconds"`
+	// DiskBytesPerStoredSample is per tier over the samples the target
+	// stored (its own and rule outputs included), where it says.
+	DiskBytesPerStoredSample map[string]Figure `json:"disk_bytes_per_stored_sample,omitempty"`
+	// StoredPerSentSample is the target's stored samples over the samples
+	// accepted from the load: 1 for a plain TSDB, above 1 for a target that
+	// also stores its own metrics and rule outputs.
+	StoredPerSentSample Figure        `json:"stored_per_sent_sample"`
+	QueryLatency        []RangeFigure `json:"query_latency,omitempty"`
+	RollupLagSeconds    Figure        `json:"rollup_lag_seconds"`
 }
 
 func summarize(runs []RunResult) Summary {
@@ -127,7 +134,9 @@ func summarize(runs []RunResult) Summary {
 		tput, refused, cp50, cp99                []float64
 		cpuPerM, perCPU, peak, perSeries, rollup []float64
 		cores, steady, steadyPerSeries           []float64
-		disk                                     = map[string][]float64{}
+		disk, diskStored                         = map[string][]float64{}, map[string][]float64{}
+		storedPerSent                            []float64
+		accepted                                 int64
 		qp50, qp99, qcpu                         = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		ranges                                   []string
 	)
@@ -150,6 +159,14 @@ func summarize(runs []RunResult) Summary {
 		}
 		for _, d := range r.Disk {
 			disk[d.Tier] = append(disk[d.Tier], d.BytesPerSample)
+			if d.BytesPerStoredSample > 0 {
+				diskStored[d.Tier] = append(diskStored[d.Tier], d.BytesPerStoredSample)
+			}
+		}
+		// StoredSamples counts from the scenario's start, like the disk.
+		accepted += l.SamplesAccepted
+		if r.StoredSamples > 0 && accepted > 0 {
+			storedPerSent = append(storedPerSent, float64(r.StoredSamples)/float64(accepted))
 		}
 		for _, q := range r.Queries {
 			if q.Executions == q.Errors {
@@ -186,6 +203,13 @@ func summarize(runs []RunResult) Summary {
 			s.DiskBytesPerSample[t] = figureOf(xs)
 		}
 	}
+	if len(diskStored) > 0 {
+		s.DiskBytesPerStoredSample = map[string]Figure{}
+		for t, xs := range diskStored {
+			s.DiskBytesPerStoredSample[t] = figureOf(xs)
+		}
+	}
+	s.StoredPerSentSample = figureOf(storedPerSent)
 	for _, r := range ranges {
 		s.QueryLatency = append(s.QueryLatency, RangeFigure{Range: r, P50Seconds: figureOf(qp50[r]), P99Seconds: figureOf(qp99[r]), CPUPerQuerySeconds: figureOf(qcpu[r])})
 	}
@@ -263,6 +287,12 @@ func (s Summary) rows() []row {
 	}
 	for _, t := range sortedKeys(s.DiskBytesPerSample) {
 		rs = append(rs, row{"disk bytes per sample, " + t, "B", s.DiskBytesPerSample[t], false})
+	}
+	if s.StoredPerSentSample.N > 0 {
+		rs = append(rs, row{"samples stored per sample sent", "", s.StoredPerSentSample, false})
+	}
+	for _, t := range sortedKeys(s.DiskBytesPerStoredSample) {
+		rs = append(rs, row{"disk bytes per stored sample, " + t, "B", s.DiskBytesPerStoredSample[t], false})
 	}
 	for _, q := range s.QueryLatency {
 		rs = append(rs, row{"dashboard latency p50, " + q.Range, "s", q.P50Seconds, false},

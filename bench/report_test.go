@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,9 @@ import (
 
 // fakeTarget is a whole receiver: remote write, the query API (one panel
 // fails, to check errors are counted, not fatal), /metrics with a rollup lag
-// and /debug/pprof/profile. It writes to dir so disk growth can be measured.
+// and a stored-samples counter (1,000 at the start, then two stored per
+// sample received, as if it stored a sample of its own beside each), and
+// /debug/pprof/profile. It writes to dir so disk growth can be measured.
 func fakeTarget(t *testing.T, dir string) (*httptest.Server, *fakeReceiver, *atomic.Int64) {
 	t.Helper()
 	rcv := newFakeReceiver(t)
@@ -42,7 +45,14 @@ func fakeTarget(t *testing.T, dir string) (*httptest.Server, *fakeReceiver, *ato
 		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"Hostname":"gpu-node-0000"},"values":[[1700000000,"1.5"]]}]}}`))
 	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte("# TYPE strata_downsample_lag_seconds gauge\nstrata_downsample_lag_seconds{tier=\"minute\"} 42.5\nstrata_downsample_lag_seconds{tier=\"hour\"} 1800\n"))
+		rcv.mu.Lock()
+		stored := 1000 + 2*rcv.samples
+		rcv.mu.Unlock()
+		_, _ = w.Write([]byte("# TYPE strata_downsample_lag_seconds gauge\nstrata_downsample_lag_seconds{tier=\"minute\"} 42.5\nstrata_downsample_lag_seconds{tier=\"hour\"} 1800\n" +
+			"# TYPE strata_raw_prometheus_tsdb_head_samples_appended_total counter\n" +
+			"strata_raw_prometheus_tsdb_head_samples_appended_total{type=\"float\"} " + strconv.Itoa(stored-10) + "\n" +
+			"strata_raw_prometheus_tsdb_head_samples_appended_total{type=\"histogram\"} 10\n" +
+			"# TYPE prometheus_tsdb_head_samples_appended_total counter\nprometheus_tsdb_head_samples_appended_total 7\n"))
 	})
 	mux.HandleFunc("/debug/pprof/profile", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("fake profile for " + r.FormValue("seconds") + "s"))
@@ -103,6 +113,12 @@ func TestRunScenario(t *testing.T) {
 		if len(rr.Disk) != 1 || rr.Disk[0].BytesPerSample <= 0 {
 			t.Fatalf("run %d: disk %+v", i, rr.Disk)
 		}
+		// Two stored per sample sent since the scenario began (the counter's
+		// start subtracted): half the bytes per stored sample.
+		if rr.StoredSamples != 2*accepted || rr.StoredSamplesMetric != storedSampleMetrics[0] ||
+			math.Abs(rr.Disk[0].BytesPerStoredSample-rr.Disk[0].BytesPerSample/2) > 1e-9 {
+			t.Fatalf("run %d: stored %d (%s) after %d sent, disk %+v", i, rr.StoredSamples, rr.StoredSamplesMetric, accepted, rr.Disk[0])
+		}
 		if len(rr.Queries) != 2 || rr.Queries[0].Executions != len(DefaultDashboard())*2 {
 			t.Fatalf("run %d: queries %+v", i, rr.Queries)
 		}
@@ -121,7 +137,8 @@ func TestRunScenario(t *testing.T) {
 		s.AcceptedSamplesPerSecond.Min > s.AcceptedSamplesPerSecond.Median || s.AcceptedSamplesPerSecond.Max < s.AcceptedSamplesPerSecond.Median {
 		t.Fatalf("throughput figure %+v", s.AcceptedSamplesPerSecond)
 	}
-	if s.RollupLagSeconds.Median != 1800 || len(s.QueryLatency) != 2 || s.DiskBytesPerSample["raw"].N != 3 {
+	if s.RollupLagSeconds.Median != 1800 || len(s.QueryLatency) != 2 || s.DiskBytesPerSample["raw"].N != 3 ||
+		s.DiskBytesPerStoredSample["raw"].N != 3 || s.StoredPerSentSample.Median != 2 {
 		t.Fatalf("summary %+v", s)
 	}
 	prof, err := os.ReadFile(sc.CPUProfilePath)
@@ -153,7 +170,7 @@ func TestRunScenario(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Bench report: fake", "| accepted samples/s |", "server CPU-seconds per million samples", "server CPU cores used", "steady-state RSS per active series", "## Server per run", "dashboard latency p99, 1h", "rollup lag", "scripted failure"} {
+	for _, want := range []string{"# Bench report: fake", "| accepted samples/s |", "server CPU-seconds per million samples", "server CPU cores used", "steady-state RSS per active series", "## Server per run", "dashboard latency p99, 1h", "rollup lag", "samples stored per sample sent", "disk bytes per stored sample, raw", "scripted failure"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

@@ -7,6 +7,7 @@
 #   bench/run.sh strata          [outdir]  # builds ./cmd/strata from this tree
 #   bench/run.sh prometheus      [outdir]  # builds Prometheus from the module Strata depends on
 #   bench/run.sh victoriametrics [outdir]  # the binary at VM_BIN
+#   bench/run.sh overload        [outdir]  # Strata's capacity, then an overload of it
 #
 # `compare` writes each target's report to outdir/<round>/<target>/ and the
 # comparison (`strata bench compare`: Strata against each peer) to
@@ -21,6 +22,14 @@
 # same samples; unpaced, the faster receiver holds more and the comparison
 # says so.
 #
+# `overload` measures Strata's capacity (an unpaced run of
+# BENCH_CAPACITY_DURATION, 60s, at BENCH_CONCURRENCY senders), then offers
+# BENCH_OVERLOAD_FACTOR (2) times that rate for BENCH_DURATION (5m here) from
+# BENCH_OVERLOAD_SENDERS (128, above the receiver's in-flight limit of 64)
+# senders against the same server, and writes outdir/overload.md: RSS and
+# accepted samples/s over the first and the last minute, and the 2xx, 429
+# and 5xx counts (docs/bench.md, "Overload").
+#
 # Environment (all optional): BENCH_INTERVAL (empty: as fast as the target
 # accepts; 1s or 15s: paced, every series one sample per interval in real
 # time), BENCH_SERIES (10000), BENCH_DURATION (60s), BENCH_REPEATS (3),
@@ -32,10 +41,19 @@
 # /tmp/strata-bench-prometheus), VM_BIN (a victoria-metrics binary, e.g. from
 # `GOBIN=/tmp/vmbin go install
 # github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@v1.150.0`),
-# STRATA_BIN (a strata binary to use instead of building one).
+# STRATA_BIN (a strata binary to use instead of building one), STRATA_FLAGS
+# (more `strata serve` flags, e.g. --storage.raw.wal-compression=zstd).
+#
+# Each target's outdir gets du.txt, the bytes of every file and directory of
+# its store two levels down, taken when its load ends: where the disk bytes
+# per sample go.
 set -euo pipefail
 
 target=${1:-strata}
+mode=$target
+if [[ "$mode" == overload ]]; then
+	target=strata
+fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${2:-/tmp/strata-bench-$target}
 port=${BENCH_PORT:-19299}
@@ -139,8 +157,9 @@ fi
 ready=/-/ready
 case "$target" in
 strata)
+	# shellcheck disable=SC2086 # STRATA_FLAGS is a list of flags
 	"$STRATA_BIN" serve --storage.path="$work/db" --web.listen-address="127.0.0.1:$port" \
-		--web.enable-pprof >"$work/server.log" 2>&1 &
+		--web.enable-pprof ${STRATA_FLAGS:-} >"$work/server.log" 2>&1 &
 	pid=$!
 	;;
 prometheus)
@@ -168,7 +187,7 @@ victoriametrics)
 	ready=/health
 	;;
 *)
-	echo "usage: $0 compare|strata|prometheus|victoriametrics [outdir]" >&2
+	echo "usage: $0 compare|strata|prometheus|victoriametrics|overload [outdir]" >&2
 	exit 2
 	;;
 esac
@@ -208,6 +227,50 @@ if [[ -n "${BENCH_SKIP_QUERIES:-}" ]]; then
 fi
 
 mkdir -p "$out"
+if [[ "$mode" == overload ]]; then
+	common=(--url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" --series="${BENCH_SERIES:-50000}"
+		--protocol="${BENCH_PROTOCOL:-v1}" --repeats=1 --skip-queries)
+	echo "$(date -u +%H:%M:%S) capacity: $(uptime)" >"$out/uptime.txt"
+	"$STRATA_BIN" bench run "${common[@]}" --name=capacity --out="$out/capacity" \
+		--duration="${BENCH_CAPACITY_DURATION:-60s}" --concurrency="${BENCH_CONCURRENCY:-4}" >"$out/capacity.log" 2>&1 || {
+		cat "$out/capacity.log" >&2
+		exit 1
+	}
+	capacity=$(jq '.runs[0].load.accepted_samples_per_second' "$out/capacity/report.json")
+	rate=$(jq -n "$capacity * ${BENCH_OVERLOAD_FACTOR:-2} | floor")
+	echo "$(date -u +%H:%M:%S) overload at $rate samples/s: $(uptime)" >>"$out/uptime.txt"
+	"$STRATA_BIN" bench run "${common[@]}" --name=overload --out="$out/overload" --rate="$rate" \
+		--duration="${BENCH_DURATION:-5m}" --concurrency="${BENCH_OVERLOAD_SENDERS:-128}" >"$out/overload.log" 2>&1 || {
+		cat "$out/overload.log" >&2
+		exit 1
+	}
+	echo "$(date -u +%H:%M:%S) done: $(uptime)" >>"$out/uptime.txt"
+	cp "$work/server.log" "$out/server.log"
+	# Where the resident memory is at the end: anonymous (heap) or file
+	# pages (mapped chunks), the Go heap, the raw head.
+	{
+		grep -E '^(VmRSS|RssAnon|RssFile)' "/proc/$pid/status"
+		curl -fsS "http://127.0.0.1:$port/metrics" | grep -E '^(strata_remotewrite_(rejected_total|requests_total|heap_limit_bytes)|go_memstats_heap_(inuse|idle|released)_bytes|strata_raw_prometheus_tsdb_head_(chunks|series|samples_appended_total))' | grep -v ' 0$'
+	} >"$out/metrics.txt" || true
+	curl -fsS -o "$out/heap.pprof" "http://127.0.0.1:$port/debug/pprof/heap" || true
+	# Medians over the first and the last minute of the overload run.
+	jq -r --argjson capacity "$capacity" --argjson rate "$rate" '
+		def median: sort | if length == 0 then null else .[length / 2 | floor] end;
+		def mib: . / 1048576 | . * 10 | round / 10;
+		.runs[0] as $r | ($r.load.elapsed_seconds) as $dur |
+		"# Overload: \($rate) samples/s offered, \($r.load.series) series, \(.load.concurrency) senders, \($dur | round) s\n",
+		"| figure | first minute | last minute |", "|---|---:|---:|",
+		"| RSS median (MiB) | \([$r.server.rss_timeline[] | select(.seconds <= 60) | .bytes] | median | mib) | \([$r.server.rss_timeline[] | select(.seconds >= $dur - 60) | .bytes] | median | mib) |",
+		"| accepted samples/s median | \([$r.load.timeline[] | select(.seconds <= 60) | .samples_per_second] | median | round) | \([$r.load.timeline[] | select(.seconds >= $dur - 60) | .samples_per_second] | median | round) |",
+		"",
+		"- capacity (unpaced run before): \($capacity | round) samples/s; accepted under overload: \($r.load.accepted_samples_per_second | round) samples/s (\($r.load.accepted_samples_per_second / $capacity * 100 | round)% of capacity)",
+		"- replies: \($r.load.status_2xx) 2xx, \($r.load.status_429) 429, \($r.load.status_5xx) 5xx, \($r.load.status_4xx) other 4xx, \($r.load.network_errors) network errors; samples dropped when the run ended: \($r.load.samples_dropped)",
+		"- RSS peak \($r.server.peak_rss_bytes | mib) MiB, start \($r.server.rss_start_bytes | mib) MiB, end \($r.server.rss_end_bytes | mib) MiB; server CPU \($r.server.cpu_cores * 100 | round / 100) cores"
+	' "$out/overload/report.json" >"$out/overload.md"
+	{ echo; echo '```'; cat "$out/metrics.txt" "$out/uptime.txt"; echo '```'; } >>"$out/overload.md"
+	cat "$out/overload.md"
+	exit 0
+fi
 "$STRATA_BIN" bench run --url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" "${dirs[@]}" "${args[@]}" \
 	--name="$target" --out="$out" --cpu-profile="$out/cpu.pprof" --heap-profile="$out/heap.pprof" \
 	--series="${BENCH_SERIES:-10000}" --duration="${BENCH_DURATION:-60s}" --repeats="${BENCH_REPEATS:-3}" \
@@ -223,6 +286,7 @@ if ! kill -0 "$pid" 2>/dev/null; then
 	exit 1
 fi
 cp "$work/server.log" "$out/server.log"
+du -ab --max-depth=2 "$work/db" | sed "s#$work/db#db#" | sort -k2 >"$out/du.txt"
 if [[ -n "${BENCH_KEEP:-}" ]]; then
 	# compare measures the dashboard later and stops the server itself.
 	echo "$pid" >"$BENCH_KEEP.pid"

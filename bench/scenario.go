@@ -45,8 +45,9 @@ type Scenario struct {
 	QueryRanges  []time.Duration
 	QueryRepeats int
 	QueryTimeout time.Duration
-	// MetricsURL is where strata_downsample_lag_seconds is read (default
-	// scheme://host/metrics of Load.URL); SkipRollupLag turns it off.
+	// MetricsURL is where strata_downsample_lag_seconds and the samples the
+	// target stored (storedSampleMetrics) are read (default
+	// scheme://host/metrics of Load.URL); SkipRollupLag turns both off.
 	MetricsURL    string
 	SkipRollupLag bool
 	// CPUProfilePath, when set, receives the server's CPU profile
@@ -78,6 +79,13 @@ type RunResult struct {
 	QueryErrors []string       `json:"query_errors,omitempty"`
 	// RollupLagSeconds is nil when the target does not expose it.
 	RollupLagSeconds *float64 `json:"rollup_lag_seconds,omitempty"`
+	// StoredSamples is how many samples the target's storage appended since
+	// the scenario started, by its own counter (StoredSamplesMetric): the
+	// samples sent plus what the target adds itself (Strata's self-scrape,
+	// recording rules and start-timestamp zero samples). Zero when the
+	// target does not expose one.
+	StoredSamples       int64  `json:"stored_samples,omitempty"`
+	StoredSamplesMetric string `json:"stored_samples_metric,omitempty"`
 }
 
 // ServerResult is the server process' resource use during one repetition.
@@ -123,8 +131,12 @@ type TierDisk struct {
 	Bytes int64  `json:"bytes"`
 	// BytesPerSample is the growth since the scenario started over every
 	// sample accepted since then: for rollup tiers, what each raw sample
-	// costs in that tier.
+	// costs in that tier. It is the figure the README shows: what a sent
+	// sample costs, whatever the target stores beside it.
 	BytesPerSample float64 `json:"bytes_per_sample"`
+	// BytesPerStoredSample is the same growth over the samples the target
+	// stored (RunResult.StoredSamples); 0 when unknown.
+	BytesPerStoredSample float64 `json:"bytes_per_stored_sample,omitempty"`
 }
 
 // Run measures the scenario. It returns an error only when the scenario
@@ -169,6 +181,12 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 	}
 	client := &http.Client{Timeout: sc.QueryTimeout}
 	base, _ := baseOf(load.URL)
+	var baseStored float64
+	if !sc.SkipRollupLag {
+		if m, err := readReceiverMetrics(ctx, client, sc.MetricsURL, load.Username, load.Password); err == nil && m.hasStored {
+			baseStored = m.stored
+		}
+	}
 	var cumAccepted int64
 	for i := range sc.Repeats {
 		logger.Info("bench repetition", "run", i+1, "of", sc.Repeats, "target", load.URL)
@@ -221,6 +239,18 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 				logger.Info("cpu profile written", "path", sc.CPUProfilePath)
 			}
 		}
+		if !sc.SkipRollupLag {
+			m, err := readReceiverMetrics(ctx, client, sc.MetricsURL, load.Username, load.Password)
+			if err != nil {
+				logger.Debug("target metrics not read", "err", err)
+			}
+			if m.hasLag {
+				rr.RollupLagSeconds = &m.rollupLag
+			}
+			if m.hasStored {
+				rr.StoredSamples, rr.StoredSamplesMetric = int64(m.stored-baseStored), m.storedTotal
+			}
+		}
 		for _, tier := range sortedKeys(sc.TierDirs) {
 			n, err := DirSize(sc.TierDirs[tier])
 			if err != nil {
@@ -230,16 +260,10 @@ func Run(ctx context.Context, sc Scenario) (Report, error) {
 			if cumAccepted > 0 {
 				td.BytesPerSample = float64(n-baseDisk[tier]) / float64(cumAccepted)
 			}
-			rr.Disk = append(rr.Disk, td)
-		}
-		if !sc.SkipRollupLag {
-			lag, ok, err := readRollupLag(ctx, client, sc.MetricsURL, load.Username, load.Password)
-			switch {
-			case err != nil:
-				logger.Debug("rollup lag not read", "err", err)
-			case ok:
-				rr.RollupLagSeconds = &lag
+			if rr.StoredSamples > 0 {
+				td.BytesPerStoredSample = float64(n-baseDisk[tier]) / float64(rr.StoredSamples)
 			}
+			rr.Disk = append(rr.Disk, td)
 		}
 		if !sc.SkipQueries {
 			ql, qerrs, err := runQueries(ctx, queryConfig{

@@ -7,6 +7,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,12 +63,34 @@ type Config struct {
 	// MaxInflightRequests bounds requests being decoded or appended at once
 	// (64). Past it the handler answers 429 without reading the body.
 	MaxInflightRequests int
+	// MaxActiveRequests bounds the admitted requests that decompress, decode
+	// and append at once (0: twice GOMAXPROCS, at least 4, as
+	// VictoriaMetrics' -maxConcurrentInserts). The others wait, holding only
+	// their compressed body, up to MaxQueueWait: a decoded request holds
+	// several times its compressed size (the decompressed body, the decoded
+	// series, the append's scratch space), and more of them at once than
+	// there are cores to run them only adds memory, not throughput.
+	MaxActiveRequests int
+	// MaxQueueWait is how long an admitted request waits for one of the
+	// MaxActiveRequests before it gets 429 with Retry-After (10 s, a third
+	// of Prometheus' default remote-write timeout).
+	MaxQueueWait time.Duration
 	// MaxInflightBytes bounds the sum over in-flight requests of compressed
 	// plus decompressed body bytes (512 MiB). A request whose Content-Length
 	// is unknown reserves MaxCompressedBytes until its body is read. Past the
 	// bound the handler answers 429, so receiver memory for bodies stays
 	// under this figure.
 	MaxInflightBytes int64
+	// MaxHeapBytes is the live Go heap (as the last garbage collection
+	// found it) past which the handler answers 429 with Retry-After without
+	// reading the body, whatever the in-flight bounds allow: memory that the
+	// head, caches and pending work keep is not bounded by the requests in
+	// flight, and appending more when it is near the limit would end in an
+	// out-of-memory kill, losing what the WAL has not synced. 0 means
+	// DefaultHeapLimitRatio of the Go runtime's soft memory limit
+	// (GOMEMLIMIT) as NewHandler finds it, and no gate when none is set;
+	// negative switches the gate off.
+	MaxHeapBytes int64
 	// RetryAfter is the Retry-After the handler sends with 429 (5 s, rounded
 	// up to whole seconds).
 	RetryAfter time.Duration
@@ -95,6 +118,7 @@ func DefaultConfig() Config {
 		MaxDecompressedBytes: 128 << 20,
 		MaxInflightRequests:  64,
 		MaxInflightBytes:     512 << 20,
+		MaxQueueWait:         10 * time.Second,
 		RetryAfter:           5 * time.Second,
 		MaxErrorBodyBytes:    4 << 10,
 		IngestSTZeroSample:   true,
@@ -117,8 +141,17 @@ func (c Config) withDefaults() Config {
 	if c.MaxInflightBytes <= 0 {
 		c.MaxInflightBytes = d.MaxInflightBytes
 	}
+	if c.MaxActiveRequests <= 0 {
+		c.MaxActiveRequests = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if c.MaxQueueWait <= 0 {
+		c.MaxQueueWait = d.MaxQueueWait
+	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = d.RetryAfter
+	}
+	if c.MaxHeapBytes == 0 {
+		c.MaxHeapBytes = heapLimitFromRuntime()
 	}
 	if c.MaxErrorBodyBytes <= 0 {
 		c.MaxErrorBodyBytes = d.MaxErrorBodyBytes
@@ -143,8 +176,13 @@ type Handler struct {
 	inflightReqs  atomic.Int64
 	inflightBytes atomic.Int64
 	retryAfter    string
+	// liveHeap reads the live heap for the MaxHeapBytes gate (readLiveHeap;
+	// tests replace it).
+	liveHeap func() uint64
 
-	pool sync.Pool // *requestState
+	active chan struct{} // one token per request decoding or appending
+	bodies sync.Pool     // *bodyBuffer
+	pool   sync.Pool     // *requestState
 
 	m handlerMetrics
 }
@@ -159,14 +197,20 @@ type handlerMetrics struct {
 	duration      *prometheus.HistogramVec
 	inflightReqs  prometheus.GaugeFunc
 	inflightBytes prometheus.GaugeFunc
+	active        prometheus.GaugeFunc
+	heapLimit     prometheus.Gauge
 }
 
-// requestState is the pooled memory of one request: its two body buffers,
-// the decoder and the append scratch space.
+// bodyBuffer is the pooled compressed body of a request, held while it
+// waits for an active slot.
+type bodyBuffer struct{ b []byte }
+
+// requestState is the pooled memory of one active request: its decompressed
+// body, the decoder and the append scratch space.
 type requestState struct {
-	compressed, decompressed []byte
-	dec                      Decoder
-	ws                       writeState
+	decompressed []byte
+	dec          Decoder
+	ws           writeState
 }
 
 // NewHandler returns a receiver appending into app (the raw tier: *tiers.Raw
@@ -195,10 +239,13 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 		logger:     logger,
 		now:        now,
 		retryAfter: strconv.FormatInt(int64(math.Ceil(cfg.RetryAfter.Seconds())), 10),
+		liveHeap:   readLiveHeap,
 	}
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize)
 	}
+	h.active = make(chan struct{}, cfg.MaxActiveRequests)
+	h.bodies.New = func() any { return &bodyBuffer{} }
 	h.pool.New = func() any { return &requestState{} }
 
 	f := promauto.With(reg)
@@ -209,7 +256,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 		}, []string{"version", "code"}),
 		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_remotewrite_rejected_total",
-			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written (a series rejected without any counts as one).",
+			Help: "Rejections by reason. Request-level reasons (body_too_large, decompressed_too_large, bad_snappy, bad_protobuf, overload, queue_timeout, heap_limit, unsupported_media_type) count requests; the others count samples, histograms or exemplars not written (a series rejected without any counts as one).",
 		}, []string{"reason"}),
 		samples: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_remotewrite_samples_total",
@@ -241,7 +288,16 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 			Name: "strata_remotewrite_inflight_bytes",
 			Help: "Body bytes (compressed plus decompressed) reserved by in-flight requests.",
 		}, func() float64 { return float64(h.inflightBytes.Load()) }),
+		active: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "strata_remotewrite_active_requests",
+			Help: "Remote-write requests decoding or appending (at most max_active_requests); the other in-flight ones wait for a slot.",
+		}, func() float64 { return float64(len(h.active)) }),
+		heapLimit: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_remotewrite_heap_limit_bytes",
+			Help: "Live Go heap past which remote writes get 429 (rejected_total{reason=\"heap_limit\"}); 0: no such gate.",
+		}),
 	}
+	h.m.heapLimit.Set(float64(max(cfg.MaxHeapBytes, 0)))
 	for _, r := range rejectionReasons {
 		h.m.rejected.WithLabelValues(r)
 	}
@@ -328,7 +384,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, r.ContentLength, h.cfg.MaxCompressedBytes)})
 		return
 	}
-	// Admission: bound requests and body bytes in flight before reading.
+	// Admission: refuse while memory is short, then bound requests and
+	// body bytes in flight, all before reading the body.
+	if h.cfg.MaxHeapBytes > 0 {
+		if live := h.liveHeap(); live > uint64(h.cfg.MaxHeapBytes) {
+			h.tooMuchHeap(w, ver, live)
+			return
+		}
+	}
 	reserve := r.ContentLength
 	if reserve < 0 {
 		reserve = int64(h.cfg.MaxCompressedBytes)
@@ -342,12 +405,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.inflightBytes.Add(-reserve)
 	}()
 
-	bufs := h.pool.Get().(*requestState)
-	defer func() {
-		bufs.dec.Reset()
-		h.pool.Put(bufs)
-	}()
-	bufs.compressed, err = readBody(r.Body, bufs.compressed, r.ContentLength, h.cfg.MaxCompressedBytes)
+	body := h.bodies.Get().(*bodyBuffer)
+	defer h.bodies.Put(body)
+	body.b, err = readBody(r.Body, body.b, r.ContentLength, h.cfg.MaxCompressedBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
 			h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, err})
@@ -357,7 +417,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Exchange the reservation for the real sizes.
-	n, err := decodedLen(bufs.compressed, h.cfg.MaxDecompressedBytes)
+	n, err := decodedLen(body.b, h.cfg.MaxDecompressedBytes)
 	if err != nil {
 		if errors.Is(err, ErrDecompressedTooLarge) {
 			h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonDecompressedTooLarge, err})
@@ -366,7 +426,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	need := int64(len(bufs.compressed) + n)
+	need := int64(len(body.b) + n)
 	delta := need - reserve
 	if total := h.inflightBytes.Add(delta); total > h.cfg.MaxInflightBytes && delta > 0 && total != need {
 		h.inflightBytes.Add(-delta)
@@ -374,7 +434,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reserve = need
-	bufs.decompressed, err = decompress(bufs.decompressed, bufs.compressed, n)
+
+	// Decompress, decode and append with at most MaxActiveRequests at once.
+	if !h.acquire(r) {
+		w.Header().Set("Retry-After", h.retryAfter)
+		h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonQueueTimeout,
+			fmt.Errorf("waited %s for one of %d active remote-write slots, retry later", h.cfg.MaxQueueWait, h.cfg.MaxActiveRequests)})
+		return
+	}
+	defer func() { <-h.active }()
+	bufs := h.pool.Get().(*requestState)
+	defer func() {
+		bufs.dec.Reset()
+		h.pool.Put(bufs)
+	}()
+	bufs.decompressed, err = decompress(bufs.decompressed, body.b, n)
 	if err != nil {
 		h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadSnappy, err})
 		return
@@ -393,6 +467,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res := h.write(r, ver, req, &bufs.ws)
 	h.respond(w, ver, res)
+}
+
+// acquire takes an active slot, waiting at most MaxQueueWait; false when
+// the wait ran out or the sender went away.
+func (h *Handler) acquire(r *http.Request) bool {
+	select {
+	case h.active <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(h.cfg.MaxQueueWait)
+	defer t.Stop()
+	select {
+	case h.active <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 // admit reserves one request slot and bytes, or reports overload.
@@ -416,6 +510,12 @@ func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
 	w.Header().Set("Retry-After", h.retryAfter)
 	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
 		errors.New("too many remote-write requests or bytes in flight, retry later")})
+}
+
+func (h *Handler) tooMuchHeap(w http.ResponseWriter, ver protoVersion, live uint64) {
+	w.Header().Set("Retry-After", h.retryAfter)
+	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonHeapLimit,
+		fmt.Errorf("memory pressure: live heap %d bytes is over the receiver's bound of %d, retry later", live, h.cfg.MaxHeapBytes)})
 }
 
 // reject answers a request that wrote nothing.

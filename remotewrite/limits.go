@@ -22,6 +22,8 @@ const (
 	ReasonBadSnappy            = "bad_snappy"
 	ReasonBadProtobuf          = "bad_protobuf"
 	ReasonOverload             = "overload"
+	ReasonHeapLimit            = "heap_limit"
+	ReasonQueueTimeout         = "queue_timeout"
 	ReasonTooManyLabels        = "too_many_labels"
 	ReasonLabelNameTooLong     = "label_name_too_long"
 	ReasonLabelValueTooLong    = "label_value_too_long"
@@ -43,7 +45,7 @@ const (
 // strata_remotewrite_rejected_total exists at 0 from the start: rate() and
 // dashboards then see "no rejections" rather than "no data".
 var rejectionReasons = []string{
-	ReasonBodyTooLarge, ReasonDecompressedTooLarge, ReasonBadSnappy, ReasonBadProtobuf, ReasonOverload,
+	ReasonBodyTooLarge, ReasonDecompressedTooLarge, ReasonBadSnappy, ReasonBadProtobuf, ReasonOverload, ReasonHeapLimit, ReasonQueueTimeout,
 	ReasonTooManyLabels, ReasonLabelNameTooLong, ReasonLabelValueTooLong, ReasonInvalidLabels, ReasonMissingName,
 	ReasonDuplicateLabel, ReasonBadSymbolRef, ReasonEmptySeries, ReasonTooFarInFuture, ReasonTooOld,
 	ReasonOutOfOrder, ReasonDuplicateTimestamp, ReasonBadHistogram, ReasonBadExemplar, ReasonUnsupportedMedia,

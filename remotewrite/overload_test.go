@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
 )
@@ -185,6 +186,111 @@ func TestHandlerOverloadSlowStorage(t *testing.T) {
 			}
 			if n, b := h.inflightReqs.Load(), h.inflightBytes.Load(); n != 0 || b != 0 {
 				t.Errorf("in-flight accounting leaked: %d requests, %d bytes", n, b)
+			}
+		})
+	}
+}
+
+// TestHandlerActiveBound: past MaxActiveRequests, admitted requests wait
+// for a slot instead of decoding (only that many are ever in the storage at
+// once), get 429 with Retry-After once MaxQueueWait runs out, and are
+// written when retried after the storage catches up.
+func TestHandlerActiveBound(t *testing.T) {
+	const senders, active = 6, 2
+	bodies := make([][]byte, senders)
+	for i := range bodies {
+		bodies[i] = encodeV1(t, &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+			series("queued", []string{"sender", fmt.Sprint(i)}, prompb.Sample{Timestamp: ms(0), Value: float64(i)}),
+		}})
+	}
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+	}{
+		{"wait", time.Hour},           // the queued requests are still waiting when the storage catches up
+		{"timeout", time.Millisecond}, // they give up first
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxActiveRequests, cfg.MaxQueueWait = active, tc.wait
+			env := newTestEnv(t, cfg)
+			g := &gatedAppendable{next: env.raw, gate: make(chan struct{}), waiting: make(chan struct{}, senders)}
+			h, err := NewHandler(cfg, g, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func() time.Time { return base })
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.h, env.h = h, h
+			codes := make(chan int, senders)
+			var wg sync.WaitGroup
+			for i := range senders {
+				wg.Go(func() {
+					for attempt := 0; attempt < 1000; attempt++ {
+						w := env.post(bodies[i], ctV1, "snappy")
+						if attempt == 0 {
+							codes <- w.Code
+						}
+						switch w.Code {
+						case http.StatusNoContent:
+							return
+						case http.StatusTooManyRequests:
+							if w.Header().Get("Retry-After") == "" {
+								t.Errorf("429 without Retry-After")
+							}
+							<-g.gate // retry once the storage has caught up
+						default:
+							t.Errorf("sender %d: %d %s", i, w.Code, w.Body)
+							return
+						}
+					}
+					t.Errorf("sender %d never got through", i)
+				})
+			}
+			// Two requests reach the storage; the other four wait or are refused.
+			for range active {
+				select {
+				case <-g.waiting:
+				case <-time.After(30 * time.Second):
+					t.Fatal("no request reached the storage")
+				}
+			}
+			if tc.wait == time.Hour {
+				for i := 0; h.inflightReqs.Load() != senders; i++ {
+					if i == 30_000 {
+						t.Fatalf("%d requests in flight, want all %d", h.inflightReqs.Load(), senders)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if len(codes) != 0 {
+					t.Fatalf("%d requests answered while they should wait for a slot", len(codes))
+				}
+			} else {
+				for range senders - active {
+					if c := <-codes; c != http.StatusTooManyRequests {
+						t.Fatalf("a request past the active bound got %d, want 429", c)
+					}
+				}
+				if got := testutil.ToFloat64(h.m.rejected.WithLabelValues(ReasonQueueTimeout)); got != senders-active {
+					t.Errorf("queue_timeout rejections %v, want %d", got, senders-active)
+				}
+			}
+			if n := len(h.active); n != active {
+				t.Fatalf("%d requests active, want %d", n, active)
+			}
+			close(g.gate)
+			go func() {
+				for range g.waiting {
+				}
+			}()
+			wg.Wait()
+			close(g.waiting)
+			if g.peakReqs > senders {
+				t.Fatalf("peak %d requests", g.peakReqs)
+			}
+			if n := len(env.read(t, "queued")); n != senders {
+				t.Fatalf("%d series stored, want %d", n, senders)
+			}
+			if n, b, a := h.inflightReqs.Load(), h.inflightBytes.Load(), len(h.active); n != 0 || b != 0 || a != 0 {
+				t.Errorf("accounting leaked: %d requests, %d bytes, %d active", n, b, a)
 			}
 		})
 	}

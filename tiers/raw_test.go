@@ -2,6 +2,7 @@ package tiers_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/util/compression"
 
 	"github.com/strata-dev/strata/tiers"
 )
@@ -163,19 +166,21 @@ func TestRawBoundsOutOfOrderBlock(t *testing.T) {
 
 // TestRawWALCompression: the default configuration compresses the WAL, as
 // Prometheus does by default; the same appends take far fewer WAL bytes than
-// with WALCompression off.
+// with WALCompression off, zstd fewer than snappy, and a zstd WAL replays
+// every sample after a restart.
 func TestRawWALCompression(t *testing.T) {
-	walBytes := func(compress bool) int64 {
+	const series, steps = 500, 20
+	walBytes := func(c compression.Type) int64 {
 		dir := t.TempDir()
 		cfg := tiers.DefaultRawConfig(dir)
-		cfg.WALCompression = compress
+		cfg.WALCompression = c
 		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
 		}
-		for ts := testT0; ts < testT0+20_000; ts += 1_000 {
+		for ts := testT0; ts < testT0+steps*1_000; ts += 1_000 {
 			app := raw.Appender(context.Background())
-			for i := range 500 {
+			for i := range series {
 				ls := labels.FromStrings("__name__", "DCGM_FI_DEV_GPU_TEMP", "Hostname", "node-0042.cluster.example",
 					"gpu", strconv.Itoa(i%8), "pod", "vllm-engine-"+strconv.Itoa(i/8))
 				if _, err := app.Append(0, ls, ts, float64(40+i%7)); err != nil {
@@ -189,6 +194,29 @@ func TestRawWALCompression(t *testing.T) {
 		if err := raw.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// Replay: every sample comes back from the WAL.
+		raw, err = tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := raw.Querier(testT0, testT0+steps*1_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "DCGM_FI_DEV_GPU_TEMP"))
+		for ss.Next() {
+			it := ss.At().Iterator(nil)
+			for it.Next() != chunkenc.ValNone {
+				got++
+			}
+		}
+		if err := errors.Join(ss.Err(), q.Close(), raw.Close()); err != nil {
+			t.Fatal(err)
+		}
+		if got != series*steps {
+			t.Fatalf("WAL compression %q: %d samples replayed, want %d", c, got, series*steps)
+		}
 		var n int64
 		entries, err := os.ReadDir(filepath.Join(dir, "wal"))
 		if err != nil {
@@ -201,11 +229,18 @@ func TestRawWALCompression(t *testing.T) {
 		}
 		return n
 	}
-	on, off := walBytes(true), walBytes(false)
-	if on*10 > off*8 {
-		t.Fatalf("WAL with the default (compressed) configuration: %d bytes, uncompressed %d: want at most 80%%", on, off)
+	def, off := walBytes(tiers.DefaultRawConfig("").WALCompression), walBytes(compression.None)
+	snappy, zstd := walBytes(compression.Snappy), walBytes(compression.Zstd)
+	if def*10 > off*8 {
+		t.Fatalf("WAL with the default (compressed) configuration: %d bytes, uncompressed %d: want at most 80%%", def, off)
 	}
-	t.Logf("WAL bytes: %d compressed, %d uncompressed", on, off)
+	if zstd >= snappy {
+		t.Fatalf("WAL bytes: zstd %d, snappy %d: want zstd smaller", zstd, snappy)
+	}
+	t.Logf("WAL bytes: %d default, %d snappy, %d zstd, %d uncompressed", def, snappy, zstd, off)
+	if _, err := tiers.OpenRaw(tiers.RawConfig{Dir: t.TempDir(), Retention: time.Hour, WALCompression: "lz4"}, quietLogger(), nil); err == nil {
+		t.Error("an unknown WAL compression was accepted")
+	}
 }
 
 // TestRawReleaseChunkPages: releasing the head chunk files' page mappings
@@ -266,5 +301,58 @@ func TestRawReleaseChunkPages(t *testing.T) {
 	}
 	if released, err := raw.ReleaseChunkPages(); released != 0 || err != nil {
 		t.Errorf("after Close: released %d (%v)", released, err)
+	}
+}
+
+// TestRawWALCompressionChange: a WAL written partly with snappy and partly
+// with zstd (the compression changed between two runs, as upgrading to the
+// zstd default does) replays every sample under either setting.
+func TestRawWALCompressionChange(t *testing.T) {
+	dir := t.TempDir()
+	ls := labels.FromStrings("__name__", "m", "s", "1")
+	steps := []compression.Type{compression.Snappy, compression.Zstd}
+	for i, c := range steps {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.WALCompression = c
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := raw.Appender(context.Background())
+		for j := range 100 {
+			if _, err := app.Append(0, ls, testT0+int64(i*100+j)*1000, float64(i*100+j)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := errors.Join(app.Commit(), raw.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range steps {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.WALCompression = c
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := raw.Querier(testT0, testT0+1_000_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+		for ss.Next() {
+			it := ss.At().Iterator(nil)
+			for it.Next() != chunkenc.ValNone {
+				_, v := it.At()
+				got = append(got, v)
+			}
+		}
+		if err := errors.Join(ss.Err(), q.Close(), raw.Close()); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 200 || got[0] != 0 || got[199] != 199 {
+			t.Fatalf("replayed under %s: %d samples (%v...), want 0..199", c, len(got), got[:min(3, len(got))])
+		}
 	}
 }

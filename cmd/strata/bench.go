@@ -24,7 +24,7 @@ type benchCommand struct {
 	series, concurrency, batch, repeats  int
 	queryRepeats, pid, extraLabels       int
 	duration, backfill, interval         time.Duration
-	churn                                float64
+	churn, rate                          float64
 	tierDirs                             map[string]string
 	cpuProfile, heapProfile, user, pass  string
 	skipQueries                          bool
@@ -43,6 +43,7 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c.run.Flag("churn", "Percent of pods replaced every 10 minutes of simulated time.").Default("0").Float64Var(&c.churn)
 	c.run.Flag("batch", "Samples per request (Prometheus' max_samples_per_send).").Default("2000").IntVar(&c.batch)
 	c.run.Flag("concurrency", "Concurrent senders (Prometheus' shards).").Default("4").IntVar(&c.concurrency)
+	c.run.Flag("rate", "Samples per second offered over all senders, with wallclock timestamps (0: as fast as the receiver accepts). Above the receiver's capacity, with more senders than its in-flight limit, it is an overload (docs/bench.md).").Default("0").Float64Var(&c.rate)
 	c.run.Flag("duration", "Real time each repetition lasts.").Default("1m").DurationVar(&c.duration)
 	c.run.Flag("repeats", "Repetitions; figures are medians over them.").Default("3").IntVar(&c.repeats)
 	c.run.Flag("interval", "Paced mode: every series sends one sample per interval in real time, as a fleet of exporters does (e.g. 1s or 15s); implies --timestamps=interval. 0: as fast as the receiver accepts.").Default("0s").DurationVar(&c.interval)
@@ -102,7 +103,7 @@ func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
 		Name: c.name,
 		Load: bench.LoadConfig{
 			URL: c.url, Protocol: bench.Protocol(c.protocol), Series: c.series, ExtraLabels: c.extraLabels,
-			ChurnPercent: c.churn, BatchSize: c.batch, Concurrency: c.concurrency, Duration: c.duration,
+			ChurnPercent: c.churn, BatchSize: c.batch, Concurrency: c.concurrency, Rate: c.rate, Duration: c.duration,
 			Timestamps: timestamps, Interval: interval, Backfill: c.backfill, Username: c.user, Password: c.pass,
 		},
 		Repeats:         c.repeats,

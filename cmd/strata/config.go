@@ -110,7 +110,7 @@ type SelfScrapeConfig struct {
 type StorageConfig struct {
 	Path             string         `yaml:"path"`
 	OutOfOrderWindow model.Duration `yaml:"out_of_order_time_window"`
-	Raw              TierConfig     `yaml:"raw"`
+	Raw              RawTierConfig  `yaml:"raw"`
 	Minute           TierConfig     `yaml:"minute"`
 	Hour             TierConfig     `yaml:"hour"`
 	ObjStore         ObjStoreConfig `yaml:"objstore"`
@@ -127,6 +127,13 @@ type ObjStoreConfig struct {
 	// PendingWarnBytes: files waiting for upload beyond this are warned
 	// about at each failed attempt.
 	PendingWarnBytes ByteSize `yaml:"pending_warn_bytes"`
+}
+
+// RawTierConfig is the raw tier's retention and WAL compression.
+type RawTierConfig struct {
+	Retention model.Duration `yaml:"retention"`
+	// WALCompression: tiers.RawConfig.WALCompression (snappy, zstd or none).
+	WALCompression string `yaml:"wal_compression"`
 }
 
 // TierConfig is one tier's retention.
@@ -154,6 +161,13 @@ type RemoteWriteConfig struct {
 	MaxFutureSkew        model.Duration `yaml:"max_future_skew"`
 	MaxInflightRequests  int            `yaml:"max_inflight_requests"`
 	MaxInflightBytes     ByteSize       `yaml:"max_inflight_bytes"`
+	// MaxActiveRequests and MaxQueueWait: remotewrite.Config's (0: twice
+	// GOMAXPROCS, at least 4; 10s).
+	MaxActiveRequests int            `yaml:"max_active_requests"`
+	MaxQueueWait      model.Duration `yaml:"max_queue_wait"`
+	// MaxHeapBytes: remotewrite.Config.MaxHeapBytes (0: 80% of GOMEMLIMIT,
+	// negative: no gate).
+	MaxHeapBytes ByteSize `yaml:"max_heap_bytes"`
 }
 
 // RemoteReadConfig bounds the remote-read endpoint (/api/v1/read), as
@@ -262,6 +276,11 @@ func (c Config) validate() error {
 	positive("storage.raw.retention", c.Storage.Raw.Retention)
 	positive("storage.minute.retention", c.Storage.Minute.Retention)
 	positive("storage.hour.retention", c.Storage.Hour.Retention)
+	switch c.Storage.Raw.WALCompression {
+	case "snappy", "zstd", "none":
+	default:
+		errs = append(errs, fmt.Errorf("storage.raw.wal_compression must be snappy, zstd or none, got %q", c.Storage.Raw.WALCompression))
+	}
 	if c.Storage.OutOfOrderWindow < 0 {
 		errs = append(errs, fmt.Errorf("storage.out_of_order_time_window must not be negative, got %s", c.Storage.OutOfOrderWindow))
 	}
@@ -323,6 +342,9 @@ func (c Config) remoteWrite() remotewrite.Config {
 	rw.MaxDecompressedBytes = int(c.RemoteWrite.MaxDecompressedBytes)
 	rw.MaxInflightRequests = c.RemoteWrite.MaxInflightRequests
 	rw.MaxInflightBytes = int64(c.RemoteWrite.MaxInflightBytes)
+	rw.MaxHeapBytes = int64(c.RemoteWrite.MaxHeapBytes)
+	rw.MaxActiveRequests = c.RemoteWrite.MaxActiveRequests
+	rw.MaxQueueWait = time.Duration(c.RemoteWrite.MaxQueueWait)
 	return rw
 }
 

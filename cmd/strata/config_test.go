@@ -76,6 +76,17 @@ func TestValidate(t *testing.T) {
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "out_of_order_time_window") {
 		t.Fatalf("validate = %v, want an out-of-order window error", err)
 	}
+	cfg, err = loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Storage.Raw.WALCompression != "snappy" || cfg.RemoteWrite.MaxHeapBytes != 0 {
+		t.Fatalf("defaults: WAL compression %q, max heap bytes %d", cfg.Storage.Raw.WALCompression, cfg.RemoteWrite.MaxHeapBytes)
+	}
+	cfg.Storage.Raw.WALCompression = "lz4"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "wal_compression") {
+		t.Fatalf("validate = %v, want a WAL compression error", err)
+	}
 }
 
 func TestExternalLabelsAndGRPC(t *testing.T) {

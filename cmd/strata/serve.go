@@ -67,6 +67,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *string { return &c.Storage.Path })
 	o.duration("storage.raw.retention", "How long per-second samples are kept. (default: 24h)",
 		func(c *Config) *model.Duration { return &c.Storage.Raw.Retention })
+	o.string("storage.raw.wal-compression", "How the raw tier's write-ahead log is compressed: snappy, zstd or none. (default: snappy)",
+		func(c *Config) *string { return &c.Storage.Raw.WALCompression })
 	o.duration("storage.minute.retention", "How long minute rollups are kept. (default: 30d)",
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
 	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",
@@ -473,6 +475,12 @@ func addRemoteWriteFlags(o *overrides) {
 		func(c *Config) *int { return &c.RemoteWrite.MaxInflightRequests })
 	o.bytes("remote-write.max-inflight-bytes", "Compressed bytes of remote-write requests handled at once; more get 429. (default: 512MiB)",
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxInflightBytes })
+	o.int("remote-write.max-active-requests", "Remote-write requests that decode and append at once; the other in-flight ones wait. 0: twice the CPUs, at least 4. (default: 0)",
+		func(c *Config) *int { return &c.RemoteWrite.MaxActiveRequests })
+	o.duration("remote-write.max-queue-wait", "How long an in-flight remote-write request waits to become active before it gets 429. (default: 10s)",
+		func(c *Config) *model.Duration { return &c.RemoteWrite.MaxQueueWait })
+	o.bytes("remote-write.max-heap-bytes", "Live Go heap past which remote writes get 429 with Retry-After; 0: 80% of GOMEMLIMIT, -1: no such gate. (default: 0)",
+		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxHeapBytes })
 }
 
 func addRemoteReadFlags(o *overrides) {

@@ -38,6 +38,7 @@ func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registere
 	rawCfg := tiers.DefaultRawConfig(filepath.Join(cfg.Storage.Path, "raw"))
 	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
 	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
+	rawCfg.WALCompression = cfg.Storage.Raw.WALCompression
 	if t.raw, err = tiers.OpenRaw(rawCfg, logger, rawReg); err != nil {
 		return t, err
 	}
