@@ -319,35 +319,42 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 // dataRange is the furthest back it reads of the minute data (selectors of
 // names no rule records); scratchRange of the engine's own series.
 func reach(expr parser.Expr, reached map[string]time.Duration, recorded map[string]bool) (dataRange, total, scratchRange time.Duration) {
-	var walk func(n parser.Node, extra time.Duration)
-	sel := func(vs *parser.VectorSelector, back time.Duration) {
+	walkSelectors(expr, func(vs *parser.VectorSelector, back time.Duration, _ bool) {
 		total = max(total, back+reached[vs.Name])
 		if recorded[vs.Name] {
 			scratchRange = max(scratchRange, back)
 		} else {
 			dataRange = max(dataRange, back)
 		}
-	}
-	walk = func(n parser.Node, extra time.Duration) {
+	})
+	return dataRange, total, scratchRange
+}
+
+// walkSelectors calls fn for every vector selector of n (a matrix
+// selector's too) with how far back it reads: its range and offset plus
+// those of the subqueries around it. pinned says a subquery around it has
+// an @ modifier, which fixes its time whatever the evaluation's.
+func walkSelectors(n parser.Node, fn func(vs *parser.VectorSelector, back time.Duration, pinned bool)) {
+	var walk func(n parser.Node, extra time.Duration, pinned bool)
+	walk = func(n parser.Node, extra time.Duration, pinned bool) {
 		switch x := n.(type) {
 		case *parser.MatrixSelector:
 			if vs, ok := x.VectorSelector.(*parser.VectorSelector); ok {
-				sel(vs, extra+x.Range+vs.OriginalOffset)
+				fn(vs, extra+x.Range+vs.OriginalOffset, pinned)
 			}
 			return
 		case *parser.VectorSelector:
-			sel(x, extra+x.OriginalOffset)
+			fn(x, extra+x.OriginalOffset, pinned)
 			return
 		case *parser.SubqueryExpr:
-			walk(x.Expr, extra+x.Range+x.OriginalOffset)
+			walk(x.Expr, extra+x.Range+x.OriginalOffset, pinned || x.Timestamp != nil || x.StartOrEnd != 0)
 			return
 		}
 		for _, c := range parser.Children(n) {
-			walk(c, extra)
+			walk(c, extra, pinned)
 		}
 	}
-	walk(expr, 0)
-	return dataRange, total, scratchRange
+	walk(n, 0, false)
 }
 
 func (e *Engine) isHidden(name string) bool {

@@ -47,8 +47,8 @@ func (k *scratchKeep) keepFor(name string) int64 {
 func newScratchKeep(exprs []parser.Expr, recorded map[string]bool, lookback, retention time.Duration) *scratchKeep {
 	k := &scratchKeep{byName: map[string]int64{}, ret: retention.Milliseconds()}
 	k.def = min(k.ret, (lookback + minute).Milliseconds())
-	note := func(vs *parser.VectorSelector, back time.Duration) {
-		if vs.Timestamp != nil || vs.StartOrEnd != 0 {
+	note := func(vs *parser.VectorSelector, back time.Duration, pinned bool) {
+		if pinned || vs.Timestamp != nil || vs.StartOrEnd != 0 {
 			k.all = true
 			return
 		}
@@ -85,34 +85,12 @@ func newScratchKeep(exprs []parser.Expr, recorded map[string]bool, lookback, ret
 		d := min(k.ret, (max(back, 0) + lookback + minute).Milliseconds())
 		k.byName[vs.Name] = max(k.byName[vs.Name], d, k.def)
 	}
-	var walk func(n parser.Node, extra time.Duration)
-	walk = func(n parser.Node, extra time.Duration) {
-		switch x := n.(type) {
-		case *parser.MatrixSelector:
-			if vs, ok := x.VectorSelector.(*parser.VectorSelector); ok {
-				note(vs, extra+x.Range+vs.OriginalOffset)
-			}
-			return
-		case *parser.VectorSelector:
-			note(x, extra+x.OriginalOffset)
-			return
-		case *parser.SubqueryExpr:
-			if x.Timestamp != nil || x.StartOrEnd != 0 {
-				k.all = true
-			}
-			walk(x.Expr, extra+x.Range+x.OriginalOffset)
-			return
-		}
-		for _, c := range parser.Children(n) {
-			walk(c, extra)
-		}
-	}
 	for _, e := range exprs {
 		if e == nil {
 			k.all = true
 			continue
 		}
-		walk(e, 0)
+		walkSelectors(e, note)
 	}
 	return k
 }

@@ -49,6 +49,8 @@ func TestScratchKeep(t *testing.T) {
 			map[string]time.Duration{"r:a": ret}},
 		{"an @ modifier keeps everything", parse(`r:a @ 100`),
 			map[string]time.Duration{"r:b": ret}},
+		{"an @ modifier on a subquery keeps everything", parse(`max_over_time(r:a[10m:1m] @ 100)`),
+			map[string]time.Duration{"r:b": ret}},
 		{"an unparsable evidence query keeps everything", []parser.Expr{nil},
 			map[string]time.Duration{"r:b": ret}},
 	} {
