@@ -499,30 +499,9 @@ func (e *Engine) readMatchers() []*labels.Matcher {
 // those series; nil when some selector has no metric-name matcher (or an
 // evidence query cannot be parsed), which needs every series.
 func readSet(files []ruleFile, recorded map[string]bool) *labels.Matcher {
-	var exprs []parser.Expr
-	p := newParser()
-	for _, f := range files {
-		for _, g := range f.groups {
-			for _, r := range g.Rules {
-				expr, err := p.ParseExpr(r.Expr)
-				if err != nil {
-					return nil
-				}
-				exprs = append(exprs, expr)
-				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
-					// Template actions become a placeholder: they sit in label values.
-					q := templateAction.ReplaceAllString(ev.Query, "x")
-					if q == "" {
-						continue
-					}
-					expr, err := p.ParseExpr(q)
-					if err != nil {
-						return nil
-					}
-					exprs = append(exprs, expr)
-				}
-			}
-		}
+	exprs := engineExprs(files)
+	if slices.Contains(exprs, nil) {
+		return nil
 	}
 	return readSetExprs(exprs, recorded)
 }

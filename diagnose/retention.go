@@ -96,7 +96,7 @@ func newScratchKeep(exprs []parser.Expr, recorded map[string]bool, lookback, ret
 }
 
 // engineExprs parses every rule expression and evidence query of files (a
-// nil entry for an evidence query that does not parse).
+// nil entry for one that does not parse).
 func engineExprs(files []ruleFile) []parser.Expr {
 	var exprs []parser.Expr
 	p := newParser()
@@ -109,6 +109,7 @@ func engineExprs(files []ruleFile) []parser.Expr {
 				}
 				exprs = append(exprs, expr)
 				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
+					// Template actions become a placeholder: they sit in label values.
 					q := templateAction.ReplaceAllString(ev.Query, "x")
 					if q == "" {
 						continue

@@ -170,11 +170,19 @@ func sortWindows(sws []tiers.SeriesWindows) {
 // StoreAPI and Info client talking to it.
 func client(t testing.TB, srv *Server) (storepb.StoreClient, infopb.InfoClient) {
 	t.Helper()
+	conn := serve(t, srv, nil)
+	return storepb.NewStoreClient(conn), infopb.NewInfoClient(conn)
+}
+
+// serve starts srv's gRPC server (with qs, the Query API, when not nil) on
+// a loopback port for the test and returns a connection to it.
+func serve(t testing.TB, srv *Server, qs *QueryServer) *grpc.ClientConn {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGRPCServer(srv, nil, nil)
+	g := NewGRPCServer(srv, qs, nil)
 	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodec(Codec())))
@@ -182,7 +190,7 @@ func client(t testing.TB, srv *Server) (storepb.StoreClient, infopb.InfoClient) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return storepb.NewStoreClient(conn), infopb.NewInfoClient(conn)
+	return conn
 }
 
 func newServer(t testing.TB, f *fixture, cfg Config) (*Server, *prometheus.Registry) {
