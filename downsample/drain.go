@@ -149,12 +149,13 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 		}
 		buf := p.encBuf[:0]
 		blk := spillBlock{minStart: math.MaxInt64, maxStart: math.MinInt64}
+		enc := windowCodec{h: h}
 		for _, x := range keyed {
 			if timegrid.Floor(x.e.w.Start, HourRes) != h {
 				continue
 			}
 			buf = binary.AppendUvarint(buf, uint64(x.e.slot))
-			buf = appendWindow(buf, h, x.e.w)
+			buf = enc.appendWindow(buf, x.e.w)
 			blk.records++
 			blk.minStart, blk.maxStart = min(blk.minStart, x.e.w.Start), max(blk.maxStart, x.e.w.Start)
 		}

@@ -558,11 +558,12 @@ func (r *rawSpiller) flush() error {
 	})
 	buf := r.p.encBuf[:0]
 	blk := spillBlock{records: len(r.series), inline: true, minStart: math.MaxInt64, maxStart: math.MinInt64}
+	enc := windowCodec{h: r.sp.start}
 	for _, s := range r.series {
 		buf = appendLabels(buf, s.lset)
 		buf = binary.AppendUvarint(buf, uint64(len(s.ws)))
 		for _, w := range s.ws {
-			buf = appendWindow(buf, r.sp.start, w)
+			buf = enc.appendWindow(buf, w)
 			blk.minStart, blk.maxStart = min(blk.minStart, w.Start), max(blk.maxStart, w.Start)
 		}
 	}

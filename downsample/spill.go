@@ -10,6 +10,7 @@ import (
 	"io"
 	"iter"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,7 +36,8 @@ import (
 // block's window of a series and minute replaces an earlier one, and so does
 // a later record within a block: that is how a window re-emitted with more
 // samples, or recomputed from raw, supersedes the first one. A spill is never
-// read after a restart: the open hours are recomputed from raw then.
+// read after a restart: the open hours are recomputed from raw then. The
+// format is docs/format/rollup-spill.md.
 
 // spillFile is the storage of one hour's spill.
 type spillFile interface {
@@ -127,16 +129,25 @@ type spillBlock struct {
 	minStart, maxStart int64
 }
 
+// spillHeader starts every spill: the format and its version
+// (docs/format/rollup-spill.md). Version 1 files had no header; like any
+// spill a previous process left, they are removed on start.
+const spillHeader = "strata rollup spill v2\n"
+
 // newSpill opens an empty spill for hour h.
 func (p *Pipeline) newSpill(h int64, suffix string) (*hourSpill, error) {
-	if p.cfg.SpillDir == "" {
-		return &hourSpill{start: h, f: &memSpill{}}, nil
+	var f spillFile = &memSpill{}
+	if p.cfg.SpillDir != "" {
+		of, err := os.Create(filepath.Join(p.cfg.SpillDir, strconv.FormatInt(h, 10)+suffix+spillSuffix))
+		if err != nil {
+			return nil, fmt.Errorf("create rollup spill: %w", err)
+		}
+		f = fileSpill{of}
 	}
-	f, err := os.Create(filepath.Join(p.cfg.SpillDir, strconv.FormatInt(h, 10)+suffix+spillSuffix))
-	if err != nil {
-		return nil, fmt.Errorf("create rollup spill: %w", err)
+	if _, err := f.WriteAt([]byte(spillHeader), 0); err != nil {
+		return nil, errors.Join(fmt.Errorf("write rollup spill: %w", err), f.remove())
 	}
-	return &hourSpill{start: h, f: fileSpill{f}}, nil
+	return &hourSpill{start: h, f: f, size: int64(len(spillHeader))}, nil
 }
 
 // spillEntry is a window of the tee's series in slot.
@@ -152,10 +163,13 @@ type rawSeries struct {
 	ws   []tiers.Window
 }
 
-// Window encoding, relative to the partition's start h: the minute, a flags
-// byte, FirstT-Start, LastT-FirstT, Count and Resets as uvarints, then Last
+// Window encoding (docs/format/rollup-spill.md, version 2). A window is
+// encoded against the block's previous one (windowCodec): one sort of
+// series sent in one request shares its minute, offsets and count, and those
+// are then left out. Two flag bytes, then the minute, FirstT-Start,
+// LastT-FirstT, Count and Resets where the flags do not give them, then Last
 // and whichever of First, Min, Max, Sum and Increase the flags do not give
-// back exactly (bit for bit), as 8 bytes each.
+// back exactly (bit for bit), each as a packed float (appendFloat).
 const (
 	flagStale       = 1 << iota
 	flagFirstIsLast // First == Last
@@ -164,12 +178,53 @@ const (
 	flagMaxIsFirst
 	flagMaxIsLast
 	flagIncDerived // Increase == Last - First
+	flagNoResets   // Resets == 0
+)
+
+// The second flag byte: fields equal to the previous window's in the block.
+const (
+	flagSameMinute   = 1 << iota
+	flagSameFirstOff // FirstT-Start
+	flagSameSpan     // LastT-FirstT
+	flagSameCount
+	flagsSameAll = flagSameMinute | flagSameFirstOff | flagSameSpan | flagSameCount
 )
 
 func sameBits(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
 
-func appendWindow(b []byte, h int64, w tiers.Window) []byte {
-	var f byte
+// windowCodec is the state of one block's window encoding or decoding: the
+// previous window's fields that the next one may repeat. Its zero value
+// (with h set) starts a block.
+type windowCodec struct {
+	h                     int64 // the partition's start
+	minute                byte
+	firstOff, span, count uint64
+}
+
+// appendFloat appends v as the bytes of v XOR ref that are not zero at
+// either end: a header byte (leading zero bytes << 4 | bytes kept), then the
+// bytes kept, least significant first. Integer-valued samples (counters,
+// most gauges) end in zero bytes, and First, Min and Max share their sign,
+// exponent and top mantissa bits with Last.
+func appendFloat(b []byte, v, ref float64) []byte {
+	x := math.Float64bits(v) ^ math.Float64bits(ref)
+	if x == 0 {
+		return append(b, 0)
+	}
+	lead := bits.LeadingZeros64(x) / 8
+	trail := bits.TrailingZeros64(x) / 8
+	n := 8 - lead - trail
+	b = append(b, byte(lead<<4|n))
+	x >>= 8 * trail
+	for range n {
+		b = append(b, byte(x))
+		x >>= 8
+	}
+	return b
+}
+
+func (c *windowCodec) appendWindow(b []byte, w tiers.Window) []byte {
+	var f, g byte
 	if w.Stale {
 		f |= flagStale
 	}
@@ -191,24 +246,55 @@ func appendWindow(b []byte, h int64, w tiers.Window) []byte {
 	if sameBits(w.Increase, w.Last-w.First) {
 		f |= flagIncDerived
 	}
-	b = append(b, byte((w.Start-h)/MinuteRes), f)
-	b = binary.AppendUvarint(b, uint64(w.FirstT-w.Start)) //nolint:gosec // FirstT >= Start
-	b = binary.AppendUvarint(b, uint64(w.LastT-w.FirstT)) //nolint:gosec // LastT >= FirstT
-	b = binary.AppendUvarint(b, uint64(w.Count))
-	b = binary.AppendUvarint(b, uint64(w.Resets))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Last))
+	if w.Resets == 0 {
+		f |= flagNoResets
+	}
+	minute := byte((w.Start - c.h) / MinuteRes)
+	firstOff := uint64(w.FirstT - w.Start) //nolint:gosec // FirstT >= Start
+	span := uint64(w.LastT - w.FirstT)     //nolint:gosec // LastT >= FirstT
+	count := uint64(w.Count)
+	if minute == c.minute {
+		g |= flagSameMinute
+	}
+	if firstOff == c.firstOff {
+		g |= flagSameFirstOff
+	}
+	if span == c.span {
+		g |= flagSameSpan
+	}
+	if count == c.count {
+		g |= flagSameCount
+	}
+	c.minute, c.firstOff, c.span, c.count = minute, firstOff, span, count
+	b = append(b, f, g)
+	if g&flagSameMinute == 0 {
+		b = append(b, minute)
+	}
+	if g&flagSameFirstOff == 0 {
+		b = binary.AppendUvarint(b, firstOff)
+	}
+	if g&flagSameSpan == 0 {
+		b = binary.AppendUvarint(b, span)
+	}
+	if g&flagSameCount == 0 {
+		b = binary.AppendUvarint(b, count)
+	}
+	if f&flagNoResets == 0 {
+		b = binary.AppendUvarint(b, uint64(w.Resets))
+	}
+	b = appendFloat(b, w.Last, 0)
 	if f&flagFirstIsLast == 0 {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.First))
+		b = appendFloat(b, w.First, w.Last)
 	}
 	if f&(flagMinIsFirst|flagMinIsLast) == 0 {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Min))
+		b = appendFloat(b, w.Min, w.Last)
 	}
 	if f&(flagMaxIsFirst|flagMaxIsLast) == 0 {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Max))
+		b = appendFloat(b, w.Max, w.Last)
 	}
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Sum))
+	b = appendFloat(b, w.Sum, 0)
 	if f&flagIncDerived == 0 {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Increase))
+		b = appendFloat(b, w.Increase, 0)
 	}
 	return b
 }
@@ -218,8 +304,7 @@ var errCorruptSpill = errors.New("corrupt rollup spill")
 // spillReader decodes a block.
 type spillReader struct {
 	r   *bufio.Reader
-	h   int64
-	buf [8]byte
+	c   windowCodec
 	err error
 }
 
@@ -234,15 +319,23 @@ func (d *spillReader) uvarint() uint64 {
 	return v
 }
 
-func (d *spillReader) float() float64 {
+// float reads a float appendFloat wrote against ref.
+func (d *spillReader) float(ref float64) float64 {
+	hdr := d.byte()
 	if d.err != nil {
 		return 0
 	}
-	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
-		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
+	lead, n := int(hdr>>4), int(hdr&0xf)
+	if lead+n > 8 {
+		d.err = fmt.Errorf("%w: float header %#x", errCorruptSpill, hdr)
 		return 0
 	}
-	return math.Float64frombits(binary.LittleEndian.Uint64(d.buf[:]))
+	var x uint64
+	for i := range n {
+		x |= uint64(d.byte()) << (8 * i)
+	}
+	x <<= 8 * (8 - lead - n)
+	return math.Float64frombits(x ^ math.Float64bits(ref))
 }
 
 func (d *spillReader) byte() byte {
@@ -258,17 +351,36 @@ func (d *spillReader) byte() byte {
 
 func (d *spillReader) window() tiers.Window {
 	var w tiers.Window
-	w.Start = d.h + int64(d.byte())*MinuteRes
-	f := d.byte()
+	c := &d.c
+	f, g := d.byte(), d.byte()
+	if g&^flagsSameAll != 0 {
+		d.err = fmt.Errorf("%w: flags %#x", errCorruptSpill, g)
+		return w
+	}
+	if g&flagSameMinute == 0 {
+		c.minute = d.byte()
+	}
+	if g&flagSameFirstOff == 0 {
+		c.firstOff = d.uvarint()
+	}
+	if g&flagSameSpan == 0 {
+		c.span = d.uvarint()
+	}
+	if g&flagSameCount == 0 {
+		c.count = d.uvarint()
+	}
+	w.Start = c.h + int64(c.minute)*MinuteRes
+	w.FirstT = w.Start + int64(c.firstOff) //nolint:gosec // written from an int64 difference
+	w.LastT = w.FirstT + int64(c.span)     //nolint:gosec // written from an int64 difference
+	w.Count = uint32(c.count)              //nolint:gosec // written from a uint32
+	if f&flagNoResets == 0 {
+		w.Resets = uint32(d.uvarint()) //nolint:gosec // written from a uint32
+	}
 	w.Stale = f&flagStale != 0
-	w.FirstT = w.Start + int64(d.uvarint()) //nolint:gosec // written from an int64 difference
-	w.LastT = w.FirstT + int64(d.uvarint()) //nolint:gosec // written from an int64 difference
-	w.Count = uint32(d.uvarint())           //nolint:gosec // written from a uint32
-	w.Resets = uint32(d.uvarint())          //nolint:gosec // written from a uint32
-	w.Last = d.float()
+	w.Last = d.float(0)
 	w.First = w.Last
 	if f&flagFirstIsLast == 0 {
-		w.First = d.float()
+		w.First = d.float(w.Last)
 	}
 	switch {
 	case f&flagMinIsFirst != 0:
@@ -276,7 +388,7 @@ func (d *spillReader) window() tiers.Window {
 	case f&flagMinIsLast != 0:
 		w.Min = w.Last
 	default:
-		w.Min = d.float()
+		w.Min = d.float(w.Last)
 	}
 	switch {
 	case f&flagMaxIsFirst != 0:
@@ -284,13 +396,13 @@ func (d *spillReader) window() tiers.Window {
 	case f&flagMaxIsLast != 0:
 		w.Max = w.Last
 	default:
-		w.Max = d.float()
+		w.Max = d.float(w.Last)
 	}
-	w.Sum = d.float()
+	w.Sum = d.float(0)
 	if f&flagIncDerived != 0 {
 		w.Increase = w.Last - w.First
 	} else {
-		w.Increase = d.float()
+		w.Increase = d.float(0)
 	}
 	return w
 }
@@ -371,7 +483,7 @@ type blockCursor struct {
 func (p *Pipeline) newCursor(sp *hourSpill, seq int, bufSize int) *blockCursor {
 	blk := sp.blocks[seq]
 	return &blockCursor{
-		d:   spillReader{r: bufio.NewReaderSize(io.NewSectionReader(sp.f, blk.off, blk.len), bufSize), h: sp.start},
+		d:   spillReader{r: bufio.NewReaderSize(io.NewSectionReader(sp.f, blk.off, blk.len), bufSize), c: windowCodec{h: sp.start}},
 		p:   p,
 		blk: blk,
 		seq: seq,

@@ -1,0 +1,194 @@
+package downsample
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// sameWindow reports whether a and b are equal bit for bit (NaN included).
+func sameWindow(a, b tiers.Window) bool {
+	return a.Start == b.Start && a.FirstT == b.FirstT && a.LastT == b.LastT &&
+		a.Count == b.Count && a.Resets == b.Resets && a.Stale == b.Stale &&
+		sameBits(a.First, b.First) && sameBits(a.Last, b.Last) && sameBits(a.Min, b.Min) &&
+		sameBits(a.Max, b.Max) && sameBits(a.Sum, b.Sum) && sameBits(a.Increase, b.Increase)
+}
+
+// encodeBlock encodes ws as one block of hour h.
+func encodeBlock(h int64, ws []tiers.Window) []byte {
+	c := windowCodec{h: h}
+	var b []byte
+	for _, w := range ws {
+		b = c.appendWindow(b, w)
+	}
+	return b
+}
+
+// decodeBlock decodes n windows of hour h and reports whether b had
+// exactly their bytes.
+func decodeBlock(h int64, b []byte, n int) ([]tiers.Window, error) {
+	d := spillReader{r: bufio.NewReader(bytes.NewReader(b)), c: windowCodec{h: h}}
+	out := make([]tiers.Window, 0, n)
+	for range n {
+		w := d.window()
+		if d.err != nil {
+			return out, d.err
+		}
+		out = append(out, w)
+	}
+	if _, err := d.r.ReadByte(); err == nil {
+		return out, errors.New("bytes left after the block's windows")
+	}
+	return out, nil
+}
+
+func TestSpillWindowCodec(t *testing.T) {
+	const h = int64(1_796_180_400_000)
+	nan := math.NaN()
+	cases := []struct {
+		name string
+		w    tiers.Window
+	}{
+		{"counter, 1 Hz", tiers.Window{Start: h + 5*MinuteRes, FirstT: h + 5*MinuteRes + 431, LastT: h + 6*MinuteRes - 569, Count: 60,
+			First: 34510, Last: 34615, Min: 34510, Max: 34615, Sum: 2_073_123, Increase: 105}},
+		{"same fields as the previous window", tiers.Window{Start: h + 5*MinuteRes, FirstT: h + 5*MinuteRes + 431, LastT: h + 6*MinuteRes - 569, Count: 60,
+			First: 56492, Last: 56699, Min: 56492, Max: 56699, Sum: 3_395_880, Increase: 207}},
+		{"gauge, fractional", tiers.Window{Start: h + 59*MinuteRes, FirstT: h + 59*MinuteRes, LastT: h + 59*MinuteRes + 45_000, Count: 4,
+			First: 0.4537, Last: 0.4012, Min: 0.3999, Max: 0.6125, Sum: 1.8673, Increase: 0.4012 - 0.4537}},
+		{"counter reset, increase not derived", tiers.Window{Start: h, FirstT: h + 1, LastT: h + 59_999, Count: 1 << 31, Resets: 3,
+			First: 1e300, Last: 2, Min: 0, Max: 1e300, Sum: math.Inf(1), Increase: 12.5}},
+		{"NaN and signed zeros", tiers.Window{Start: h + MinuteRes, FirstT: h + MinuteRes + 7, LastT: h + MinuteRes + 7, Count: 1,
+			First: math.Copysign(0, -1), Last: 0, Min: nan, Max: math.Float64frombits(0x7ff8000000000001), Sum: nan, Increase: nan}},
+		{"stale, one sample", tiers.Window{Start: h + 2*MinuteRes, FirstT: h + 2*MinuteRes + 1000, LastT: h + 2*MinuteRes + 1000, Count: 1,
+			First: -7, Last: -7, Min: -7, Max: -7, Sum: -7, Stale: true}},
+		{"extremes", tiers.Window{Start: h + 3*MinuteRes, FirstT: h + 3*MinuteRes, LastT: h + 4*MinuteRes - 1, Count: math.MaxUint32, Resets: math.MaxUint32,
+			First: math.SmallestNonzeroFloat64, Last: math.MaxFloat64, Min: math.Inf(-1), Max: math.Inf(1), Sum: -math.MaxFloat64, Increase: math.Float64frombits(1)}},
+	}
+	var all []tiers.Window
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := decodeBlock(h, encodeBlock(h, []tiers.Window{c.w}), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameWindow(got[0], c.w) {
+				t.Errorf("decoded %+v\n want %+v", got[0], c.w)
+			}
+		})
+		all = append(all, c.w)
+	}
+	// In one block each window is encoded against the one before.
+	all = append(all, all...)
+	got, err := decodeBlock(h, encodeBlock(h, all), len(all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range all {
+		if !sameWindow(got[i], all[i]) {
+			t.Errorf("window %d in a block: decoded %+v\n want %+v", i, got[i], all[i])
+		}
+	}
+}
+
+// TestSpillWindowSize: a minute of a 1 Hz fleet of integer-valued counters
+// in one block, as the tick writes it, takes under half the bytes of format
+// version 1 (44 bytes a window on this data: 8 for each of Last, First and
+// Sum, 3 for each time offset).
+func TestSpillWindowSize(t *testing.T) {
+	const (
+		h      = int64(1_796_180_400_000)
+		series = 1000
+	)
+	ws := make([]tiers.Window, series)
+	for i := range ws {
+		first := float64(10_000 + 97*i)
+		inc := float64(60 + i%50)
+		ws[i] = tiers.Window{Start: h + 10*MinuteRes, FirstT: h + 10*MinuteRes + int64(i%4)*250, Count: 60,
+			First: first, Last: first + inc, Min: first, Max: first + inc, Sum: 60*first + 30*inc, Increase: inc}
+		ws[i].LastT = ws[i].FirstT + 59_000
+	}
+	b := encodeBlock(h, ws)
+	if per := float64(len(b)) / series; per > 22 {
+		t.Errorf("%.1f bytes a window, want at most 22", per)
+	}
+	got, err := decodeBlock(h, b, series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ws {
+		if !sameWindow(got[i], ws[i]) {
+			t.Fatalf("window %d: decoded %+v\n want %+v", i, got[i], ws[i])
+		}
+	}
+}
+
+// FuzzSpillWindow: any window survives the spill bit for bit, and no input
+// makes the decoder panic.
+func FuzzSpillWindow(f *testing.F) {
+	f.Add(uint8(3), uint32(431), uint32(59_000), uint32(60), uint32(0), uint64(0x40e0e6e000000000), uint64(0x40e0d9c000000000), uint64(0), uint64(0x413fa1a300000000), false, []byte{0x7f, 0, 1})
+	f.Fuzz(func(t *testing.T, minute uint8, firstOff, span, count, resets uint32, last, first, minmax, sum uint64, stale bool, junk []byte) {
+		const h = int64(1_796_180_400_000)
+		start := h + int64(minute%60)*MinuteRes
+		w := tiers.Window{Start: start, FirstT: start + int64(firstOff), LastT: start + int64(firstOff) + int64(span), Count: count, Resets: resets,
+			Last: math.Float64frombits(last), First: math.Float64frombits(first), Min: math.Float64frombits(minmax),
+			Max: math.Float64frombits(minmax ^ last), Sum: math.Float64frombits(sum), Increase: math.Float64frombits(sum ^ first), Stale: stale}
+		ws := []tiers.Window{w, w, {Start: start, FirstT: start, LastT: start, Count: 1, Last: w.Sum, First: w.Sum, Min: w.Sum, Max: w.Sum, Sum: w.Sum}}
+		got, err := decodeBlock(h, encodeBlock(h, ws), len(ws))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ws {
+			if !sameWindow(got[i], ws[i]) {
+				t.Fatalf("window %d: decoded %+v\n want %+v", i, got[i], ws[i])
+			}
+		}
+		// Arbitrary bytes decode or fail, never panic.
+		_, _ = decodeBlock(h, junk, 4)
+	})
+}
+
+// TestSpillFileVersion: a spill file starts with its format version, and
+// spills a previous process left (version 1 had no header) are removed when
+// a pipeline starts, their hours recomputed from raw.
+func TestSpillFileVersion(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "1796180400000.windows")
+	if err := os.WriteFile(old, binary.AppendUvarint(nil, 7), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.SpillDir = dir
+	p, err := New(cfg, openTestRaw(t), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("leftover spill not removed: %v", err)
+	}
+	sp, err := p.newSpill(1_796_184_000_000, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sp.f.remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	head := make([]byte, len(spillHeader))
+	if _, err := sp.f.ReadAt(head, 0); err != nil {
+		t.Fatal(err)
+	}
+	if string(head) != spillHeader || sp.size != int64(len(spillHeader)) {
+		t.Errorf("spill starts with %q (size %d), want %q", head, sp.size, spillHeader)
+	}
+}
