@@ -169,7 +169,8 @@ type rawSeries struct {
 // are then left out. Two flag bytes, then the minute, FirstT-Start,
 // LastT-FirstT, Count and Resets where the flags do not give them, then Last
 // and whichever of First, Min, Max, Sum and Increase the flags do not give
-// back exactly (bit for bit), each as a packed float (appendFloat).
+// back exactly (bit for bit), each as a packed float (appendFloat): First,
+// Min and Max against Last, Sum against sumRef, the others against 0.
 const (
 	flagStale       = 1 << iota
 	flagFirstIsLast // First == Last
@@ -292,7 +293,7 @@ func (c *windowCodec) appendWindow(b []byte, w tiers.Window) []byte {
 	if f&(flagMaxIsFirst|flagMaxIsLast) == 0 {
 		b = appendFloat(b, w.Max, w.Last)
 	}
-	b = appendFloat(b, w.Sum, 0)
+	b = appendFloat(b, w.Sum, sumRef(w))
 	if f&flagIncDerived == 0 {
 		b = appendFloat(b, w.Increase, 0)
 	}
@@ -398,7 +399,7 @@ func (d *spillReader) window() tiers.Window {
 	default:
 		w.Max = d.float(w.Last)
 	}
-	w.Sum = d.float(0)
+	w.Sum = d.float(sumRef(w))
 	if f&flagIncDerived != 0 {
 		w.Increase = w.Last - w.First
 	} else {
@@ -672,3 +673,8 @@ func (p *Pipeline) dropSpill(h int64) error {
 	}
 	return nil
 }
+
+// sumRef is what Sum is encoded against: the window's count times the mean
+// of its first and last value, which shares Sum's top bytes for a counter
+// and for most gauges.
+func sumRef(w tiers.Window) float64 { return (w.First + w.Last) / 2 * float64(w.Count) }
