@@ -243,13 +243,13 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	}
 	cfg = cfg.withDefaults()
 	h := &Handler{
-		cfg:        cfg,
-		app:        app,
-		meta:       meta,
-		logger:     logger,
-		now:        now,
-		jitter:     rand.Float64,
-		liveHeap:   readLiveHeap,
+		cfg:      cfg,
+		app:      app,
+		meta:     meta,
+		logger:   logger,
+		now:      now,
+		jitter:   rand.Float64,
+		liveHeap: readLiveHeap,
 	}
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize)
