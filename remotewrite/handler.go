@@ -92,15 +92,13 @@ type Config struct {
 	// (GOMEMLIMIT) as NewHandler finds it, and no gate when none is set;
 	// negative switches the gate off.
 	MaxHeapBytes int64
-	// RetryAfter is the typical Retry-After the handler sends with 429
-	// (5 s). Each 429 gets its own, in whole seconds (at least 1): from
-	// half of RetryAfter with no request waiting for an active slot to
-	// 1.5 times it with MaxInflightRequests waiting, then spread by a
-	// random factor between 0.5 and 1.5, so at most 2.25 times RetryAfter
-	// (12 s by default). With one fixed value every sender refused in the
-	// same second came back in the same second, and the accepted rate
-	// swung from a tenth of the capacity to all of it (docs/bench.md,
-	// "Overload").
+	// RetryAfter is the mean Retry-After the handler sends with 429 while
+	// every request in flight waits for an active slot (5 s). Each 429
+	// gets its own, in whole seconds (at least 1): half of RetryAfter with
+	// no request waiting, growing to all of it with MaxInflightRequests
+	// waiting, times a random factor between 0.5 and 1.5, so at most 1.5
+	// times RetryAfter (8 s by default). With one fixed value, every sender
+	// refused in the same second came back in the same second.
 	RetryAfter time.Duration
 	// MaxErrorBodyBytes caps the response body of a 400 (4 KiB): a request
 	// with 10,000 bad series must not produce a 10,000-line answer.
@@ -523,7 +521,7 @@ func (h *Handler) admit(bytes int64) bool {
 func (h *Handler) retryAfterSeconds() int64 {
 	waiting := max(h.inflightReqs.Load()-int64(len(h.active)), 0)
 	queue := min(float64(waiting)/float64(h.cfg.MaxInflightRequests), 1)
-	d := h.cfg.RetryAfter.Seconds() * (0.5 + queue) * (0.5 + h.jitter())
+	d := h.cfg.RetryAfter.Seconds() * (0.5 + queue/2) * (0.5 + h.jitter())
 	return max(int64(math.Round(d)), 1)
 }
 

@@ -300,10 +300,10 @@ func TestHandlerActiveBound(t *testing.T) {
 }
 
 // retryAfterValid reports whether v is a Retry-After the handler may send
-// for the typical delay d: whole seconds from 1 to 2.25 times d.
+// for the mean delay d: whole seconds from 1 to 1.5 times d.
 func retryAfterValid(v string, d time.Duration) bool {
 	n, err := strconv.Atoi(v)
-	return err == nil && n >= 1 && float64(n) <= math.Ceil(2.25*d.Seconds())
+	return err == nil && n >= 1 && float64(n) <= math.Ceil(1.5*d.Seconds())
 }
 
 // TestRetryAfterSpread: a 429's Retry-After grows with the requests waiting
@@ -321,12 +321,13 @@ func TestRetryAfterSpread(t *testing.T) {
 		jitter  float64
 		want    int64
 	}{
-		{0, 0, 1},         // 5 s x 0.5 x 0.5 = 1.25
-		{0, 0.999, 4},     // 5 s x 0.5 x 1.5 = 3.75
-		{full, 0, 4},      // 5 s x 1.5 x 0.5 = 3.75
-		{full, 0.999, 11}, // 5 s x 1.5 x 1.5 = 11.25
-		{2 * full, 0.999, 11},
-		{full / 2, 0.5, 5},
+		{0, 0, 1},            // 5 s x 0.5 x 0.5 = 1.25
+		{0, 0.999, 4},        // 5 s x 0.5 x 1.5 = 3.75
+		{full, 0, 3},         // 5 s x 1 x 0.5 = 2.5
+		{full, 0.5, 5},       // the mean with the queue full
+		{full, 0.999, 7},     // 5 s x 1 x 1.5 = 7.5
+		{2 * full, 0.999, 7}, // more waiting than the bound: as full
+		{full / 2, 0.5, 4},   // 5 s x 0.75 x 1 = 3.75
 	} {
 		h.inflightReqs.Store(tc.waiting)
 		h.jitter = func() float64 { return tc.jitter }
@@ -336,7 +337,7 @@ func TestRetryAfterSpread(t *testing.T) {
 	}
 
 	h.jitter = rand.Float64
-	h.inflightReqs.Store(full / 2)
+	h.inflightReqs.Store(full)
 	seen := map[int64]int{}
 	for range 1000 {
 		v := h.retryAfterSeconds()
@@ -345,9 +346,9 @@ func TestRetryAfterSpread(t *testing.T) {
 		}
 		seen[v]++
 	}
-	// Half the queue waiting: 2.5 to 7.5 s, eight whole-second values at
-	// least, none of them given to most senders.
-	if len(seen) < 5 {
+	// The queue full: 2.5 to 7.5 s, six whole-second values, none of them
+	// given to most senders.
+	if len(seen) < 4 {
 		t.Errorf("1,000 Retry-After values took %d distinct values (%v); want them spread", len(seen), seen)
 	}
 	for v, n := range seen {
