@@ -1,7 +1,10 @@
 package remotewrite
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 )
@@ -57,5 +60,29 @@ func TestSeriesCacheGuardsCollisions(t *testing.T) {
 	}
 	if got, ref, _, cached := h.seriesLabels(3, second[3].Labels, &st); !cached || ref != 9 || !labels.Equal(got, a) {
 		t.Fatalf("known series: %v ref %d cached %v; want %v ref 9 from the cache", got, ref, cached, a)
+	}
+}
+
+// TestWriteForgetsProbes: after a request, the pooled write state holds no
+// label set of the series cache, which would keep series the head dropped
+// alive for as long as the state stays in the pool.
+func TestWriteForgetsProbes(t *testing.T) {
+	h, err := NewHandler(DefaultConfig(), &nopAppendable{}, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Series: []Series{{Labels: []Label{{"__name__", "up"}, {"job", "a"}}, Samples: []Sample{{Value: 1, Timestamp: base.UnixMilli()}}}}}
+	var st writeState
+	h.now = func() time.Time { return base }
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
+	for i := range 2 { // the second request finds the series in the cache
+		if res := h.write(r, version1, req, &st); res.samples != 1 {
+			t.Fatalf("request %d wrote %d samples: %s", i, res.samples, res.message(1000))
+		}
+	}
+	for i, p := range st.probes[:cap(st.probes)] {
+		if !p.entry.lset.IsEmpty() {
+			t.Fatalf("probe %d still holds %v after the request", i, p.entry.lset)
+		}
 	}
 }

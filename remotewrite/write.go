@@ -111,6 +111,9 @@ func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *wri
 	}
 	if h.cache != nil {
 		h.probeAll(req.Series, st)
+		// The pooled state must not keep the cached label sets alive
+		// after the request: the head may drop their series.
+		defer clear(st.probes)
 	}
 	app := h.app.AppenderV2(r.Context())
 	now := h.now()
