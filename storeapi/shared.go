@@ -39,7 +39,7 @@ type sharedSelects struct {
 
 // Defaults of the Query API's shared selects.
 const (
-	sharedSelectGrace = 2 * time.Second
+	sharedSelectGrace = 250 * time.Millisecond
 	sharedSelectMax   = 16
 )
 

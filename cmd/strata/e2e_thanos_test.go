@@ -157,9 +157,16 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 	t.Run("equal to one Strata", func(t *testing.T) { compareAll(t, q, false) })
 	t.Run("distributed: equal to one Strata", func(t *testing.T) {
 		shards := []*strataProc{s0a, s0b, s1}
-		before := storeRequests(t, shards...)
+		const sharedMetric = "strata_storeapi_query_selects_shared_total"
+		before, shared0 := storeRequests(t, shards...), nodeCounter(t, sharedMetric, shards...)
 		compareAll(t, dq, true)
 		after := storeRequests(t, shards...)
+		// The Querier splits each avg into a sum and a count sent at once:
+		// each node reads their selector once (the answers compared above
+		// are exact all the same).
+		if n := nodeCounter(t, sharedMetric, shards...) - shared0; n == 0 {
+			t.Errorf("no Query API select shared a read, though the avg cases push a sum and a count down together")
+		}
 		// Every query went to the nodes' Query API, none to the StoreAPI:
 		// only result series crossed the wire.
 		if n := after["query"] + after["query_range"] - before["query"] - before["query_range"]; n < float64(len(queries)) {
@@ -276,6 +283,28 @@ func storeRequests(t testing.TB, procs ...*strataProc) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// nodeCounter sums a counter of the nodes' /metrics over its label sets.
+func nodeCounter(t testing.TB, name string, procs ...*strataProc) float64 {
+	t.Helper()
+	var sum float64
+	for _, p := range procs {
+		resp, err := http.Get(p.url("/metrics")) //nolint:noctx // test client of a loopback server
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatalf("parse /metrics: %v", err)
+		}
+		for _, m := range families[name].GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 var grpcStartedRe = regexp.MustCompile(`msg="StoreAPI started" address=(\S+)`)
