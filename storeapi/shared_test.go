@@ -119,6 +119,12 @@ func testSeries() listQueryable {
 func selectAll(ctx context.Context, t *testing.T, q storage.Querier, fn string) ([]string, error) {
 	t.Helper()
 	set := q.Select(ctx, false, &storage.SelectHints{Start: 0, End: 3000, Step: 1000, Func: fn}, labels.MustNewMatcher(labels.MatchEqual, "__name__", "gpu_temp"))
+	return seriesStrings(set)
+}
+
+// seriesStrings reads a set whole: each series' labels and float samples
+// as one string.
+func seriesStrings(set storage.SeriesSet) ([]string, error) {
 	var out []string
 	var it chunkenc.Iterator
 	for set.Next() {
@@ -288,20 +294,8 @@ func TestSharedSelectAggregationsReadAlike(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer q.Close()
-		set := q.Select(ctx, false, &storage.SelectHints{Start: start, End: end, Step: step, Func: fn, Range: rng}, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+"))
-		var out []string
-		var it chunkenc.Iterator
-		for set.Next() {
-			s := set.At()
-			it = s.Iterator(it)
-			str := s.Labels().String()
-			for it.Next() == chunkenc.ValFloat {
-				ts, v := it.At()
-				str += " " + fsample{ts, v}.String()
-			}
-			out = append(out, str)
-		}
-		if err := set.Err(); err != nil {
+		out, err := seriesStrings(q.Select(ctx, false, &storage.SelectHints{Start: start, End: end, Step: step, Func: fn, Range: rng}, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+")))
+		if err != nil {
 			t.Fatal(err)
 		}
 		return out

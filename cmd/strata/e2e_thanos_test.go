@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -263,22 +264,10 @@ func writeFleet(t testing.TB, path string, start, end time.Time, from, to int) s
 func storeRequests(t testing.TB, procs ...*strataProc) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for _, p := range procs {
-		resp, err := http.Get(p.url("/metrics")) //nolint:noctx // test client of a loopback server
-		if err != nil {
-			t.Fatal(err)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil {
-			t.Fatalf("parse /metrics: %v", err)
-		}
-		for _, m := range families["strata_storeapi_requests_total"].GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
+	for _, m := range nodeMetrics(t, "strata_storeapi_requests_total", procs...) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "method" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
 			}
 		}
 	}
@@ -289,6 +278,16 @@ func storeRequests(t testing.TB, procs ...*strataProc) map[string]float64 {
 func nodeCounter(t testing.TB, name string, procs ...*strataProc) float64 {
 	t.Helper()
 	var sum float64
+	for _, m := range nodeMetrics(t, name, procs...) {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// nodeMetrics returns the nodes' samples of the metric family name.
+func nodeMetrics(t testing.TB, name string, procs ...*strataProc) []*dto.Metric {
+	t.Helper()
+	var out []*dto.Metric
 	for _, p := range procs {
 		resp, err := http.Get(p.url("/metrics")) //nolint:noctx // test client of a loopback server
 		if err != nil {
@@ -300,11 +299,9 @@ func nodeCounter(t testing.TB, name string, procs ...*strataProc) float64 {
 		if err != nil {
 			t.Fatalf("parse /metrics: %v", err)
 		}
-		for _, m := range families[name].GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
+		out = append(out, families[name].GetMetric()...)
 	}
-	return sum
+	return out
 }
 
 var grpcStartedRe = regexp.MustCompile(`msg="StoreAPI started" address=(\S+)`)
