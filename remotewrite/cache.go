@@ -1,6 +1,8 @@
 package remotewrite
 
 import (
+	"bytes"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -51,12 +53,7 @@ func (c *seriesCache) shard(hash uint64) *cacheShard { return &c.shards[hash%cac
 func (c *seriesCache) get(hash uint64, ls labels.Labels) (cacheEntry, bool) {
 	sh := c.shard(hash)
 	sh.mu.Lock()
-	e, ok := sh.cur[hash]
-	if !ok && sh.prev != nil {
-		if e, ok = sh.prev[hash]; ok {
-			sh.putLocked(hash, e) // promote: it is still in use
-		}
-	}
+	e, ok := sh.getLocked(hash)
 	sh.mu.Unlock()
 	// Equal guards against hash collisions; with the default label
 	// implementation it is one comparison of two flat strings.
@@ -64,6 +61,18 @@ func (c *seriesCache) get(hash uint64, ls labels.Labels) (cacheEntry, bool) {
 		return cacheEntry{}, false
 	}
 	return e, true
+}
+
+// getLocked returns the entry of hash, promoting it from the previous
+// generation: it is still in use. Called with sh.mu held.
+func (sh *cacheShard) getLocked(hash uint64) (cacheEntry, bool) {
+	e, ok := sh.cur[hash]
+	if !ok && sh.prev != nil {
+		if e, ok = sh.prev[hash]; ok {
+			sh.putLocked(hash, e)
+		}
+	}
+	return e, ok
 }
 
 func (c *seriesCache) put(hash uint64, lset labels.Labels, ref storage.SeriesRef) {
@@ -80,16 +89,88 @@ func (sh *cacheShard) putLocked(hash uint64, e cacheEntry) {
 	sh.cur[hash] = e
 }
 
-// seriesLabels returns the label set, its hash and the known reference of a
-// sorted series: from the cache when possible (cached is then true), else a
-// copy out of the request buffer with ref 0.
+// probe is one series' lookup in the series cache, made for all series of
+// a request before any is appended (see probeAll).
+type probe struct {
+	hash     uint64
+	off, end int // the series' encoded labels in writeState.keys
+	entry    cacheEntry
+	hit      bool
+}
+
+// probeAll looks up every series of a request in the cache at once, filling
+// st.probes (one per series, in request order). The label sets are encoded
+// and hashed first, then looked up shard by shard, one lock per shard
+// instead of one per series, and compared with the cached label sets last.
 //
-// The label set is first encoded into st's reusable buffer (no allocation),
-// hashed in one pass over that flat encoding and compared with the cached
-// one in one more: the per-label hashing and comparison this replaces cost
-// more than the TSDB's own append. Only a series the cache does not know is
-// copied, because the TSDB and the tee keep its labels.
-func (h *Handler) seriesLabels(views []Label, st *writeState) (ls labels.Labels, ref storage.SeriesRef, hash uint64, cached bool) {
+// Why in three passes: at 100,000 series the cache's table and label sets
+// do not fit in the processor's caches, so a lookup is a few memory reads
+// the processor waits for. Looked up one series at a time, between locks,
+// each wait comes after the last one; a tight loop of independent lookups
+// under one lock lets the processor issue several at once.
+func (h *Handler) probeAll(series []Series, st *writeState) {
+	st.probes = slices.Grow(st.probes[:0], len(series))[:len(series)]
+	st.keys = st.keys[:0]
+	var start [cacheShards + 1]int
+	for i := range series {
+		s := &series[i]
+		p := &st.probes[i]
+		*p = probe{}
+		if s.Err != nil {
+			continue
+		}
+		p.hash = st.encode(s.Labels).Hash()
+		p.off = len(st.keys)
+		// ByteSize is the encoding's size with the default (stringlabels)
+		// implementation: Bytes then copies it straight into keys.
+		st.keys = slices.Grow(st.keys, int(st.key.ByteSize()))
+		if b := st.key.Bytes(st.keys[p.off:p.off:cap(st.keys)]); cap(b) == cap(st.keys)-p.off {
+			st.keys = st.keys[:p.off+len(b)]
+		} else {
+			st.keys = append(st.keys, b...)
+		}
+		p.end = len(st.keys)
+		start[p.hash%cacheShards+1]++
+	}
+	// Series grouped by shard, in request order within each shard.
+	for sh := 1; sh <= cacheShards; sh++ {
+		start[sh] += start[sh-1]
+	}
+	next := start
+	st.order = slices.Grow(st.order[:0], len(series))[:start[cacheShards]]
+	for i := range series {
+		if series[i].Err == nil {
+			sh := st.probes[i].hash % cacheShards
+			st.order[next[sh]] = int32(i)
+			next[sh]++
+		}
+	}
+	for sh := range h.cache.shards {
+		idx := st.order[start[sh]:start[sh+1]]
+		if len(idx) == 0 {
+			continue
+		}
+		c := &h.cache.shards[sh]
+		c.mu.Lock()
+		for _, i := range idx {
+			p := &st.probes[i]
+			p.entry, p.hit = c.getLocked(p.hash)
+		}
+		c.mu.Unlock()
+	}
+	// The label comparison guards against hash collisions.
+	for i := range st.probes {
+		p := &st.probes[i]
+		if p.hit {
+			st.scratch = p.entry.lset.Bytes(st.scratch)
+			p.hit = bytes.Equal(st.scratch, st.keys[p.off:p.end])
+		}
+	}
+}
+
+// encode encodes label views (sorted, empty values left out) into st.key, a
+// view of st.sb's reusable buffer, valid until the next encode.
+func (st *writeState) encode(views []Label) labels.Labels {
 	st.sb.Reset()
 	for _, l := range views {
 		if l.Value != "" {
@@ -97,14 +178,23 @@ func (h *Handler) seriesLabels(views []Label, st *writeState) (ls labels.Labels,
 		}
 	}
 	st.sb.Overwrite(&st.key)
+	return st.key
+}
+
+// seriesLabels returns the label set, its hash and the known reference of
+// series i of the request (sorted): from the cache when probeAll found it
+// (cached is then true), else a copy out of the request buffer with ref 0.
+// Only a series the cache does not know is copied, because the TSDB and the
+// tee keep its labels.
+func (h *Handler) seriesLabels(i int, views []Label, st *writeState) (ls labels.Labels, ref storage.SeriesRef, hash uint64, cached bool) {
 	if h.cache == nil {
-		return st.key.Copy(), 0, 0, false
+		return st.encode(views).Copy(), 0, 0, false
 	}
-	hash = st.key.Hash()
-	if e, ok := h.cache.get(hash, st.key); ok {
-		return e.lset, e.ref, hash, true
+	p := &st.probes[i]
+	if p.hit {
+		return p.entry.lset, p.entry.ref, p.hash, true
 	}
-	return st.key.Copy(), 0, hash, false
+	return st.encode(views).Copy(), 0, p.hash, false
 }
 
 // stableLabels returns the head's own copy of a series' labels when the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"runtime"
@@ -91,8 +92,13 @@ type Config struct {
 	// (GOMEMLIMIT) as NewHandler finds it, and no gate when none is set;
 	// negative switches the gate off.
 	MaxHeapBytes int64
-	// RetryAfter is the Retry-After the handler sends with 429 (5 s, rounded
-	// up to whole seconds).
+	// RetryAfter is the mean Retry-After the handler sends with 429 while
+	// every request in flight waits for an active slot (5 s). Each 429
+	// gets its own, in whole seconds (at least 1): half of RetryAfter with
+	// no request waiting, growing to all of it with MaxInflightRequests
+	// waiting, times a random factor between 0.5 and 1.5, so at most 1.5
+	// times RetryAfter (8 s by default). With one fixed value, every sender
+	// refused in the same second came back in the same second.
 	RetryAfter time.Duration
 	// MaxErrorBodyBytes caps the response body of a 400 (4 KiB): a request
 	// with 10,000 bad series must not produce a 10,000-line answer.
@@ -175,7 +181,9 @@ type Handler struct {
 
 	inflightReqs  atomic.Int64
 	inflightBytes atomic.Int64
-	retryAfter    string
+	// jitter returns a number in [0, 1) for retryAfterSeconds (rand.Float64;
+	// tests replace it).
+	jitter func() float64
 	// liveHeap reads the live heap for the MaxHeapBytes gate (readLiveHeap;
 	// tests replace it).
 	liveHeap func() uint64
@@ -233,13 +241,13 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	}
 	cfg = cfg.withDefaults()
 	h := &Handler{
-		cfg:        cfg,
-		app:        app,
-		meta:       meta,
-		logger:     logger,
-		now:        now,
-		retryAfter: strconv.FormatInt(int64(math.Ceil(cfg.RetryAfter.Seconds())), 10),
-		liveHeap:   readLiveHeap,
+		cfg:      cfg,
+		app:      app,
+		meta:     meta,
+		logger:   logger,
+		now:      now,
+		jitter:   rand.Float64,
+		liveHeap: readLiveHeap,
 	}
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize)
@@ -437,7 +445,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// Decompress, decode and append with at most MaxActiveRequests at once.
 	if !h.acquire(r) {
-		w.Header().Set("Retry-After", h.retryAfter)
+		h.setRetryAfter(w)
 		h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonQueueTimeout,
 			fmt.Errorf("waited %s for one of %d active remote-write slots, retry later", h.cfg.MaxQueueWait, h.cfg.MaxActiveRequests)})
 		return
@@ -506,14 +514,29 @@ func (h *Handler) admit(bytes int64) bool {
 	return true
 }
 
+// retryAfterSeconds returns the Retry-After of one 429 (see
+// Config.RetryAfter): longer the more admitted requests wait for an active
+// slot, and jittered, so that the senders refused together come back
+// spread over several seconds instead of all at once.
+func (h *Handler) retryAfterSeconds() int64 {
+	waiting := max(h.inflightReqs.Load()-int64(len(h.active)), 0)
+	queue := min(float64(waiting)/float64(h.cfg.MaxInflightRequests), 1)
+	d := h.cfg.RetryAfter.Seconds() * (0.5 + queue/2) * (0.5 + h.jitter())
+	return max(int64(math.Round(d)), 1)
+}
+
+func (h *Handler) setRetryAfter(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.FormatInt(h.retryAfterSeconds(), 10))
+}
+
 func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
-	w.Header().Set("Retry-After", h.retryAfter)
+	h.setRetryAfter(w)
 	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
 		errors.New("too many remote-write requests or bytes in flight, retry later")})
 }
 
 func (h *Handler) tooMuchHeap(w http.ResponseWriter, ver protoVersion, live uint64) {
-	w.Header().Set("Retry-After", h.retryAfter)
+	h.setRetryAfter(w)
 	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonHeapLimit,
 		fmt.Errorf("memory pressure: live heap %d bytes is over the receiver's bound of %d, retry later", live, h.cfg.MaxHeapBytes)})
 }

@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -141,7 +144,7 @@ func TestHandlerOverloadSlowStorage(t *testing.T) {
 				case <-g.waiting:
 					admitted++
 				case a := <-answers:
-					if a.code != http.StatusTooManyRequests || a.retryAfter != "5" {
+					if a.code != http.StatusTooManyRequests || !retryAfterValid(a.retryAfter, cfg.RetryAfter) {
 						t.Fatalf("a request past the bound got %d, Retry-After %q", a.code, a.retryAfter)
 					}
 					if tc.admit > 0 && a.read != 0 {
@@ -293,5 +296,64 @@ func TestHandlerActiveBound(t *testing.T) {
 				t.Errorf("accounting leaked: %d requests, %d bytes, %d active", n, b, a)
 			}
 		})
+	}
+}
+
+// retryAfterValid reports whether v is a Retry-After the handler may send
+// for the mean delay d: whole seconds from 1 to 1.5 times d.
+func retryAfterValid(v string, d time.Duration) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= 1 && float64(n) <= math.Ceil(1.5*d.Seconds())
+}
+
+// TestRetryAfterSpread: a 429's Retry-After grows with the requests waiting
+// for an active slot and is spread at random, so that senders refused
+// together do not all come back in the same second.
+func TestRetryAfterSpread(t *testing.T) {
+	cfg := DefaultConfig()
+	h, err := NewHandler(cfg, &nopAppendable{}, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := int64(h.cfg.MaxInflightRequests)
+	for _, tc := range []struct {
+		waiting int64
+		jitter  float64
+		want    int64
+	}{
+		{0, 0, 1},            // 5 s x 0.5 x 0.5 = 1.25
+		{0, 0.999, 4},        // 5 s x 0.5 x 1.5 = 3.75
+		{full, 0, 3},         // 5 s x 1 x 0.5 = 2.5
+		{full, 0.5, 5},       // the mean with the queue full
+		{full, 0.999, 7},     // 5 s x 1 x 1.5 = 7.5
+		{2 * full, 0.999, 7}, // more waiting than the bound: as full
+		{full / 2, 0.5, 4},   // 5 s x 0.75 x 1 = 3.75
+	} {
+		h.inflightReqs.Store(tc.waiting)
+		h.jitter = func() float64 { return tc.jitter }
+		if got := h.retryAfterSeconds(); got != tc.want {
+			t.Errorf("%d waiting, jitter %.3f: Retry-After %d, want %d", tc.waiting, tc.jitter, got, tc.want)
+		}
+	}
+
+	h.jitter = rand.Float64
+	h.inflightReqs.Store(full)
+	seen := map[int64]int{}
+	for range 1000 {
+		v := h.retryAfterSeconds()
+		if !retryAfterValid(strconv.FormatInt(v, 10), cfg.RetryAfter) {
+			t.Fatalf("Retry-After %d out of bounds", v)
+		}
+		seen[v]++
+	}
+	// The queue full: 2.5 to 7.5 s, six whole-second values, none of them
+	// given to most senders.
+	if len(seen) < 4 {
+		t.Errorf("1,000 Retry-After values took %d distinct values (%v); want them spread", len(seen), seen)
+	}
+	for v, n := range seen {
+		if n > 400 {
+			t.Errorf("Retry-After %d given %d times of 1,000", v, n)
+		}
 	}
 }

@@ -64,7 +64,11 @@ func (r *writeResult) message(maxBytes int) string {
 // decoder so the steady state reuses it.
 type writeState struct {
 	sb        labels.ScratchBuilder
-	key       labels.Labels // a series' labels in sb's reusable buffer, see seriesLabels
+	key       labels.Labels // a series' labels in sb's reusable buffer, see encode
+	probes    []probe       // the series cache's answer per series, see probeAll
+	keys      []byte        // every series' encoded labels, for probeAll
+	order     []int32       // series indexes grouped by cache shard
+	scratch   []byte
 	exemplars []exemplar.Exemplar
 	res       writeResult
 }
@@ -102,6 +106,15 @@ func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *wri
 		h.meta.Set(m.Family, m.Metadata)
 	}
 
+	for i := range req.Series {
+		sortLabels(req.Series[i].Labels)
+	}
+	if h.cache != nil {
+		h.probeAll(req.Series, st)
+		// The pooled state must not keep the cached label sets alive
+		// after the request: the head may drop their series.
+		defer clear(st.probes)
+	}
 	app := h.app.AppenderV2(r.Context())
 	now := h.now()
 	for i := range req.Series {
@@ -167,11 +180,10 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int,
 		h.rejectElems(res, ReasonBadSymbolRef, nElems, fmt.Errorf("series #%d: %w", idx, s.Err))
 		return nil
 	}
-	sortLabels(s.Labels)
 	// A label set found in the series cache was validated when it entered the
 	// cache (only appended series are cached, and the limits never change), so
 	// only new series pay for validation, UTF-8 checks included.
-	ls, ref, hash, cached := h.seriesLabels(s.Labels, st)
+	ls, ref, hash, cached := h.seriesLabels(idx, s.Labels, st)
 	var name string
 	if cached {
 		if !s.Metadata.IsEmpty() {
