@@ -99,10 +99,25 @@ func (e *evalEnv) dcgmNode(body []scrape.Sample, unit int, v dcgmVariant) []flee
 		if e.cat.TypeOf(s.Labels.Get("__name__")) == "counter" {
 			to = s.Value + 1e6*float64(1+unit%7)
 		}
-		out = append(out, fleetSeries{lset: b.Labels(), from: s.Value, to: to})
+		from := s.Value
+		// Blank markers (DCGM_FP64_BLANK and above) that reached storage:
+		// on some nodes GPU 1's gauges read blank throughout, on others
+		// they turn blank during the window.
+		if s.Labels.Get("gpu") == "1" && e.cat.TypeOf(s.Labels.Get("__name__")) == "gauge" {
+			switch unit % 3 {
+			case 0:
+				from, to = blank, blank
+			case 1:
+				to = 2 * blank
+			}
+		}
+		out = append(out, fleetSeries{lset: b.Labels(), from: from, to: to})
 	}
 	return out
 }
+
+// blank is sentinelFloor, the smallest DCGM blank marker.
+const blank = 140737488355328.0
 
 func servingPod(from, to []scrape.Sample, unit int, job, pod string) []fleetSeries {
 	end := map[uint64]float64{}

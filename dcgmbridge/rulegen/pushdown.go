@@ -3,7 +3,9 @@ package rulegen
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/common/model"
@@ -18,6 +20,14 @@ import (
 // "Hostname>hostname,uuid>UUID". Only a Queryable from RenamingQueryable
 // understands it; any other storage selects nothing through it.
 const RenameLabel = "__strata_rename__"
+
+// BelowLabel is the matcher the internal form puts on a selector that was
+// compared with a number (`sel < 140737488355328`, the DCGM blank sentinel
+// filter): RenamingQueryable turns every sample not below the value into a
+// stale marker, so the selector yields no value at a step where the
+// comparison would have dropped the series, and the same value where it
+// would have kept it.
+const BelowLabel = "__strata_below__"
 
 // labelCopy is one label_replace(e, To, "$1", From, "(.+)"): when From is
 // set, To takes its value; From stays.
@@ -43,6 +53,9 @@ func PushDownRenames(expr parser.Expr) parser.Expr {
 }
 
 func pushDown(e parser.Expr) parser.Expr {
+	if vs, ok := belowFilter(e); ok {
+		return vs
+	}
 	if copies, inner, ok := copyChain(e); ok && transparent(inner, copies) {
 		inner = pushDown(inner)
 		markSelectors(inner, copies)
@@ -70,6 +83,35 @@ func pushDown(e parser.Expr) parser.Expr {
 		n.Expr = pushDown(n.Expr)
 	}
 	return e
+}
+
+// belowFilter rewrites `sel < number` (a plain instant selector compared
+// with a number literal, no bool) into sel with a BelowLabel matcher.
+func belowFilter(e parser.Expr) (*parser.VectorSelector, bool) {
+	b, ok := e.(*parser.BinaryExpr)
+	if !ok || b.Op != parser.LSS || b.ReturnBool {
+		return nil, false
+	}
+	vs, ok := unparen(b.LHS).(*parser.VectorSelector)
+	if !ok || slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool { return m.Name == BelowLabel }) {
+		return nil, false
+	}
+	n, ok := unparen(b.RHS).(*parser.NumberLiteral)
+	if !ok || math.IsNaN(n.Val) {
+		return nil, false
+	}
+	vs.LabelMatchers = append(vs.LabelMatchers, labels.MustNewMatcher(labels.MatchEqual, BelowLabel, strconv.FormatFloat(n.Val, 'g', -1, 64)))
+	return vs, true
+}
+
+func unparen(e parser.Expr) parser.Expr {
+	for {
+		p, ok := e.(*parser.ParenExpr)
+		if !ok {
+			return e
+		}
+		e = p.Expr
+	}
 }
 
 // copyChain unwraps nested label copies around an expression; copies are in
