@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
@@ -80,13 +81,13 @@ func (e *evalEnv) recorded() map[string]string {
 		e.t.Fatal(err)
 	}
 	defer q.Close()
-	set := q.Select(e.t.Context(), false, nil, labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, "strata:.+"))
+	set := q.Select(e.t.Context(), false, nil, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, "strata:.+"))
 	for set.Next() {
 		s := set.At()
 		it := s.Iterator(nil)
 		for it.Next() == chunkenc.ValFloat {
 			ts, v := it.At()
-			out[fmt.Sprintf("%s %s@%d", s.Labels().Get(labels.MetricName), s.Labels(), ts)] = fmt.Sprintf("%x", math.Float64bits(v))
+			out[fmt.Sprintf("%s %s@%d", s.Labels().Get(model.MetricNameLabel), s.Labels(), ts)] = fmt.Sprintf("%x", math.Float64bits(v))
 		}
 		if err := it.Err(); err != nil {
 			e.t.Fatal(err)

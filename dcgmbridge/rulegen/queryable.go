@@ -171,7 +171,7 @@ func (b *belowIterator) check(vt chunkenc.ValueType) chunkenc.ValueType {
 
 func (b *belowIterator) At() (int64, float64) {
 	if b.stale {
-		return b.Iterator.AtT(), math.Float64frombits(value.StaleNaN)
+		return b.AtT(), math.Float64frombits(value.StaleNaN)
 	}
 	return b.Iterator.At()
 }
