@@ -12,7 +12,9 @@
 // and sends only the result series. The engine sees each series with the
 // external labels added and the request's replica labels removed, as the
 // distributed engine needs to merge partial aggregates and deduplicate HA
-// pairs (docs/scale-out.md, "Two modes").
+// pairs (docs/scale-out.md, "Two modes"). Requests running at once whose
+// selects read alike (the sum and the count a distributed Querier splits an
+// avg into) share one read of the tiers (shared.go).
 //
 // Data flow: Thanos Querier -> storeapi -> tiers (Stitched), or -> the
 // query package's engine -> tiers. It sits beside the query package, which

@@ -43,14 +43,28 @@ type QueryServer struct {
 	s      *Server
 	engine promql.QueryEngine
 	q      storage.Queryable
+	shared *sharedSelects // q, with concurrent requests' same selects read once
 	now    func() time.Time
 }
 
 // NewQueryServer returns a Query API server evaluating with engine over q,
 // with s's external labels and metrics. Register it with NewGRPCServer,
 // which then announces the Query API in Info.
+//
+// Requests whose selects are the same (the `sum` and the `count` a
+// distributed Querier splits an `avg` into) read q once (sharedSelects); the
+// selections are held for a short grace period after their last request,
+// which Close ends.
 func NewQueryServer(s *Server, engine promql.QueryEngine, q storage.Queryable) *QueryServer {
-	return &QueryServer{s: s, engine: engine, q: q, now: time.Now}
+	return &QueryServer{s: s, engine: engine, q: q, now: time.Now,
+		shared: newSharedSelects(q, sharedSelectGrace, sharedSelectMax, s.querySelectsShared)}
+}
+
+// Close drops the selections held for later requests and stops sharing
+// selects; requests still running finish. Call it once the gRPC server has
+// stopped, before closing the tiers.
+func (qs *QueryServer) Close() {
+	qs.shared.close()
 }
 
 // Query implements querypb.QueryServer: an instant query.
@@ -156,7 +170,7 @@ func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int,
 		defer cancel()
 	}
 	drop := dropSet(ev.replicaLabels)
-	q := &externalQueryable{q: qs.q, s: qs.s, ext: qs.s.externalLabels(drop), drop: drop, shard: ev.shard}
+	q := &externalQueryable{q: qs.shared, s: qs.s, ext: qs.s.externalLabels(drop), drop: drop, shard: ev.shard}
 	opts := promql.NewPrometheusQueryOpts(false, time.Duration(ev.lookback)*time.Second, nil)
 	qry, err := newQuery(ctx, q, opts)
 	if err != nil {

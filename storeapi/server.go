@@ -124,7 +124,8 @@ type Server struct {
 	series   prometheus.Counter
 	samples  prometheus.Counter
 
-	querySeries prometheus.Counter // result series sent by the Query API
+	querySeries        prometheus.Counter // result series sent by the Query API
+	querySelectsShared prometheus.Counter // Query API selects served by another request's read
 }
 
 // New returns a server over q.
@@ -156,7 +157,8 @@ func New(cfg Config, q Queryable, logger *slog.Logger, reg prometheus.Registerer
 		series:   f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_series_sent_total", Help: "Series sent in StoreAPI Series answers."}),
 		samples:  f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_samples_sent_total", Help: "Samples sent in StoreAPI Series answers."}),
 
-		querySeries: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_series_sent_total", Help: "Result series sent in Query API (distributed query) answers."}),
+		querySeries:        f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_series_sent_total", Help: "Result series sent in Query API (distributed query) answers."}),
+		querySelectsShared: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_selects_shared_total", Help: "Query API selects served by the tier read of another request with the same select (the sum and count a distributed Querier splits an avg into), not a read of their own."}),
 	}
 	s.buffers.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return s, nil

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,33 +35,83 @@ import (
 // alike; it reports each way's wall time and the CPU time its processes
 // spent (the single Strata; the two shards and that Querier), per query,
 // and their ratios to one Strata (thanos-*: StoreAPI mode, dist-*:
-// distributed mode). Thanos is built as in TestThanosQuerierEndToEnd (or
-// taken from STRATA_E2E_THANOS); STRATA_BENCH_THANOS_FLAGS adds flags to
-// the StoreAPI-mode Querier's command line (space-separated, e.g.
+// distributed mode).
+//
+// The CPU is read from /proc around each query (gross), and also net of
+// what the same processes spend idle: before and after the loop every
+// process is measured over an idle interval (the Queriers poll their
+// endpoints' Info every few seconds, the nodes tick their tiers), and each
+// query's net CPU is its gross less its processes' idle rate times its wall
+// time (*-net-cpu-*). unattributed-cpu-s/query is what all processes spent
+// over the whole loop, net of idle, that no query's window holds (work
+// finished after an answer was sent, such as a collection of its garbage):
+// near zero when the windows hold each query's whole cost.
+//
+// Thanos is built as in TestThanosQuerierEndToEnd (or taken from
+// STRATA_E2E_THANOS). STRATA_BENCH_THANOS_FLAGS adds flags to the
+// StoreAPI-mode Querier's command line (space-separated, e.g.
 // --query.promql-engine=thanos); STRATA_BENCH_THANOS_QUERY replaces the
-// query, `avg by (host) (gpu_temp)` (one series per host).
+// query, `avg by (host) (gpu_temp)` (one series per host);
+// STRATA_BENCH_THANOS_WAYS keeps only some ways besides the single Strata
+// (`thanos`, `dist`, comma-separated); STRATA_BENCH_THANOS_PROFILE=<dir>
+// writes each process's CPU profile over the first
+// STRATA_BENCH_THANOS_PROFILE_SECONDS (default 20) seconds of the loop
+// (<dir>/single.pprof, s0, s1, thanos, dist).
 func BenchmarkThanosQuerier30d(b *testing.B) {
 	tb := newThanosBench30d(b, strings.Fields(os.Getenv("STRATA_BENCH_THANOS_FLAGS")))
-	ways := []struct {
+	type way struct {
+		name    string
 		base    string
 		pids    []int
 		querier []int // the Querier's own pid, for its share of the CPU
-	}{
-		{tb.single, tb.singlePids, nil},
-		{tb.querier, tb.querierPids, tb.querierPids[2:]},
-		{tb.distributed, tb.distributedPids, tb.distributedPids[2:]},
 	}
-	var wall, cpu, querierCPU [3]time.Duration
-	var want model.Value // the single Strata's answer, which the others must equal
-	cpuOK := true
+	ways := []way{{"single", tb.single, tb.singlePids, nil}}
+	keep := os.Getenv("STRATA_BENCH_THANOS_WAYS")
+	for _, w := range []way{
+		{"thanos", tb.querier, tb.querierPids, tb.querierPids[2:]},
+		{"dist", tb.distributed, tb.distributedPids, tb.distributedPids[2:]},
+	} {
+		if keep == "" || slices.Contains(strings.Split(keep, ","), w.name) {
+			ways = append(ways, w)
+		}
+	}
+	all := slices.Concat(tb.singlePids, tb.querierPids, tb.distributedPids[2:])
+
+	// One query each way first, outside the measurement: the first read
+	// opens the partition files, which later queries find open. The single
+	// Strata's answer is what the others must equal.
+	for _, w := range ways {
+		res, _ := promQuery(b, w.base+"/api/v1/query_range", tb.shifted(5))
+		tb.check(b, res)
+	}
+	idleBefore, idleOK := idleRates(all, thanosBenchIdle)
+	prof := tb.startProfiles(b, os.Getenv("STRATA_BENCH_THANOS_PROFILE"))
+
+	wall := make([]time.Duration, len(ways))
+	cpu := make([]time.Duration, len(ways))
+	querierCPU := make([]time.Duration, len(ways))
+	const sharedMetric = "strata_storeapi_query_selects_shared_total"
+	shared0 := nodeCounter(b, sharedMetric, tb.nodes[1:]...)
+	requests0 := storeRequests(b, tb.nodes[1:]...)
+	loop0, ok0 := procsCPU(all)
+	cpuOK := idleOK && ok0
+	t0 := time.Now()
 	for i := 0; b.Loop(); i++ {
+		// Each iteration's range starts and ends 0-3 steps earlier than the
+		// last one's (still 30 days, and still on whole hours, as Grafana
+		// aligns a range to its step): a Strata that kept a read for a
+		// repeated request (the Query API's shared selects) cannot serve
+		// the next iteration from it.
+		v := tb.shifted(i % 4)
+		var want model.Value
+		var dist []model.Value
 		for k := range ways {
 			j := (i + k) % len(ways)
 			w := ways[j]
 			c0, ok0 := procsCPU(w.pids)
 			q0, _ := procsCPU(w.querier)
 			t0 := time.Now()
-			res, _ := promQuery(b, w.base+"/api/v1/query_range", tb.v)
+			res, _ := promQuery(b, w.base+"/api/v1/query_range", v)
 			wall[j] += time.Since(t0)
 			c1, ok1 := procsCPU(w.pids)
 			q1, _ := procsCPU(w.querier)
@@ -65,44 +119,164 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 			querierCPU[j] += q1 - q0
 			cpuOK = cpuOK && ok0 && ok1
 			tb.check(b, res)
-			if j == 0 && want == nil {
+			switch w.name {
+			case "single":
 				want = res
+			case "dist":
+				dist = append(dist, res)
 			}
-			// Through the Query API the answer is one Strata's; through the
-			// StoreAPI some aggregations over rollups differ (max, min and
-			// count: docs/scale-out.md), so only its shape is checked.
-			if want != nil && j == 2 {
-				if diff := sameResult(res, want, 0, "shard"); diff != "" {
-					b.Fatalf("through %s: %s", w.base, diff)
-				}
+		}
+		// Through the Query API the answer is one Strata's; through the
+		// StoreAPI some aggregations over rollups differ (max, min and
+		// count: docs/scale-out.md), so only its shape is checked.
+		for _, res := range dist {
+			if diff := sameResult(res, want, 0, "shard"); diff != "" {
+				b.Fatalf("through %s: %s", tb.distributed, diff)
 			}
 		}
 	}
+	b.StopTimer()
+	loopWall := time.Since(t0)
+	loop1, ok1 := procsCPU(all)
+	shared := nodeCounter(b, sharedMetric, tb.nodes[1:]...) - shared0
+	requests := storeRequests(b, tb.nodes[1:]...)
+	prof.wait(b)
+	idleAfter, idleOK := idleRates(all, thanosBenchIdle)
+	cpuOK = cpuOK && ok1 && idleOK
+
 	n := float64(b.N)
+	// Selects the shards' Query API read once for two requests (an avg's
+	// sum and count), per distributed query.
+	b.ReportMetric(shared/n, "dist-shared-selects/query")
+	b.ReportMetric((requests["query_range"]+requests["query"]-requests0["query_range"]-requests0["query"])/n, "dist-subqueries/query")
 	b.ReportMetric(wall[0].Seconds()/n, "single-s/query")
-	for j, name := range []string{"", "thanos", "dist"} {
-		if j == 0 {
-			continue
-		}
-		b.ReportMetric(wall[j].Seconds()/n, name+"-s/query")
-		b.ReportMetric(wall[j].Seconds()/wall[0].Seconds(), name+"-wall-ratio")
+	for j, w := range ways[1:] {
+		b.ReportMetric(wall[j+1].Seconds()/n, w.name+"-s/query")
+		b.ReportMetric(wall[j+1].Seconds()/wall[0].Seconds(), w.name+"-wall-ratio")
 	}
-	if cpuOK && cpu[0] > 0 {
-		b.ReportMetric(cpu[0].Seconds()/n, "single-cpu-s/query")
-		for j, name := range []string{"", "thanos", "dist"} {
-			if j == 0 {
-				continue
-			}
-			b.ReportMetric(cpu[j].Seconds()/n, name+"-cpu-s/query")
-			b.ReportMetric(querierCPU[j].Seconds()/n, name+"-querier-cpu-s/query")
-			b.ReportMetric(cpu[j].Seconds()/cpu[0].Seconds(), name+"-cpu-ratio")
+	if !cpuOK || cpu[0] <= 0 {
+		return
+	}
+	// idle is a pid's CPU per second idle, the mean of the two intervals.
+	idle := func(pid int) float64 { return (idleBefore[pid] + idleAfter[pid]) / 2 }
+	net := make([]float64, len(ways))
+	var windows float64 // the queries' net CPU, all ways
+	for j, w := range ways {
+		var rate float64
+		for _, pid := range w.pids {
+			rate += idle(pid)
 		}
+		net[j] = cpu[j].Seconds() - rate*wall[j].Seconds()
+		windows += net[j]
+	}
+	var idleAll float64
+	for _, pid := range all {
+		idleAll += idle(pid)
+	}
+	b.ReportMetric(idleAll, "idle-cpu-s/s")
+	b.ReportMetric(cpu[0].Seconds()/n, "single-cpu-s/query")
+	b.ReportMetric(net[0]/n, "single-net-cpu-s/query")
+	for j, w := range ways[1:] {
+		j++
+		b.ReportMetric(cpu[j].Seconds()/n, w.name+"-cpu-s/query")
+		b.ReportMetric(net[j]/n, w.name+"-net-cpu-s/query")
+		b.ReportMetric(querierCPU[j].Seconds()/n, w.name+"-querier-cpu-s/query")
+		b.ReportMetric(cpu[j].Seconds()/cpu[0].Seconds(), w.name+"-cpu-ratio")
+		b.ReportMetric(net[j]/net[0], w.name+"-net-cpu-ratio")
+	}
+	// A pid of the shards is in two ways' pids but counted once here.
+	loopNet := (loop1 - loop0).Seconds() - idleAll*loopWall.Seconds()
+	b.ReportMetric((loopNet-windows)/n, "unattributed-cpu-s/query")
+}
+
+// thanosBenchIdle is how long BenchmarkThanosQuerier30d measures its
+// processes idle, before and after its loop.
+const thanosBenchIdle = 5 * time.Second
+
+// idleRates measures what each process spends idle, as CPU seconds per
+// second over d (false where /proc cannot tell).
+func idleRates(pids []int, d time.Duration) (map[int]float64, bool) {
+	before := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		c, ok := procsCPU([]int{pid})
+		if !ok {
+			return nil, false
+		}
+		before[pid] = c
+	}
+	t0 := time.Now()
+	time.Sleep(d)
+	elapsed := time.Since(t0).Seconds()
+	out := make(map[int]float64, len(pids))
+	for _, pid := range pids {
+		c, ok := procsCPU([]int{pid})
+		if !ok {
+			return nil, false
+		}
+		out[pid] = (c - before[pid]).Seconds() / elapsed
+	}
+	return out, true
+}
+
+// benchProfiles are CPU profiles being taken of the benchmark's processes.
+type benchProfiles struct {
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+// startProfiles starts taking each process's CPU profile into dir (none
+// when dir is empty) for STRATA_BENCH_THANOS_PROFILE_SECONDS seconds.
+func (tb *thanosBench30d) startProfiles(b testing.TB, dir string) *benchProfiles {
+	p := &benchProfiles{errs: make(chan error, 5)}
+	if dir == "" {
+		return p
+	}
+	secs, err := strconv.Atoi(cmp.Or(os.Getenv("STRATA_BENCH_THANOS_PROFILE_SECONDS"), "20"))
+	if err != nil || secs <= 0 {
+		b.Fatalf("STRATA_BENCH_THANOS_PROFILE_SECONDS: %q is not a positive number of seconds", os.Getenv("STRATA_BENCH_THANOS_PROFILE_SECONDS"))
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		b.Fatal(err)
+	}
+	for name, base := range map[string]string{
+		"single": "http://" + tb.nodes[0].addr, "s0": "http://" + tb.nodes[1].addr, "s1": "http://" + tb.nodes[2].addr,
+		"thanos": tb.querier, "dist": tb.distributed,
+	} {
+		p.wg.Go(func() {
+			resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs)) //nolint:noctx,gosec // a loopback server the benchmark started
+			if err != nil {
+				p.errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s: %s", name, resp.Status, body)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, name+".pprof"), body, 0o600)
+			}
+			if err != nil {
+				p.errs <- err
+			}
+		})
+	}
+	return p
+}
+
+// wait waits for the profiles to be written.
+func (p *benchProfiles) wait(b testing.TB) {
+	p.wg.Wait()
+	close(p.errs)
+	for err := range p.errs {
+		b.Error(err)
 	}
 }
 
 // procsCPU is the user and system CPU time the processes have used, from
 // /proc/<pid>/stat (false where /proc cannot tell). The time a query costs
-// them is the difference around it: the processes serve nothing else.
+// them is the difference around it (the processes serve nothing else), less
+// what they spend idle (idleRates).
 func procsCPU(pids []int) (time.Duration, bool) {
 	const ticksPerSecond = 100 // USER_HZ, 100 on every Linux Go supports
 	var total time.Duration
@@ -137,6 +311,20 @@ type thanosBench30d struct {
 	singlePids, querierPids, distributedPids []int
 	v                                        url.Values
 	check                                    func(testing.TB, model.Value)
+}
+
+// shifted is the query over the range starting and ending steps steps
+// (hours) earlier: its first steps precede the data.
+func (tb *thanosBench30d) shifted(steps int) url.Values {
+	v := maps.Clone(tb.v)
+	for _, k := range []string{"start", "end"} {
+		t, err := strconv.ParseInt(v.Get(k), 10, 64)
+		if err != nil {
+			panic(err)
+		}
+		v.Set(k, fmt.Sprint(t-int64(steps)*3600))
+	}
+	return v
 }
 
 // newThanosBench30d writes the data, starts the nodes and the Queriers (the
@@ -211,8 +399,10 @@ func newThanosBench30d(b testing.TB, querierFlags []string) *thanosBench30d {
 		singlePids: []int{one.cmd.Process.Pid}, querierPids: append(slices.Clone(shards), qp.Pid), distributedPids: append(slices.Clone(shards), dqp.Pid),
 		v: url.Values{"query": {cmp.Or(os.Getenv("STRATA_BENCH_THANOS_QUERY"), `avg by (host) (gpu_temp)`)}, "start": {fmt.Sprint(start.Unix())}, "end": {fmt.Sprint(end.Unix() - 1)}, "step": {"3600"}},
 		check: func(b testing.TB, res model.Value) {
-			if m, ok := res.(model.Matrix); !ok || len(m) != series/8 || len(m[0].Values) < days*24-1 {
-				b.Fatalf("got %v, want %d series of %d points (the first step precedes the first window)", short(res), series/8, days*24-1)
+			// The first step precedes the first window; so do up to 5 more
+			// in a shifted range.
+			if m, ok := res.(model.Matrix); !ok || len(m) != series/8 || len(m[0].Values) < days*24-6 {
+				b.Fatalf("got %v, want %d series of at least %d points", short(res), series/8, days*24-6)
 			}
 		},
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -157,9 +158,16 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 	t.Run("equal to one Strata", func(t *testing.T) { compareAll(t, q, false) })
 	t.Run("distributed: equal to one Strata", func(t *testing.T) {
 		shards := []*strataProc{s0a, s0b, s1}
-		before := storeRequests(t, shards...)
+		const sharedMetric = "strata_storeapi_query_selects_shared_total"
+		before, shared0 := storeRequests(t, shards...), nodeCounter(t, sharedMetric, shards...)
 		compareAll(t, dq, true)
 		after := storeRequests(t, shards...)
+		// The Querier splits each avg into a sum and a count sent at once:
+		// each node reads their selector once (the answers compared above
+		// are exact all the same).
+		if n := nodeCounter(t, sharedMetric, shards...) - shared0; n == 0 {
+			t.Errorf("no Query API select shared a read, though the avg cases push a sum and a count down together")
+		}
 		// Every query went to the nodes' Query API, none to the StoreAPI:
 		// only result series crossed the wire.
 		if n := after["query"] + after["query_range"] - before["query"] - before["query_range"]; n < float64(len(queries)) {
@@ -256,6 +264,30 @@ func writeFleet(t testing.TB, path string, start, end time.Time, from, to int) s
 func storeRequests(t testing.TB, procs ...*strataProc) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
+	for _, m := range nodeMetrics(t, "strata_storeapi_requests_total", procs...) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "method" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// nodeCounter sums a counter of the nodes' /metrics over its label sets.
+func nodeCounter(t testing.TB, name string, procs ...*strataProc) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range nodeMetrics(t, name, procs...) {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// nodeMetrics returns the nodes' samples of the metric family name.
+func nodeMetrics(t testing.TB, name string, procs ...*strataProc) []*dto.Metric {
+	t.Helper()
+	var out []*dto.Metric
 	for _, p := range procs {
 		resp, err := http.Get(p.url("/metrics")) //nolint:noctx // test client of a loopback server
 		if err != nil {
@@ -267,13 +299,7 @@ func storeRequests(t testing.TB, procs ...*strataProc) map[string]float64 {
 		if err != nil {
 			t.Fatalf("parse /metrics: %v", err)
 		}
-		for _, m := range families["strata_storeapi_requests_total"].GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
+		out = append(out, families[name].GetMetric()...)
 	}
 	return out
 }

@@ -57,5 +57,8 @@ func (s *server) serveGRPC(errc chan<- error) (stop func(), err error) {
 		case <-time.After(30 * time.Second):
 			g.Stop()
 		}
+		if s.queryAPI != nil {
+			s.queryAPI.Close() // the selections it holds for later requests
+		}
 	}, nil
 }

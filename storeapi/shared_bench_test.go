@@ -1,0 +1,107 @@
+package storeapi
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/thanos-io/thanos/pkg/api/query/querypb"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// BenchmarkQueryAPIAvgHalves: the two requests a distributed Thanos
+// Querier sends a node for `avg by (host) (gpu_temp)` over 30 days of the
+// hour tier (500 series, 1 h steps: one shard of BenchmarkThanosQuerier30d,
+// 125 hosts of 4 GPUs), `sum by (host, shard)` and `count by (host, shard)`, at once, with
+// their selects shared (one tier read) and not (each its own read). cpu-s/op
+// is the process's user and system CPU per pair (the client's decoding
+// included, alike in both), from getrusage.
+func BenchmarkQueryAPIAvgHalves(b *testing.B) {
+	const series, days = 500, 30
+	dir := b.TempDir()
+	end := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	start := end.Add(-days * 24 * time.Hour)
+	hour, err := tiers.OpenRollup(tiers.DefaultHourConfig(filepath.Join(dir, "hour")), quiet(), prometheus.NewRegistry(), func() time.Time { return end })
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = hour.Close() })
+	for day := start; day.Before(end); day = day.Add(24 * time.Hour) {
+		var sws []tiers.SeriesWindows
+		for s := range 2 * series {
+			if s%2 == 1 {
+				continue // the other shard's
+			}
+			sw := tiers.SeriesWindows{Labels: labels.FromStrings("__name__", "gpu_temp", "gpu", fmt.Sprint(s%8), "host", fmt.Sprintf("node-%03d", s/8))}
+			for h := range 24 {
+				st := day.Add(time.Duration(h) * time.Hour).UnixMilli()
+				v := float64(40 + (s+h)%30)
+				sw.Windows = append(sw.Windows, tiers.Window{Start: st, FirstT: st, LastT: st + 3_599_000, Count: 240, Sum: 240 * v, Min: v - 2, Max: v + 2, First: v, Last: v})
+			}
+			sws = append(sws, sw)
+		}
+		sortWindows(sws)
+		if err := hour.WritePartition(day.UnixMilli(), sws); err != nil {
+			b.Fatal(err)
+		}
+	}
+	stitched := tiers.NewStitched(nil, nil, hour)
+	s, err := New(shardConfig(), stitched, quiet(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, shared := range []bool{true, false} {
+		name := "shared"
+		if !shared {
+			name = "unshared"
+		}
+		b.Run(name, func(b *testing.B) {
+			qs := NewQueryServer(s, newEngine(0), stitched)
+			if !shared {
+				qs.shared.max = 0 // every select reads on its own
+			}
+			b.Cleanup(qs.Close)
+			c := querypb.NewQueryClient(serve(b, s, qs))
+			// Each pair's range is 0-3 hours (steps) earlier than the last
+			// one's: a read kept for its grace period serves only its own
+			// pair.
+			pair := func(i int) {
+				shift := -int64(i%4) * 3600
+				var wg sync.WaitGroup
+				for _, agg := range []string{"sum", "count"} {
+					wg.Go(func() {
+						a, err := queryRange(b, c, &querypb.QueryRangeRequest{
+							Query: agg + ` by (host, shard) (gpu_temp)`, StartTimeSeconds: start.Unix() + shift, EndTimeSeconds: end.Unix() - 1 + shift,
+							IntervalSeconds: 3600, ReplicaLabels: []string{"replica"},
+						})
+						if err != nil || len(a.series) != 2*series/8 {
+							b.Errorf("%s: %d series, %v", agg, len(a.series), err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			pair(5) // the partition files opened
+			cpu0 := processCPU(b)
+			for i := 0; b.Loop(); i++ {
+				pair(i)
+			}
+			b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+		})
+	}
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,417 @@
+package storeapi
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/util/annotations"
+	"github.com/thanos-io/thanos/pkg/api/query/querypb"
+	"github.com/thanos-io/thanos/pkg/store/storepb/prompb"
+)
+
+// countingQueryable counts the selects and queriers of the queryable it
+// wraps; a select waits for gate when gate is not nil, and fails with
+// failNext's error when set.
+type countingQueryable struct {
+	q               storage.Queryable
+	selects, opened atomic.Int64
+	closed          atomic.Int64
+	gate            chan struct{}
+	mu              sync.Mutex
+	failNext        error
+}
+
+func (c *countingQueryable) Querier(mint, maxt int64) (storage.Querier, error) {
+	q, err := c.q.Querier(mint, maxt)
+	if err != nil {
+		return nil, err
+	}
+	c.opened.Add(1)
+	return &countingQuerier{Querier: q, c: c}, nil
+}
+
+type countingQuerier struct {
+	storage.Querier
+	c      *countingQueryable
+	closed bool
+}
+
+func (q *countingQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	q.c.selects.Add(1)
+	if q.c.gate != nil {
+		select {
+		case <-q.c.gate:
+		case <-ctx.Done():
+			return storage.ErrSeriesSet(ctx.Err())
+		}
+	}
+	q.c.mu.Lock()
+	err := q.c.failNext
+	q.c.failNext = nil
+	q.c.mu.Unlock()
+	if err != nil {
+		return storage.ErrSeriesSet(err)
+	}
+	return q.Querier.Select(ctx, sortSeries, hints, ms...)
+}
+
+func (q *countingQuerier) Close() error {
+	if q.closed {
+		panic("querier closed twice")
+	}
+	q.closed = true
+	q.c.closed.Add(1)
+	return q.Querier.Close()
+}
+
+// listQueryable is a queryable over fixed series.
+type listQueryable struct{ series []storage.Series }
+
+func (l listQueryable) Querier(int64, int64) (storage.Querier, error) {
+	return listQuerier(l), nil
+}
+
+type listQuerier struct{ series []storage.Series }
+
+func (l listQuerier) Select(_ context.Context, _ bool, _ *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	var out []storage.Series
+	for _, s := range l.series {
+		ok := true
+		for _, m := range ms {
+			ok = ok && m.Matches(s.Labels().Get(m.Name))
+		}
+		if ok {
+			out = append(out, s)
+		}
+	}
+	return &listSeriesSet{series: out, i: -1}
+}
+func (listQuerier) LabelValues(context.Context, string, *storage.LabelHints, ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return nil, nil, nil
+}
+
+func (listQuerier) LabelNames(context.Context, *storage.LabelHints, ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return nil, nil, nil
+}
+func (listQuerier) Close() error { return nil }
+
+func testSeries() listQueryable {
+	var out []storage.Series
+	for g := range 3 {
+		out = append(out, storage.NewListSeries(gpuLabels(g), []chunks.Sample{fsample{1000, float64(g)}, fsample{2000, float64(g + 1)}}))
+	}
+	return listQueryable{out}
+}
+
+// selectAll runs a select on q and returns its series' labels and samples.
+func selectAll(ctx context.Context, t *testing.T, q storage.Querier, fn string) ([]string, error) {
+	t.Helper()
+	set := q.Select(ctx, false, &storage.SelectHints{Start: 0, End: 3000, Step: 1000, Func: fn}, labels.MustNewMatcher(labels.MatchEqual, "__name__", "gpu_temp"))
+	return seriesStrings(set)
+}
+
+// seriesStrings reads a set whole: each series' labels and float samples
+// as one string.
+func seriesStrings(set storage.SeriesSet) ([]string, error) {
+	var out []string
+	var it chunkenc.Iterator
+	for set.Next() {
+		s := set.At()
+		it = s.Iterator(it)
+		str := s.Labels().String()
+		for it.Next() == chunkenc.ValFloat {
+			ts, v := it.At()
+			str += " " + fsample{ts, v}.String()
+		}
+		out = append(out, str)
+	}
+	return out, set.Err()
+}
+
+func newTestShared(q storage.Queryable, grace time.Duration, maxEntries int) (*sharedSelects, prometheus.Counter) {
+	hits := prometheus.NewCounter(prometheus.CounterOpts{Name: "hits"})
+	return newSharedSelects(q, grace, maxEntries, hits), hits
+}
+
+// TestSharedSelects: concurrent selects that read alike (a sum and a count
+// over the same selector) read once; others read on their own; a selection
+// is dropped, and its querier closed, after the grace period; errors are
+// not kept.
+func TestSharedSelects(t *testing.T) {
+	ctx := context.Background()
+	cq := &countingQueryable{q: testSeries(), gate: make(chan struct{})}
+	c, hits := newTestShared(cq, 50*time.Millisecond, 4)
+
+	// A sum and a count arriving together: one read.
+	var wg sync.WaitGroup
+	results := make([][]string, 2)
+	qs := make([]storage.Querier, 2)
+	for i, fn := range []string{"sum", "count"} {
+		qs[i], _ = c.Querier(0, 3000)
+		wg.Go(func() {
+			var err error
+			if results[i], err = selectAll(ctx, t, qs[i], fn); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, "both selects waiting", func() bool { return testutil.ToFloat64(hits) == 1 })
+	close(cq.gate)
+	wg.Wait()
+	if n := cq.selects.Load(); n != 1 {
+		t.Fatalf("%d selects for a sum and a count over one selector, want 1", n)
+	}
+	if len(results[0]) != 3 || !slices.Equal(results[0], results[1]) {
+		t.Fatalf("the sum's select read %v, the count's %v", results[0], results[1])
+	}
+	// A function over a range reads other samples: its own select.
+	q3, _ := c.Querier(0, 3000)
+	if _, err := selectAll(ctx, t, q3, "rate"); err != nil {
+		t.Fatal(err)
+	}
+	if n := cq.selects.Load(); n != 2 {
+		t.Fatalf("%d selects after a rate, want 2", n)
+	}
+	for _, q := range append(qs, q3) {
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Within the grace period a later request still shares; after it the
+	// selections are dropped and their queriers closed.
+	q4, _ := c.Querier(0, 3000)
+	if got, _ := selectAll(ctx, t, q4, ""); !slices.Equal(got, results[0]) || cq.selects.Load() != 2 {
+		t.Fatalf("within the grace period: %d selects, read %v", cq.selects.Load(), got)
+	}
+	_ = q4.Close()
+	waitFor(t, "the selections dropped", func() bool { return c.len() == 0 })
+	if o, cl := cq.opened.Load(), cq.closed.Load(); o != 2 || cl != 2 {
+		t.Fatalf("%d queriers opened, %d closed; want 2 and 2", o, cl)
+	}
+	q5, _ := c.Querier(0, 3000)
+	if _, err := selectAll(ctx, t, q5, "sum"); err != nil {
+		t.Fatal(err)
+	}
+	_ = q5.Close()
+	if n := cq.selects.Load(); n != 3 {
+		t.Fatalf("%d selects after the grace period, want 3", n)
+	}
+
+	// An error is answered, not kept.
+	cq.mu.Lock()
+	cq.failNext = errors.New("disk on fire")
+	cq.mu.Unlock()
+	waitFor(t, "the selections dropped", func() bool { return c.len() == 0 })
+	q6, _ := c.Querier(0, 3000)
+	if _, err := selectAll(ctx, t, q6, "sum"); err == nil || err.Error() != "disk on fire" {
+		t.Fatalf("error %v, want the select's", err)
+	}
+	q7, _ := c.Querier(0, 3000)
+	if got, err := selectAll(ctx, t, q7, "sum"); err != nil || len(got) != 3 {
+		t.Fatalf("after an error: %v, %v", got, err)
+	}
+	_, _ = q6.Close(), q7.Close()
+
+	// Past the bound on selections held, a select reads on its own.
+	waitFor(t, "the selections dropped", func() bool { return c.len() == 0 })
+	c.max = 1
+	q8, _ := c.Querier(0, 3000)
+	q9, _ := c.Querier(0, 3000)
+	before := cq.selects.Load()
+	if _, err := selectAll(ctx, t, q8, "sum"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := selectAll(ctx, t, q9, "rate"); err != nil {
+		t.Fatal(err)
+	}
+	if n := cq.selects.Load() - before; n != 2 || c.len() != 1 {
+		t.Fatalf("%d selects, %d held; want 2 and 1", n, c.len())
+	}
+	_, _ = q8.Close(), q9.Close()
+
+	// close drops what no request holds, and ends sharing.
+	c.close()
+	if c.len() != 0 {
+		t.Fatalf("%d selections held after close", c.len())
+	}
+	waitFor(t, "every querier closed", func() bool { return cq.opened.Load() == cq.closed.Load() })
+}
+
+// TestSharedSelectFirstGivesUp: when the request that runs a shared select
+// is canceled, one waiting for it runs its own.
+func TestSharedSelectFirstGivesUp(t *testing.T) {
+	cq := &countingQueryable{q: testSeries(), gate: make(chan struct{})}
+	c, hits := newTestShared(cq, time.Minute, 4)
+	first, cancel := context.WithCancel(context.Background())
+	q1, _ := c.Querier(0, 3000)
+	q2, _ := c.Querier(0, 3000)
+	var wg sync.WaitGroup
+	var err1 error
+	wg.Go(func() { _, err1 = selectAll(first, t, q1, "sum") })
+	waitFor(t, "the first select running", func() bool { return cq.selects.Load() == 1 })
+	var got []string
+	var err2 error
+	wg.Go(func() { got, err2 = selectAll(context.Background(), t, q2, "count") })
+	waitFor(t, "the second waiting", func() bool { return testutil.ToFloat64(hits) == 1 })
+	cancel()
+	waitFor(t, "the second's own select", func() bool { return cq.selects.Load() == 2 })
+	close(cq.gate)
+	wg.Wait()
+	if !errors.Is(err1, context.Canceled) {
+		t.Errorf("the canceled request: %v", err1)
+	}
+	if err2 != nil || len(got) != 3 {
+		t.Errorf("the waiting request: %v, %v", got, err2)
+	}
+	_, _ = q1.Close(), q2.Close()
+	if o, cl := cq.opened.Load(), cq.closed.Load(); o != cl {
+		t.Errorf("%d queriers opened, %d closed", o, cl)
+	}
+}
+
+// TestSharedSelectAggregationsReadAlike: the stitched view reads the same
+// series and samples for a plain selector under every aggregation operator
+// as for one under none, over each tier (what keying selects by
+// selectFunc relies on); and differently for a function over a range.
+func TestSharedSelectAggregationsReadAlike(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	read := func(fn string, start, end, step, rng int64) []string {
+		q, err := f.stitched.Querier(start, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		out, err := seriesStrings(q.Select(ctx, false, &storage.SelectHints{Start: start, End: end, Step: step, Func: fn, Range: rng}, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name             string
+		start, end, step int64
+	}{
+		{"hour tier", t0 + 3*hourMs, t0 + 40*hourMs, hourMs},
+		{"minute tier", t0 + 3*hourMs, t0 + 5*hourMs, 5 * minMs},
+		{"raw", t0 + 3*hourMs, t0 + 4*hourMs, 15_000},
+	} {
+		plain := read("", tc.start, tc.end, tc.step, 0)
+		if len(plain) != 5 {
+			t.Fatalf("%s: %d series, want the fixture's 5", tc.name, len(plain))
+		}
+		for agg := range aggregations {
+			if got := read(agg, tc.start, tc.end, tc.step, 0); !slices.Equal(got, plain) {
+				t.Errorf("%s: a select under %s reads other samples than a plain selector's", tc.name, agg)
+			}
+		}
+		if tc.name != "raw" {
+			if got := read("rate", tc.start, tc.end, tc.step, 2*tc.step); slices.Equal(got, plain) {
+				t.Errorf("%s: rate reads a plain selector's samples: the test cannot tell selects apart", tc.name)
+			}
+		}
+	}
+}
+
+// TestQueryAPISharesAvgHalves: the sum and the count a distributed Querier
+// splits an avg into, sent at once, read the tiers once and answer what
+// the engine computes over the tiers directly, over rollups and over raw
+// data (whose series the two requests then iterate at once).
+func TestQueryAPISharesAvgHalves(t *testing.T) {
+	f := newFixture(t)
+	s, _ := newServer(t, f, shardConfig())
+	engine := newEngine(0)
+	cq := &countingQueryable{q: f.stitched}
+	qs := NewQueryServer(s, engine, cq)
+	t.Cleanup(qs.Close)
+	c := querypb.NewQueryClient(serve(t, s, qs))
+	for _, tc := range []struct {
+		name             string
+		start, end, step int64
+	}{
+		{"hour tier", t0 + 3*hourMs, t0 + 40*hourMs, hourMs},
+		{"raw", t0 + 3*hourMs, t0 + 4*hourMs, 15_000},
+	} {
+		selects0, hits0 := cq.selects.Load(), testutil.ToFloat64(s.querySelectsShared)
+		var wg sync.WaitGroup
+		answers := make([]queryAnswer, 2)
+		for i, agg := range []string{"sum", "count"} {
+			wg.Go(func() {
+				var err error
+				answers[i], err = queryRange(t, c, &querypb.QueryRangeRequest{
+					Query: agg + ` by (gpu, shard) (gpu_temp)`, StartTimeSeconds: tc.start / 1000, EndTimeSeconds: tc.end / 1000,
+					IntervalSeconds: tc.step / 1000, ReplicaLabels: []string{"replica"},
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := cq.selects.Load() - selects0; n != 1 {
+			t.Errorf("%s: %d selects for the sum and the count, want 1", tc.name, n)
+		}
+		if n := testutil.ToFloat64(s.querySelectsShared) - hits0; n != 1 {
+			t.Errorf("%s: strata_storeapi_query_selects_shared_total grew by %g, want 1", tc.name, n)
+		}
+		for i, agg := range []string{"sum", "count"} {
+			direct, err := engine.NewRangeQuery(context.Background(), f.stitched, nil, agg+` by (gpu) (gpu_temp)`, time.UnixMilli(tc.start), time.UnixMilli(tc.end), time.Duration(tc.step)*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := direct.Exec(context.Background())
+			if want.Err != nil {
+				t.Fatal(want.Err)
+			}
+			wm := want.Value.(promql.Matrix)
+			got := answers[i].series
+			if len(got) != len(wm) || len(wm) != 4 {
+				t.Fatalf("%s %s: %d series, want %d", tc.name, agg, len(got), len(wm))
+			}
+			for _, w := range wm {
+				wl := labels.NewBuilder(w.Metric).Set("shard", "1").Labels()
+				k := slices.IndexFunc(got, func(s *prompb.TimeSeries) bool { return labels.Equal(PromLabels(s.Labels), wl) })
+				if k < 0 {
+					t.Fatalf("%s %s: no series %s", tc.name, agg, wl)
+				}
+				if len(got[k].Samples) != len(w.Floats) {
+					t.Fatalf("%s %s %s: %d samples, want %d", tc.name, agg, wl, len(got[k].Samples), len(w.Floats))
+				}
+				for j, p := range w.Floats {
+					if g := got[k].Samples[j]; g.Timestamp != p.T || g.Value != p.F {
+						t.Fatalf("%s %s %s: sample %d is %v, want %v", tc.name, agg, wl, j, g, p)
+					}
+				}
+			}
+			direct.Close()
+		}
+	}
+	if v := testutil.ToFloat64(s.querySelectsShared); v != 2 {
+		t.Errorf("strata_storeapi_query_selects_shared_total %g, want 2", v)
+	}
+	qs.Close()
+	waitFor(t, "every querier closed", func() bool { return cq.opened.Load() == cq.closed.Load() })
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("waiting for %s: timed out", what)
+}
