@@ -266,6 +266,11 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 				if err != nil {
 					return fmt.Errorf("%w: %s: group %q: %s: %w", ErrInvalidRules, f.name, g.Name, r.Alert+r.Record, err)
 				}
+				if g.Name == SignalsGroup {
+					// The canonical rules' internal form (docs/metrics.md):
+					// queries read through rulegen.RenamingQueryable.
+					expr = rulegen.PushDownRenames(expr)
+				}
 				direct, total, scratchRange := reach(expr, reached, recorded)
 				maxRange, maxReach, maxScratch = max(maxRange, direct), max(maxReach, total), max(maxScratch, scratchRange)
 				lbls := rules.FromMaps(g.Labels, r.Labels)
@@ -375,7 +380,7 @@ func (e *Engine) queryFunc(ctx context.Context, qs string, t time.Time) (promql.
 			return v, nil
 		}
 	}
-	return rules.EngineQueryFunc(e.promql, e.query)(ctx, qs, t)
+	return rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(e.query))(ctx, qs, t)
 }
 
 // EvalMinute evaluates minute t (a multiple of one minute): every group at

@@ -31,6 +31,11 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
 ) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
+	// The canonical file is written in the exported form (label_replace
+	// chains, valid for any Prometheus) and loaded in the internal form,
+	// whose selectors RenamingQueryable reads with the label spellings
+	// already unified (docs/metrics.md "How Strata evaluates them").
+	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger}
 	if cfg.Rules.Canonical {
 		rc, err := cfg.canonicalRules()
 		if err != nil {
@@ -52,19 +57,21 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 			return nil, nil, fmt.Errorf("write canonical rules: %w", err)
 		}
 		files = append(files, path)
+		loader.Canonical = path
 	}
 	if len(files) == 0 {
 		return nil, func() {}, nil
 	}
 	m := rules.NewManager(&rules.ManagerOptions{
 		ExternalURL:  externalURL,
-		QueryFunc:    rules.EngineQueryFunc(engine, q),
+		QueryFunc:    rules.EngineQueryFunc(engine, rulegen.RenamingQueryable(q)),
+		GroupLoader:  loader,
 		Context:      ctx,
 		AppendableV2: app,
 		Queryable:    q,
 		Logger:       logger,
 		Registerer:   reg,
-		Parser:       parser.NewParser(parser.Options{}),
+		Parser:       loader.Parser,
 		// Alerting rules in the operator's files are evaluated (their ALERTS
 		// series are stored) but there is no Alertmanager to send to yet; the
 		// manager calls NotifyFunc unconditionally, so it must not be nil.

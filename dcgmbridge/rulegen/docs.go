@@ -43,6 +43,19 @@ func MetricsDoc(c *dcgmbridge.Catalogue, cfg Config) ([]byte, error) {
 	for _, a := range c.LabelAliases {
 		w("| %s | `%s` | `%s` | %s |\n", a.Source, a.From, a.To, a.Note)
 	}
+	w("\nThe rule file copies each alias with `label_replace(<selector>, \"<canonical>\", \"$1\", \"<old>\", \"(.+)\")`,\n")
+	w("so any Prometheus can load it. `strata serve` (and the diagnosis engine's signals) evaluate the same\n")
+	w("rules in an internal form: every such chain is removed and its selectors carry a\n")
+	w("`%s=\"<old>><canonical>,...\"` matcher instead, which the rules' storage wrapper\n", RenameLabel)
+	w("(`rulegen.RenamingQueryable`) strips, making the copies once per series as it reads them; the\n")
+	w("blank filter `<selector> < %s` becomes a `%s` matcher the same way, the wrapper reading\n", sentinelFloor, BelowLabel)
+	w("a sample not below the bound as a stale marker (no value at that step, as the comparison drops it). The\n")
+	w("results are the same series, labels and values (`TestInternalFormMatchesExported` compares both\n")
+	w("forms on a fleet mixing every DCGM label and field spelling with vLLM V0 and V1), except where\n")
+	w("two series of one selector differ only in a label a copy overwrites (`hostname=\"a\", Hostname=\"b\"`\n")
+	w("and `hostname=\"c\", Hostname=\"b\"`): `label_replace` merges or rejects such a pair, the internal\n")
+	w("form keeps both. `/api/v1/rules` shows the internal form; the file in `<storage.path>/rules/` and\n")
+	w("`rules/canonical.rules.yml` hold the exported one.\n")
 	w("\n## Canonical series\n\n")
 	w("| series | meaning | unit | cause | felt | level | sources, in order of preference |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
@@ -21,14 +22,16 @@ import (
 
 // evalEnv is a raw tier with fixtures loaded and the canonical rules.
 type evalEnv struct {
-	t      *testing.T
+	t      testing.TB
 	raw    *tiers.Raw
 	engine *promql.Engine
 	cat    *dcgmbridge.Catalogue
 	parser *scrape.ExpositionParser
+	// internal evaluates the rules in their internal form (PushDownRenames).
+	internal bool
 }
 
-func newEvalEnv(t *testing.T) *evalEnv {
+func newEvalEnv(t testing.TB) *evalEnv {
 	t.Helper()
 	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
@@ -109,14 +112,33 @@ func grown(samples []scrape.Sample, f float64) []scrape.Sample {
 // rules package, appending the results to the raw tier as rules.Manager would.
 func (e *evalEnv) evalRules(cfg Config, ts time.Time) {
 	e.t.Helper()
+	g := e.group(cfg, e.internal)
+	g.Eval(context.Background(), ts)
+	for _, r := range g.Rules() {
+		if err := r.LastError(); err != nil {
+			e.t.Errorf("rule %s: %v", r.Name(), err)
+		}
+	}
+}
+
+// group builds the canonical rule group over the raw tier: the exported
+// form (label_replace chains) as a Prometheus loading the rule file runs it,
+// or the internal form through RenamingQueryable as `strata serve` runs it.
+func (e *evalEnv) group(cfg Config, internal bool) *rules.Group {
+	e.t.Helper()
 	rs, err := RecordingRules(e.cat, cfg)
+	var q storage.Queryable = e.raw
+	if internal {
+		rs, err = InternalRecordingRules(e.cat, cfg)
+		q = RenamingQueryable(e.raw)
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	g := rules.NewGroup(rules.GroupOptions{
+	return rules.NewGroup(rules.GroupOptions{
 		Name: cfg.GroupName, Interval: cfg.Interval, Rules: rs,
 		Opts: &rules.ManagerOptions{
-			QueryFunc:    rules.EngineQueryFunc(e.engine, e.raw),
+			QueryFunc:    rules.EngineQueryFunc(e.engine, q),
 			AppendableV2: e.raw,
 			Queryable:    e.raw,
 			Context:      context.Background(),
@@ -124,12 +146,6 @@ func (e *evalEnv) evalRules(cfg Config, ts time.Time) {
 			Registerer:   prometheus.NewRegistry(),
 		},
 	})
-	g.Eval(context.Background(), ts)
-	for _, r := range g.Rules() {
-		if err := r.LastError(); err != nil {
-			e.t.Errorf("rule %s: %v", r.Name(), err)
-		}
-	}
 }
 
 func (e *evalEnv) query(q string, ts time.Time) promql.Vector {
