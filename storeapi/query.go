@@ -18,6 +18,8 @@ import (
 	"github.com/thanos-io/thanos/pkg/store/storepb/prompb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // maxPointsPerSeries bounds a QueryRange request's steps, as Prometheus'
@@ -403,7 +405,7 @@ func (q *externalQuerier) Select(ctx context.Context, sortSeries bool, hints *st
 	out := &externalSeriesSet{SeriesSet: set, e: q.e, matcher: q.e.shard.Matcher(&q.e.s.buffers)}
 	if sortSeries && relabel {
 		// The labels added and removed can change the order.
-		return sortedSeriesSet(out)
+		return seriesset.Sorted(out)
 	}
 	return out
 }
@@ -487,32 +489,3 @@ type relabelledSeries struct {
 }
 
 func (s relabelledSeries) Labels() labels.Labels { return s.lbls }
-
-// sortedSeriesSet reads set whole and returns its series sorted by labels,
-// with its error and warnings.
-func sortedSeriesSet(set storage.SeriesSet) storage.SeriesSet {
-	var all []storage.Series
-	for set.Next() {
-		all = append(all, set.At())
-	}
-	if err := set.Err(); err != nil {
-		return storage.ErrSeriesSet(err)
-	}
-	sortSeriesByLabels(all)
-	return &listSeriesSet{series: all, i: -1, warnings: set.Warnings()}
-}
-
-type listSeriesSet struct {
-	series   []storage.Series
-	i        int
-	warnings annotations.Annotations
-}
-
-func (s *listSeriesSet) Next() bool                        { s.i++; return s.i < len(s.series) }
-func (s *listSeriesSet) At() storage.Series                { return s.series[s.i] }
-func (s *listSeriesSet) Err() error                        { return nil }
-func (s *listSeriesSet) Warnings() annotations.Annotations { return s.warnings }
-
-func sortSeriesByLabels(all []storage.Series) {
-	slices.SortFunc(all, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
-}

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // A Thanos Querier in distributed mode rewrites `avg by (x) (sel)` into
@@ -275,7 +277,7 @@ func (q *sharedQuerier) Select(ctx context.Context, sortSeries bool, hints *stor
 		}
 		return storage.ErrSeriesSet(e.err)
 	}
-	return &listSeriesSet{series: e.series, i: -1, warnings: maps.Clone(e.warnings)}
+	return seriesset.List(e.series, maps.Clone(e.warnings))
 }
 
 func (q *sharedQuerier) ownSelect(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms []*labels.Matcher) storage.SeriesSet {

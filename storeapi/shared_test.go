@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/prometheus/util/annotations"
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
 	"github.com/thanos-io/thanos/pkg/store/storepb/prompb"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // countingQueryable counts the selects and queriers of the queryable it
@@ -96,7 +98,7 @@ func (l listQuerier) Select(_ context.Context, _ bool, _ *storage.SelectHints, m
 			out = append(out, s)
 		}
 	}
-	return &listSeriesSet{series: out, i: -1}
+	return seriesset.List(out, nil)
 }
 func (listQuerier) LabelValues(context.Context, string, *storage.LabelHints, ...*labels.Matcher) ([]string, annotations.Annotations, error) {
 	return nil, nil, nil

@@ -11,7 +11,8 @@ import (
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
-	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // RenamingQueryable wraps q for the internal form of the canonical rules
@@ -67,15 +68,7 @@ func (r renamingQuerier) Select(ctx context.Context, sortSeries bool, hints *sto
 	if !sortSeries || len(set.copies) == 0 {
 		return set
 	}
-	var all []storage.Series
-	for set.Next() {
-		all = append(all, set.At())
-	}
-	if err := set.Err(); err != nil {
-		return storage.ErrSeriesSet(err)
-	}
-	slices.SortFunc(all, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
-	return &sortedSet{series: all, warnings: set.Warnings()}
+	return seriesset.Sorted(set)
 }
 
 func isInternal(m *labels.Matcher) bool {
@@ -183,22 +176,3 @@ func (b *belowIterator) AtHistogram(*histogram.Histogram) (int64, *histogram.His
 func (b *belowIterator) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
 	panic("rulegen: belowIterator yields floats only")
 }
-
-// sortedSet is a materialised, sorted SeriesSet.
-type sortedSet struct {
-	series   []storage.Series
-	i        int
-	warnings annotations.Annotations
-}
-
-func (s *sortedSet) Next() bool {
-	if s.i >= len(s.series) {
-		return false
-	}
-	s.i++
-	return true
-}
-
-func (s *sortedSet) At() storage.Series                { return s.series[s.i-1] }
-func (s *sortedSet) Err() error                        { return nil }
-func (s *sortedSet) Warnings() annotations.Annotations { return s.warnings }
