@@ -90,13 +90,20 @@ func TestSpillWindowCodec(t *testing.T) {
 	}
 	// In one block each window is encoded against the one before.
 	all = append(all, all...)
-	got, err := decodeBlock(h, encodeBlock(h, all), len(all))
+	checkBlock(t, h, encodeBlock(h, all), all)
+}
+
+// checkBlock decodes block b of partition h and compares it, window for
+// window and bit for bit, with want.
+func checkBlock(t *testing.T, h int64, b []byte, want []tiers.Window) {
+	t.Helper()
+	got, err := decodeBlock(h, b, len(want))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range all {
-		if !sameWindow(got[i], all[i]) {
-			t.Errorf("window %d in a block: decoded %+v\n want %+v", i, got[i], all[i])
+	for i := range want {
+		if !sameWindow(got[i], want[i]) {
+			t.Fatalf("window %d in a block: decoded %+v\n want %+v", i, got[i], want[i])
 		}
 	}
 }
@@ -125,15 +132,7 @@ func TestSpillWindowSize(t *testing.T) {
 	if per := float64(len(b)) / series; per > 16.4 {
 		t.Errorf("%.2f bytes a window, want at most 16.4", per)
 	}
-	got, err := decodeBlock(h, b, series)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ws {
-		if !sameWindow(got[i], ws[i]) {
-			t.Fatalf("window %d: decoded %+v\n want %+v", i, got[i], ws[i])
-		}
-	}
+	checkBlock(t, h, b, ws)
 }
 
 // FuzzSpillWindow: any window survives the spill bit for bit, and no input
