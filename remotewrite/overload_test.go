@@ -54,6 +54,20 @@ func (a *gatedAppender) Commit() error {
 	return a.AppenderV2.Commit()
 }
 
+// gateHandler puts a handler with cfg over env's raw tier behind a
+// gatedAppendable whose gate holds up to senders waiting commits, and makes
+// it env's handler.
+func gateHandler(t *testing.T, env *testEnv, cfg Config, senders int) *gatedAppendable {
+	t.Helper()
+	g := &gatedAppendable{next: env.raw, gate: make(chan struct{}), waiting: make(chan struct{}, senders)}
+	h, err := NewHandler(cfg, g, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func() time.Time { return base })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.h, env.h = h, h
+	return g
+}
+
 // TestHandlerOverloadSlowStorage: with the storage stalled and more
 // senders than the handler admits, the handler holds at most its bound of
 // requests and body bytes, answers the rest 429 with Retry-After without
@@ -92,12 +106,8 @@ func TestHandlerOverloadSlowStorage(t *testing.T) {
 			cfg := DefaultConfig()
 			tc.cfg(&cfg)
 			env := newTestEnv(t, cfg)
-			g := &gatedAppendable{next: env.raw, gate: make(chan struct{}), waiting: make(chan struct{}, senders)}
-			h, err := NewHandler(cfg, g, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func() time.Time { return base })
-			if err != nil {
-				t.Fatal(err)
-			}
-			g.h, env.h = h, h
+			g := gateHandler(t, env, cfg, senders)
+			h := g.h
 
 			// Phase 1: every sender posts once while the storage is stalled.
 			type answer struct {
@@ -217,12 +227,8 @@ func TestHandlerActiveBound(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.MaxActiveRequests, cfg.MaxQueueWait = active, tc.wait
 			env := newTestEnv(t, cfg)
-			g := &gatedAppendable{next: env.raw, gate: make(chan struct{}), waiting: make(chan struct{}, senders)}
-			h, err := NewHandler(cfg, g, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func() time.Time { return base })
-			if err != nil {
-				t.Fatal(err)
-			}
-			g.h, env.h = h, h
+			g := gateHandler(t, env, cfg, senders)
+			h := g.h
 			codes := make(chan int, senders)
 			var wg sync.WaitGroup
 			for i := range senders {
