@@ -1,6 +1,7 @@
 package downsample
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,10 +100,15 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	return nil
 }
 
-// keyedEntry is a spill entry with its series' partition order.
-type keyedEntry struct {
-	k spillKey
-	e spillEntry
+// entryKey is a spill entry's place in partition order: its series' name
+// and id, and its index in the entries. The labels, compared only between
+// series of the same name and id, are read from the slot. At a minute
+// boundary every series emits a window at once, so the tick sorts one key
+// per series: 32 bytes, not the entry and its labels again.
+type entryKey struct {
+	name string
+	id   int64
+	i    int32
 }
 
 // spillEntries writes windows of the tee's series to their hours' spills,
@@ -112,22 +119,30 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 	if len(es) == 0 {
 		return nil
 	}
-	keyed := make([]keyedEntry, len(es))
+	// lset and id of a slot with a pending window cannot change: slots are
+	// forgotten by the tick, which is running this.
+	keyed := make([]entryKey, len(es))
 	for i, e := range es {
-		// lset and id of a slot with a pending window cannot change: slots
-		// are forgotten by the tick, which is running this.
 		st := p.tap.series.at(e.slot)
-		keyed[i] = keyedEntry{k: spillKey{lset: st.lset, name: st.lset.Get(model.MetricNameLabel), id: st.id}, e: e}
+		keyed[i] = entryKey{name: st.lset.Get(model.MetricNameLabel), id: st.id, i: int32(i)}
 	}
-	slices.SortStableFunc(keyed, func(a, b keyedEntry) int {
-		if c := a.k.compare(&b.k); c != 0 {
+	slices.SortFunc(keyed, func(a, b entryKey) int {
+		if c := strings.Compare(a.name, b.name); c != 0 {
 			return c
 		}
-		return 0 // same series: emission order
+		if c := cmp.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		if sa, sb := es[a.i].slot, es[b.i].slot; sa != sb {
+			if c := labels.Compare(p.tap.series.at(sa).lset, p.tap.series.at(sb).lset); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(a.i, b.i) // same series: emission order
 	})
 	hours := map[int64]bool{}
-	for _, x := range keyed {
-		hours[timegrid.Floor(x.e.w.Start, HourRes)] = true
+	for _, e := range es {
+		hours[timegrid.Floor(e.w.Start, HourRes)] = true
 	}
 	markHour := timegrid.Floor(p.mark, HourRes)
 	var errs []error
@@ -150,14 +165,15 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 		buf := p.encBuf[:0]
 		blk := spillBlock{minStart: math.MaxInt64, maxStart: math.MinInt64}
 		enc := windowCodec{h: h}
-		for _, x := range keyed {
-			if timegrid.Floor(x.e.w.Start, HourRes) != h {
+		for _, k := range keyed {
+			e := &es[k.i]
+			if timegrid.Floor(e.w.Start, HourRes) != h {
 				continue
 			}
-			buf = binary.AppendUvarint(buf, uint64(x.e.slot))
-			buf = enc.appendWindow(buf, x.e.w)
+			buf = binary.AppendUvarint(buf, uint64(e.slot))
+			buf = enc.appendWindow(buf, e.w)
 			blk.records++
-			blk.minStart, blk.maxStart = min(blk.minStart, x.e.w.Start), max(blk.maxStart, x.e.w.Start)
+			blk.minStart, blk.maxStart = min(blk.minStart, e.w.Start), max(blk.maxStart, e.w.Start)
 		}
 		p.encBuf = buf
 		if err := p.writeBlock(sp, buf, blk); err != nil {
