@@ -46,7 +46,7 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	p.tap.drained = max(p.tap.drained, to)
 	for s := range p.tap.series.n {
 		st := p.tap.series.at(s)
-		if st.b.open && !st.emitted && !st.tainted && st.b.w.Start < to {
+		if st.b.open && !st.emitted && !st.tainted && st.b.start < to {
 			p.emit(s, st, st.b.current())
 		}
 	}
@@ -95,7 +95,7 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	}
 	for _, e := range entries {
 		st := p.tap.series.at(e.slot)
-		st.lastHour = max(st.lastHour, timegrid.Floor(e.w.Start, HourRes))
+		st.sawWindow(e.w.Start)
 	}
 	return nil
 }
@@ -256,7 +256,7 @@ func (p *Pipeline) forgetIdle() {
 	n := 0
 	for s := range p.tap.series.n {
 		st := p.tap.series.at(s)
-		if st.lset.IsEmpty() || st.lastT >= cutoff || st.listed || st.lastHour >= oldest {
+		if st.lset.IsEmpty() || st.lastT >= cutoff || st.listed || st.hasWindowsFrom(oldest) {
 			continue
 		}
 		p.tap.series.release(s)

@@ -8,11 +8,12 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
 // seriesState is what the tee keeps per series: its labels and one window
-// builder, a few hundred bytes whatever the sample rate (docs/rollups.md,
+// builder, 168 bytes whatever the sample rate (docs/rollups.md,
 // "Memory").
 //
 // lset and id are set when the slot is assigned and not changed while any
@@ -30,10 +31,31 @@ type seriesState struct {
 	// from raw, because a sample came out of order; dirtyFrom is
 	// math.MaxInt64 when there is none.
 	dirtyFrom, dirtyTo int64
-	lastHour           int64 // newest hour this series has windows in
-	emitted            bool  // the open window, as it is, has been handed to the spill
-	tainted            bool  // the open window misses an out-of-order sample: never emitted, recomputed
-	listed             bool  // in teeState.dirty
+	// lastHour is the newest hour this series has windows in, in hours
+	// since the epoch (hourIndex), math.MinInt32 when none: it shares a word
+	// with the flags.
+	lastHour int32
+	emitted  bool // the open window, as it is, has been handed to the spill
+	tainted  bool // the open window misses an out-of-order sample: never emitted, recomputed
+	listed   bool // in teeState.dirty
+}
+
+// sawWindow notes that the series has a window starting at start.
+func (st *seriesState) sawWindow(start int64) {
+	st.lastHour = max(st.lastHour, hourIndex(start))
+}
+
+// hasWindowsFrom tells whether the series has windows in the hour starting
+// at h or later.
+func (st *seriesState) hasWindowsFrom(h int64) bool {
+	return int64(st.lastHour)*HourRes >= h
+}
+
+// hourIndex returns the hour t falls in, in hours since the epoch, within
+// the int32 range: about 245,000 years either side of 1970.
+func hourIndex(t int64) int32 {
+	h := timegrid.Floor(t, HourRes) / HourRes
+	return int32(min(max(h, math.MinInt32+1), math.MaxInt32))
 }
 
 // seriesStateBytes is the size of one slot, for strata_downsample_tee_bytes.
@@ -88,7 +110,7 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 	*t.at(s) = seriesState{
 		lset: lset, id: tiers.SeriesID(lset), ref: ref,
 		b:     builder{res: MinuteRes, kind: kind},
-		lastT: math.MinInt64, dirtyFrom: math.MaxInt64, lastHour: math.MinInt64,
+		lastT: math.MinInt64, dirtyFrom: math.MaxInt64, lastHour: math.MinInt32,
 	}
 	t.byRef.set(ref, s)
 	return s

@@ -266,7 +266,7 @@ func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResul
 		// Stale of a window whose last sample is at most StaleLookahead
 		// before it.
 		p.markDirty(s, st, timegrid.Floor(t-StaleLookahead, MinuteRes), timegrid.Floor(t, MinuteRes))
-		if st.b.open && timegrid.Floor(t, MinuteRes) == st.b.w.Start {
+		if st.b.open && timegrid.Floor(t, MinuteRes) == st.b.start {
 			st.tainted = true
 		}
 		return outOfOrder
@@ -274,13 +274,13 @@ func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResul
 	st.lastT = t
 	if value.IsStaleNaN(v) {
 		// A stale marker right after the window's last sample marks it.
-		if st.b.open && !st.b.w.Stale && t-st.b.w.LastT <= StaleLookahead {
-			st.b.w.Stale = true
+		if st.b.open && !st.b.stale && t-st.b.lastT <= StaleLookahead {
+			st.b.stale = true
 			p.changed(s, st)
 		}
 		return foldedOther
 	}
-	if st.b.open && t >= st.b.w.Start+MinuteRes {
+	if st.b.open && t >= st.b.start+MinuteRes {
 		if !st.emitted && !st.tainted {
 			p.emit(s, st, st.b.current())
 		}
@@ -297,14 +297,15 @@ func (p *Pipeline) changed(s uint32, st *seriesState) {
 	if st.tainted {
 		// It misses an out-of-order sample: recomputed from raw, again
 		// if it was already.
-		p.markDirty(s, st, st.b.w.Start, st.b.w.Start)
+		start := st.b.start
+		p.markDirty(s, st, start, start)
 	}
 }
 
 // emit hands a window of slot s to the next tick's spill.
 func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
 	st.emitted = true
-	st.lastHour = max(st.lastHour, timegrid.Floor(w.Start, HourRes))
+	st.sawWindow(w.Start)
 	p.tap.pending = append(p.tap.pending, spillEntry{slot: s, w: w})
 }
 

@@ -20,12 +20,14 @@ import (
 //     labels shared with the raw tier and so not counted;
 //   - tick-B/series: heap the tick allocates to move those windows to the
 //     spill (transient, but live at the minute boundary, when every series
-//     emits at once).
+//     emits at once);
+//   - slot-B: the size of a slot (seriesState), the part of held-B/series
+//     that stays between minute boundaries.
 //
 // The raw tier behind the tee holds the series (so the tee shares their
 // labels) but is not appended to while measuring.
 func BenchmarkTeeBytesPerSeries(b *testing.B) {
-	const series = 50_000
+	const series = 100_000
 	f := newFleet(series)
 	raw := openBenchRaw(b)
 	ctx := context.Background()
@@ -51,6 +53,7 @@ func BenchmarkTeeBytesPerSeries(b *testing.B) {
 		tee := p.Tee(nopAppendable{})
 		var m0, m1, m2 runtime.MemStats
 		runtime.GC()
+		runtime.GC() // what sync.Pools kept over the first is freed by the second
 		runtime.ReadMemStats(&m0)
 		for _, t := range []int64{start + 59_000, start + MinuteRes + 1000} {
 			for lo := 0; lo < series; lo += 2000 { // requests of 2,000 samples
@@ -65,6 +68,7 @@ func BenchmarkTeeBytesPerSeries(b *testing.B) {
 				}
 			}
 		}
+		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&m1)
 		if n := len(p.tap.pending); n != series {
@@ -82,4 +86,5 @@ func BenchmarkTeeBytesPerSeries(b *testing.B) {
 	n := float64(b.N) * series
 	b.ReportMetric(held/n, "held-B/series")
 	b.ReportMetric(tick/n, "tick-B/series")
+	b.ReportMetric(float64(seriesStateBytes), "slot-B")
 }

@@ -65,53 +65,52 @@ func (s *Stats) add(o Stats) {
 //     later, sets Stale; stale markers do not break the counter chain (PromQL
 //     drops them from range vectors too).
 type builder struct {
-	res      int64
-	w        tiers.Window
-	sum, c   float64 // Kahan-Neumaier state of Sum
-	resetSum float64 // sum of the values before each reset inside the window
-	// kind and open share a word (128 bytes, not 136: the tee holds a
-	// builder per series).
-	kind Kind
-	open bool
+	res, start    int64
+	firstT, lastT int64 // of the window's first and last float sample
+	count, resets uint32
+	first, last   float64
+	min, max      float64
+	sum, c        float64 // Kahan-Neumaier state of Sum
+	resetSum      float64 // sum of the values before each reset inside the window
+	// The window's Sum and Increase are computed when it is read: the tee
+	// holds a builder per series, and so kind, open and stale share a word
+	// (104 bytes, not a whole tiers.Window's 88 and the state's 40).
+	kind  Kind
+	open  bool
+	stale bool // the sample after lastT is a stale marker (tiers.Window.Stale)
 }
 
 // add aggregates a float sample (stale markers included) at t. When t falls
 // into a later window than the open one, the open window is returned complete.
 func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 	if value.IsStaleNaN(v) {
-		if b.open && t-b.w.LastT <= StaleLookahead {
-			b.w.Stale = true
+		if b.open && t-b.lastT <= StaleLookahead {
+			b.stale = true
 		}
 		return tiers.Window{}, false
 	}
-	if b.open && t >= b.w.Start+b.res {
+	if b.open && t >= b.start+b.res {
 		done, ok = b.finish(), true
 	}
 	if !b.open {
-		b.open = true
-		b.w = tiers.Window{
-			Start: timegrid.Floor(t, b.res), FirstT: t, LastT: t, Count: 1,
-			Min: v, Max: v, First: v, Last: v,
-		}
+		*b = builder{res: b.res, kind: b.kind, open: true, start: timegrid.Floor(t, b.res), firstT: t, lastT: t, count: 1, first: v, last: v, min: v, max: v}
 		b.sum, b.c = kahansum.Inc(v, 0, 0)
-		b.resetSum = 0
 		return done, ok
 	}
-	w := &b.w
-	if v < w.Last && b.kind != KindGauge {
-		w.Resets++
-		b.resetSum += w.Last
+	if v < b.last && b.kind != KindGauge {
+		b.resets++
+		b.resetSum += b.last
 	}
-	w.Count++
+	b.count++
 	b.sum, b.c = kahansum.Inc(v, b.sum, b.c)
-	if v < w.Min || math.IsNaN(w.Min) {
-		w.Min = v
+	if v < b.min || math.IsNaN(b.min) {
+		b.min = v
 	}
-	if v > w.Max || math.IsNaN(w.Max) {
-		w.Max = v
+	if v > b.max || math.IsNaN(b.max) {
+		b.max = v
 	}
-	w.LastT, w.Last = t, v
-	w.Stale = false
+	b.lastT, b.last = t, v
+	b.stale = false
 	return done, ok
 }
 
@@ -124,7 +123,11 @@ func (b *builder) finish() tiers.Window {
 // current returns the open window as finish would, leaving it open: more
 // samples may still be added to it.
 func (b *builder) current() tiers.Window {
-	w := b.w
+	w := tiers.Window{
+		Start: b.start, FirstT: b.firstT, LastT: b.lastT, Count: b.count,
+		Min: b.min, Max: b.max, First: b.first, Last: b.last,
+		Resets: b.resets, Stale: b.stale,
+	}
 	w.Sum = b.sum
 	if !math.IsInf(b.sum, 0) {
 		w.Sum += b.c
