@@ -8,10 +8,14 @@ import (
 	"math"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/exemplar"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
@@ -48,6 +52,11 @@ func DefaultRawConfig(dir string) RawConfig {
 	return RawConfig{Dir: dir, Retention: 24 * time.Hour, OutOfOrderWindow: 10 * time.Minute, WALCompression: compression.Snappy}
 }
 
+// MaxExemplars is the size of the raw tier's exemplar storage, one circular
+// buffer of exemplars as Prometheus' (storage.exemplars.max_exemplars, whose
+// default it is).
+const MaxExemplars = 100_000
+
 // Raw is the per-second tier: a Prometheus TSDB with its write-ahead log.
 //
 // Durability: an appender's Commit writes the samples' WAL records to the
@@ -69,6 +78,14 @@ type Raw struct {
 
 	mu     sync.Mutex // ReleaseChunkPages against Close
 	closed bool
+
+	// exemplarsSized is set once the exemplar storage has its MaxExemplars
+	// entries. It holds none while no exemplar has arrived: the buffer is
+	// allocated whole (64 bytes an entry, 6.4 MB), and a fleet that sends no
+	// exemplars would pay for it anyway. Until then the tier's appenders
+	// size it before they take the first exemplar (sizeExemplars).
+	exemplarsSized atomic.Bool
+	exemplarsOnce  sync.Once
 }
 
 // OpenRaw opens (or creates) the raw tier in cfg.Dir, replaying and repairing its
@@ -84,7 +101,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	opts.RetentionDuration = cfg.Retention.Milliseconds()
 	opts.OutOfOrderTimeWindow = cfg.OutOfOrderWindow.Milliseconds()
 	opts.EnableExemplarStorage = true
-	opts.MaxExemplars = 100_000
+	opts.MaxExemplars = MaxExemplars
 	opts.EnableMetadataWALRecords = true
 	// tsdb.DefaultOptions leaves the WAL uncompressed (Prometheus' own
 	// default, snappy, is set by its command line), which made the WAL, all a
@@ -106,7 +123,50 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	return &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}}, nil
+	r := &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}}
+	// The WAL is replayed into a storage of the full size, so exemplars
+	// written before a restart are kept; only an empty one is given up.
+	if err := r.releaseEmptyExemplars(); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	return r, nil
+}
+
+// releaseEmptyExemplars sizes the exemplar storage for nothing when it holds
+// no exemplar, until the first one arrives.
+func (r *Raw) releaseEmptyExemplars() error {
+	q, err := r.db.ExemplarQuerier(context.Background())
+	if err != nil {
+		return fmt.Errorf("raw tier exemplars: %w", err)
+	}
+	res, err := q.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, ".*")})
+	if err != nil {
+		return fmt.Errorf("raw tier exemplars: %w", err)
+	}
+	if len(res) > 0 {
+		r.exemplarsSized.Store(true)
+		return nil
+	}
+	r.resizeExemplars(0)
+	return nil
+}
+
+// sizeExemplars gives the exemplar storage its MaxExemplars entries, once.
+func (r *Raw) sizeExemplars() {
+	r.exemplarsOnce.Do(func() {
+		r.resizeExemplars(MaxExemplars)
+		r.exemplarsSized.Store(true)
+	})
+}
+
+// resizeExemplars resizes the head's exemplar storage to n exemplars, as
+// Prometheus does on a configuration reload; the head's out-of-order window,
+// which the same call sets, stays what the tier was opened with.
+func (r *Raw) resizeExemplars(n int64) {
+	var c config.Config
+	c.StorageConfig.TSDBConfig = &config.TSDBConfig{OutOfOrderTimeWindow: r.cfg.OutOfOrderWindow.Milliseconds()}
+	c.StorageConfig.ExemplarsConfig = &config.ExemplarsConfig{MaxExemplars: n}
+	r.db.Head().ApplyConfig(&c, nil)
 }
 
 // Config returns the configuration the tier was opened with.
@@ -116,10 +176,63 @@ func (r *Raw) Config() RawConfig { return r.cfg }
 func (r *Raw) DB() *tsdb.DB { return r.db }
 
 // Appender implements storage.Appendable.
-func (r *Raw) Appender(ctx context.Context) storage.Appender { return r.db.Appender(ctx) }
+func (r *Raw) Appender(ctx context.Context) storage.Appender {
+	app := r.db.Appender(ctx)
+	if r.exemplarsSized.Load() {
+		return app
+	}
+	return exemplarSizingAppender{Appender: app, r: r}
+}
 
-// AppenderV2 implements storage.AppendableV2.
-func (r *Raw) AppenderV2(ctx context.Context) storage.AppenderV2 { return r.db.AppenderV2(ctx) }
+// AppenderV2 implements storage.AppendableV2. Its appenders implement
+// storage.ExemplarAppenderV2 and storage.GetRef.
+func (r *Raw) AppenderV2(ctx context.Context) storage.AppenderV2 {
+	app := r.db.AppenderV2(ctx)
+	if r.exemplarsSized.Load() {
+		return app
+	}
+	ex, isEx := app.(storage.ExemplarAppenderV2)
+	gr, isRef := app.(storage.GetRef)
+	if !isEx || !isRef {
+		return app
+	}
+	return exemplarSizingAppenderV2{ExemplarAppenderV2: ex, gr: gr, r: r}
+}
+
+// exemplarSizingAppender and exemplarSizingAppenderV2 are the raw tier's
+// appenders while its exemplar storage holds nothing: they size it before
+// the first exemplar goes in (see Raw.exemplarsSized).
+type exemplarSizingAppender struct {
+	storage.Appender
+	r *Raw
+}
+
+func (a exemplarSizingAppender) AppendExemplar(ref storage.SeriesRef, l labels.Labels, e exemplar.Exemplar) (storage.SeriesRef, error) {
+	a.r.sizeExemplars()
+	return a.Appender.AppendExemplar(ref, l, e)
+}
+
+type exemplarSizingAppenderV2 struct {
+	storage.ExemplarAppenderV2
+	gr storage.GetRef
+	r  *Raw
+}
+
+func (a exemplarSizingAppenderV2) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, opts storage.AppendV2Options) (storage.SeriesRef, error) {
+	if len(opts.Exemplars) > 0 {
+		a.r.sizeExemplars()
+	}
+	return a.ExemplarAppenderV2.Append(ref, ls, st, t, v, h, fh, opts)
+}
+
+func (a exemplarSizingAppenderV2) AppendExemplars(ref storage.SeriesRef, ls labels.Labels, es []exemplar.Exemplar) (storage.SeriesRef, error) {
+	a.r.sizeExemplars()
+	return a.ExemplarAppenderV2.AppendExemplars(ref, ls, es)
+}
+
+func (a exemplarSizingAppenderV2) GetRef(lset labels.Labels, hash uint64) (storage.SeriesRef, labels.Labels) {
+	return a.gr.GetRef(lset, hash)
+}
 
 // Querier implements storage.Queryable.
 func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) { return r.db.Querier(mint, maxt) }
