@@ -3,6 +3,7 @@ package downsample
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/prometheus/model/exemplar"
@@ -306,6 +307,12 @@ func (p *Pipeline) changed(s uint32, st *seriesState) {
 func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
 	st.emitted = true
 	st.sawWindow(w.Start)
+	if n := len(p.tap.pending); n == cap(p.tap.pending) {
+		// Every series emits a window at each minute boundary: room for
+		// one each at once, not append's quarter more than the last
+		// growth, which the reused buffer would keep.
+		p.tap.pending = slices.Grow(p.tap.pending, max(p.tap.series.live()-n, n/8, 64))
+	}
 	p.tap.pending = append(p.tap.pending, spillEntry{slot: s, w: w})
 }
 
