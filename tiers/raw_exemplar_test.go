@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,4 +134,45 @@ func BenchmarkOpenRawHeap(b *testing.B) {
 		}
 	}
 	b.ReportMetric(held/float64(b.N)/(1<<20), "held-MiB")
+}
+
+// TestRawExemplarsSizedConcurrently: appenders that bring the first
+// exemplars at once all keep theirs (run under the race detector by make
+// test).
+func TestRawExemplarsSizedConcurrently(t *testing.T) {
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	const writers = 4
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			ls := labels.FromStrings(labels.MetricName, "requests_total", "writer", strconv.Itoa(w))
+			e := exemplar.Exemplar{Labels: labels.FromStrings("trace_id", strconv.Itoa(w)), Value: 1, Ts: 1000, HasTs: true}
+			app := raw.AppenderV2(context.Background())
+			_, err := app.Append(0, ls, 0, 1000, 1, nil, nil, storage.AppendV2Options{Exemplars: []exemplar.Exemplar{e}})
+			if err == nil {
+				err = app.Commit()
+			}
+			errs <- err
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := raw.ExemplarQuerier(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := q.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, "requests_total")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != writers {
+		t.Fatalf("exemplars of %d series stored, want %d", len(res), writers)
+	}
 }
