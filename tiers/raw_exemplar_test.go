@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -48,7 +49,7 @@ func TestRawExemplarsSizedOnFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := q.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, "requests_total")})
+		res, err := q.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "requests_total")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestRawExemplarsSizedOnFirst(t *testing.T) {
 	}
 
 	raw, reg := open()
-	ls := labels.FromStrings(labels.MetricName, "requests_total", "job", "api")
+	ls := labels.FromStrings(model.MetricNameLabel, "requests_total", "job", "api")
 	app := raw.AppenderV2(context.Background())
 	ref, err := app.Append(0, ls, 0, 1000, 1, nil, nil, storage.AppendV2Options{})
 	if err != nil {
@@ -149,7 +150,7 @@ func TestRawExemplarsSizedConcurrently(t *testing.T) {
 	errs := make(chan error, writers)
 	for w := range writers {
 		go func() {
-			ls := labels.FromStrings(labels.MetricName, "requests_total", "writer", strconv.Itoa(w))
+			ls := labels.FromStrings(model.MetricNameLabel, "requests_total", "writer", strconv.Itoa(w))
 			e := exemplar.Exemplar{Labels: labels.FromStrings("trace_id", strconv.Itoa(w)), Value: 1, Ts: 1000, HasTs: true}
 			app := raw.AppenderV2(context.Background())
 			_, err := app.Append(0, ls, 0, 1000, 1, nil, nil, storage.AppendV2Options{Exemplars: []exemplar.Exemplar{e}})
@@ -168,7 +169,7 @@ func TestRawExemplarsSizedConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := q.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, "requests_total")})
+	res, err := q.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "requests_total")})
 	if err != nil {
 		t.Fatal(err)
 	}
