@@ -31,11 +31,14 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
 ) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
-	// The canonical file is written in the exported form (label_replace
-	// chains, valid for any Prometheus) and loaded in the internal form,
-	// whose selectors RenamingQueryable reads with the label spellings
-	// already unified (docs/metrics.md "How Strata evaluates them").
-	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger}
+	// The canonical file is written and loaded in the exported form
+	// (label_replace chains, valid for any Prometheus: what /api/v1/rules
+	// shows); forms.QueryFunc evaluates each canonical rule in its internal
+	// form, whose selectors RenamingQueryable reads with the label spellings
+	// already unified, without the parts the fleet sends nothing for
+	// (docs/metrics.md "How Strata evaluates them").
+	forms := rulegen.NewInternalForms()
+	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger, Forms: forms}
 	if cfg.Rules.Canonical {
 		rc, err := cfg.canonicalRules()
 		if err != nil {
@@ -64,7 +67,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	}
 	m := rules.NewManager(&rules.ManagerOptions{
 		ExternalURL:  externalURL,
-		QueryFunc:    rules.EngineQueryFunc(engine, rulegen.RenamingQueryable(q)),
+		QueryFunc:    forms.QueryFunc(engine, q, time.Duration(cfg.Query.LookbackDelta)),
 		GroupLoader:  loader,
 		Context:      ctx,
 		AppendableV2: app,

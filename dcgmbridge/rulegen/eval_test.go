@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 
@@ -123,22 +124,36 @@ func (e *evalEnv) evalRules(cfg Config, ts time.Time) {
 
 // group builds the canonical rule group over the raw tier: the exported
 // form (label_replace chains) as a Prometheus loading the rule file runs it,
-// or the internal form through RenamingQueryable as `strata serve` runs it.
+// or, internal, as `strata serve` runs it: the same rules evaluated by
+// InternalForms.QueryFunc in their internal form.
 func (e *evalEnv) group(cfg Config, internal bool) *rules.Group {
 	e.t.Helper()
+	return e.groupOver(cfg, internal, e.raw)
+}
+
+// groupOver is group reading from q.
+func (e *evalEnv) groupOver(cfg Config, internal bool, q storage.Queryable) *rules.Group {
+	e.t.Helper()
 	rs, err := RecordingRules(e.cat, cfg)
-	var q storage.Queryable = e.raw
-	if internal {
-		rs, err = InternalRecordingRules(e.cat, cfg)
-		q = RenamingQueryable(e.raw)
-	}
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	qf := rules.EngineQueryFunc(e.engine, q)
+	if internal {
+		forms := NewInternalForms()
+		exprs := make([]string, len(rs))
+		for i, r := range rs {
+			exprs[i] = r.Query().String()
+		}
+		if err := forms.Set(parser.NewParser(parser.Options{}), exprs); err != nil {
+			e.t.Fatal(err)
+		}
+		qf = forms.QueryFunc(e.engine, q, 5*time.Minute)
 	}
 	return rules.NewGroup(rules.GroupOptions{
 		Name: cfg.GroupName, Interval: cfg.Interval, Rules: rs,
 		Opts: &rules.ManagerOptions{
-			QueryFunc:    rules.EngineQueryFunc(e.engine, q),
+			QueryFunc:    qf,
 			AppendableV2: e.raw,
 			Queryable:    e.raw,
 			Context:      context.Background(),
