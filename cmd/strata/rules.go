@@ -35,8 +35,9 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	// (label_replace chains, valid for any Prometheus: what /api/v1/rules
 	// shows); forms.QueryFunc evaluates each canonical rule in its internal
 	// form, whose selectors RenamingQueryable reads with the label spellings
-	// already unified, without the parts the fleet sends nothing for
-	// (docs/metrics.md "How Strata evaluates them").
+	// already unified, without the parts the fleet sends nothing for, and
+	// with the aggregations several rules share evaluated once
+	// (docs/metrics.md "Levels and joins").
 	forms := rulegen.NewInternalForms()
 	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger, Forms: forms}
 	if cfg.Rules.Canonical {
@@ -84,7 +85,9 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 			}
 		},
 	})
-	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), nil); err != nil {
+	// Each group evaluation gets a memo for the canonical rules' shared
+	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
+	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), forms.EvalIterationFunc); err != nil {
 		return nil, nil, fmt.Errorf("load rule files: %w", err)
 	}
 	go m.Run()
