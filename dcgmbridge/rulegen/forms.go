@@ -396,6 +396,13 @@ func (m *sharedMemo) fill(id int, t time.Time, eval func() (promql.Vector, error
 	if err != nil {
 		return err
 	}
+	for i := range v {
+		// The engine may hand a result's histograms to its pools when
+		// the query closes; later queries read the memo.
+		if v[i].H != nil {
+			v[i].H = v[i].H.Copy()
+		}
+	}
 	m.mu.Lock()
 	if m.t.Equal(t) {
 		m.vecs[id] = v

@@ -33,37 +33,13 @@ func Prune(expr parser.Expr, empty func(*parser.VectorSelector) bool) (parser.Ex
 		vs, ok := n.VectorSelector.(*parser.VectorSelector)
 		return n, ok && empty(vs)
 	case *parser.ParenExpr:
-		inner, none := Prune(n.Expr, empty)
-		if none || inner == n.Expr {
-			return n, none
-		}
-		c := *n
-		c.Expr = inner
-		return &c, false
+		return pruneOperand(n, n.Expr, empty, func(e parser.Expr) parser.Expr { c := *n; c.Expr = e; return &c })
 	case *parser.UnaryExpr:
-		inner, none := Prune(n.Expr, empty)
-		if none || inner == n.Expr {
-			return n, none
-		}
-		c := *n
-		c.Expr = inner
-		return &c, false
+		return pruneOperand(n, n.Expr, empty, func(e parser.Expr) parser.Expr { c := *n; c.Expr = e; return &c })
 	case *parser.AggregateExpr:
-		inner, none := Prune(n.Expr, empty)
-		if none || inner == n.Expr {
-			return n, none
-		}
-		c := *n
-		c.Expr = inner
-		return &c, false
+		return pruneOperand(n, n.Expr, empty, func(e parser.Expr) parser.Expr { c := *n; c.Expr = e; return &c })
 	case *parser.SubqueryExpr:
-		inner, none := Prune(n.Expr, empty)
-		if none || inner == n.Expr {
-			return n, none
-		}
-		c := *n
-		c.Expr = inner
-		return &c, false
+		return pruneOperand(n, n.Expr, empty, func(e parser.Expr) parser.Expr { c := *n; c.Expr = e; return &c })
 	case *parser.Call:
 		return pruneCall(n, empty)
 	case *parser.BinaryExpr:
@@ -71,6 +47,16 @@ func Prune(expr parser.Expr, empty func(*parser.VectorSelector) bool) (parser.Ex
 	default:
 		return expr, false
 	}
+}
+
+// pruneOperand prunes the one operand of n, which yields nothing when its
+// operand does; with returns a copy of n over another operand.
+func pruneOperand(n, operand parser.Expr, empty func(*parser.VectorSelector) bool, with func(parser.Expr) parser.Expr) (parser.Expr, bool) {
+	pruned, none := Prune(operand, empty)
+	if none || pruned == operand {
+		return n, none
+	}
+	return with(pruned), false
 }
 
 func pruneCall(n *parser.Call, empty func(*parser.VectorSelector) bool) (parser.Expr, bool) {
