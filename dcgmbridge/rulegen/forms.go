@@ -200,16 +200,6 @@ func (f *InternalForms) form(qs string) (*internalForm, []string, bool) {
 	return form, f.shared, ok
 }
 
-// Of returns the internal form of an exported expression, or false when qs
-// is not one of the set. The caller must not modify it.
-func (f *InternalForms) Of(qs string) (parser.Expr, bool) {
-	form, _, ok := f.form(qs)
-	if !ok {
-		return nil, false
-	}
-	return form.expr, true
-}
-
 // Internal returns the internal form of qs as a query string, or qs when it
 // is not one of the set: for a caller that evaluates the rules' queries
 // itself (the diagnosis engine's range queries) over RenamingQueryable.
