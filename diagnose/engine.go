@@ -93,6 +93,7 @@ type Engine struct {
 	logger *slog.Logger
 	promql *promql.Engine
 	groups []*rules.Group
+	forms  *rulegen.InternalForms // the signals group's internal forms
 	hidden map[string]bool
 	view   *tiers.MinuteView
 
@@ -177,7 +178,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 		o.Signals = DefaultSignals()
 	}
 	e := &Engine{
-		cfg: cfg, o: o, logger: o.Logger.With("component", "diagnose"), scratch: newScratch(),
+		cfg: cfg, o: o, logger: o.Logger.With("component", "diagnose"), scratch: newScratch(), forms: rulegen.NewInternalForms(),
 		lookback: o.LookbackDelta, byID: map[string]int{}, m: newEngineMetrics(o.Registerer),
 	}
 	e.promql = promql.NewEngine(promql.EngineOpts{
@@ -258,6 +259,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 		recorded[n] = true
 	}
 	p := newParser()
+	var signals []string
 	for _, f := range files {
 		for _, g := range f.groups {
 			rs := make([]rules.Rule, 0, len(g.Rules))
@@ -267,9 +269,10 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 					return fmt.Errorf("%w: %s: group %q: %s: %w", ErrInvalidRules, f.name, g.Name, r.Alert+r.Record, err)
 				}
 				if g.Name == SignalsGroup {
-					// The canonical rules' internal form (docs/metrics.md):
-					// queries read through rulegen.RenamingQueryable.
-					expr = rulegen.PushDownRenames(expr)
+					// The rule keeps the exported form (/api/v1/rules shows
+					// it); queries run the internal form (docs/metrics.md)
+					// through rulegen.RenamingQueryable.
+					signals = append(signals, r.Expr)
 				}
 				direct, total, scratchRange := reach(expr, reached, recorded)
 				maxRange, maxReach, maxScratch = max(maxRange, direct), max(maxReach, total), max(maxScratch, scratchRange)
@@ -292,6 +295,9 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 			}
 			e.groups = append(e.groups, grp)
 		}
+	}
+	if err := e.forms.Set(p, signals); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidRules, SignalsGroup, err)
 	}
 	e.reads = readSet(files, recorded)
 	// A minute's rules read the minute data this far back (its own series
@@ -380,7 +386,7 @@ func (e *Engine) queryFunc(ctx context.Context, qs string, t time.Time) (promql.
 			return v, nil
 		}
 	}
-	return rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(e.query))(ctx, qs, t)
+	return rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(e.query))(ctx, e.forms.Internal(qs), t)
 }
 
 // EvalMinute evaluates minute t (a multiple of one minute): every group at

@@ -241,7 +241,7 @@ func readsAny(expr parser.Expr, names map[string]bool) bool {
 // rangeVectors runs qs as a range query over the minute data and the
 // scratch store and returns its vector at every step.
 func (e *Engine) rangeVectors(ctx context.Context, qy storage.Queryable, qs string, from, to int64) (map[int64]promql.Vector, error) {
-	q, err := e.promql.NewRangeQuery(ctx, rulegen.RenamingQueryable(qy), nil, qs, time.UnixMilli(from), time.UnixMilli(to), minute)
+	q, err := e.promql.NewRangeQuery(ctx, rulegen.RenamingQueryable(qy), nil, e.forms.Internal(qs), time.UnixMilli(from), time.UnixMilli(to), minute)
 	if err != nil {
 		return nil, err
 	}

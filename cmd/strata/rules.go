@@ -31,11 +31,15 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
 ) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
-	// The canonical file is written in the exported form (label_replace
-	// chains, valid for any Prometheus) and loaded in the internal form,
-	// whose selectors RenamingQueryable reads with the label spellings
-	// already unified (docs/metrics.md "How Strata evaluates them").
-	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger}
+	// The canonical file is written and loaded in the exported form
+	// (label_replace chains, valid for any Prometheus: what /api/v1/rules
+	// shows); forms.QueryFunc evaluates each canonical rule in its internal
+	// form, whose selectors RenamingQueryable reads with the label spellings
+	// already unified, without the parts the fleet sends nothing for, and
+	// with the aggregations several rules share evaluated once
+	// (docs/metrics.md "Levels and joins").
+	forms := rulegen.NewInternalForms()
+	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger, Forms: forms}
 	if cfg.Rules.Canonical {
 		rc, err := cfg.canonicalRules()
 		if err != nil {
@@ -64,7 +68,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	}
 	m := rules.NewManager(&rules.ManagerOptions{
 		ExternalURL:  externalURL,
-		QueryFunc:    rules.EngineQueryFunc(engine, rulegen.RenamingQueryable(q)),
+		QueryFunc:    forms.QueryFunc(engine, q, time.Duration(cfg.Query.LookbackDelta)),
 		GroupLoader:  loader,
 		Context:      ctx,
 		AppendableV2: app,
@@ -81,7 +85,9 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 			}
 		},
 	})
-	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), nil); err != nil {
+	// Each group evaluation gets a memo for the canonical rules' shared
+	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
+	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), forms.EvalIterationFunc); err != nil {
 		return nil, nil, fmt.Errorf("load rule files: %w", err)
 	}
 	go m.Run()

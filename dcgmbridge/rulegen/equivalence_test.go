@@ -55,20 +55,48 @@ func TestInternalFormMatchesExported(t *testing.T) {
 					t.Errorf("no %s recorded", name)
 				}
 			}
-			for k, v := range exported {
-				if w, ok := internal[k]; !ok {
-					t.Errorf("internal form lacks %s", k)
-				} else if w != v {
-					t.Errorf("%s: exported %s, internal %s", k, v, w)
-				}
-			}
-			for k := range internal {
-				if _, ok := exported[k]; !ok {
-					t.Errorf("internal form records %s, exported does not", k)
-				}
-			}
+			sameRecorded(t, exported, internal)
 		})
 	}
+}
+
+// sameRecorded requires the internal form to have recorded exactly the
+// samples the exported form did.
+func sameRecorded(t *testing.T, exported, internal map[string]string) {
+	t.Helper()
+	for k, v := range exported {
+		if w, ok := internal[k]; !ok {
+			t.Errorf("internal form lacks %s", k)
+		} else if w != v {
+			t.Errorf("%s: exported %s, internal %s", k, v, w)
+		}
+	}
+	for k := range internal {
+		if _, ok := exported[k]; !ok {
+			t.Errorf("internal form records %s, exported does not", k)
+		}
+	}
+}
+
+// TestSharedNativeHistograms: p50 and p99 of a native histogram read one
+// shared aggregation of float histograms from the evaluation's memo; the
+// quantiles must be the exported form's.
+func TestSharedNativeHistograms(t *testing.T) {
+	var got [2]map[string]string
+	for i, internal := range []bool{false, true} {
+		e := newEvalEnv(t)
+		e.internal = internal
+		appendNHCB(t, e, "vllm_v1_t0_healthy.prom", t0)
+		appendNHCB(t, e, "vllm_v1_t1_kv_storm.prom", t1)
+		e.evalRules(DefaultConfig(), t1)
+		got[i] = e.recorded()
+	}
+	for _, name := range []string{"strata:ttft_seconds:p50", "strata:ttft_seconds:p99"} {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(got[0])), func(k string) bool { return strings.HasPrefix(k, name+" ") }) {
+			t.Errorf("no %s recorded", name)
+		}
+	}
+	sameRecorded(t, got[0], got[1])
 }
 
 // recorded returns every canonical sample in the raw tier, keyed by series

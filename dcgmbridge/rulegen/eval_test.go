@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 
@@ -113,7 +114,7 @@ func grown(samples []scrape.Sample, f float64) []scrape.Sample {
 func (e *evalEnv) evalRules(cfg Config, ts time.Time) {
 	e.t.Helper()
 	g := e.group(cfg, e.internal)
-	g.Eval(context.Background(), ts)
+	g.eval(ts)
 	for _, r := range g.Rules() {
 		if err := r.LastError(); err != nil {
 			e.t.Errorf("rule %s: %v", r.Name(), err)
@@ -123,29 +124,61 @@ func (e *evalEnv) evalRules(cfg Config, ts time.Time) {
 
 // group builds the canonical rule group over the raw tier: the exported
 // form (label_replace chains) as a Prometheus loading the rule file runs it,
-// or the internal form through RenamingQueryable as `strata serve` runs it.
-func (e *evalEnv) group(cfg Config, internal bool) *rules.Group {
+// or, internal, as `strata serve` runs it: the same rules evaluated by
+// InternalForms.QueryFunc in their internal form.
+func (e *evalEnv) group(cfg Config, internal bool) ruleGroup {
+	e.t.Helper()
+	return e.groupOver(cfg, internal, e.raw)
+}
+
+// groupOver is group reading from q.
+func (e *evalEnv) groupOver(cfg Config, internal bool, q storage.Queryable) ruleGroup {
 	e.t.Helper()
 	rs, err := RecordingRules(e.cat, cfg)
-	var q storage.Queryable = e.raw
-	if internal {
-		rs, err = InternalRecordingRules(e.cat, cfg)
-		q = RenamingQueryable(e.raw)
-	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return rules.NewGroup(rules.GroupOptions{
+	qf := rules.EngineQueryFunc(e.engine, q)
+	var forms *InternalForms
+	if internal {
+		forms = NewInternalForms()
+		exprs := make([]string, len(rs))
+		for i, r := range rs {
+			exprs[i] = r.Query().String()
+		}
+		if err := forms.Set(parser.NewParser(parser.Options{}), exprs); err != nil {
+			e.t.Fatal(err)
+		}
+		qf = forms.QueryFunc(e.engine, q, 5*time.Minute)
+	}
+	return ruleGroup{forms: forms, Group: rules.NewGroup(rules.GroupOptions{
 		Name: cfg.GroupName, Interval: cfg.Interval, Rules: rs,
 		Opts: &rules.ManagerOptions{
-			QueryFunc:    rules.EngineQueryFunc(e.engine, q),
+			QueryFunc:    qf,
 			AppendableV2: e.raw,
 			Queryable:    e.raw,
 			Context:      context.Background(),
 			Logger:       slog.New(slog.DiscardHandler),
 			Registerer:   prometheus.NewRegistry(),
 		},
-	})
+	})}
+}
+
+// ruleGroup is a canonical rule group and how it is evaluated.
+type ruleGroup struct {
+	*rules.Group
+	// forms evaluates the rules as `strata serve` does; nil: the exported
+	// form, as a Prometheus does.
+	forms *InternalForms
+}
+
+// eval runs one evaluation of the group at ts, as rules.Manager would.
+func (g ruleGroup) eval(ts time.Time) {
+	if g.forms == nil {
+		g.Eval(context.Background(), ts)
+		return
+	}
+	g.forms.EvalIterationFunc(context.Background(), g.Group, ts)
 }
 
 func (e *evalEnv) query(q string, ts time.Time) promql.Vector {

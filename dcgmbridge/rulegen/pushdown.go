@@ -254,16 +254,20 @@ func Internal(p parser.Parser, expr string) (string, error) {
 	return PushDownRenames(e).String(), nil
 }
 
-// Loader is a rules.GroupLoader that loads rule files as Prometheus does and
-// hands the rules of the file at Canonical over in their internal form
-// (Internal): rules.Manager then evaluates the canonical rules without their
-// label_replace chains when its QueryFunc reads through RenamingQueryable.
-// The file itself stays in the exported form, valid for any Prometheus.
+// Loader is a rules.GroupLoader that loads rule files as Prometheus does.
+// The rules of the file at Canonical keep their exported form (what
+// /api/v1/rules shows) and their internal form goes into Forms, whose
+// QueryFunc evaluates it in their place; with Forms nil they are handed over
+// in the internal form instead (Internal), for a QueryFunc that reads through
+// RenamingQueryable. The file itself stays in the exported form, valid for
+// any Prometheus.
 type Loader struct {
 	// Canonical is the path of the canonical rule file.
 	Canonical string
-	Parser    parser.Parser
-	Logger    *slog.Logger
+	// Forms receives the canonical rules' internal forms at each load.
+	Forms  *InternalForms
+	Parser parser.Parser
+	Logger *slog.Logger
 }
 
 // Load parses the rule file at identifier.
@@ -272,14 +276,24 @@ func (l Loader) Load(identifier string, ignoreUnknownFields bool, scheme model.V
 	if len(errs) > 0 || identifier != l.Canonical {
 		return groups, errs
 	}
+	var exprs []string
 	for gi := range groups.Groups {
 		rs := groups.Groups[gi].Rules
 		for ri := range rs {
+			if l.Forms != nil {
+				exprs = append(exprs, rs[ri].Expr)
+				continue
+			}
 			expr, err := Internal(l.Parser, rs[ri].Expr)
 			if err != nil {
 				return nil, []error{fmt.Errorf("%s: rule %s: %w", identifier, rs[ri].Record, err)}
 			}
 			rs[ri].Expr = expr
+		}
+	}
+	if l.Forms != nil {
+		if err := l.Forms.Set(l.Parser, exprs); err != nil {
+			return nil, []error{fmt.Errorf("%s: %w", identifier, err)}
 		}
 	}
 	return groups, nil

@@ -2,6 +2,7 @@ package rulegen
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
@@ -38,6 +40,9 @@ func (r renamingQueryable) Querier(mint, maxt int64) (storage.Querier, error) {
 type renamingQuerier struct{ storage.Querier }
 
 func (r renamingQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	if len(ms) == 1 && ms[0].Name == SharedLabel && ms[0].Type == labels.MatchEqual {
+		return selectShared(ctx, sortSeries, ms[0].Value)
+	}
 	if !slices.ContainsFunc(ms, isInternal) {
 		return r.Querier.Select(ctx, sortSeries, hints, ms...)
 	}
@@ -176,3 +181,91 @@ func (b *belowIterator) AtHistogram(*histogram.Histogram) (int64, *histogram.His
 func (b *belowIterator) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
 	panic("rulegen: belowIterator yields floats only")
 }
+
+// selectShared returns a shared subexpression's result from the group
+// evaluation's memo (InternalForms.QueryFunc), one series per sample.
+func selectShared(ctx context.Context, sortSeries bool, idStr string) storage.SeriesSet {
+	memo, _ := ctx.Value(memoKey{}).(*sharedMemo)
+	id, err := strconv.Atoi(idStr)
+	if memo == nil || err != nil {
+		return storage.ErrSeriesSet(fmt.Errorf("rulegen: %s=%q read outside a group evaluation", SharedLabel, idStr))
+	}
+	v, ok := memo.get(id)
+	if !ok {
+		return storage.ErrSeriesSet(fmt.Errorf("rulegen: shared subexpression %d not evaluated", id))
+	}
+	series := make([]storage.Series, len(v))
+	for i := range v {
+		series[i] = &sharedSeries{s: &v[i]}
+	}
+	if sortSeries {
+		slices.SortFunc(series, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
+	}
+	return seriesset.List(series, nil)
+}
+
+// sharedSeries is one sample of a shared subexpression's result, read as a
+// series. The memo is read by several queries: a histogram is handed out as
+// a copy.
+type sharedSeries struct{ s *promql.Sample }
+
+func (s *sharedSeries) Labels() labels.Labels { return s.s.Metric }
+
+func (s *sharedSeries) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
+	if si, ok := it.(*sharedIterator); ok {
+		*si = sharedIterator{s: s.s}
+		return si
+	}
+	return &sharedIterator{s: s.s}
+}
+
+// sharedIterator iterates over the one sample of a sharedSeries.
+type sharedIterator struct {
+	s    *promql.Sample
+	done bool // Next has moved past the sample
+	at   bool // positioned on the sample
+}
+
+func (it *sharedIterator) valueType() chunkenc.ValueType {
+	if it.s.H != nil {
+		return chunkenc.ValFloatHistogram
+	}
+	return chunkenc.ValFloat
+}
+
+func (it *sharedIterator) Next() chunkenc.ValueType {
+	if it.done || it.at {
+		it.done, it.at = true, false
+		return chunkenc.ValNone
+	}
+	it.at = true
+	return it.valueType()
+}
+
+// Seek takes a millisecond timestamp (msTime: see belowIterator.Seek).
+func (it *sharedIterator) Seek(t msTime) chunkenc.ValueType {
+	if it.done || it.s.T < t {
+		it.done, it.at = true, false
+		return chunkenc.ValNone
+	}
+	it.at = true
+	return it.valueType()
+}
+
+func (it *sharedIterator) At() (int64, float64) { return it.s.T, it.s.F }
+
+func (it *sharedIterator) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	panic("rulegen: a shared subexpression yields float histograms")
+}
+
+func (it *sharedIterator) AtFloatHistogram(fh *histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	if fh == nil {
+		return it.s.T, it.s.H.Copy()
+	}
+	it.s.H.CopyTo(fh)
+	return it.s.T, fh
+}
+
+func (it *sharedIterator) AtT() int64  { return it.s.T }
+func (it *sharedIterator) AtST() int64 { return 0 }
+func (it *sharedIterator) Err() error  { return nil }

@@ -230,16 +230,6 @@ func Groups(cat *dcgmbridge.Catalogue, cfg Config) (*rulefmt.RuleGroups, error) 
 // in evaluation order (a later rule reads earlier rules' output of the same
 // evaluation).
 func RecordingRules(cat *dcgmbridge.Catalogue, cfg Config) ([]rules.Rule, error) {
-	return recordingRules(cat, cfg, false)
-}
-
-// InternalRecordingRules is RecordingRules in the internal form
-// (PushDownRenames), to be evaluated through RenamingQueryable.
-func InternalRecordingRules(cat *dcgmbridge.Catalogue, cfg Config) ([]rules.Rule, error) {
-	return recordingRules(cat, cfg, true)
-}
-
-func recordingRules(cat *dcgmbridge.Catalogue, cfg Config, internal bool) ([]rules.Rule, error) {
 	groups, err := Groups(cat, cfg)
 	if err != nil {
 		return nil, err
@@ -251,9 +241,6 @@ func recordingRules(cat *dcgmbridge.Catalogue, cfg Config, internal bool) ([]rul
 			expr, err := p.ParseExpr(r.Expr)
 			if err != nil {
 				return nil, fmt.Errorf("parse rule %s: %w", r.Record, err)
-			}
-			if internal {
-				expr = PushDownRenames(expr)
 			}
 			out = append(out, rules.NewRecordingRule(r.Record, expr, labels.FromMap(r.Labels)))
 		}

@@ -1,0 +1,409 @@
+package rulegen
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// InternalForms holds the internal form (PushDownRenames) of the canonical
+// rules, keyed by their exported form as rules.Rule.Query().String() prints
+// it. The rules stay in the exported form, so /api/v1/rules shows what the
+// rule file says and a user can paste it into a query; QueryFunc evaluates
+// the internal form in their place. Safe for concurrent use.
+type InternalForms struct {
+	mu         sync.RWMutex
+	byExported map[string]*internalForm
+	// shared holds the subexpressions (aggregations) that occur more than
+	// once in the set, by id, in their internal form.
+	shared []string
+}
+
+// internalForm is one expression's internal form. Everything but plans is
+// never modified once stored.
+type internalForm struct {
+	expr parser.Expr
+	str  string
+	// selectors are the distinct selectors of expr, looked up before each
+	// evaluation; index maps each selector node to its position.
+	selectors []*parser.VectorSelector
+	index     map[*parser.VectorSelector]int
+	// shared maps the nodes of expr that are shared subexpressions to
+	// their id in InternalForms.shared.
+	shared map[*parser.AggregateExpr]int
+
+	mu    sync.Mutex
+	plans map[string]*plan // by which selectors matched nothing
+}
+
+// plan is how an expression is evaluated when a given set of its selectors
+// matches nothing.
+type plan struct {
+	none bool // nothing is left: the result is empty
+	// query is the expression without the parts that select nothing;
+	// sharing is the same with its shared subexpressions read from the
+	// evaluation's memo (SharedLabel selectors), which holds ids.
+	query, sharing string
+	ids            []int
+}
+
+// maxPlans bounds the plans kept per expression (one per combination of
+// absent sources seen; a fleet shows few).
+const maxPlans = 16
+
+// NewInternalForms returns an empty set.
+func NewInternalForms() *InternalForms {
+	return &InternalForms{byExported: map[string]*internalForm{}}
+}
+
+// Set replaces the set with the internal forms of exprs (expressions of the
+// exported form, unparsed).
+func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
+	m := make(map[string]*internalForm, len(exprs))
+	var forms []*internalForm
+	for _, s := range exprs {
+		exported, err := p.ParseExpr(s)
+		if err != nil {
+			return err
+		}
+		internal, err := p.ParseExpr(s)
+		if err != nil {
+			return err
+		}
+		internal = PushDownRenames(internal)
+		form := &internalForm{expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[*parser.AggregateExpr]int{}}
+		pos := map[string]int{}
+		parser.Inspect(internal, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				k := vs.String()
+				i, seen := pos[k]
+				if !seen {
+					i = len(form.selectors)
+					pos[k] = i
+					form.selectors = append(form.selectors, vs)
+				}
+				form.index[vs] = i
+			}
+			return nil
+		})
+		m[exported.String()] = form
+		forms = append(forms, form)
+	}
+	shared := markShared(forms)
+	f.mu.Lock()
+	f.byExported, f.shared = m, shared
+	f.mu.Unlock()
+	return nil
+}
+
+// markShared finds the aggregations that occur more than once across forms
+// (the per-GPU rules' guards read one DCGM field in several places, p50 and
+// p99 of a histogram aggregate the same buckets), marks their outermost
+// occurrences in each form and returns them by id.
+func markShared(forms []*internalForm) []string {
+	count := map[string]int{}
+	for _, form := range forms {
+		parser.Inspect(form.expr, func(n parser.Node, _ []parser.Node) error {
+			if a, ok := n.(*parser.AggregateExpr); ok && shareable(a) {
+				count[a.String()]++
+			}
+			return nil
+		})
+	}
+	ids := map[string]int{}
+	var shared []string
+	for _, form := range forms {
+		var walk func(parser.Node)
+		walk = func(n parser.Node) {
+			if a, ok := n.(*parser.AggregateExpr); ok && shareable(a) {
+				if s := a.String(); count[s] > 1 {
+					id, ok := ids[s]
+					if !ok {
+						id = len(shared)
+						ids[s] = id
+						shared = append(shared, s)
+					}
+					form.shared[a] = id
+					return
+				}
+			}
+			for c := range parser.ChildrenIter(n) {
+				walk(c)
+			}
+		}
+		walk(form.expr)
+	}
+	return shared
+}
+
+// shareable reports whether an aggregation reads only raw inputs, named
+// literally (never a canonical series another rule of the same evaluation
+// may be writing), at the evaluation time.
+func shareable(a *parser.AggregateExpr) bool {
+	ok := true
+	parser.Inspect(a, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.SubqueryExpr:
+			ok = false
+		case *parser.VectorSelector:
+			if n.Timestamp != nil || n.StartOrEnd != 0 || n.OriginalOffset != 0 || !literalNames(n) {
+				ok = false
+			}
+		}
+		return nil
+	})
+	return ok
+}
+
+// literalNames reports whether a selector's metric names are listed (an
+// equality or an alternation of names) and none is a canonical series.
+func literalNames(vs *parser.VectorSelector) bool {
+	for _, m := range vs.LabelMatchers {
+		if m.Name != model.MetricNameLabel {
+			continue
+		}
+		names := []string{m.Value}
+		switch m.Type {
+		case labels.MatchEqual:
+		case labels.MatchRegexp:
+			names = m.SetMatches()
+		default:
+			return false
+		}
+		if len(names) == 0 {
+			return false
+		}
+		for _, n := range names {
+			if strings.HasPrefix(n, "strata:") {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (f *InternalForms) form(qs string) (*internalForm, []string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	form, ok := f.byExported[qs]
+	return form, f.shared, ok
+}
+
+// Internal returns the internal form of qs as a query string, or qs when it
+// is not one of the set: for a caller that evaluates the rules' queries
+// itself (the diagnosis engine's range queries) over RenamingQueryable.
+func (f *InternalForms) Internal(qs string) string {
+	if form, _, ok := f.form(qs); ok {
+		return form.str
+	}
+	return qs
+}
+
+// QueryFunc evaluates an instant query for rules.Manager over
+// RenamingQueryable(q). An expression of the set runs in its internal form:
+// first every selector is looked up, and the parts that select no series in
+// the query's range are dropped (Prune); when nothing is left the engine does
+// not run at all and the result is empty, as the engine's would be (the
+// rule group then writes the same staleness markers). Within a group
+// evaluation run by EvalIterationFunc, an aggregation that occurs in several
+// of the set's expressions is evaluated once, on its first use, and read by
+// the others from the evaluation's memo. Any other expression (the
+// operator's rules) runs as rules.EngineQueryFunc runs it. lookback must be
+// the engine's lookback delta (0: the engine default, 5m), so that the
+// lookup covers at least what the engine's selects read.
+func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable, lookback time.Duration) rules.QueryFunc {
+	rq := RenamingQueryable(q)
+	run := rules.EngineQueryFunc(engine, rq)
+	if lookback <= 0 {
+		lookback = 5 * time.Minute
+	}
+	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
+		form, shared, ok := f.form(qs)
+		if !ok {
+			return run(ctx, qs, t)
+		}
+		absent, err := form.lookup(ctx, rq, t, lookback)
+		if err != nil {
+			return nil, err
+		}
+		p := form.plan(absent)
+		if p.none {
+			return promql.Vector{}, nil
+		}
+		memo, _ := ctx.Value(memoKey{}).(*sharedMemo)
+		if memo == nil || len(p.ids) == 0 {
+			return run(ctx, p.query, t)
+		}
+		for _, id := range p.ids {
+			if err := memo.fill(id, t, func() (promql.Vector, error) { return run(ctx, shared[id], t) }); err != nil {
+				return nil, err
+			}
+		}
+		return run(ctx, p.sharing, t)
+	}
+}
+
+// EvalIterationFunc is rules.DefaultEvalIterationFunc with a memo for the
+// shared subexpressions of one evaluation of g (QueryFunc), dropped when it
+// ends: pass it to rules.Manager.Update.
+func (f *InternalForms) EvalIterationFunc(ctx context.Context, g *rules.Group, ts time.Time) {
+	rules.DefaultEvalIterationFunc(context.WithValue(ctx, memoKey{}, &sharedMemo{vecs: map[int]promql.Vector{}}), g, ts)
+}
+
+// lookup reports which of form's selectors match no series over the range
+// an instant query at t reads, as a key of form.plans.
+func (form *internalForm) lookup(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration) (string, error) {
+	mint, maxt := promql.FindMinMaxTime(&parser.EvalStmt{Expr: form.expr, Start: t, End: t, LookbackDelta: lookback})
+	querier, err := q.Querier(mint, maxt)
+	if err != nil {
+		return "", err
+	}
+	key := make([]byte, len(form.selectors))
+	var errs error
+	for i, vs := range form.selectors {
+		key[i] = '1'
+		if vs.Timestamp != nil || vs.StartOrEnd != 0 {
+			continue // @ reads outside the range: keep
+		}
+		set := querier.Select(ctx, false, &storage.SelectHints{Start: mint, End: maxt}, vs.LabelMatchers...)
+		if !set.Next() {
+			if err := set.Err(); err != nil {
+				errs = errors.Join(errs, err)
+				continue
+			}
+			key[i] = '0'
+		}
+	}
+	if err := errors.Join(errs, querier.Close()); err != nil {
+		return "", err
+	}
+	return string(key), nil
+}
+
+// plan returns (and keeps) the plan for the selectors absent says match
+// nothing.
+func (form *internalForm) plan(absent string) *plan {
+	form.mu.Lock()
+	defer form.mu.Unlock()
+	if p, ok := form.plans[absent]; ok {
+		return p
+	}
+	pruned, none := Prune(form.expr, func(vs *parser.VectorSelector) bool { return absent[form.index[vs]] == '0' })
+	p := &plan{none: none}
+	if !none {
+		p.query = pruned.String()
+		sharing, ids := form.readShared(pruned)
+		p.sharing, p.ids = sharing.String(), ids
+	}
+	if form.plans == nil || len(form.plans) >= maxPlans {
+		form.plans = map[string]*plan{}
+	}
+	form.plans[absent] = p
+	return p
+}
+
+// readShared returns a copy of e in which every shared subexpression left
+// whole by Prune (the same node) reads the memo instead, and their ids.
+func (form *internalForm) readShared(e parser.Expr) (parser.Expr, []int) {
+	var ids []int
+	var rewrite func(parser.Expr) parser.Expr
+	rewrite = func(e parser.Expr) parser.Expr {
+		switch n := e.(type) {
+		case *parser.AggregateExpr:
+			if id, ok := form.shared[n]; ok {
+				ids = append(ids, id)
+				return &parser.VectorSelector{LabelMatchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, SharedLabel, strconv.Itoa(id))}}
+			}
+			c := *n
+			c.Expr = rewrite(n.Expr)
+			return &c
+		case *parser.BinaryExpr:
+			c := *n
+			c.LHS, c.RHS = rewrite(n.LHS), rewrite(n.RHS)
+			return &c
+		case *parser.Call:
+			c := *n
+			c.Args = make(parser.Expressions, len(n.Args))
+			for i, a := range n.Args {
+				c.Args[i] = rewrite(a)
+			}
+			return &c
+		case *parser.ParenExpr:
+			c := *n
+			c.Expr = rewrite(n.Expr)
+			return &c
+		case *parser.UnaryExpr:
+			c := *n
+			c.Expr = rewrite(n.Expr)
+			return &c
+		default:
+			return e
+		}
+	}
+	return rewrite(e), ids
+}
+
+// SharedLabel is the matcher through which an expression reads a shared
+// subexpression's result from the group evaluation's memo (its value is the
+// id); only RenamingQueryable, within QueryFunc, understands it.
+const SharedLabel = "__strata_shared__"
+
+type memoKey struct{}
+
+// sharedMemo holds the shared subexpressions' results of one group
+// evaluation.
+type sharedMemo struct {
+	mu   sync.Mutex
+	t    time.Time
+	vecs map[int]promql.Vector
+}
+
+// fill evaluates shared subexpression id at t unless the memo has it.
+func (m *sharedMemo) fill(id int, t time.Time, eval func() (promql.Vector, error)) error {
+	m.mu.Lock()
+	if !m.t.Equal(t) {
+		// A group evaluates every rule at one time; a memo is never
+		// read at another.
+		m.t, m.vecs = t, map[int]promql.Vector{}
+	}
+	_, ok := m.vecs[id]
+	m.mu.Unlock()
+	if ok {
+		return nil
+	}
+	v, err := eval()
+	if err != nil {
+		return err
+	}
+	for i := range v {
+		// The engine may hand a result's histograms to its pools when
+		// the query closes; later queries read the memo.
+		if v[i].H != nil {
+			v[i].H = v[i].H.Copy()
+		}
+	}
+	m.mu.Lock()
+	if m.t.Equal(t) {
+		m.vecs[id] = v
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *sharedMemo) get(id int) (promql.Vector, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.vecs[id]
+	return v, ok
+}
