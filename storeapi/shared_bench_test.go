@@ -64,7 +64,7 @@ func BenchmarkQueryAPIAvgHalves(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			qs := NewQueryServer(s, newEngine(0), stitched)
 			if !shared {
-				qs.shared.max = 0 // every select reads on its own
+				qs.shared.cache.max = 0 // every select reads on its own
 			}
 			b.Cleanup(qs.Close)
 			c := querypb.NewQueryClient(serve(b, s, qs))

@@ -228,7 +228,7 @@ func TestSharedSelects(t *testing.T) {
 
 	// Past the bound on selections held, a select reads on its own.
 	waitFor(t, "the selections dropped", func() bool { return c.len() == 0 })
-	c.max = 1
+	c.cache.max = 1
 	q8, _ := c.Querier(0, 3000)
 	q9, _ := c.Querier(0, 3000)
 	before := cq.selects.Load()
