@@ -18,10 +18,12 @@ import (
 // BenchmarkQueryAPIAvgHalves: the two requests a distributed Thanos
 // Querier sends a node for `avg by (host) (gpu_temp)` over 30 days of the
 // hour tier (500 series, 1 h steps: one shard of BenchmarkThanosQuerier30d,
-// 125 hosts of 4 GPUs), `sum by (host, shard)` and `count by (host, shard)`, at once, with
-// their selects shared (one tier read) and not (each its own read). cpu-s/op
-// is the process's user and system CPU per pair (the client's decoding
-// included, alike in both), from getrusage.
+// 125 hosts of 4 GPUs), `sum by (host, shard)` and `count by (host, shard)`, at once:
+// shared-evaluation, the selector evaluated once and both aggregated from
+// its matrix (aggregate.go, what a node does); shared-read, each evaluated
+// by the engine over one shared tier read; unshared, each its own read and
+// evaluation. cpu-s/op is the process's user and system CPU per pair (the
+// client's decoding included, alike in all), from getrusage.
 func BenchmarkQueryAPIAvgHalves(b *testing.B) {
 	const series, days = 500, 30
 	dir := b.TempDir()
@@ -56,23 +58,23 @@ func BenchmarkQueryAPIAvgHalves(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, shared := range []bool{true, false} {
-		name := "shared"
-		if !shared {
-			name = "unshared"
-		}
+	for _, name := range []string{"shared-evaluation", "shared-read", "unshared"} {
 		b.Run(name, func(b *testing.B) {
 			qs := NewQueryServer(s, newEngine(0), stitched)
-			if !shared {
+			switch name {
+			case "unshared":
 				qs.shared.cache.max = 0 // every select reads on its own
+				fallthrough
+			case "shared-read":
+				qs.evals.max = 0 // the engine evaluates each request
 			}
 			b.Cleanup(qs.Close)
 			c := querypb.NewQueryClient(serve(b, s, qs))
-			// Each pair's range is 0-3 hours (steps) earlier than the last
-			// one's: a read kept for its grace period serves only its own
-			// pair.
+			// Each pair's range is an hour (a step) earlier than the last
+			// one's: what a node keeps for its grace period serves only its
+			// own pair.
 			pair := func(i int) {
-				shift := -int64(i%4) * 3600
+				shift := -int64(i) * 3600
 				var wg sync.WaitGroup
 				for _, agg := range []string{"sum", "count"} {
 					wg.Go(func() {
