@@ -42,7 +42,10 @@
 # `GOBIN=/tmp/vmbin go install
 # github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@v1.150.0`),
 # STRATA_BIN (a strata binary to use instead of building one), STRATA_FLAGS
-# (more `strata serve` flags, e.g. --storage.raw.wal-compression=zstd).
+# (more `strata serve` flags, e.g. --storage.raw.wal-compression=zstd),
+# PROMETHEUS_RULES (set: Prometheus also evaluates rules/canonical.rules.yml,
+# the canonical recording rules Strata runs by default, so that both store
+# the same derived series).
 #
 # Each target's outdir gets du.txt, the bytes of every file and directory of
 # its store two levels down, taken when its load ends: where the disk bytes
@@ -171,6 +174,9 @@ prometheus)
 		(cd "$repo" && go build -o "$bin" github.com/prometheus/prometheus/cmd/prometheus)
 	fi
 	printf 'global: {}\n' >"$work/prometheus.yml"
+	if [[ -n "${PROMETHEUS_RULES:-}" ]]; then
+		printf 'rule_files: [%s]\n' "$repo/rules/canonical.rules.yml" >>"$work/prometheus.yml"
+	fi
 	"$bin" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/db" \
 		--web.enable-remote-write-receiver --web.listen-address="127.0.0.1:$port" >"$work/server.log" 2>&1 &
 	pid=$!
