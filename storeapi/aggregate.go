@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,11 +151,7 @@ func (qs *QueryServer) aggregationExec(a pushedAggregation, ev evaluation, start
 }
 
 func join(ss []string) string {
-	out := ""
-	for _, s := range ss {
-		out += s + "\xff"
-	}
-	return out
+	return strings.Join(ss, "\xff")
 }
 
 // evalSelector evaluates the selector over [start, end] and orders the
