@@ -58,6 +58,19 @@ func exactSeries(t0, n int64) listQueryable {
 	return listQueryable{out}
 }
 
+// queryServerOver serves the Query API of a shard-1 node over data.
+func queryServerOver(t *testing.T, data storage.Queryable) (*Server, *promql.Engine, querypb.QueryClient) {
+	t.Helper()
+	s, err := New(shardConfig(), nil, quiet(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := newEngine(0)
+	qs := NewQueryServer(s, engine, data)
+	t.Cleanup(qs.Close)
+	return s, engine, querypb.NewQueryClient(serve(t, s, qs))
+}
+
 // TestPushedAggregationsExact: sum, count, min and max by a selector,
 // evaluated from the selector's shared matrix, equal to the bit what the
 // engine answers evaluating the same requests on its own, alone and as
@@ -67,14 +80,7 @@ func exactSeries(t0, n int64) listQueryable {
 func TestPushedAggregationsExact(t *testing.T) {
 	const t0, n = int64(1_000_000), int64(240)
 	data := exactSeries(t0, n)
-	s, err := New(shardConfig(), nil, quiet(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := newEngine(0)
-	qs := NewQueryServer(s, engine, data)
-	t.Cleanup(qs.Close)
-	c := querypb.NewQueryClient(serve(t, s, qs))
+	s, engine, c := queryServerOver(t, data)
 	drop := dropSet([]string{"replica"})
 	view := &externalQueryable{q: data, s: s, ext: s.externalLabels(drop), drop: drop}
 	start, end, step := time.UnixMilli(t0), time.UnixMilli(t0+n*15_000), 30*time.Second
@@ -176,14 +182,7 @@ func TestPushedAggregationFallsBack(t *testing.T) {
 	hs := storage.NewListSeries(labels.FromStrings("__name__", "m", "host", "h9"), []chunks.Sample{hsample{1_000_000, h}, hsample{1_015_000, h}})
 	data := exactSeries(1_000_000, 8)
 	data.series = append(data.series, hs)
-	s, err := New(shardConfig(), nil, quiet(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := newEngine(0)
-	qs := NewQueryServer(s, engine, data)
-	t.Cleanup(qs.Close)
-	c := querypb.NewQueryClient(serve(t, s, qs))
+	s, engine, c := queryServerOver(t, data)
 	for _, query := range []string{"sum by (host) (m)", "count by (host) (m)", "avg by (host) (m)", "sum without (gpu) (m)"} {
 		got, err := queryRange(t, c, &querypb.QueryRangeRequest{Query: query, StartTimeSeconds: 1000, EndTimeSeconds: 1120, IntervalSeconds: 15})
 		if err != nil {
