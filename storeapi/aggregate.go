@@ -32,8 +32,12 @@ import (
 //
 // Only range queries of the form `op by (labels) (selector)` with op sum,
 // count, min or max over float samples take this path; anything else (a
-// histogram in the matrix, a select the engine split in parts, a series
-// twice) is evaluated by the engine as written.
+// histogram in the matrix, a series twice) is evaluated by the engine as
+// written. A long range query the engine splits in parts (the query
+// package's splitEngine) selects once a part; each part aggregates in its
+// select's order, and every select lists the series in one order (the
+// tiers'), so any order that keeps each select's (mergeOrders) is each
+// part's order at each of its steps.
 
 // pushedAggregation is a query this file evaluates.
 type pushedAggregation struct {
@@ -170,8 +174,8 @@ func (qs *QueryServer) evalSelector(ctx context.Context, q storage.Queryable, op
 		return m, res.Err
 	}
 	mat, ok := res.Value.(promql.Matrix)
-	order, one := rec.result()
-	if !ok || !one {
+	order, merged := mergeOrders(rec.result())
+	if !ok || !merged {
 		return m, errNotAggregable
 	}
 	// The engine sorts a range query's result by labels; it aggregates in
@@ -290,20 +294,73 @@ func aggregate(a pushedAggregation, mat promql.Matrix, start, end, step int64) p
 	return out
 }
 
-// orderRecorder records the labels of the series its selects return, in
-// their order; result reports false unless there was exactly one select.
+// mergeOrders returns an order of every series in the lists that keeps
+// each list's order (a topological sort of their successions), false when
+// there is none (a series twice in a list, or lists that disagree) or two
+// label sets share a hash.
+func mergeOrders(lists [][]labels.Labels) ([]labels.Labels, bool) {
+	if len(lists) == 1 {
+		return lists[0], true
+	}
+	var (
+		ids   = map[uint64]int{}
+		nodes []labels.Labels
+		next  [][]int
+		preds []int
+	)
+	for _, list := range lists {
+		prev := -1
+		for _, l := range list {
+			h := l.Hash()
+			id, ok := ids[h]
+			if !ok {
+				id = len(nodes)
+				ids[h] = id
+				nodes, next, preds = append(nodes, l), append(next, nil), append(preds, 0)
+			} else if !labels.Equal(nodes[id], l) {
+				return nil, false
+			}
+			if prev >= 0 {
+				next[prev] = append(next[prev], id)
+				preds[id]++
+			}
+			prev = id
+		}
+	}
+	var ready []int
+	for id := range nodes {
+		if preds[id] == 0 {
+			ready = append(ready, id)
+		}
+	}
+	out := make([]labels.Labels, 0, len(nodes))
+	for len(ready) > 0 {
+		id := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		out = append(out, nodes[id])
+		for _, n := range next[id] {
+			if preds[n]--; preds[n] == 0 {
+				ready = append(ready, n)
+			}
+		}
+	}
+	return out, len(out) == len(nodes)
+}
+
+// orderRecorder records the labels of the series each of its selects
+// returns, in their order.
 type orderRecorder struct {
 	q storage.Queryable
 
-	mu      sync.Mutex
-	selects int
-	order   []labels.Labels
+	mu     sync.Mutex
+	orders [][]labels.Labels
 }
 
-func (r *orderRecorder) result() ([]labels.Labels, bool) {
+// result is every select's order.
+func (r *orderRecorder) result() [][]labels.Labels {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.order, r.selects == 1
+	return r.orders
 }
 
 func (r *orderRecorder) Querier(mint, maxt int64) (storage.Querier, error) {
@@ -321,14 +378,17 @@ type recordingQuerier struct {
 
 func (q *recordingQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
 	q.r.mu.Lock()
-	q.r.selects++
+	i := len(q.r.orders)
+	q.r.orders = append(q.r.orders, nil)
 	q.r.mu.Unlock()
-	return &recordingSet{SeriesSet: q.Querier.Select(ctx, sortSeries, hints, ms...), r: q.r}
+	return &recordingSet{SeriesSet: q.Querier.Select(ctx, sortSeries, hints, ms...), r: q.r, i: i}
 }
 
+// recordingSet records its series in orders[i].
 type recordingSet struct {
 	storage.SeriesSet
 	r *orderRecorder
+	i int
 }
 
 func (s *recordingSet) Next() bool {
@@ -336,7 +396,7 @@ func (s *recordingSet) Next() bool {
 		return false
 	}
 	s.r.mu.Lock()
-	s.r.order = append(s.r.order, s.At().Labels())
+	s.r.orders[s.i] = append(s.r.orders[s.i], s.At().Labels())
 	s.r.mu.Unlock()
 	return true
 }

@@ -2,6 +2,7 @@ package storeapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -19,6 +20,8 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
+
+	"github.com/strata-dev/strata/query"
 )
 
 // exactSeries is a queryable of series whose sums depend on the order they
@@ -236,3 +239,135 @@ func (s hsample) H() *histogram.Histogram       { return s.h }
 func (s hsample) FH() *histogram.FloatHistogram { return nil }
 func (s hsample) Copy() chunks.Sample           { return hsample{s.t, s.h.Copy()} }
 func (s hsample) Type() chunkenc.ValueType      { return chunkenc.ValHistogram }
+
+// chunklessQueryable is a queryable the query package's API takes (it
+// serves no remote read here).
+type chunklessQueryable struct{ storage.Queryable }
+
+func (chunklessQueryable) ChunkQuerier(int64, int64) (storage.ChunkQuerier, error) {
+	return nil, errors.New("no chunk querier")
+}
+
+// TestPushedAggregationsSplit: over the query package's engine, which
+// splits a long range query in parts that select each on their own, the
+// pushed aggregations still evaluate their selector once (the parts'
+// orders merged) and answer the engine's answer to the bit.
+func TestPushedAggregationsSplit(t *testing.T) {
+	const t0, n = int64(1_000_000), int64(300)
+	data := exactSeries(t0, n)
+	cfg := query.DefaultConfig()
+	cfg.SplitParallelism = 2
+	api, err := query.New(cfg, chunklessQueryable{data}, nil, quiet(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	s, err := New(shardConfig(), nil, quiet(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := NewQueryServer(s, api.Engine(), data)
+	t.Cleanup(qs.Close)
+	c := querypb.NewQueryClient(serve(t, s, qs))
+	drop := dropSet([]string{"replica"})
+	view := &externalQueryable{q: data, s: s, ext: s.externalLabels(drop), drop: drop}
+	// 4,501 steps of 1 s: split in two parts of at least 1,000.
+	start, end, step := time.UnixMilli(t0), time.UnixMilli(t0+n*15_000), time.Second
+
+	// The selector's evaluation is aggregated, not handed to the engine.
+	rec := &orderRecorder{q: view}
+	qry, err := api.Engine().NewRangeQuery(context.Background(), rec, nil, "m", start, end, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := qry.Exec(context.Background()); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	qry.Close()
+	if got := len(rec.result()); got != 2 {
+		t.Fatalf("%d selects, want one a part of 2", got)
+	}
+	m, err := qs.evalSelector(context.Background(), view, promql.NewPrometheusQueryOpts(false, 0, nil), "m", start, end, step)
+	closeSelectorMatrix(m)
+	if err != nil {
+		t.Fatalf("the split selector's evaluation: %v", err)
+	}
+
+	engine := newEngine(0) // unsplit: the split engine's answers are its
+	for _, op := range []string{"sum", "count", "min", "max"} {
+		expr := op + " by (host, shard) (m)"
+		got, err := queryRange(t, c, &querypb.QueryRangeRequest{
+			Query: expr, StartTimeSeconds: start.Unix(), EndTimeSeconds: end.Unix(), IntervalSeconds: 1, ReplicaLabels: []string{"replica"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qry, err := engine.NewRangeQuery(context.Background(), view, nil, expr, start, end, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := qry.Exec(context.Background())
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		w := res.Value.(promql.Matrix)
+		if len(got.series) != len(w) {
+			t.Fatalf("%s: %d series, want %d", expr, len(got.series), len(w))
+		}
+		for i, ws := range w {
+			g := got.series[i]
+			if len(g.Samples) != len(ws.Floats) {
+				t.Fatalf("%s %s: %d samples, want %d", expr, ws.Metric, len(g.Samples), len(ws.Floats))
+			}
+			for j, p := range ws.Floats {
+				if gs := g.Samples[j]; gs.Timestamp != p.T || math.Float64bits(gs.Value) != math.Float64bits(p.F) {
+					t.Fatalf("%s %s: sample %d is %v@%d, want %v@%d", expr, ws.Metric, j, gs.Value, gs.Timestamp, p.F, p.T)
+				}
+			}
+		}
+		qry.Close()
+	}
+}
+
+// TestMergeOrders: the merged order keeps every list's; lists that disagree
+// or repeat a series have none.
+func TestMergeOrders(t *testing.T) {
+	l := func(names ...string) []labels.Labels {
+		out := make([]labels.Labels, len(names))
+		for i, n := range names {
+			out[i] = labels.FromStrings("s", n)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		lists [][]labels.Labels
+		ok    bool
+	}{
+		{"one", [][]labels.Labels{l("b", "a")}, true},
+		{"overlapping", [][]labels.Labels{l("c", "a", "d"), l("c", "b", "d", "e")}, true},
+		{"disjoint", [][]labels.Labels{l("b", "a"), l("d", "c")}, true},
+		{"none", nil, true},
+		{"disagree", [][]labels.Labels{l("a", "b"), l("b", "a")}, false},
+		{"twice", [][]labels.Labels{l("a", "b", "a"), l("c")}, false},
+	} {
+		got, ok := mergeOrders(tc.lists)
+		if ok != tc.ok {
+			t.Fatalf("%s: merged %v, want %v", tc.name, ok, tc.ok)
+		}
+		if !ok {
+			continue
+		}
+		pos := map[string]int{}
+		for i, g := range got {
+			pos[g.String()] = i
+		}
+		for _, list := range tc.lists {
+			for i := 1; i < len(list); i++ {
+				if pos[list[i-1].String()] >= pos[list[i].String()] {
+					t.Errorf("%s: %v does not keep %v", tc.name, got, list)
+				}
+			}
+		}
+	}
+}
