@@ -28,7 +28,8 @@ import (
 // matrix shared by the requests running at the same time (graceCache), and
 // the aggregation computed over it here, the engine's way: the same
 // operations, on the same samples, in the order the engine takes them, so
-// the answers are the engine's to the bit (TestPushedAggregationsExact).
+// the answers are the engine's to the bit (TestPushedAggregationsExact; a
+// NaN's payload aside, which depends on the compiler and no API shows).
 //
 // Only range queries of the form `op by (labels) (selector)` with op sum,
 // count, min or max over float samples take this path; anything else (a
