@@ -120,7 +120,8 @@ type summary struct {
 }
 
 // hourRing is a series' hourly summaries, hour h in slot h % n, in pages
-// of a day allocated when first written. The history needs every slot (the
+// of a day allocated when first written (and the page table with the
+// first page: a series' first hour writes none). The history needs every slot (the
 // hour of the week over four weeks: 676 slots, 8 KiB) once it is full, but
 // a series tracked for a day holds a day: allocated whole at a series'
 // first minute, the empty slots of the 9,700 series the engine tracks at
@@ -133,12 +134,13 @@ type hourRing struct {
 
 const ringPage = 24
 
-func newHourRing(n int) hourRing {
-	return hourRing{n: n, pages: make([]*[ringPage]summary, (n+ringPage-1)/ringPage)}
-}
+func newHourRing(n int) hourRing { return hourRing{n: n} }
 
 // at returns slot h % n (the zero summary when never written).
 func (r *hourRing) at(h int64) summary {
+	if r.pages == nil {
+		return summary{}
+	}
 	i := int(h % int64(r.n))
 	if p := r.pages[i/ringPage]; p != nil {
 		return p[i%ringPage]
@@ -147,6 +149,9 @@ func (r *hourRing) at(h int64) summary {
 }
 
 func (r *hourRing) set(h int64, x summary) {
+	if r.pages == nil {
+		r.pages = make([]*[ringPage]summary, (r.n+ringPage-1)/ringPage)
+	}
 	i := int(h % int64(r.n))
 	p := r.pages[i/ringPage]
 	if p == nil {
@@ -163,17 +168,17 @@ type seasonal struct {
 	m, sig float64
 }
 
-// bseries is one tracked series.
+// bseries is one tracked series. Its entities and dimension are read from
+// its labels when asked for (lookup, deviations), not kept: every byte here
+// is paid per tracked series (BenchmarkTrackerSeriesBytes).
 type bseries struct {
 	metric string
 	lbls   labels.Labels // the signal's labels, __name__ included
-	ent    Entities
-	dim    string // strata_cause: the dimension of the four-dimension model
-	peer   string // replicas share metric and peer key (model_name, else modelName)
+	peer   string        // replicas share metric and peer key (model_name, else modelName)
 	floor  float64
 
 	ring hourRing   // hour h at slot h % len
-	seas []seasonal // hour h at seas[h % len]
+	seas []seasonal // hour h at seas[h % len]; allocated with the first baseline
 	cur  []float64  // this hour's minute values
 	hour int64      // the Unix hour of cur (0: none yet)
 
@@ -274,10 +279,7 @@ func (t *tracker) get(lbls labels.Labels) *bseries {
 		}
 	}
 	name := lbls.Get(model.MetricNameLabel)
-	s := &bseries{
-		metric: name, lbls: lbls, ent: entitiesOf(lbls), dim: lbls.Get("strata_cause"),
-		floor: t.floors[name], ring: newHourRing(t.hours), seas: make([]seasonal, t.shiftN+1),
-	}
+	s := &bseries{metric: name, lbls: lbls, floor: t.floors[name], ring: newHourRing(t.hours)}
 	s.peer = lbls.Get("model_name")
 	if s.peer == "" {
 		s.peer = "gpu:" + lbls.Get("modelName")
@@ -371,6 +373,9 @@ func (t *tracker) hourBaseline(s *bseries, h int64) {
 			ds[i] = float64(c.d)
 		}
 		s.recMed, s.recSig, s.recNoise, s.hasRec = s.med, s.sig, mad2sigma*median(ds), true
+	}
+	if s.seas == nil {
+		s.seas = make([]seasonal, t.shiftN+1)
 	}
 	s.seas[int(h%int64(len(s.seas)))] = seasonal{hour: int32(h), m: s.med, sig: s.sig}
 	// Level shift: every one of the last shiftN hours' medians beyond k
@@ -675,8 +680,10 @@ func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baseline
 }
 
 func (t *tracker) write(ts int64, sinks []baselineSink) {
-	var hs []*scratchHandle
-	var vs []float64
+	// Sized for the minute's series up front: grown by append, they were
+	// 2.2 MB of garbage a minute at 10,000 tracked series.
+	n := 3*len(t.seen) + 1
+	hs, vs := make([]*scratchHandle, 0, n), make([]float64, 0, n)
 	prev := ts - minute.Milliseconds()
 	for _, s := range t.seen {
 		if _, _, _, ok := s.current(); !ok {
@@ -733,7 +740,7 @@ func (t *tracker) len() int {
 func (t *tracker) lookup(metric string, ent Entities) []*bseries {
 	var out []*bseries
 	for _, s := range t.byMetric[metric] {
-		if seriesOnEntity(s.ent, ent) {
+		if seriesOnEntity(entitiesOf(s.lbls), ent) {
 			out = append(out, s)
 		}
 	}

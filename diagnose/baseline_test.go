@@ -280,11 +280,14 @@ func TestEvidenceStrength(t *testing.T) {
 // slot is reused n hours later, and only the pages written are allocated.
 func TestHourRingPages(t *testing.T) {
 	r := newHourRing(676)
+	const h = 500_000
+	if got := r.at(h); got != (summary{}) || r.pages != nil {
+		t.Fatalf("a new ring reads %+v, holds %d pages", got, len(r.pages))
+	}
+	r.set(h, summary{hour: h, m: 1, d: 2})
 	if len(r.pages) != 29 {
 		t.Fatalf("%d pages for 676 slots", len(r.pages))
 	}
-	const h = 500_000
-	r.set(h, summary{hour: h, m: 1, d: 2})
 	if got := r.at(h); got.hour != h || got.m != 1 || got.d != 2 {
 		t.Errorf("at(h) = %+v", got)
 	}

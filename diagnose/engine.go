@@ -435,8 +435,12 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// Every minute, so that a series' slices never grow past its keep
+	// plus a sample: truncated every 10 minutes, they grew to a capacity
+	// of 16 samples for a 6-minute keep (8 now), 32 for 9 minutes (16) and
+	// 256 for 2 h 6 m (128).
+	e.scratch.truncateBy(func(name string) int64 { return tm - e.keep.keepFor(name) })
 	if tm%(10*minute).Milliseconds() == 0 {
-		e.scratch.truncateBy(func(name string) int64 { return tm - e.keep.keepFor(name) })
 		n, samples := e.scratch.samples()
 		e.m.scratchSeries.Set(float64(n))
 		e.m.scratchSamples.Set(float64(samples))

@@ -94,8 +94,8 @@ func (e *Engine) deviations(fp *Fingerprint, ent Entities, tm int64) {
 			if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
 				fp.Deviations[n] = z
 			}
-			if s.dim != "" && math.Abs(z) > fp.Dimensions[s.dim] {
-				fp.Dimensions[s.dim] = math.Abs(z)
+			if dim := s.lbls.Get("strata_cause"); dim != "" && math.Abs(z) > fp.Dimensions[dim] {
+				fp.Dimensions[dim] = math.Abs(z)
 			}
 		}
 	}

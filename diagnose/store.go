@@ -41,20 +41,18 @@ func newScratch() *scratch {
 	return &scratch{series: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{}}
 }
 
-func (s *scratch) get(lbls labels.Labels) *scratchSeries { return s.lookup(lbls, true) }
-
-// lookup returns lbls' series, created when new: with a copy of lbls, or
-// with lbls itself when the caller never modifies them (a handle's labels:
-// the baselines' three output series per tracked series were a copy each).
-func (s *scratch) lookup(lbls labels.Labels, copyNew bool) *scratchSeries {
+// lookup returns lbls' series, created with lbls itself when new. Every
+// label set appended here is built for the sample (a rule's result, a
+// stale marker's from the rule group's last results, the fast path's
+// builder, a baseline handle's) and never modified after: a copy of each
+// new series' labels was 5.5 MB at the first live minute of a
+// 50,000-series fleet.
+func (s *scratch) lookup(lbls labels.Labels) *scratchSeries {
 	h := lbls.Hash()
 	for _, e := range s.series[h] {
 		if labels.Equal(e.lbls, lbls) {
 			return e
 		}
-	}
-	if copyNew {
-		lbls = lbls.Copy()
 	}
 	e := &scratchSeries{lbls: lbls}
 	s.series[h] = append(s.series[h], e)
@@ -209,7 +207,7 @@ func (s *scratch) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
 	defer s.mu.Unlock()
 	for i, h := range hs {
 		if h.s == nil || h.gen != s.gen {
-			h.s, h.gen = s.lookup(h.lbls, false), s.gen
+			h.s, h.gen = s.lookup(h.lbls), s.gen
 		}
 		h.s.add(t, vs[i])
 	}
@@ -241,7 +239,7 @@ func (a *scratchAppender) Commit() error {
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
 	for _, p := range a.buf {
-		a.s.get(p.lbls).add(p.t, p.v)
+		a.s.lookup(p.lbls).add(p.t, p.v)
 	}
 	a.buf = nil
 	return nil
@@ -260,15 +258,25 @@ type scratchQuerier struct {
 	mint, maxt int64
 }
 
+// candidates are the series of the names the matchers' metric-name
+// matcher accepts (every series without one). Collecting every series for
+// a regular expression on the name was 17 MB of garbage a minute at
+// 50,000 active series.
 func (q *scratchQuerier) candidates(ms []*labels.Matcher) []*scratchSeries {
+	var byName *labels.Matcher
 	for _, m := range ms {
-		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
-			return q.s.byName[m.Value]
+		if m.Name == model.MetricNameLabel {
+			if m.Type == labels.MatchEqual {
+				return q.s.byName[m.Value]
+			}
+			byName = m
 		}
 	}
 	var all []*scratchSeries
-	for _, l := range q.s.byName {
-		all = append(all, l...)
+	for name, l := range q.s.byName {
+		if byName == nil || byName.Matches(name) {
+			all = append(all, l...)
+		}
 	}
 	return all
 }

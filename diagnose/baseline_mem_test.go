@@ -1,0 +1,73 @@
+package diagnose
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// fleetSignals is one minute of n tracked signal series shaped like the
+// canonical vLLM signals of a fleet (a pod per GPU, 64 pods per model),
+// spread over four signals.
+func fleetSignals(n int, ts int64) map[string][]sampleAt {
+	names := []string{"strata:requests_running", "strata:requests_waiting", "strata:kv_cache_usage:ratio", "strata:ttft_seconds:p99"}
+	vals := map[string][]sampleAt{}
+	for i := range n {
+		name := names[i%len(names)]
+		pod := i / len(names)
+		l := labels.FromStrings(model.MetricNameLabel, name, "instance", "10.0."+strconv.Itoa(pod/250)+"."+strconv.Itoa(pod%250)+":8000",
+			"model_name", "model-"+strconv.Itoa(pod/64), "namespace", "inference", "pod", "vllm-"+strconv.Itoa(pod), "strata_cause", "serving")
+		vals[name] = append(vals[name], sampleAt{l, diurnal(ts, 10, uint64(i))})
+	}
+	return vals
+}
+
+func heapLive() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkTrackerSeriesBytes is the heap the baseline tracker and its
+// scratch series hold per tracked series: after its first minute
+// (first-B/series), and after 61 minutes (hour-B/series: a finished hour's
+// summary, the new hour's baseline, the scratch's kept samples). The signal
+// labels are the caller's (the scratch store's) and are not counted.
+func BenchmarkTrackerSeriesBytes(b *testing.B) {
+	const n = 10_000
+	cfg := DefaultBaselineConfig()
+	var first, hour float64
+	for b.Loop() {
+		b.StopTimer()
+		minutes := make([]map[string][]sampleAt, 61)
+		for i := range minutes {
+			minutes[i] = fleetSignals(n, tStart+int64(i)*minute.Milliseconds())
+		}
+		// What the default pack keeps of each (TestScratchKeepDefaultPack),
+		// truncated every minute as the engine does.
+		keep := map[string]int64{BaselineMedianSeries: 6 * minute.Milliseconds(), BaselineSigmaSeries: 6 * minute.Milliseconds(),
+			AnomalyZScoreSeries: 9 * minute.Milliseconds(), BaselineKSeries: 6 * minute.Milliseconds()}
+		b.StartTimer()
+		before := heapLive()
+		tr := newTracker(cfg)
+		sc := newScratch()
+		for i, vals := range minutes {
+			ts := tStart + int64(i)*minute.Milliseconds()
+			tr.minute(ts, vals, sc)
+			sc.truncateBy(func(name string) int64 { return ts - keep[name] })
+			if i == 0 {
+				first = float64(heapLive()-before) / n
+			}
+		}
+		hour = float64(heapLive()-before) / n
+		runtime.KeepAlive(tr)
+		runtime.KeepAlive(sc)
+		runtime.KeepAlive(minutes)
+	}
+	b.ReportMetric(first, "first-B/series")
+	b.ReportMetric(hour, "hour-B/series")
+}
