@@ -14,7 +14,10 @@
 // distributed engine needs to merge partial aggregates and deduplicate HA
 // pairs (docs/scale-out.md, "Two modes"). Requests running at once whose
 // selects read alike (the sum and the count a distributed Querier splits an
-// avg into) share one read of the tiers (shared.go).
+// avg into) share one read of the tiers (shared.go), and range queries of
+// the form `sum|count|min|max by (labels) (selector)` evaluate the selector
+// once for all of them and aggregate its matrix as the engine would, to the
+// bit (aggregate.go).
 //
 // Data flow: Thanos Querier -> storeapi -> tiers (Stitched), or -> the
 // query package's engine -> tiers. It sits beside the query package, which
@@ -25,8 +28,9 @@
 //   - every series with the node's external labels added (they win over a
 //     series label of the same name, as in Thanos), minus the labels the
 //     request lists in without_replica_labels, sorted by the result;
-//   - its samples as XOR chunks in AggrChunk.Raw (histogram chunks for
-//     native histograms), at most 120 samples a chunk. Over the minute and
+//   - its samples as XOR chunks in AggrChunk.Raw, at most samplesPerChunk
+//     (480) samples a chunk, written by xorEncoder (histogram chunks of at
+//     most 120 for native histograms, by chunkenc). Over the minute and
 //     hour tiers these are the stitched view's synthetic samples for the
 //     PromQL function the request implies (QueryHints.Func when the client
 //     sends it, else the aggregates Thanos asks for: COUNTER is rate-like,

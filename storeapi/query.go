@@ -46,7 +46,10 @@ type QueryServer struct {
 	engine promql.QueryEngine
 	q      storage.Queryable
 	shared *sharedSelects // q, with concurrent requests' same selects read once
-	now    func() time.Time
+	// evals: the selectors of pushed aggregations (aggregate.go), evaluated
+	// once for concurrent requests.
+	evals *graceCache[evalKey, *selectorMatrix]
+	now   func() time.Time
 }
 
 // NewQueryServer returns a Query API server evaluating with engine over q,
@@ -54,18 +57,23 @@ type QueryServer struct {
 // which then announces the Query API in Info.
 //
 // Requests whose selects are the same (the `sum` and the `count` a
-// distributed Querier splits an `avg` into) read q once (sharedSelects); the
-// selections are held for a short grace period after their last request,
-// which Close ends.
+// distributed Querier splits an `avg` into) read q once (sharedSelects), and
+// range queries of the form `sum|count|min|max by (labels) (selector)`
+// evaluate the selector once for all such requests running at once
+// (aggregate.go); selections and evaluations are held for a short grace
+// period after their last request, which Close ends.
 func NewQueryServer(s *Server, engine promql.QueryEngine, q storage.Queryable) *QueryServer {
 	return &QueryServer{s: s, engine: engine, q: q, now: time.Now,
-		shared: newSharedSelects(q, sharedSelectGrace, sharedSelectMax, s.querySelectsShared)}
+		shared: newSharedSelects(q, sharedSelectGrace, sharedSelectMax, s.querySelectsShared),
+		evals:  newGraceCache[evalKey](sharedSelectGrace, sharedSelectMax, s.queryEvaluationsShared, closeSelectorMatrix),
+	}
 }
 
-// Close drops the selections held for later requests and stops sharing
-// selects; requests still running finish. Call it once the gRPC server has
-// stopped, before closing the tiers.
+// Close drops the selections and evaluations held for later requests and
+// stops sharing them; requests still running finish. Call it once the gRPC
+// server has stopped, before closing the tiers.
 func (qs *QueryServer) Close() {
+	qs.evals.close()
 	qs.shared.close()
 }
 
@@ -81,9 +89,9 @@ func (qs *QueryServer) Query(req *querypb.QueryRequest, srv querypb.Query_QueryS
 		replicaLabels: req.ReplicaLabels, storeMatchers: req.StoreMatchers, shard: req.ShardInfo,
 	}
 	return qs.run(srv.Context(), ev, int(req.ResponseBatchSize),
-		func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (promql.Query, error) {
+		engineExec(func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (promql.Query, error) {
 			return qs.engine.NewInstantQuery(ctx, q, opts, req.Query, ts)
-		},
+		}),
 		func(ws []error) error { return srv.Send(querypb.NewQueryWarningsResponse(ws...)) },
 		func(b []*prompb.TimeSeries) error {
 			if int(req.ResponseBatchSize) <= 1 {
@@ -111,10 +119,13 @@ func (qs *QueryServer) QueryRange(req *querypb.QueryRangeRequest, srv querypb.Qu
 		query: req.Query, plan: req.QueryPlan, timeout: req.TimeoutSeconds, lookback: req.LookbackDeltaSeconds,
 		replicaLabels: req.ReplicaLabels, storeMatchers: req.StoreMatchers, shard: req.ShardInfo,
 	}
-	return qs.run(srv.Context(), ev, int(req.ResponseBatchSize),
-		func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (promql.Query, error) {
-			return qs.engine.NewRangeQuery(ctx, q, opts, req.Query, start, end, step)
-		},
+	exec := engineExec(func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (promql.Query, error) {
+		return qs.engine.NewRangeQuery(ctx, q, opts, req.Query, start, end, step)
+	})
+	if a, ok := aggregationOf(req.Query); ok {
+		exec = qs.aggregationExec(a, ev, start, end, step, exec)
+	}
+	return qs.run(srv.Context(), ev, int(req.ResponseBatchSize), exec,
 		func(ws []error) error { return srv.Send(querypb.NewQueryRangeWarningsResponse(ws...)) },
 		func(b []*prompb.TimeSeries) error {
 			if int(req.ResponseBatchSize) <= 1 {
@@ -141,11 +152,44 @@ func (qs *QueryServer) badRequest(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, "strata: "+format, args...)
 }
 
+// result is an evaluated request: its value, warnings and sample
+// statistics; close (when not nil) releases the value's memory, which is
+// the engine's until then.
+type result struct {
+	value    parser.Value
+	warnings annotations.Annotations
+	stats    *querypb.QueryStats
+	close    func()
+}
+
+// execFunc evaluates a request over q. Its errors are the engine's.
+type execFunc func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (result, error)
+
+// engineExec evaluates a request with the engine.
+func engineExec(newQuery func(context.Context, storage.Queryable, promql.QueryOpts) (promql.Query, error)) execFunc {
+	return func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (result, error) {
+		qry, err := newQuery(ctx, q, opts)
+		if err != nil {
+			return result{}, err
+		}
+		res := qry.Exec(ctx)
+		if res.Err != nil {
+			qry.Close()
+			return result{}, res.Err
+		}
+		st := &querypb.QueryStats{}
+		if stats := qry.Stats(); stats != nil && stats.Samples != nil {
+			st.SamplesTotal = stats.Samples.TotalSamples
+			st.PeakSamples = int64(stats.Samples.PeakSamples)
+		}
+		return result{value: res.Value, warnings: res.Warnings, stats: st, close: qry.Close}, nil
+	}
+}
+
 // run evaluates one request and streams its answer: warnings first, then
 // the series in batches of batchSize (one a message when at most 1), then
 // the query's sample statistics, as Thanos' own Query API does.
-func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int,
-	newQuery func(context.Context, storage.Queryable, promql.QueryOpts) (promql.Query, error),
+func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int, exec execFunc,
 	sendWarnings func([]error) error, sendBatch func([]*prompb.TimeSeries) error, sendStats func(*querypb.QueryStats) error,
 ) error {
 	if ev.query == "" {
@@ -174,19 +218,17 @@ func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int,
 	drop := dropSet(ev.replicaLabels)
 	q := &externalQueryable{q: qs.shared, s: qs.s, ext: qs.s.externalLabels(drop), drop: drop, shard: ev.shard}
 	opts := promql.NewPrometheusQueryOpts(false, time.Duration(ev.lookback)*time.Second, nil)
-	qry, err := newQuery(ctx, q, opts)
+	res, err := exec(ctx, q, opts)
 	if err != nil {
-		return qs.queryError(err)
-	}
-	defer qry.Close()
-	res := qry.Exec(ctx)
-	if res.Err != nil {
-		if ctx.Err() != nil && !errors.As(res.Err, new(promql.ErrQueryTimeout)) {
+		if ctx.Err() != nil && !errors.As(err, new(promql.ErrQueryTimeout)) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		return qs.queryError(res.Err)
+		return qs.queryError(err)
 	}
-	if ws := warnings(res.Warnings); len(ws) > 0 {
+	if res.close != nil {
+		defer res.close()
+	}
+	if ws := warnings(res.warnings); len(ws) > 0 {
 		errs := make([]error, len(ws))
 		for i, w := range ws {
 			errs[i] = errors.New(w)
@@ -195,7 +237,7 @@ func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int,
 			return status.Error(codes.Aborted, err.Error())
 		}
 	}
-	series, err := resultSeries(res.Value)
+	series, err := resultSeries(res.value)
 	if err != nil {
 		qs.s.rejected.WithLabelValues("unsupported").Inc()
 		return status.Error(codes.Unimplemented, err.Error())
@@ -210,12 +252,7 @@ func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int,
 		return status.Error(codes.Aborted, err.Error())
 	}
 	qs.s.querySeries.Add(float64(len(series)))
-	st := &querypb.QueryStats{}
-	if stats := qry.Stats(); stats != nil && stats.Samples != nil {
-		st.SamplesTotal = stats.Samples.TotalSamples
-		st.PeakSamples = int64(stats.Samples.PeakSamples)
-	}
-	if err := sendStats(st); err != nil {
+	if err := sendStats(res.stats); err != nil {
 		return status.Error(codes.Aborted, err.Error())
 	}
 	return nil

@@ -125,12 +125,19 @@ type batcher struct {
 	size  int
 	batch []*storepb.Series
 	bytes int
+
+	// The chunks of the series not yet sent are written into enc's buffer,
+	// reused once they are; it iterates series with it (reused too).
+	enc xorEncoder
+	it  chunkenc.Iterator
 }
 
 // send sends s, or adds it to the batch; n is its chunks' bytes.
 func (b *batcher) send(s *storepb.Series, n int) error {
 	if b.size <= 1 {
-		if err := b.srv.Send(storepb.NewSeriesResponse(s)); err != nil {
+		err := b.srv.Send(storepb.NewSeriesResponse(s))
+		b.enc.buf = b.enc.buf[:0] // marshalled: the chunks are sent
+		if err != nil {
 			return status.Error(codes.Aborted, err.Error())
 		}
 		return nil
@@ -152,17 +159,19 @@ func (b *batcher) flush() error {
 	err := b.srv.Send(storepb.NewBatchResponse(b.batch))
 	clear(b.batch)
 	b.batch, b.bytes = b.batch[:0], 0
+	b.enc.buf = b.enc.buf[:0]
 	if err != nil {
 		return status.Error(codes.Aborted, err.Error())
 	}
 	return nil
 }
 
-// sendSeries encodes one series' samples into chunks of at most 120 samples
-// and sends them in frames of about maxFrameBytes, returning how many samples
-// it sent. before is the samples the request sent already (MaxSamples).
+// sendSeries encodes one series' samples into chunks (floats: XOR chunks
+// of at most samplesPerChunk samples, written by xorEncoder; native
+// histograms: chunkenc's, of at most 120) and sends them in frames of about
+// maxFrameBytes, returning how many samples it sent. before is the samples
+// the request sent already (MaxSamples).
 func (s *Server) sendSeries(out *batcher, zl []labelpb.ZLabel, sr storage.Series, before int) (int, error) {
-	it := storage.NewSeriesToChunkEncoder(sr).Iterator(nil)
 	var (
 		chunks []storepb.AggrChunk
 		frame  int
@@ -173,28 +182,54 @@ func (s *Server) sendSeries(out *batcher, zl []labelpb.ZLabel, sr storage.Series
 		chunks, frame = nil, 0
 		return err
 	}
-	for it.Next() {
-		m := it.At()
-		enc, err := chunkEncoding(m.Chunk.Encoding())
-		if err != nil {
-			return n, status.Error(codes.Internal, err.Error())
-		}
-		n += m.Chunk.NumSamples()
+	add := func(c storepb.AggrChunk, samples int) error {
+		n += samples
 		if s.cfg.MaxSamples > 0 && before+n > s.cfg.MaxSamples {
 			s.rejected.WithLabelValues("max_samples").Inc()
-			return n, status.Errorf(codes.ResourceExhausted, "strata: %v: more than %d (storeapi max_samples); narrow the selector or the time range, or query with a coarser step (max_source_resolution)",
+			return status.Errorf(codes.ResourceExhausted, "strata: %v: more than %d (storeapi max_samples); narrow the selector or the time range, or query with a coarser step (max_source_resolution)",
 				ErrTooManySamples, s.cfg.MaxSamples)
 		}
-		data := m.Chunk.Bytes() // the encoder's own buffer, one per chunk
-		chunks = append(chunks, storepb.AggrChunk{MinTime: m.MinTime, MaxTime: m.MaxTime, Raw: &storepb.Chunk{Type: enc, Data: data}})
-		frame += len(data)
+		chunks = append(chunks, c)
+		frame += len(c.Raw.Data)
 		if frame >= maxFrameBytes {
-			if err := flush(); err != nil {
+			return flush()
+		}
+		return nil
+	}
+	it := sr.Iterator(out.it)
+	out.it = it
+	enc := &out.enc
+	vt := it.Next()
+	for vt == chunkenc.ValFloat {
+		enc.begin()
+		for ; vt == chunkenc.ValFloat && enc.n < samplesPerChunk; vt = it.Next() {
+			t, v := it.At()
+			enc.append(t, v)
+		}
+		data, minT, maxT := enc.end()
+		if err := add(storepb.AggrChunk{MinTime: minT, MaxTime: maxT, Raw: &storepb.Chunk{Type: storepb.Chunk_XOR, Data: data}}, enc.n); err != nil {
+			return n, err
+		}
+	}
+	if vt != chunkenc.ValNone {
+		// A native histogram: the rest of the series through chunkenc.
+		cit := storage.NewSeriesToChunkEncoder(seriesFrom{Series: sr, from: it.AtT()}).Iterator(nil)
+		for cit.Next() {
+			m := cit.At()
+			enc, err := chunkEncoding(m.Chunk.Encoding())
+			if err != nil {
+				return n, status.Error(codes.Internal, err.Error())
+			}
+			// The encoder's own buffer, one per chunk.
+			c := storepb.AggrChunk{MinTime: m.MinTime, MaxTime: m.MaxTime, Raw: &storepb.Chunk{Type: enc, Data: m.Chunk.Bytes()}}
+			if err := add(c, m.Chunk.NumSamples()); err != nil {
 				return n, err
 			}
 		}
-	}
-	if err := it.Err(); err != nil {
+		if err := cit.Err(); err != nil {
+			return n, status.Error(codes.Internal, err.Error())
+		}
+	} else if err := it.Err(); err != nil {
 		return n, status.Error(codes.Internal, err.Error())
 	}
 	if len(chunks) > 0 {
@@ -203,6 +238,39 @@ func (s *Server) sendSeries(out *batcher, zl []labelpb.ZLabel, sr storage.Series
 	// No samples in range (the stitched view found the series' labels but
 	// nothing to send): like the TSDB's chunk queriers, send nothing.
 	return n, nil
+}
+
+// seriesFrom is a series' samples from time from on.
+type seriesFrom struct {
+	storage.Series
+	from int64
+}
+
+func (s seriesFrom) Iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
+	return &iteratorFrom{Iterator: s.Series.Iterator(reuse), from: s.from}
+}
+
+type iteratorFrom struct {
+	chunkenc.Iterator
+	from    int64
+	started bool
+}
+
+func (i *iteratorFrom) Next() chunkenc.ValueType {
+	if !i.started {
+		i.started = true
+		return i.Iterator.Seek(i.from)
+	}
+	return i.Iterator.Next()
+}
+
+// msTime is a timestamp in ms; Seek's argument is named so that go vet
+// does not take chunkenc's Seek for io.Seeker's.
+type msTime = int64
+
+func (i *iteratorFrom) Seek(t msTime) chunkenc.ValueType {
+	i.started = true
+	return i.Iterator.Seek(max(t, i.from))
 }
 
 // chunkEncoding maps a TSDB chunk encoding onto the StoreAPI's (one off).

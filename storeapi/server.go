@@ -124,8 +124,9 @@ type Server struct {
 	series   prometheus.Counter
 	samples  prometheus.Counter
 
-	querySeries        prometheus.Counter // result series sent by the Query API
-	querySelectsShared prometheus.Counter // Query API selects served by another request's read
+	querySeries            prometheus.Counter // result series sent by the Query API
+	querySelectsShared     prometheus.Counter // Query API selects served by another request's read
+	queryEvaluationsShared prometheus.Counter // Query API aggregations over another request's evaluation
 }
 
 // New returns a server over q.
@@ -157,8 +158,9 @@ func New(cfg Config, q Queryable, logger *slog.Logger, reg prometheus.Registerer
 		series:   f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_series_sent_total", Help: "Series sent in StoreAPI Series answers."}),
 		samples:  f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_samples_sent_total", Help: "Samples sent in StoreAPI Series answers."}),
 
-		querySeries:        f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_series_sent_total", Help: "Result series sent in Query API (distributed query) answers."}),
-		querySelectsShared: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_selects_shared_total", Help: "Query API selects served by the tier read of another request with the same select (the sum and count a distributed Querier splits an avg into), not a read of their own."}),
+		querySeries:            f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_series_sent_total", Help: "Result series sent in Query API (distributed query) answers."}),
+		querySelectsShared:     f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_selects_shared_total", Help: "Query API selects served by the tier read of another request with the same select (the sum and count a distributed Querier splits an avg into), not a read of their own."}),
+		queryEvaluationsShared: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_evaluations_shared_total", Help: "Query API aggregations (sum, count, min, max by a selector) computed from the selector's evaluation by another request running at the same time (the sum and count a distributed Querier splits an avg into), not an evaluation of their own."}),
 	}
 	s.buffers.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return s, nil

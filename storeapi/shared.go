@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,23 +29,17 @@ import (
 // that, so it never serves data older than the grace period.
 type sharedSelects struct {
 	q     storage.Queryable
-	grace time.Duration
-	max   int // entries at most; a select past that is not shared
-	hits  prometheus.Counter
-
-	mu      sync.Mutex
-	entries map[selectKey]*sharedSelect
-	closed  bool
+	cache *graceCache[selectKey, *selection]
 }
 
-// Defaults of the Query API's shared selects.
+// Defaults of the Query API's shared selects and evaluations.
 const (
 	sharedSelectGrace = 250 * time.Millisecond
 	sharedSelectMax   = 16
 )
 
 func newSharedSelects(q storage.Queryable, grace time.Duration, maxEntries int, hits prometheus.Counter) *sharedSelects {
-	return &sharedSelects{q: q, grace: grace, max: maxEntries, hits: hits, entries: map[selectKey]*sharedSelect{}}
+	return &sharedSelects{q: q, cache: newGraceCache[selectKey](grace, maxEntries, hits, closeSelection)}
 }
 
 // selectKey is what makes two selects read the same series and samples.
@@ -108,22 +101,12 @@ func selectFunc(fn string) string {
 	return fn
 }
 
-// sharedSelect is one selection, run once and iterated by every request
-// that holds it.
-type sharedSelect struct {
-	key  selectKey
-	done chan struct{} // closed when the select has run
-
-	// Set before done is closed, read-only after.
+// selection is one shared select's answer: its series, read whole, and the
+// querier they come from, closed when the selection is dropped.
+type selection struct {
+	q        storage.Querier
 	series   []storage.Series
 	warnings annotations.Annotations
-	err      error
-
-	// Under sharedSelects.mu.
-	q      storage.Querier // the querier the series come from, closed when the entry is dropped
-	refs   int             // requests holding it
-	idle   *time.Timer     // drops it after the grace period, while refs is 0
-	cached bool            // in entries, to be found by later requests
 }
 
 // Querier returns a querier whose selects are shared.
@@ -131,119 +114,29 @@ func (c *sharedSelects) Querier(mint, maxt int64) (storage.Querier, error) {
 	return &sharedQuerier{c: c, mint: mint, maxt: maxt}, nil
 }
 
-// acquire returns the selection for key, holding it, and whether the caller
-// must run it (it is new); nil when no more selections may be held.
-func (c *sharedSelects) acquire(key selectKey) (*sharedSelect, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
-		e.refs++
-		if e.idle != nil {
-			e.idle.Stop() // if it already fired, drop finds refs > 0 and keeps e
-			e.idle = nil
-		}
-		c.hits.Inc()
-		return e, false
-	}
-	if c.closed || len(c.entries) >= c.max {
-		return nil, false
-	}
-	e := &sharedSelect{key: key, done: make(chan struct{}), refs: 1, cached: true}
-	c.entries[key] = e
-	return e, true
-}
-
-// run runs e's select with a querier of its own and keeps its series.
-func (c *sharedSelects) run(ctx context.Context, e *sharedSelect, mint, maxt int64, sortSeries bool, hints *storage.SelectHints, ms []*labels.Matcher) {
-	defer close(e.done)
+// run runs a select with a querier of its own and reads its series whole.
+func (c *sharedSelects) run(ctx context.Context, mint, maxt int64, sortSeries bool, hints *storage.SelectHints, ms []*labels.Matcher) (*selection, error) {
 	q, err := c.q.Querier(mint, maxt)
 	if err != nil {
-		c.failed(e, err)
-		return
+		return nil, err
 	}
-	c.mu.Lock()
-	e.q = q
-	c.mu.Unlock()
+	sel := &selection{q: q}
 	set := q.Select(ctx, sortSeries, hints, ms...)
-	var series []storage.Series
 	for set.Next() {
-		series = append(series, set.At())
+		sel.series = append(sel.series, set.At())
 	}
 	if err := set.Err(); err != nil {
-		c.failed(e, err)
-		return
+		return sel, err // the querier is closed with the entry
 	}
-	e.series, e.warnings = series, set.Warnings()
+	sel.warnings = set.Warnings()
+	return sel, nil
 }
 
-// failed records e's error and stops sharing e: requests already waiting
-// get the error (or, if it is the first request's context's, run their
-// own select), later ones run the select again.
-func (c *sharedSelects) failed(e *sharedSelect, err error) {
-	e.err = err
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.cached {
-		delete(c.entries, e.key)
-		e.cached = false
+// closeSelection closes a dropped selection's querier.
+func closeSelection(sel *selection) {
+	if sel != nil && sel.q != nil {
+		_ = sel.q.Close() // stitched queriers release the raw tier's; nothing to flush
 	}
-}
-
-// release lets go of e; the last request starts its grace period.
-func (c *sharedSelects) release(e *sharedSelect) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e.refs--
-	if e.refs > 0 {
-		return
-	}
-	if !e.cached || c.closed {
-		c.drop(e)
-		return
-	}
-	e.idle = time.AfterFunc(c.grace, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if e.refs == 0 {
-			c.drop(e)
-		}
-	})
-}
-
-// drop removes e and closes its querier; under c.mu, with e.refs 0.
-func (c *sharedSelects) drop(e *sharedSelect) {
-	if e.cached && c.entries[e.key] == e {
-		delete(c.entries, e.key)
-	}
-	e.cached = false
-	if e.q != nil {
-		_ = e.q.Close() // stitched queriers release the raw tier's; nothing to flush
-		e.q = nil
-	}
-	e.series = nil
-}
-
-// close drops every selection no request holds and stops sharing: those
-// still held are dropped when released.
-func (c *sharedSelects) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	for _, e := range c.entries {
-		if e.refs == 0 {
-			if e.idle != nil {
-				e.idle.Stop()
-			}
-			c.drop(e)
-		}
-	}
-}
-
-// len is the number of selections held or in their grace period.
-func (c *sharedSelects) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
 }
 
 // sharedQuerier is one request's querier: its selects are shared, and
@@ -251,33 +144,28 @@ func (c *sharedSelects) len() int {
 type sharedQuerier struct {
 	c          *sharedSelects
 	mint, maxt int64
-	held       []*sharedSelect
+	held       []*graceEntry[selectKey, *selection]
 	own        storage.Querier // for selects that are not shared
 }
 
 func (q *sharedQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
-	e, first := q.c.acquire(keyOf(q.mint, q.maxt, sortSeries, hints, ms))
+	e, first := q.c.cache.acquire(keyOf(q.mint, q.maxt, sortSeries, hints, ms))
 	if e == nil {
 		return q.ownSelect(ctx, sortSeries, hints, ms)
 	}
 	q.held = append(q.held, e)
 	if first {
-		q.c.run(ctx, e, q.mint, q.maxt, sortSeries, hints, ms)
-	} else {
-		select {
-		case <-e.done:
-		case <-ctx.Done():
-			return storage.ErrSeriesSet(ctx.Err())
-		}
+		q.c.cache.finish(e)(q.c.run(ctx, q.mint, q.maxt, sortSeries, hints, ms))
 	}
-	if e.err != nil {
-		if !first && ctx.Err() == nil && (errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded)) {
+	sel, err := q.c.cache.wait(ctx, e, first)
+	if err != nil {
+		if errors.Is(err, errGiveUp) {
 			// The first request gave up; this one has not.
 			return q.ownSelect(ctx, sortSeries, hints, ms)
 		}
-		return storage.ErrSeriesSet(e.err)
+		return storage.ErrSeriesSet(err)
 	}
-	return seriesset.List(e.series, maps.Clone(e.warnings))
+	return seriesset.List(sel.series, maps.Clone(sel.warnings))
 }
 
 func (q *sharedQuerier) ownSelect(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms []*labels.Matcher) storage.SeriesSet {
@@ -319,7 +207,7 @@ func (q *sharedQuerier) ownQuerier() (storage.Querier, error) {
 // Close lets go of the request's selections and closes its own querier.
 func (q *sharedQuerier) Close() error {
 	for _, e := range q.held {
-		q.c.release(e)
+		q.c.cache.release(e)
 	}
 	q.held = nil
 	if q.own != nil {
@@ -329,3 +217,9 @@ func (q *sharedQuerier) Close() error {
 	}
 	return nil
 }
+
+// close drops the selections no request holds and stops sharing.
+func (c *sharedSelects) close() { c.cache.close() }
+
+// len is the number of selections held or in their grace period.
+func (c *sharedSelects) len() int { return c.cache.len() }

@@ -228,7 +228,7 @@ func TestSharedSelects(t *testing.T) {
 
 	// Past the bound on selections held, a select reads on its own.
 	waitFor(t, "the selections dropped", func() bool { return c.len() == 0 })
-	c.max = 1
+	c.cache.max = 1
 	q8, _ := c.Querier(0, 3000)
 	q9, _ := c.Querier(0, 3000)
 	before := cq.selects.Load()
@@ -330,7 +330,9 @@ func TestSharedSelectAggregationsReadAlike(t *testing.T) {
 // TestQueryAPISharesAvgHalves: the sum and the count a distributed Querier
 // splits an avg into, sent at once, read the tiers once and answer what
 // the engine computes over the tiers directly, over rollups and over raw
-// data (whose series the two requests then iterate at once).
+// data: over a plain selector one evaluates it and the other aggregates its
+// matrix (aggregate.go); over a function (which the engine evaluates) both
+// iterate one select's series at once.
 func TestQueryAPISharesAvgHalves(t *testing.T) {
 	f := newFixture(t)
 	s, _ := newServer(t, f, shardConfig())
@@ -342,18 +344,22 @@ func TestQueryAPISharesAvgHalves(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		start, end, step int64
+		inner            string
+		counter          prometheus.Counter // the request that shares counts here
 	}{
-		{"hour tier", t0 + 3*hourMs, t0 + 40*hourMs, hourMs},
-		{"raw", t0 + 3*hourMs, t0 + 4*hourMs, 15_000},
+		{"hour tier", t0 + 3*hourMs, t0 + 40*hourMs, hourMs, "gpu_temp", s.queryEvaluationsShared},
+		{"raw", t0 + 3*hourMs, t0 + 4*hourMs, 15_000, "gpu_temp", s.queryEvaluationsShared},
+		{"hour tier, a function", t0 + 3*hourMs, t0 + 40*hourMs, hourMs, "max_over_time(gpu_temp[2h])", s.querySelectsShared},
+		{"raw, a function", t0 + 3*hourMs, t0 + 4*hourMs, 15_000, "max_over_time(gpu_temp[1m])", s.querySelectsShared},
 	} {
-		selects0, hits0 := cq.selects.Load(), testutil.ToFloat64(s.querySelectsShared)
+		selects0, hits0 := cq.selects.Load(), testutil.ToFloat64(tc.counter)
 		var wg sync.WaitGroup
 		answers := make([]queryAnswer, 2)
 		for i, agg := range []string{"sum", "count"} {
 			wg.Go(func() {
 				var err error
 				answers[i], err = queryRange(t, c, &querypb.QueryRangeRequest{
-					Query: agg + ` by (gpu, shard) (gpu_temp)`, StartTimeSeconds: tc.start / 1000, EndTimeSeconds: tc.end / 1000,
+					Query: agg + ` by (gpu, shard) (` + tc.inner + `)`, StartTimeSeconds: tc.start / 1000, EndTimeSeconds: tc.end / 1000,
 					IntervalSeconds: tc.step / 1000, ReplicaLabels: []string{"replica"},
 				})
 				if err != nil {
@@ -365,11 +371,11 @@ func TestQueryAPISharesAvgHalves(t *testing.T) {
 		if n := cq.selects.Load() - selects0; n != 1 {
 			t.Errorf("%s: %d selects for the sum and the count, want 1", tc.name, n)
 		}
-		if n := testutil.ToFloat64(s.querySelectsShared) - hits0; n != 1 {
-			t.Errorf("%s: strata_storeapi_query_selects_shared_total grew by %g, want 1", tc.name, n)
+		if n := testutil.ToFloat64(tc.counter) - hits0; n != 1 {
+			t.Errorf("%s: the shared requests' counter grew by %g, want 1", tc.name, n)
 		}
 		for i, agg := range []string{"sum", "count"} {
-			direct, err := engine.NewRangeQuery(context.Background(), f.stitched, nil, agg+` by (gpu) (gpu_temp)`, time.UnixMilli(tc.start), time.UnixMilli(tc.end), time.Duration(tc.step)*time.Millisecond)
+			direct, err := engine.NewRangeQuery(context.Background(), f.stitched, nil, agg+` by (gpu) (`+tc.inner+`)`, time.UnixMilli(tc.start), time.UnixMilli(tc.end), time.Duration(tc.step)*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -400,8 +406,8 @@ func TestQueryAPISharesAvgHalves(t *testing.T) {
 			direct.Close()
 		}
 	}
-	if v := testutil.ToFloat64(s.querySelectsShared); v != 2 {
-		t.Errorf("strata_storeapi_query_selects_shared_total %g, want 2", v)
+	if v, w := testutil.ToFloat64(s.querySelectsShared), testutil.ToFloat64(s.queryEvaluationsShared); v != 2 || w != 2 {
+		t.Errorf("strata_storeapi_query_selects_shared_total %g, _evaluations_shared_total %g, want 2 each", v, w)
 	}
 	qs.Close()
 	waitFor(t, "every querier closed", func() bool { return cq.opened.Load() == cq.closed.Load() })

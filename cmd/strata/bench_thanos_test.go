@@ -90,8 +90,14 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 	wall := make([]time.Duration, len(ways))
 	cpu := make([]time.Duration, len(ways))
 	querierCPU := make([]time.Duration, len(ways))
-	const sharedMetric = "strata_storeapi_query_selects_shared_total"
+	const (
+		sharedMetric      = "strata_storeapi_query_selects_shared_total"
+		sharedEvalsMetric = "strata_storeapi_query_evaluations_shared_total"
+		samplesMetric     = "strata_storeapi_samples_sent_total"
+	)
 	shared0 := nodeCounter(b, sharedMetric, tb.nodes[1:]...)
+	sharedEvals0 := nodeCounter(b, sharedEvalsMetric, tb.nodes[1:]...)
+	samples0 := nodeCounter(b, samplesMetric, tb.nodes[1:]...)
 	requests0 := storeRequests(b, tb.nodes[1:]...)
 	loop0, ok0 := procsCPU(all)
 	cpuOK := idleOK && ok0
@@ -139,15 +145,21 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 	loopWall := time.Since(t0)
 	loop1, ok1 := procsCPU(all)
 	shared := nodeCounter(b, sharedMetric, tb.nodes[1:]...) - shared0
+	sharedEvals := nodeCounter(b, sharedEvalsMetric, tb.nodes[1:]...) - sharedEvals0
+	samples := nodeCounter(b, samplesMetric, tb.nodes[1:]...) - samples0
 	requests := storeRequests(b, tb.nodes[1:]...)
 	prof.wait(b)
 	idleAfter, idleOK := idleRates(all, thanosBenchIdle)
 	cpuOK = cpuOK && ok1 && idleOK
 
 	n := float64(b.N)
-	// Selects the shards' Query API read once for two requests (an avg's
-	// sum and count), per distributed query.
+	// Selects the shards' Query API read once for two requests, and
+	// aggregations computed from another request's evaluation of their
+	// selector (an avg's sum and count), per distributed query; the samples
+	// the shards' StoreAPI sent, per StoreAPI-mode query.
 	b.ReportMetric(shared/n, "dist-shared-selects/query")
+	b.ReportMetric(sharedEvals/n, "dist-shared-evaluations/query")
+	b.ReportMetric(samples/n, "thanos-samples-sent/query")
 	b.ReportMetric((requests["query_range"]+requests["query"]-requests0["query_range"]-requests0["query"])/n, "dist-subqueries/query")
 	b.ReportMetric(wall[0].Seconds()/n, "single-s/query")
 	for j, w := range ways[1:] {

@@ -158,15 +158,15 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 	t.Run("equal to one Strata", func(t *testing.T) { compareAll(t, q, false) })
 	t.Run("distributed: equal to one Strata", func(t *testing.T) {
 		shards := []*strataProc{s0a, s0b, s1}
-		const sharedMetric = "strata_storeapi_query_selects_shared_total"
+		const sharedMetric = "strata_storeapi_query_evaluations_shared_total"
 		before, shared0 := storeRequests(t, shards...), nodeCounter(t, sharedMetric, shards...)
 		compareAll(t, dq, true)
 		after := storeRequests(t, shards...)
 		// The Querier splits each avg into a sum and a count sent at once:
-		// each node reads their selector once (the answers compared above
-		// are exact all the same).
+		// each node evaluates their selector once and aggregates its matrix
+		// for both (the answers compared above are exact all the same).
 		if n := nodeCounter(t, sharedMetric, shards...) - shared0; n == 0 {
-			t.Errorf("no Query API select shared a read, though the avg cases push a sum and a count down together")
+			t.Errorf("no Query API aggregation shared an evaluation, though the avg cases push a sum and a count of a selector down together")
 		}
 		// Every query went to the nodes' Query API, none to the StoreAPI:
 		// only result series crossed the wire.
