@@ -102,16 +102,7 @@ func TestPushedAggregationsExact(t *testing.T) {
 
 	want := func(query string) promql.Matrix {
 		t.Helper()
-		qry, err := engine.NewRangeQuery(context.Background(), view, nil, query, start, end, step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(qry.Close)
-		res := qry.Exec(context.Background())
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		return res.Value.(promql.Matrix)
+		return engineRange(t, engine, view, query, start, end, step)
 	}
 	check := func(query string, got queryAnswer) {
 		t.Helper()
@@ -203,15 +194,7 @@ func TestPushedAggregationFallsBack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", query, err)
 		}
-		qry, err := engine.NewRangeQuery(context.Background(), &externalQueryable{q: data, s: s, ext: s.externalLabels(nil)}, nil, query, time.Unix(1000, 0), time.Unix(1120, 0), 15*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := qry.Exec(context.Background())
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		w := res.Value.(promql.Matrix)
+		w := engineRange(t, engine, &externalQueryable{q: data, s: s, ext: s.externalLabels(nil)}, query, time.Unix(1000, 0), time.Unix(1120, 0), 15*time.Second)
 		if len(got.series) != len(w) {
 			t.Fatalf("%s: %d series, want %d", query, len(got.series), len(w))
 		}
@@ -226,7 +209,6 @@ func TestPushedAggregationFallsBack(t *testing.T) {
 				}
 			}
 		}
-		qry.Close()
 	}
 	if _, ok := aggregationOf("sum by (host) (m)"); !ok {
 		t.Error("sum by (host) (m) not recognised")
@@ -314,15 +296,7 @@ func TestPushedAggregationsSplit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		qry, err := engine.NewRangeQuery(context.Background(), view, nil, expr, start, end, step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := qry.Exec(context.Background())
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		w := res.Value.(promql.Matrix)
+		w := engineRange(t, engine, view, expr, start, end, step)
 		if len(got.series) != len(w) {
 			t.Fatalf("%s: %d series, want %d", expr, len(got.series), len(w))
 		}
@@ -337,7 +311,6 @@ func TestPushedAggregationsSplit(t *testing.T) {
 				}
 			}
 		}
-		qry.Close()
 	}
 }
 
@@ -382,4 +355,21 @@ func TestMergeOrders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// engineRange is the engine's answer to a range query over q, the reference
+// the pushed aggregations are held to. The query is closed when the test
+// ends, so the matrix stays valid.
+func engineRange(t *testing.T, engine promql.QueryEngine, q storage.Queryable, query string, start, end time.Time, step time.Duration) promql.Matrix {
+	t.Helper()
+	qry, err := engine.NewRangeQuery(context.Background(), q, nil, query, start, end, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(qry.Close)
+	res := qry.Exec(context.Background())
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return res.Value.(promql.Matrix)
 }
