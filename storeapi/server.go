@@ -400,7 +400,18 @@ func funcOf(req *storepb.SeriesRequest) (fn string, rng int64) {
 		case storepb.Aggr_SUM:
 			return "sum_over_time", rng
 		case storepb.Aggr_COUNT:
-			return "count_over_time", rng
+			// count(...), count_values(...) and count_over_time all ask
+			// for COUNT, and the Querier tells them apart by nothing it
+			// sends. The plain-selector samples (a window's last value)
+			// answer the two operators as a single Strata does, at one
+			// sample a window; count_over_time's synthetic samples (Count
+			// of them a window, for the engine to count) would cost 240
+			// an hour window of 15 s scrapes for every count(...), and
+			// count_values would group them by the wrong values. So
+			// count_over_time counts windows, as it does over Thanos' own
+			// downsampled blocks (docs/scale-out.md); a client that sends
+			// QueryHints.Func gets it counted exactly.
+			return "", rng
 		}
 	}
 	// COUNT+SUM (every other function, plain selectors) or none: the

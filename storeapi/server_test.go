@@ -349,6 +349,27 @@ func TestSeriesResolution(t *testing.T) {
 			}
 		}
 	})
+	t.Run("hour tier, count", func(t *testing.T) {
+		// count(...) and count_over_time ask for COUNT alike: one sample a
+		// window, the window's last value at its last sample, as plain
+		// selectors get, not Count samples a window (240 here).
+		req := base
+		req.MaxResolutionWindow = hourMs
+		req.Aggregates = []storepb.Aggr{storepb.Aggr_COUNT}
+		got, _, err := series(t, c, &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := f.hour[gpu0.String()]
+		if len(got) != 1 || len(got[0].samples) != len(ws) {
+			t.Fatalf("got %d series (%d samples), want one with one sample per hour window (%d)", len(got), len(got[0].samples), len(ws))
+		}
+		for i, w := range ws {
+			if smp := got[0].samples[i]; smp.t != w.LastT || smp.f != w.Last {
+				t.Fatalf("sample %d = %v, want the window's last value %g at %d", i, smp, w.Last, w.LastT)
+			}
+		}
+	})
 	t.Run("minute tier, counter", func(t *testing.T) {
 		req := base
 		req.Matchers = []storepb.LabelMatcher{eq("__name__", "requests_total")}

@@ -117,7 +117,8 @@ func benchShard(b *testing.B, series int) (*tiers.Stitched, time.Time, time.Time
 // series, max_resolution_window 12 m as for 1 h steps): the COUNT and SUM
 // aggregates of a plain selector, sum or avg (each window's last value),
 // and the MAX of max or max_over_time (each window's maximum, and its first
-// sample where it lies on the window's start). Reports the chunks, samples
+// sample where it lies on the window's start), and the COUNT of count
+// or count_over_time (each window's last value). Reports the chunks, samples
 // and bytes a request sends, and the node's CPU (with the client's
 // decoding) per request.
 func BenchmarkSeriesHour30d(b *testing.B) {
@@ -133,6 +134,7 @@ func BenchmarkSeriesHour30d(b *testing.B) {
 	}{
 		{"count+sum", []storepb.Aggr{storepb.Aggr_COUNT, storepb.Aggr_SUM}},
 		{"max", []storepb.Aggr{storepb.Aggr_MAX}},
+		{"count", []storepb.Aggr{storepb.Aggr_COUNT}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			req := &storepb.SeriesRequest{

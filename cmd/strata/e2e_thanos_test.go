@@ -118,6 +118,10 @@ func TestThanosQuerierEndToEnd(t *testing.T) {
 		// merged, not taken for the other shard's duplicate.
 		{name: "hour range avg across shards", expr: `avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
 		{name: "hour range sum of rates across shards", expr: `sum(rate(vllm:generation_tokens_total[12h]))`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour, tol: 0.05},
+		// count(...) and count_values(...) ask for COUNT, as
+		// count_over_time does: each window's last value, one a window.
+		{name: "hour range count across shards", expr: `count by (gpu) (DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
+		{name: "hour range count_values", expr: `count_values("util", DCGM_FI_DEV_GPU_UTIL)`, from: end.Add(-5 * day), to: end.Add(-2 * day), step: 6 * time.Hour},
 		{name: "raw count across shards", expr: `count(DCGM_FI_DEV_GPU_UTIL > 50)`, at: end.Add(-90 * time.Minute)},
 		{name: "raw topk", expr: `topk(3, rate(vllm:generation_tokens_total[10m]))`, at: end.Add(-2 * time.Hour)},
 	}
