@@ -117,6 +117,8 @@ type Rollup struct {
 	closed bool
 	files  *fileCache
 	remote *remote // nil: local disk only
+	// batches are the selects' scratch batches (rollup_reader.go).
+	batches batchPool
 
 	written        prometheus.Counter
 	writeErrors    prometheus.Counter

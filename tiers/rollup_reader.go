@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/prometheus/model/labels"
@@ -48,6 +49,7 @@ type fileReader struct {
 	// every row group straight into a thousand blocks cost a cache miss per
 	// series and column per file.
 	batch      *windowBlock
+	spare      *windowBlock // the pooled buffers batch's columns come from (batchPool)
 	batchRuns  []batchRun
 	sortedRuns []batchRun // flush's buffers
 	runCounts  []int32
@@ -144,7 +146,8 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 	// first minute from the minute tier) allocates one row group's rows,
 	// not a full batch.
 	if fr.batch == nil {
-		fr.batch = newWindowBlock(q.res, need, n)
+		fr.spare = q.batches.get()
+		fr.batch = fr.spare.view(q.res, need, n)
 	}
 	b := fr.batch
 	b.reserve(n)
@@ -325,6 +328,88 @@ func (fr *fileReader) flush() {
 	b.firstT, b.lastT, b.count = trunc(b.firstT), trunc(b.lastT), trunc(b.count)
 	b.sum, b.min, b.max, b.first, b.last, b.increase = trunc(b.sum), trunc(b.min), trunc(b.max), trunc(b.first), trunc(b.last), trunc(b.increase)
 	b.resets, b.staleRows = trunc(b.resets), trunc(b.staleRows)
+}
+
+// batchPool keeps the file readers' batches between selects. A batch is
+// scratch space (flush copies its rows into the series' own blocks) that a
+// reader grows row group by row group to defaultBatchRows rows and more:
+// allocating and growing it afresh for every select was a quarter of a
+// shard's CPU answering 30-day queries through Thanos (the copies of
+// growing slices, and zeroing the new memory).
+//
+// Pooled is a windowBlock holding every column buffer any select has used;
+// a select takes the columns it needs from it (windowBlock.view) and gives
+// them back, grown, with putBack. A batch goes back only once its reader
+// has flushed: nothing refers to its rows after.
+type batchPool struct{ p sync.Pool }
+
+func (bp *batchPool) get() *windowBlock {
+	if b, ok := bp.p.Get().(*windowBlock); ok {
+		return b
+	}
+	return &windowBlock{}
+}
+
+// putBack returns a reader's batch buffers to the pool.
+func (bp *batchPool) putBack(fr *fileReader) {
+	if fr.spare == nil {
+		return
+	}
+	fr.spare.keep(fr.batch)
+	bp.p.Put(fr.spare)
+	fr.spare, fr.batch = nil, nil
+}
+
+// view is a batch of the need columns (the others nil, as newWindowBlock
+// makes them) over b's buffers, emptied; a column b has no buffer for
+// gets one of capacity rows.
+func (b *windowBlock) view(res int64, need colSet, capacity int) *windowBlock {
+	v := &windowBlock{res: res, staleRows: b.staleRows[:0]}
+	take(&v.firstT, b.firstT, need&colFirstT != 0, capacity)
+	take(&v.lastT, b.lastT, true, capacity)
+	take(&v.count, b.count, need&colCount != 0, capacity)
+	take(&v.sum, b.sum, need&colSum != 0, capacity)
+	take(&v.min, b.min, need&colMin != 0, capacity)
+	take(&v.max, b.max, need&colMax != 0, capacity)
+	take(&v.first, b.first, need&colFirst != 0, capacity)
+	take(&v.last, b.last, need&colLast != 0, capacity)
+	take(&v.increase, b.increase, need&colIncrease != 0, capacity)
+	take(&v.resets, b.resets, need&colResets != 0, capacity)
+	return v
+}
+
+func take[T any](dst *[]T, buf []T, ok bool, capacity int) {
+	switch {
+	case !ok:
+	case buf != nil:
+		*dst = buf[:0]
+	default:
+		*dst = make([]T, 0, capacity)
+	}
+}
+
+// keep takes v's column buffers (a view of b, grown since) into b.
+func (b *windowBlock) keep(v *windowBlock) {
+	if v == nil {
+		return
+	}
+	keepCol(&b.firstT, v.firstT)
+	keepCol(&b.lastT, v.lastT)
+	keepCol(&b.count, v.count)
+	keepCol(&b.sum, v.sum)
+	keepCol(&b.min, v.min)
+	keepCol(&b.max, v.max)
+	keepCol(&b.first, v.first)
+	keepCol(&b.last, v.last)
+	keepCol(&b.increase, v.increase)
+	keepCol(&b.resets, v.resets)
+	keepCol(&b.staleRows, v.staleRows)
+}
+
+func keepCol[T any](dst *[]T, buf []T) {
+	if buf != nil {
+		*dst = buf[:0]
+	}
 }
 
 const idAmbiguous = int32(-2)

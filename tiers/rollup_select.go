@@ -138,6 +138,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	opts.need = derivationInputs(opts.need | colLastT)
 	res := r.cfg.Resolution.Milliseconds()
 	q := newRollupQuery(mint, maxt, res, matchers, opts)
+	q.batches = &r.batches
 	parts := r.partitionsOverlapping(mint, maxt)
 	workers := min(parallel.Budget(ctx), len(parts))
 	readers := make([]*fileReader, workers)
@@ -163,6 +164,9 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 		})
 	}
 	wg.Wait()
+	for _, fr := range readers {
+		r.batches.putBack(fr)
+	}
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrTooManyWindows) {
 			err = fmt.Errorf("%w: more than %d", ErrTooManyWindows, opts.maxWindows)
@@ -222,6 +226,7 @@ type rollupQuery struct {
 	nameEqJSON string
 	opts       selectOptions
 	nWindows   atomic.Int64 // windows kept so far, against opts.maxWindows
+	batches    *batchPool   // the tier's, for the readers' batches
 }
 
 func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOptions) *rollupQuery {
