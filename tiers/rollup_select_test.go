@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -168,26 +169,49 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 			}
 		}
 	})
+	// The export's two sets: a gauge's and a counter's.
+	fieldSets := []WindowFields{FieldSum | FieldCount | FieldMin | FieldMax | FieldLast, FieldFirst | FieldLast | FieldIncrease}
+	checkFields := func(f WindowFields) error {
+		got, err := r.SelectFields(context.Background(), mint, maxt, f)
+		if err != nil {
+			return err
+		}
+		if len(got) != nSeries {
+			return fmt.Errorf("fields %b: %d series, want %d", f, len(got), nSeries)
+		}
+		for _, sw := range got {
+			exp := inRange(want[sw.Labels.String()])
+			if len(sw.Windows) != len(exp) {
+				return fmt.Errorf("fields %b, %s: %d windows, want %d", f, sw.Labels, len(sw.Windows), len(exp))
+			}
+			for k, w := range sw.Windows {
+				if e := projectWindow(exp[k], derivationInputs(colSet(f)|colLastT)); w != e {
+					return fmt.Errorf("fields %b, %s window %d:\n got %+v\nwant %+v", f, sw.Labels, k, w, e)
+				}
+			}
+		}
+		return nil
+	}
 	t.Run("SelectFields", func(t *testing.T) {
-		// The export's two sets: a gauge's and a counter's.
-		for _, f := range []WindowFields{FieldSum | FieldCount | FieldMin | FieldMax | FieldLast, FieldFirst | FieldLast | FieldIncrease} {
-			got, err := r.SelectFields(context.Background(), mint, maxt, f)
-			if err != nil {
+		for _, f := range fieldSets {
+			if err := checkFields(f); err != nil {
 				t.Fatal(err)
 			}
-			if len(got) != nSeries {
-				t.Fatalf("fields %b: %d series, want %d", f, len(got), nSeries)
-			}
-			for _, sw := range got {
-				exp := inRange(want[sw.Labels.String()])
-				if len(sw.Windows) != len(exp) {
-					t.Fatalf("fields %b, %s: %d windows, want %d", f, sw.Labels, len(sw.Windows), len(exp))
-				}
-				for k, w := range sw.Windows {
-					if e := projectWindow(exp[k], derivationInputs(colSet(f)|colLastT)); w != e {
-						t.Fatalf("fields %b, %s window %d:\n got %+v\nwant %+v", f, sw.Labels, k, w, e)
-					}
-				}
+		}
+	})
+	t.Run("concurrent selects", func(t *testing.T) {
+		// Selects of other columns at once, through the tier's pool of
+		// batches: none sees another's rows or columns.
+		errs := make(chan error, 8)
+		var wg sync.WaitGroup
+		for i := range cap(errs) {
+			wg.Go(func() { errs <- checkFields(fieldSets[i%len(fieldSets)]) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
 			}
 		}
 	})
