@@ -34,10 +34,12 @@
 //     hour tiers these are the stitched view's synthetic samples for the
 //     PromQL function the request implies (QueryHints.Func when the client
 //     sends it, else the aggregates Thanos asks for: COUNTER is rate-like,
-//     MIN min_over_time, MAX max_over_time, SUM sum_over_time, COUNT
-//     count_over_time, COUNT+SUM every other function and plain
-//     selectors), so that the Querier's engine computes what a single Strata
-//     would. Thanos' downsampled AggrChunk (count/sum/min/max/counter) is
+//     MIN min_over_time, MAX max_over_time, SUM sum_over_time, COUNT+SUM
+//     every other function and plain selectors, and COUNT, which count,
+//     count_values and count_over_time all send, the plain selectors'
+//     samples, so that count_over_time counts windows), so that the
+//     Querier's engine computes what a single Strata would (but for
+//     count_over_time, docs/scale-out.md). Thanos' downsampled AggrChunk (count/sum/min/max/counter) is
 //     not used: the Querier turns COUNT+SUM into per-window averages, which
 //     would make plain selectors over rollups differ from a single Strata's
 //     (the stitched view serves each window's last value there);
