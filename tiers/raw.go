@@ -173,6 +173,10 @@ func (r *Raw) resizeExemplars(n int64) {
 // Config returns the configuration the tier was opened with.
 func (r *Raw) Config() RawConfig { return r.cfg }
 
+// HeadSeries returns the number of series in the head (what the
+// remote-write receiver's series cache sizes itself to).
+func (r *Raw) HeadSeries() int { return int(r.db.Head().NumSeries()) }
+
 // DB returns the underlying TSDB, for the receiver's appends and for stats.
 func (r *Raw) DB() *tsdb.DB { return r.db }
 
