@@ -485,9 +485,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { <-h.active }()
 	bufs := h.pool.Get().(*requestState)
 	defer func() {
-		bufs.dec.Reset()
+		// The decoder's views point into bufs.decompressed, pooled with it.
+		bufs.dec.reuse()
 		h.pool.Put(bufs)
 	}()
+	if cap(bufs.decompressed) < n {
+		// decompress replaces the buffer: the views into the old one go.
+		bufs.dec.unpin()
+	}
 	bufs.decompressed, err = decompress(bufs.decompressed, body.b, n)
 	if err != nil {
 		h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadSnappy, err})
