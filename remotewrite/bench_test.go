@@ -303,58 +303,103 @@ func BenchmarkWrite(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var reqs []*Request
-			v1 := benchRequestV1(series, 1)
-			for g := 0; g < series; g += benchSamples {
-				var (
-					data []byte
-					err  error
-				)
-				if ver == version1 {
-					wr := *v1
-					wr.Timeseries = v1.Timeseries[g : g+benchSamples]
-					data, err = wr.Marshal()
-				} else {
-					data, err = benchRequestV2Range(g, g+benchSamples, 1).Marshal()
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				var d Decoder
-				var req *Request
-				if ver == version1 {
-					req, err = d.DecodeV1(data)
-				} else {
-					req, err = d.DecodeV2(data)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				reqs = append(reqs, req)
-			}
 			clock = base
-			r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
-			var st writeState
-			for _, req := range reqs { // warm-up: every series enters the cache
-				if res := h.write(r, ver, req, &st); res.rejectedCount() > 0 || res.fatal != nil {
-					b.Fatalf("warm-up: %s", res.message(1000))
-				}
-			}
-			runtime.GC() // not the setup's garbage in the measured CPU time
-			b.ReportAllocs()
-			i := 0
-			cpu0 := processCPU()
-			for b.Loop() {
-				if res := h.write(r, ver, reqs[i%len(reqs)], &st); res.samples != benchSamples {
-					b.Fatalf("wrote %d samples: %s", res.samples, res.message(1000))
-				}
-				i++
-			}
-			// CPU time, not wall time: on a shared machine the wall clock
-			// measures the neighbours.
-			if cpu := processCPU() - cpu0; cpu > 0 {
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*benchSamples), "cpu-ns/sample")
-			}
+			benchWriteLoop(b, h, ver, benchDecodedRequests(b, ver, series))
 		})
+	}
+}
+
+// BenchmarkWriteRotation is BenchmarkWrite's RW 1.0 case for a fleet of
+// 500,000 series sent in rotation (each series once per round, in the same
+// order, as a fleet scraped every 15 s sends them), with the series cache's
+// generations fixed at 131,072 series (what they were before they followed
+// the storage's series count: no series is still cached when it comes
+// back) and sized to the storage's series count. Run it with at least
+// -benchtime=250x (one rotation).
+func BenchmarkWriteRotation(b *testing.B) {
+	const series = 500000
+	reqs := benchDecodedRequests(b, version1, series)
+	for _, sized := range []bool{false, true} {
+		name := "cache=fixed-131072"
+		if sized {
+			name = "cache=fleet"
+		}
+		b.Run(name, func(b *testing.B) {
+			na := &nopAppendable{}
+			cfg := DefaultConfig()
+			if sized {
+				cfg.StorageSeries = func() int { return int(na.next.Load()) }
+			} else {
+				cfg.SeriesCacheSize = 131072
+			}
+			h, err := NewHandler(cfg, na, nil, nil, nil, func() time.Time { return base })
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchWriteLoop(b, h, version1, reqs)
+		})
+	}
+}
+
+// benchDecodedRequests returns series benchLabels series decoded from
+// requests of benchSamples series, one sample each.
+func benchDecodedRequests(b *testing.B, ver protoVersion, series int) []*Request {
+	var reqs []*Request
+	v1 := benchRequestV1(series, 1)
+	for g := 0; g < series; g += benchSamples {
+		var (
+			data []byte
+			err  error
+		)
+		if ver == version1 {
+			wr := *v1
+			wr.Timeseries = v1.Timeseries[g : g+benchSamples]
+			data, err = wr.Marshal()
+		} else {
+			data, err = benchRequestV2Range(g, g+benchSamples, 1).Marshal()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		var d Decoder
+		var req *Request
+		if ver == version1 {
+			req, err = d.DecodeV1(data)
+		} else {
+			req, err = d.DecodeV2(data)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	return reqs
+}
+
+// benchWriteLoop writes every request once (warm-up: the series enter the
+// cache), then the requests in turn in the measured loop, and reports the
+// process' CPU time per sample.
+func benchWriteLoop(b *testing.B, h *Handler, ver protoVersion, reqs []*Request) {
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
+	var st writeState
+	for _, req := range reqs {
+		if res := h.write(r, ver, req, &st); res.rejectedCount() > 0 || res.fatal != nil {
+			b.Fatalf("warm-up: %s", res.message(1000))
+		}
+	}
+	runtime.GC() // not the setup's garbage in the measured CPU time
+	b.ReportAllocs()
+	i := 0
+	cpu0 := processCPU()
+	for b.Loop() {
+		if res := h.write(r, ver, reqs[i%len(reqs)], &st); res.samples != benchSamples {
+			b.Fatalf("wrote %d samples: %s", res.samples, res.message(1000))
+		}
+		i++
+	}
+	// CPU time, not wall time: on a shared machine the wall clock
+	// measures the neighbours.
+	if cpu := processCPU() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*benchSamples), "cpu-ns/sample")
 	}
 }

@@ -21,15 +21,42 @@ import (
 // generations: when the current one is full the previous one is dropped, so
 // series not seen for a generation are forgotten. It is sharded to keep
 // concurrent requests from contending on one lock.
+//
+// A generation holds as many series as the storage does (fleet), plus an
+// eighth, within [minPerGen, maxPerGen]: a fleet whose series arrive in
+// rotation (every series once per scrape interval, in the same order) finds
+// them all only when a generation holds the whole fleet; with a fixed
+// generation smaller than the fleet, every series was evicted before it came
+// back and no lookup hit. The size is decided when a generation fills, so
+// the cache follows the head up and, after the head drops series, down.
 type seriesCache struct {
 	shards [cacheShards]cacheShard
+	policy cachePolicy
 }
 
 const cacheShards = 16
 
+// cachePolicy sizes the generations; shared by the shards.
+type cachePolicy struct {
+	minPerGen, maxPerGen int        // per shard
+	fleet                func() int // series in the storage; nil: minPerGen
+}
+
+// perShard returns a generation's capacity per shard for the storage's
+// current series count.
+func (p *cachePolicy) perShard() int {
+	if p.fleet == nil {
+		return p.minPerGen
+	}
+	n := p.fleet()
+	want := (n + n/8) / cacheShards
+	return min(max(want, p.minPerGen), p.maxPerGen)
+}
+
 type cacheShard struct {
 	mu        sync.Mutex
 	max       int
+	policy    *cachePolicy
 	cur, prev map[uint64]cacheEntry
 }
 
@@ -38,11 +65,24 @@ type cacheEntry struct {
 	ref  storage.SeriesRef
 }
 
-func newSeriesCache(size int) *seriesCache {
+// minCachePerGen is the smallest generation whatever the fleet: a small
+// store's cache never turns over for want of room.
+const minCachePerGen = 1 << 16
+
+// newSeriesCache returns a cache whose generations hold at most maxSeries
+// series each (two generations: up to twice that in all), sized to fleet's
+// answer, at least min(maxSeries, minCachePerGen); with nil fleet every
+// generation holds maxSeries.
+func newSeriesCache(maxSeries int, fleet func() int) *seriesCache {
 	c := &seriesCache{}
-	per := max(size/cacheShards/2, 1)
+	maxPer := max(maxSeries/cacheShards, 1)
+	minPer := maxPer
+	if fleet != nil {
+		minPer = min(max(minCachePerGen/cacheShards, 1), maxPer)
+	}
+	c.policy = cachePolicy{minPerGen: minPer, maxPerGen: maxPer, fleet: fleet}
 	for i := range c.shards {
-		c.shards[i] = cacheShard{max: per, cur: make(map[uint64]cacheEntry)}
+		c.shards[i] = cacheShard{max: c.policy.perShard(), policy: &c.policy, cur: make(map[uint64]cacheEntry)}
 	}
 	return c
 }
@@ -84,9 +124,26 @@ func (c *seriesCache) put(hash uint64, lset labels.Labels, ref storage.SeriesRef
 
 func (sh *cacheShard) putLocked(hash uint64, e cacheEntry) {
 	if len(sh.cur) >= sh.max {
-		sh.prev, sh.cur = sh.cur, make(map[uint64]cacheEntry, sh.max)
+		// Full: grow the generation when the fleet has grown, else start
+		// a new one.
+		if sh.max = sh.policy.perShard(); len(sh.cur) >= sh.max {
+			sh.prev, sh.cur = sh.cur, make(map[uint64]cacheEntry, sh.max)
+		}
 	}
 	sh.cur[hash] = e
+}
+
+// stats returns the series held (both generations) and a generation's
+// capacity, over all shards.
+func (c *seriesCache) stats() (held, capacity int) {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		held += len(sh.cur) + len(sh.prev)
+		capacity += sh.max
+		sh.mu.Unlock()
+	}
+	return held, capacity
 }
 
 // probe is one series' lookup in the series cache, made for all series of
@@ -159,13 +216,19 @@ func (h *Handler) probeAll(series []Series, st *writeState) {
 		c.mu.Unlock()
 	}
 	// The label comparison guards against hash collisions.
+	hits := 0
 	for i := range st.probes {
 		p := &st.probes[i]
 		if p.hit {
 			st.scratch = p.entry.lset.Bytes(st.scratch)
 			p.hit = bytes.Equal(st.scratch, st.keys[p.off:p.end])
 		}
+		if p.hit {
+			hits++
+		}
 	}
+	h.m.cacheHits.Add(float64(hits))
+	h.m.cacheMisses.Add(float64(start[cacheShards] - hits))
 }
 
 // encode encodes label views (sorted, empty values left out) into st.key, a

@@ -3,10 +3,14 @@ package remotewrite
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 )
 
 // TestSeriesCacheGuardsCollisions: an entry is returned only for the label
@@ -15,7 +19,7 @@ import (
 // and seriesLabels hands out a copy, not its scratch buffer, for a series the
 // cache does not know.
 func TestSeriesCacheGuardsCollisions(t *testing.T) {
-	c := newSeriesCache(64)
+	c := newSeriesCache(64, nil)
 	a := labels.FromStrings("__name__", "up", "job", "a")
 	b := labels.FromStrings("__name__", "up", "job", "b")
 	c.put(42, a, 7)
@@ -84,5 +88,98 @@ func TestWriteForgetsProbes(t *testing.T) {
 		if !p.entry.lset.IsEmpty() {
 			t.Fatalf("probe %d still holds %v after the request", i, p.entry.lset)
 		}
+	}
+}
+
+// rotate looks up n series in order, as a fleet sends them once per scrape
+// interval, putting each one missed; it returns the hits.
+func rotate(c *seriesCache, from, n int) int {
+	hits := 0
+	for i := from; i < from+n; i++ {
+		ls := labels.FromStrings("__name__", "up", "instance", strconv.Itoa(i))
+		h := ls.Hash()
+		if e, ok := c.get(h, ls); ok && e.ref == storage.SeriesRef(i+1) {
+			hits++
+			continue
+		}
+		c.put(h, ls, storage.SeriesRef(i+1))
+	}
+	return hits
+}
+
+// TestSeriesCacheFollowsFleet: a fleet larger than the cache's smallest
+// generation, sent in rotation, hits on every series once the cache is sized
+// to the storage's series count; a fixed generation smaller than the fleet
+// hits on none (each series evicted before it comes back). The bound holds
+// whatever the storage says, and the cache shrinks when the storage does.
+func TestSeriesCacheFollowsFleet(t *testing.T) {
+	const fleet = 2 * minCachePerGen
+	fixed := newSeriesCache(fleet/3, nil)
+	rotate(fixed, 0, fleet)
+	if hits := rotate(fixed, 0, fleet); hits != 0 {
+		t.Fatalf("fixed generation of %d, rotation of %d: %d hits; want 0 (evicted before they come back)", fleet/3, fleet, hits)
+	}
+
+	storageSeries := 0
+	c := newSeriesCache(1<<22, func() int { return storageSeries })
+	for i := range fleet { // the head grows as the series arrive
+		storageSeries = i + 1
+		ls := labels.FromStrings("__name__", "up", "instance", strconv.Itoa(i))
+		c.put(ls.Hash(), ls, storage.SeriesRef(i+1))
+	}
+	if hits := rotate(c, 0, fleet); hits != fleet {
+		t.Fatalf("sized to the fleet: %d hits of %d", hits, fleet)
+	}
+	held, capacity := c.stats()
+	if held != fleet || capacity < fleet || capacity > fleet+fleet/4 {
+		t.Fatalf("held %d, capacity %d; want %d held, capacity the fleet plus about an eighth", held, capacity, fleet)
+	}
+
+	bounded := newSeriesCache(minCachePerGen, func() int { return 10 * fleet })
+	rotate(bounded, 0, fleet)
+	if held, capacity := bounded.stats(); capacity != minCachePerGen || held > 2*minCachePerGen {
+		t.Fatalf("storage far over the bound: held %d, capacity %d; want capacity %d, at most two generations", held, capacity, minCachePerGen)
+	}
+
+	// The fleet was replaced and the head dropped its old series: the
+	// new series fill the generation, and the next one is small again.
+	storageSeries = 1000
+	rotate(c, fleet, fleet)
+	if held, capacity := c.stats(); capacity != minCachePerGen || held > 2*minCachePerGen {
+		t.Fatalf("after the storage shrank: held %d, capacity %d; want capacity %d", held, capacity, minCachePerGen)
+	}
+}
+
+// TestSeriesCacheMetrics: the handler counts each series' lookup as a hit
+// or a miss and exposes the cache's size.
+func TestSeriesCacheMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	na := &nopAppendable{}
+	cfg := DefaultConfig()
+	cfg.StorageSeries = func() int { return int(na.next.Load()) }
+	h, err := NewHandler(cfg, na, nil, nil, reg, func() time.Time { return base })
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Series: []Series{
+		{Labels: []Label{{"__name__", "up"}, {"job", "a"}}, Samples: []Sample{{Value: 1, Timestamp: base.UnixMilli()}}},
+		{Labels: []Label{{"__name__", "up"}, {"job", "b"}}, Samples: []Sample{{Value: 1, Timestamp: base.UnixMilli()}}},
+	}}
+	var st writeState
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
+	for range 3 {
+		if res := h.write(r, version1, req, &st); res.samples != 2 {
+			t.Fatalf("wrote %d samples: %s", res.samples, res.message(1000))
+		}
+	}
+	if hit, miss := testutil.ToFloat64(h.m.cacheHits), testutil.ToFloat64(h.m.cacheMisses); hit != 4 || miss != 2 {
+		t.Fatalf("lookups: %v hits, %v misses; want 4 and 2", hit, miss)
+	}
+	got, err := testutil.GatherAndCount(reg, "strata_remotewrite_series_cache_series", "strata_remotewrite_series_cache_capacity_series")
+	if err != nil || got != 2 {
+		t.Fatalf("cache gauges: %d, %v", got, err)
+	}
+	if held, _ := h.cache.stats(); held != 2 {
+		t.Fatalf("cache holds %d series, want 2", held)
 	}
 }

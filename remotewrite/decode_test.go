@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -281,6 +282,73 @@ func TestDecodeSteadyStateAllocs(t *testing.T) {
 			decode()
 			if allocs := testing.AllocsPerRun(20, decode); allocs != 0 {
 				t.Fatalf("steady-state decode of 2,000 samples allocated %.0f times", allocs)
+			}
+		})
+	}
+}
+
+// TestDecoderReuseUnpin: a Decoder reused without clearing its views
+// (reuse, as the handler does between requests on the same buffer) decodes
+// the next request exactly, and unpin leaves no view into the old buffer
+// anywhere in its slices' capacity, so a replaced buffer can be collected.
+func TestDecoderReuseUnpin(t *testing.T) {
+	for _, v2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
+			encode := func(n int) []byte {
+				var data []byte
+				var err error
+				if v2 {
+					data, err = benchRequestV2(n, 1).Marshal()
+				} else {
+					data, err = benchRequestV1(n, 1).Marshal()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return data
+			}
+			decode := func(d *Decoder, data []byte) *Request {
+				var req *Request
+				var err error
+				if v2 {
+					req, err = d.DecodeV2(data)
+				} else {
+					req, err = d.DecodeV1(data)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return req
+			}
+			var d, fresh Decoder
+			decode(&d, encode(50))
+			d.reuse()
+			small := encode(20)
+			got, want := decode(&d, small), decode(&fresh, small)
+			if len(got.Series) != len(want.Series) {
+				t.Fatalf("after reuse: %d series, want %d", len(got.Series), len(want.Series))
+			}
+			for i := range got.Series {
+				if !slices.Equal(got.Series[i].Labels, want.Series[i].Labels) || !slices.Equal(got.Series[i].Samples, want.Series[i].Samples) {
+					t.Fatalf("after reuse, series %d: %v %v; want %v %v", i, got.Series[i].Labels, got.Series[i].Samples, want.Series[i].Labels, want.Series[i].Samples)
+				}
+			}
+			d.reuse()
+			d.unpin()
+			for i, l := range d.labels[:cap(d.labels)] {
+				if l != (Label{}) {
+					t.Fatalf("label view %d still set after unpin: %v", i, l)
+				}
+			}
+			for i, s := range d.req.Series[:cap(d.req.Series)] {
+				if s.Labels != nil || s.Metadata != (Metadata{}) {
+					t.Fatalf("series %d still holds views after unpin", i)
+				}
+			}
+			for i, sym := range d.req.Symbols[:cap(d.req.Symbols)] {
+				if sym != "" {
+					t.Fatalf("symbol %d still set after unpin", i)
+				}
 			}
 		})
 	}

@@ -112,8 +112,17 @@ type Config struct {
 	IngestSTZeroSample bool
 	// SeriesCacheSize bounds the cache from label set to series reference
 	// that spares re-building label sets and re-hashing them in the TSDB for
-	// series seen before (262,144 series; negative disables it).
+	// series seen before: the most series one of its two generations holds
+	// (4,194,304, about 50 bytes each besides the labels the head keeps;
+	// negative disables it). Within it a generation holds StorageSeries
+	// plus an eighth, at least 65,536.
 	SeriesCacheSize int
+	// StorageSeries returns the number of series the storage holds (the raw
+	// tier's head), read when a generation of the series cache fills: the
+	// cache then holds the whole fleet, so series that arrive in rotation
+	// still find their entry when they come back. nil: every generation
+	// holds SeriesCacheSize.
+	StorageSeries func() int
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -128,7 +137,7 @@ func DefaultConfig() Config {
 		RetryAfter:           5 * time.Second,
 		MaxErrorBodyBytes:    4 << 10,
 		IngestSTZeroSample:   true,
-		SeriesCacheSize:      1 << 18,
+		SeriesCacheSize:      1 << 22,
 	}
 }
 
@@ -207,6 +216,26 @@ type handlerMetrics struct {
 	inflightBytes prometheus.GaugeFunc
 	active        prometheus.GaugeFunc
 	heapLimit     prometheus.Gauge
+	cacheHits     prometheus.Counter
+	cacheMisses   prometheus.Counter
+}
+
+// registerCacheMetrics exposes the series cache's size and hit rate.
+func (m *handlerMetrics) registerCacheMetrics(f promauto.Factory, c *seriesCache) {
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "strata_remotewrite_series_cache_series",
+		Help: "Series in the remote-write series cache (both generations).",
+	}, func() float64 { held, _ := c.stats(); return float64(held) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "strata_remotewrite_series_cache_capacity_series",
+		Help: "Series one generation of the remote-write series cache holds before it turns over: the raw head's series plus an eighth, within remote_write.series_cache_size.",
+	}, func() float64 { _, capacity := c.stats(); return float64(capacity) })
+	lookups := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_remotewrite_series_cache_lookups_total",
+		Help: "Series looked up in the remote-write series cache, by result (hit: appended by reference without building its labels; miss).",
+	}, []string{"result"})
+	m.cacheHits = lookups.WithLabelValues("hit")
+	m.cacheMisses = lookups.WithLabelValues("miss")
 }
 
 // bodyBuffer is the pooled compressed body of a request, held while it
@@ -250,7 +279,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 		liveHeap: readLiveHeap,
 	}
 	if cfg.SeriesCacheSize > 0 {
-		h.cache = newSeriesCache(cfg.SeriesCacheSize)
+		h.cache = newSeriesCache(cfg.SeriesCacheSize, cfg.StorageSeries)
 	}
 	h.active = make(chan struct{}, cfg.MaxActiveRequests)
 	h.bodies.New = func() any { return &bodyBuffer{} }
@@ -304,6 +333,9 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 			Name: "strata_remotewrite_heap_limit_bytes",
 			Help: "Live Go heap past which remote writes get 429 (rejected_total{reason=\"heap_limit\"}); 0: no such gate.",
 		}),
+	}
+	if h.cache != nil {
+		h.m.registerCacheMetrics(f, h.cache)
 	}
 	h.m.heapLimit.Set(float64(max(cfg.MaxHeapBytes, 0)))
 	for _, r := range rejectionReasons {
@@ -453,9 +485,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { <-h.active }()
 	bufs := h.pool.Get().(*requestState)
 	defer func() {
-		bufs.dec.Reset()
+		// The decoder's views point into bufs.decompressed, pooled with it.
+		bufs.dec.reuse()
 		h.pool.Put(bufs)
 	}()
+	if cap(bufs.decompressed) < n {
+		// decompress replaces the buffer: the views into the old one go.
+		bufs.dec.unpin()
+	}
 	bufs.decompressed, err = decompress(bufs.decompressed, body.b, n)
 	if err != nil {
 		h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadSnappy, err})

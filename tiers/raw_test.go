@@ -304,6 +304,53 @@ func TestRawReleaseChunkPages(t *testing.T) {
 	}
 }
 
+// TestRawChunkMmapInterval: the head moves its full chunks out of the Go
+// heap into its chunk files at the configured interval, not the TSDB's
+// minute: at a high sample rate a minute of full chunks was the largest
+// item of the heap. (The interval is the TSDB's smallest, 1 s; the wait is
+// bounded at 20 s, where a minute's timer would not have fired.)
+func TestRawChunkMmapInterval(t *testing.T) {
+	cfg := tiers.DefaultRawConfig(t.TempDir())
+	if cfg.ChunkMmapInterval <= 0 || cfg.ChunkMmapInterval >= time.Minute {
+		t.Fatalf("default ChunkMmapInterval %s; want under the TSDB's minute", cfg.ChunkMmapInterval)
+	}
+	cfg.ChunkMmapInterval = time.Second
+	reg := prometheus.NewRegistry()
+	raw, err := tiers.OpenRaw(cfg, quietLogger(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	app := raw.Appender(context.Background())
+	for i := range 1000 { // chunks are cut every 120 samples
+		if _, err := app.Append(0, labels.FromStrings("__name__", "m"), testT0+int64(i)*1000, float64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	mmapped := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "prometheus_tsdb_mmap_chunks_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for mmapped() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no full chunk written to the chunk files within 20 s at a 1 s interval")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestRawWALCompressionChange: a WAL written partly with snappy and partly
 // with zstd (the compression changed between two runs, as upgrading to the
 // zstd default does) replays every sample under either setting.

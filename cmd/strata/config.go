@@ -168,6 +168,9 @@ type RemoteWriteConfig struct {
 	// MaxHeapBytes: remotewrite.Config.MaxHeapBytes (0: 80% of GOMEMLIMIT,
 	// negative: no gate).
 	MaxHeapBytes ByteSize `yaml:"max_heap_bytes"`
+	// SeriesCacheSize: remotewrite.Config.SeriesCacheSize (the most series
+	// a generation of the series cache holds; negative: no cache).
+	SeriesCacheSize int `yaml:"series_cache_size"`
 }
 
 // RemoteReadConfig bounds the remote-read endpoint (/api/v1/read), as
@@ -345,6 +348,7 @@ func (c Config) remoteWrite() remotewrite.Config {
 	rw.MaxHeapBytes = int64(c.RemoteWrite.MaxHeapBytes)
 	rw.MaxActiveRequests = c.RemoteWrite.MaxActiveRequests
 	rw.MaxQueueWait = time.Duration(c.RemoteWrite.MaxQueueWait)
+	rw.SeriesCacheSize = c.RemoteWrite.SeriesCacheSize
 	return rw
 }
 

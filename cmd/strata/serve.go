@@ -204,7 +204,10 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 	srv.meta.RegisterMetrics(reg)
 	srv.closer = append(srv.closer, srv.meta.Close)
-	srv.write, err = remotewrite.NewHandler(cfg.remoteWrite(), srv.rawApp, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
+	rwCfg := cfg.remoteWrite()
+	// The series cache holds the whole fleet: the raw head's series.
+	rwCfg.StorageSeries = srv.raw.HeadSeries
+	srv.write, err = remotewrite.NewHandler(rwCfg, srv.rawApp, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -481,6 +484,8 @@ func addRemoteWriteFlags(o *overrides) {
 		func(c *Config) *model.Duration { return &c.RemoteWrite.MaxQueueWait })
 	o.bytes("remote-write.max-heap-bytes", "Live Go heap past which remote writes get 429 with Retry-After; 0: 80% of GOMEMLIMIT, -1: no such gate. (default: 0)",
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxHeapBytes })
+	o.int("remote-write.series-cache-size", "Most series a generation of the remote-write series cache holds; within it the cache holds the raw head's series plus an eighth. -1: no cache. (default: 4194304)",
+		func(c *Config) *int { return &c.RemoteWrite.SeriesCacheSize })
 }
 
 func addRemoteReadFlags(o *overrides) {
