@@ -22,24 +22,40 @@ import (
 // fakeOpen is an OpenWindowSource holding fixed windows.
 type fakeOpen struct{ series []tiers.SeriesWindows }
 
-func (f *fakeOpen) OpenWindowsIn(mint, maxt int64, ms ...*labels.Matcher) []tiers.SeriesWindows {
-	var out []tiers.SeriesWindows
+func (f *fakeOpen) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink, ms ...*labels.Matcher) {
+	type sel struct {
+		lbls labels.Labels
+		ws   []tiers.Window
+	}
+	var out []sel
+	total := 0
 	for _, s := range f.series {
 		ok := true
 		for _, m := range ms {
 			ok = ok && m.Matches(s.Labels.Get(m.Name))
 		}
+		if !ok {
+			continue
+		}
+		from, ok := sink.Want(s.Labels)
+		if !ok {
+			continue
+		}
 		var ws []tiers.Window
 		for _, w := range s.Windows {
-			if w.Start >= mint && w.Start <= maxt {
+			if w.Start >= max(mint, from) && w.Start <= maxt {
 				ws = append(ws, w)
 			}
 		}
-		if ok && len(ws) > 0 {
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: ws})
+		if len(ws) > 0 {
+			out = append(out, sel{s.Labels, ws})
+			total += len(ws)
 		}
 	}
-	return out
+	sink.Reserve(len(out), total)
+	for _, s := range out {
+		sink.Series(s.lbls, s.ws)
+	}
 }
 
 // randomWorkload is hours of 15 s samples (jittered) for a few counters with
