@@ -16,7 +16,9 @@ import (
 // a minute view's snapshot of the last 9 minutes of every series from the
 // pipeline's open windows (2,000 series, 12 minutes of 15 s samples, nothing
 // flushed). B/op is what one snapshot allocates (the pipeline's reading and
-// the view's block), the bytes the engine's evaluation starts from.
+// the view's block), the bytes the engine's evaluation starts from: of
+// every window of the 9 minutes, or of those a rate over 3m or a plain
+// selector (the lookback, 5m) reaches.
 func BenchmarkMinuteViewSnapshotPipeline(b *testing.B) {
 	const series, minutes = 2000, 12
 	f := newFleet(series)
@@ -53,11 +55,23 @@ func BenchmarkMinuteViewSnapshotPipeline(b *testing.B) {
 	defer minute.Close()
 	v := tiers.NewMinuteView(minute, p)
 	mark, _ := p.Mark()
-	b.ReportAllocs()
-	for b.Loop() {
-		s, err := v.Snapshot(ctx, mark-10*MinuteRes, mark-MinuteRes)
-		if err != nil || s.Series() != series {
-			b.Fatal(s.Series(), err)
-		}
+	first := mark // the minute the snapshot is evaluated at
+	for _, c := range []struct {
+		name string
+		from func(string) int64
+	}{
+		{"reach=all", nil}, // every window of the 9 minutes
+		{"reach=rate3m", func(string) int64 { return first - 3*MinuteRes }},
+		{"reach=lookback5m", func(string) int64 { return first - 5*MinuteRes }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := v.SnapshotFrom(ctx, first-10*MinuteRes, first-MinuteRes, c.from)
+				if err != nil || s.Series() != series {
+					b.Fatal(s.Series(), err)
+				}
+			}
+		})
 	}
 }
