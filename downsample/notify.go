@@ -125,7 +125,6 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			}
 		}
 	}
-	bySlot = nil
 	// A series may be in several accumulators (read from raw, or a new
 	// series reference for the same labels): merge them.
 	slices.SortStableFunc(accs, func(a, b acc) int { return labels.Compare(a.lset, b.lset) })
