@@ -105,6 +105,7 @@ type Engine struct {
 	snap     *tiers.MinuteSnapshot
 	ahead    *prefetched       // the next chunk, being read (replay)
 	reads    *labels.Matcher   // the metric names the rules read (nil: all)
+	reach    *readReach        // how far back they read each (nil: e.need)
 	query    storage.Queryable // minute data + scratch, for the minute being evaluated
 	chunk    time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
 	inc      *incidents
@@ -300,6 +301,9 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidRules, SignalsGroup, err)
 	}
 	e.reads = readSet(files, recorded)
+	if e.reads != nil {
+		e.reach = newReadReach(engineExprs(files), recorded, e.lookback)
+	}
 	// A minute's rules read the minute data this far back (its own series
 	// come from the scratch store).
 	e.need = (maxRange + e.lookback + minute).Milliseconds()
@@ -346,16 +350,22 @@ func reach(expr parser.Expr, reached map[string]time.Duration, recorded map[stri
 // those of the subqueries around it. pinned says a subquery around it has
 // an @ modifier, which fixes its time whatever the evaluation's.
 func walkSelectors(n parser.Node, fn func(vs *parser.VectorSelector, back time.Duration, pinned bool)) {
+	walkSelectorNodes(n, func(vs *parser.VectorSelector, back time.Duration, pinned, _ bool) { fn(vs, back, pinned) })
+}
+
+// walkSelectorNodes is walkSelectors, telling also whether the selector is
+// a matrix selector's (matrix: PromQL adds no lookback to its range).
+func walkSelectorNodes(n parser.Node, fn func(vs *parser.VectorSelector, back time.Duration, pinned, matrix bool)) {
 	var walk func(n parser.Node, extra time.Duration, pinned bool)
 	walk = func(n parser.Node, extra time.Duration, pinned bool) {
 		switch x := n.(type) {
 		case *parser.MatrixSelector:
 			if vs, ok := x.VectorSelector.(*parser.VectorSelector); ok {
-				fn(vs, extra+x.Range+vs.OriginalOffset, pinned)
+				fn(vs, extra+x.Range+vs.OriginalOffset, pinned, true)
 			}
 			return
 		case *parser.VectorSelector:
-			fn(x, extra+x.OriginalOffset, pinned)
+			fn(x, extra+x.OriginalOffset, pinned, false)
 			return
 		case *parser.SubqueryExpr:
 			walk(x.Expr, extra+x.Range+x.OriginalOffset, pinned || x.Timestamp != nil || x.StartOrEnd != 0)
@@ -486,7 +496,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 		if p != nil {
 			<-p.done // never leave a read running
 		}
-		snap, err = e.view.Snapshot(ctx, mint, maxt, e.readMatchers()...)
+		snap, err = e.view.SnapshotFrom(ctx, mint, maxt, e.reach.fromFunc(mint+e.need), e.readMatchers()...)
 	}
 	e.ahead = nil
 	if err != nil || e.chunk == 0 {
@@ -497,7 +507,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 	e.ahead = p
 	go func() {
 		defer close(p.done)
-		p.snap, p.err = e.view.Snapshot(ctx, p.mint, p.maxt, e.readMatchers()...)
+		p.snap, p.err = e.view.SnapshotFrom(ctx, p.mint, p.maxt, e.reach.fromFunc(p.mint+e.need), e.readMatchers()...)
 	}()
 	return snap, nil
 }

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"sync"
 	"testing"
@@ -11,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/dcgmbridge/sim"
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/tiers"
@@ -192,6 +195,7 @@ func TestLiveEqualsReplay(t *testing.T) {
 	if liveIn[0].Cause != string(sim.KindKVCacheStorm) {
 		t.Errorf("diagnosed %s", liveIn[0].Cause)
 	}
+	checkReachTrimmed(t, lp)
 	// The baselines were written back to the raw tier.
 	q, err := lp.raw.Querier(math.MinInt64, math.MaxInt64)
 	if err != nil {
@@ -296,5 +300,64 @@ func TestReplayStartDoesNotMatter(t *testing.T) {
 	}
 	if !withBaseline {
 		t.Fatal("no evidence carries a baseline")
+	}
+}
+
+// checkReachTrimmed: the signals evaluated over a snapshot of the
+// pipeline's open windows cut to the rules' reach (what the live engine
+// reads) equal those over the whole snapshot, bit for bit, at the newest
+// final minute; and the cut snapshot holds fewer windows.
+func checkReachTrimmed(t *testing.T, lp *livePipeline) {
+	t.Helper()
+	e := lp.engine
+	if e.reach == nil {
+		t.Fatal("the default rules have no reach: every window is read")
+	}
+	mark, ok := lp.pipe.Mark()
+	if !ok {
+		t.Fatal("no mark")
+	}
+	tm := mark/minute.Milliseconds()*minute.Milliseconds() - minute.Milliseconds()
+	ctx := context.Background()
+	whole, err := e.view.Snapshot(ctx, tm-e.need, tm, e.readMatchers()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := e.view.SnapshotFrom(ctx, tm-e.need, tm, e.reach.fromFunc(tm), e.readMatchers()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(q storage.Queryable) int {
+		v, err := rules.EngineQueryFunc(e.promql, q)(ctx, `sum(count_over_time(vllm:request_success_total[9m]))`, time.UnixMilli(tm))
+		if err != nil || len(v) != 1 {
+			t.Fatalf("count windows: %v %v", v, err)
+		}
+		return int(v[0].F)
+	}
+	if w, c := count(whole), count(cut); c >= w {
+		t.Errorf("the cut snapshot counts %d samples, the whole %d: nothing cut", c, w)
+	}
+	nonEmpty := 0
+	for _, r := range e.signalsGroup.Rules() {
+		qs := e.forms.Internal(r.Query().String())
+		eval := func(q storage.Queryable) map[string]uint64 {
+			v, err := rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(q))(ctx, qs, time.UnixMilli(tm))
+			if err != nil {
+				t.Fatalf("%s: %v", qs, err)
+			}
+			out := map[string]uint64{}
+			for _, s := range v {
+				out[s.Metric.String()] = math.Float64bits(s.F)
+			}
+			return out
+		}
+		want, got := eval(whole), eval(cut)
+		nonEmpty += len(want)
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: %v over the cut snapshot, %v over the whole", r.Name(), got, want)
+		}
+	}
+	if nonEmpty == 0 {
+		t.Error("no signal had a value: the comparison is vacuous")
 	}
 }

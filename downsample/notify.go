@@ -1,6 +1,7 @@
 package downsample
 
 import (
+	"math"
 	"slices"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -34,32 +35,55 @@ func (p *Pipeline) publishMark() {
 	}
 }
 
-// OpenWindowsIn returns copies of the minute windows computed (final) but
-// not yet flushed to a partition that start in [mint, maxt], of the series
-// matching every matcher, sorted by labels, each series' windows ascending.
-// Only windows before the published mark are returned: those are final. The
-// diagnosis engine reads the last minutes of every series each minute. It
-// implements tiers.OpenWindowSource and is safe for concurrent use with the
-// pipeline.
-func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) []tiers.SeriesWindows {
+// VisitOpenWindows hands sink the minute windows computed (final) but not
+// yet flushed to a partition that start in [mint, maxt], of the series
+// matching every matcher: Reserve once, then Series for each series in label
+// order with its windows ascending, in a buffer reused for the next series.
+// Only windows before the published mark are handed over: those are final.
+// The diagnosis engine reads the last minutes of every series each minute
+// and copies them once, into its snapshot's block. It implements
+// tiers.OpenWindowSource and is safe for concurrent use with the pipeline
+// (sink runs with the spills' read lock held, so it must not call back into
+// the pipeline).
+func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink, matchers ...*labels.Matcher) {
 	maxt = min(maxt, p.pubMark.Load()-MinuteRes)
 	if mint > maxt {
-		return nil
+		return
 	}
 	type acc struct {
 		lset labels.Labels
+		from int64 // the sink's earliest start wanted
 		ws   []orderedWindow
 	}
 	var (
-		accs    []acc
-		bySlot  = map[uint32]int{} // index in accs, -1: does not match
-		matches = func(lset labels.Labels) bool {
+		accs []acc
+		// bySlot is the index in accs of a spilled series (-1: not
+		// wanted).
+		bySlot = map[uint32]int{}
+		// want appends an accumulator for lset if the matchers select it
+		// and the sink wants it, and returns its index (-1: none).
+		want = func(lset labels.Labels) int {
 			for _, m := range matchers {
 				if !m.Matches(lset.Get(m.Name)) {
-					return false
+					return -1
 				}
 			}
-			return true
+			from, ok := sink.Want(lset)
+			if !ok || from > maxt {
+				return -1
+			}
+			from = max(from, mint)
+			// Sized for a window a minute, which a live series has, so
+			// that appends do not regrow it: growing by doubling
+			// allocated 3.4 times the windows (16 for 9 of them, 31
+			// in all); at most 16 up front, for long ranges of sparse
+			// series.
+			n := int64(16)
+			if from > maxt-n*MinuteRes {
+				n = (maxt-from)/MinuteRes + 1
+			}
+			accs = append(accs, acc{lset: lset, from: from, ws: make([]orderedWindow, 0, n)})
+			return len(accs) - 1
 		}
 	)
 	p.spillMu.RLock()
@@ -78,32 +102,22 @@ func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) 
 				if c.w.Start < mint || c.w.Start > maxt {
 					continue
 				}
-				ow := orderedWindow{w: c.w, seq: i, rec: c.order}
+				var k int
 				if blk.inline {
 					// Consecutive windows of one inline series share its labels.
 					if lastInline < 0 || !labels.Equal(accs[lastInline].lset, c.key.lset) {
-						lastInline = -1
-						if matches(c.key.lset) {
-							accs = append(accs, acc{lset: c.key.lset})
-							lastInline = len(accs) - 1
-						}
+						lastInline = want(c.key.lset)
 					}
-					if lastInline >= 0 {
-						accs[lastInline].ws = append(accs[lastInline].ws, ow)
+					k = lastInline
+				} else {
+					var ok bool
+					if k, ok = bySlot[c.slot]; !ok {
+						k = want(c.key.lset)
+						bySlot[c.slot] = k
 					}
-					continue
 				}
-				k, ok := bySlot[c.slot]
-				if !ok {
-					k = -1
-					if matches(c.key.lset) {
-						accs = append(accs, acc{lset: c.key.lset})
-						k = len(accs) - 1
-					}
-					bySlot[c.slot] = k
-				}
-				if k >= 0 {
-					accs[k].ws = append(accs[k].ws, ow)
+				if k >= 0 && c.w.Start >= accs[k].from {
+					accs[k].ws = append(accs[k].ws, orderedWindow{w: c.w, seq: i, rec: c.order})
 				}
 			}
 			if err := c.Err(); err != nil {
@@ -114,7 +128,12 @@ func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) 
 	// A series may be in several accumulators (read from raw, or a new
 	// series reference for the same labels): merge them.
 	slices.SortStableFunc(accs, func(a, b acc) int { return labels.Compare(a.lset, b.lset) })
-	var out []tiers.SeriesWindows
+	total := 0
+	for _, a := range accs {
+		total += len(a.ws)
+	}
+	sink.Reserve(len(accs), total)
+	var buf []tiers.Window
 	for i := 0; i < len(accs); {
 		j := i + 1
 		ws := accs[i].ws
@@ -122,9 +141,33 @@ func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) 
 			ws = append(ws, accs[j].ws...)
 		}
 		if len(ws) > 0 {
-			out = append(out, tiers.SeriesWindows{Labels: accs[i].lset, Windows: latestPerMinute(ws, nil)})
+			buf = latestPerMinute(ws, buf[:0])
+			sink.Series(accs[i].lset, buf)
+		}
+		// What is handed over is the sink's: a collection while the rest
+		// is handed over need not keep it.
+		for k := i; k < j; k++ {
+			accs[k].ws = nil
 		}
 		i = j
 	}
-	return out
+}
+
+// OpenWindowsIn returns copies of what VisitOpenWindows hands over, sorted
+// by labels, each series' windows ascending.
+func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) []tiers.SeriesWindows {
+	var c windowCopies
+	p.VisitOpenWindows(mint, maxt, &c, matchers...)
+	return c.out
+}
+
+// windowCopies is an OpenWindowSink keeping a copy of every series' windows.
+type windowCopies struct{ out []tiers.SeriesWindows }
+
+func (c *windowCopies) Want(labels.Labels) (int64, bool) { return math.MinInt64, true }
+
+func (c *windowCopies) Reserve(series, _ int) { c.out = make([]tiers.SeriesWindows, 0, series) }
+
+func (c *windowCopies) Series(lset labels.Labels, ws []tiers.Window) {
+	c.out = append(c.out, tiers.SeriesWindows{Labels: lset, Windows: slices.Clone(ws)})
 }

@@ -21,11 +21,27 @@ import (
 // (final) but not yet flushed to a partition file; *downsample.Pipeline
 // implements it.
 type OpenWindowSource interface {
-	// OpenWindowsIn returns copies of the in-memory minute windows starting
-	// in [mint, maxt] of the series matching every matcher, sorted by
-	// labels, each series' windows ascending. It must be safe for concurrent
+	// VisitOpenWindows hands sink the in-memory minute windows starting in
+	// [mint, maxt] of the series matching every matcher: Reserve once, then
+	// Series for each series in label order. It must be safe for concurrent
 	// use with the pipeline.
-	OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) []SeriesWindows
+	VisitOpenWindows(mint, maxt int64, sink OpenWindowSink, matchers ...*labels.Matcher)
+}
+
+// OpenWindowSink receives an OpenWindowSource's windows, so that a reader
+// copies them once, where it keeps them, instead of receiving a copy to copy
+// again.
+type OpenWindowSink interface {
+	// Want is asked once for each series the matchers select, before its
+	// windows are read: whether they are wanted, and the earliest start
+	// wanted (earlier windows are not read).
+	Want(lset labels.Labels) (from int64, ok bool)
+	// Reserve is called once, before any Series: at most series series and
+	// windows windows follow.
+	Reserve(series, windows int)
+	// Series is one series' windows, ascending by start. ws is the source's
+	// buffer, reused once Series returns: copy what is kept.
+	Series(lset labels.Labels, ws []Window)
 }
 
 // MinuteView is the minute windows only, as a storage.Queryable: the minute
@@ -83,10 +99,20 @@ func (v *MinuteView) Querier(mint, maxt int64) (storage.Querier, error) {
 // evaluates dozens of expressions per minute, and replay evaluates
 // thousands of minutes per snapshot. Queries of other series find nothing.
 func (v *MinuteView) Snapshot(ctx context.Context, mint, maxt int64, matchers ...*labels.Matcher) (*MinuteSnapshot, error) {
+	return v.SnapshotFrom(ctx, mint, maxt, nil, matchers...)
+}
+
+// SnapshotFrom is Snapshot, keeping of each series' in-memory windows only
+// those starting at or after from(its metric name) (nil: mint): a reader
+// that knows how far back it reads each metric (the diagnosis engine: its
+// rules' ranges) holds no more. A series' windows already flushed to disk
+// are kept from mint (they share the disk's blocks). Queries that reach
+// before from find the series without those windows: the caller sizes from.
+func (v *MinuteView) SnapshotFrom(ctx context.Context, mint, maxt int64, from func(metricName string) int64, matchers ...*labels.Matcher) (*MinuteSnapshot, error) {
 	if len(matchers) == 0 {
 		matchers = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
 	}
-	series, err := v.selectSeries(ctx, mint, maxt, matchers)
+	series, err := v.selectSeries(ctx, mint, maxt, matchers, from)
 	if err != nil {
 		return nil, err
 	}
@@ -99,22 +125,23 @@ func (v *MinuteView) Snapshot(ctx context.Context, mint, maxt int64, matchers ..
 }
 
 // selectSeries returns the matching series with windows starting in
-// [floor(mint), maxt], open windows merged in, hidden names left out.
-func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]selectedSeries, error) {
+// [floor(mint), maxt], open windows merged in (from floor(from(name)) when
+// from is set), hidden names left out.
+func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, from func(string) int64) ([]selectedSeries, error) {
 	res := v.Resolution()
 	lo := timegrid.Floor(mint, res)
 	if v.hidesAll(ms) {
 		return nil, nil
 	}
-	var open []SeriesWindows
+	open := openCollector{res: res, lo: lo, hidden: v.hidden, from: from}
 	if v.open != nil {
-		open = v.open.OpenWindowsIn(lo, maxt, ms...) // before the disk: see MinuteView
+		v.open.VisitOpenWindows(lo, maxt, &open, ms...) // before the disk: see MinuteView
 	}
 	disk, err := v.minute.selectColumns(ctx, lo, maxt, ms, selectOptions{need: colAll})
 	if err != nil {
 		return nil, err
 	}
-	out := mergeOpen(disk, open, res, lo, maxt)
+	out := mergeOpen(disk, &open)
 	if v.hidden != nil {
 		out = slices.DeleteFunc(out, func(s selectedSeries) bool { return v.hidden(s.lbls.Get(model.MetricNameLabel)) })
 	}
@@ -134,45 +161,83 @@ func (v *MinuteView) hidesAll(ms []*labels.Matcher) bool {
 	return false
 }
 
-// mergeOpen merges the open windows (starting in [lo, maxt]) into the disk
-// series (both sorted by labels), preferring the disk's window of a start.
-func mergeOpen(disk []selectedSeries, open []SeriesWindows, res, lo, maxt int64) []selectedSeries {
-	if len(open) == 0 {
+// openCollector is selectSeries' OpenWindowSink: every open series' windows
+// go once into one shared block (see windowSeq), in label order, where the
+// selected series read them.
+type openCollector struct {
+	res, lo int64
+	hidden  func(metricName string) bool
+	from    func(metricName string) int64
+	shared  *windowBlock
+	series  []openRows
+}
+
+// openRows is an open series' windows: rows [off, off+n) of the shared block.
+type openRows struct {
+	lbls   labels.Labels
+	off, n int
+}
+
+func (c *openCollector) Want(lset labels.Labels) (int64, bool) {
+	name := lset.Get(model.MetricNameLabel)
+	if c.hidden != nil && c.hidden(name) {
+		return 0, false
+	}
+	if c.from == nil {
+		return c.lo, true
+	}
+	return max(c.lo, timegrid.Floor(c.from(name), c.res)), true
+}
+
+func (c *openCollector) Reserve(series, windows int) {
+	c.shared = newWindowBlock(c.res, colAll, windows)
+	c.series = make([]openRows, 0, series)
+}
+
+func (c *openCollector) Series(lset labels.Labels, ws []Window) {
+	if len(ws) == 0 {
+		return
+	}
+	if c.shared == nil {
+		c.shared = newWindowBlock(c.res, colAll, len(ws))
+	}
+	c.series = append(c.series, openRows{lbls: lset, off: len(c.shared.lastT), n: len(ws)})
+	appendWindows(c.shared, ws)
+}
+
+// mergeOpen merges the open windows into the disk series (both sorted by
+// labels), preferring the disk's window of a start. The open windows stay
+// in the collector's block: a series reads its rows there.
+func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
+	if len(open.series) == 0 {
 		return disk
 	}
-	// Every open series' windows go into one shared block (see windowSeq).
-	total := 0
-	for j := range open {
-		total += len(clampWindows(open[j].Windows, lo, maxt))
-	}
-	shared := newWindowBlock(res, colAll, total)
 	// The open-only series' one-block sequences, from three allocations.
-	blocks, ends, offs := make([]*windowBlock, len(open)), make([]int, len(open)), make([]int, len(open))
-	out := make([]selectedSeries, 0, len(disk)+len(open))
+	n := len(open.series)
+	blocks, ends, offs := make([]*windowBlock, n), make([]int, n), make([]int, n)
+	out := make([]selectedSeries, 0, len(disk)+n)
 	i, j := 0, 0
-	for i < len(disk) || j < len(open) {
+	for i < len(disk) || j < n {
 		var c int
 		switch {
 		case i == len(disk):
 			c = 1
-		case j == len(open):
+		case j == n:
 			c = -1
 		default:
-			c = labels.Compare(disk[i].lbls, open[j].Labels)
+			c = labels.Compare(disk[i].lbls, open.series[j].lbls)
 		}
 		switch {
 		case c < 0:
 			out = append(out, disk[i])
 			i++
 		case c > 0:
-			if ws := clampWindows(open[j].Windows, lo, maxt); len(ws) > 0 {
-				blocks[j], ends[j], offs[j] = shared, len(ws), len(shared.lastT)
-				appendWindows(shared, ws)
-				out = append(out, selectedSeries{lbls: open[j].Labels, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
-			}
+			o := open.series[j]
+			blocks[j], ends[j], offs[j] = open.shared, o.n, o.off
+			out = append(out, selectedSeries{lbls: o.lbls, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
 			j++
 		default:
-			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, clampWindows(open[j].Windows, lo, maxt), res, shared)})
+			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.shared, open.series[j])})
 			i++
 			j++
 		}
@@ -180,52 +245,52 @@ func mergeOpen(disk []selectedSeries, open []SeriesWindows, res, lo, maxt int64)
 	return out
 }
 
-func clampWindows(ws []Window, lo, maxt int64) []Window {
-	a := sort.Search(len(ws), func(k int) bool { return ws[k].Start >= lo })
-	b := sort.Search(len(ws), func(k int) bool { return ws[k].Start > maxt })
-	return ws[a:max(a, b)]
-}
-
-// mergeSeq adds the open windows whose start the disk sequence lacks (the
-// ones after the disk's last window go into shared).
-func mergeSeq(disk windowSeq, open []Window, res int64, shared *windowBlock) windowSeq {
+// mergeSeq adds the open windows (rows o of shared) whose start the disk
+// sequence lacks; the ones after the disk's last window are read where they
+// are.
+func mergeSeq(disk windowSeq, shared *windowBlock, o openRows) windowSeq {
 	n := disk.Len()
 	hint := 0
 	last := int64(-1 << 62)
 	if n > 0 {
 		last = disk.startAt(n-1, &hint)
 	}
-	var after, inside []Window
-	for _, w := range open {
-		switch {
-		case w.Start > last:
-			after = append(after, w)
-		default:
-			k := sort.Search(n, func(k int) bool { h := 0; return disk.startAt(k, &h) >= w.Start })
-			if h := 0; k == n || disk.startAt(k, &h) != w.Start {
-				inside = append(inside, w)
-			}
+	startOf := func(row int) int64 { return shared.startOf(shared.lastT[row]) }
+	// The open rows ascend: those after the disk's last window are a suffix.
+	k := o.off + sort.Search(o.n, func(r int) bool { return startOf(o.off+r) > last })
+	var inside []Window
+	for row := o.off; row < k; row++ {
+		s := startOf(row)
+		d := sort.Search(n, func(d int) bool { h := 0; return disk.startAt(d, &h) >= s })
+		if h := 0; d == n || disk.startAt(d, &h) != s {
+			var w Window
+			shared.window(row, &w)
+			inside = append(inside, w)
 		}
 	}
+	after := o.off + o.n - k
 	if len(inside) > 0 {
 		// Not seen in practice (open hours are never older than flushed
 		// ones); kept correct by rebuilding the whole sequence.
-		all := append(disk.appendTo(make([]Window, 0, n+len(open))), inside...)
-		all = append(all, after...)
+		all := append(disk.appendTo(make([]Window, 0, n+len(inside)+after)), inside...)
+		for row := k; row < o.off+o.n; row++ {
+			var w Window
+			shared.window(row, &w)
+			all = append(all, w)
+		}
 		slices.SortFunc(all, func(a, b Window) int { return cmp.Compare(a.Start, b.Start) })
-		return seqOf(blockFromWindows(res, all))
+		return seqOf(blockFromWindows(shared.res, all))
 	}
-	if len(after) == 0 {
+	if after == 0 {
 		return disk
 	}
 	out := windowSeq{blocks: slices.Clone(disk.blocks), ends: slices.Clone(disk.ends), offs: slices.Clone(disk.offs)}
 	if out.offs == nil {
 		out.offs = make([]int, len(out.blocks), len(out.blocks)+1)
 	}
-	out.offs = append(out.offs, len(shared.lastT))
-	appendWindows(shared, after)
+	out.offs = append(out.offs, k)
 	out.blocks = append(out.blocks, shared)
-	out.ends = append(out.ends, n+len(after))
+	out.ends = append(out.ends, n+after)
 	return out
 }
 
@@ -297,7 +362,7 @@ func (q *minuteQuerier) Select(ctx context.Context, _ bool, hints *storage.Selec
 	if mint > maxt {
 		return storage.EmptySeriesSet()
 	}
-	series, err := q.v.selectSeries(ctx, mint, maxt, ms)
+	series, err := q.v.selectSeries(ctx, mint, maxt, ms, nil)
 	if err != nil {
 		return storage.ErrSeriesSet(err)
 	}
@@ -308,7 +373,7 @@ func (q *minuteQuerier) labelSets(ctx context.Context, ms []*labels.Matcher) ([]
 	if len(ms) == 0 {
 		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
 	}
-	series, err := q.v.selectSeries(ctx, q.mint, q.maxt, ms)
+	series, err := q.v.selectSeries(ctx, q.mint, q.maxt, ms, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -22,24 +22,40 @@ import (
 // fakeOpen is an OpenWindowSource holding fixed windows.
 type fakeOpen struct{ series []tiers.SeriesWindows }
 
-func (f *fakeOpen) OpenWindowsIn(mint, maxt int64, ms ...*labels.Matcher) []tiers.SeriesWindows {
-	var out []tiers.SeriesWindows
+func (f *fakeOpen) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink, ms ...*labels.Matcher) {
+	type sel struct {
+		lbls labels.Labels
+		ws   []tiers.Window
+	}
+	var out []sel
+	total := 0
 	for _, s := range f.series {
 		ok := true
 		for _, m := range ms {
 			ok = ok && m.Matches(s.Labels.Get(m.Name))
 		}
+		if !ok {
+			continue
+		}
+		from, ok := sink.Want(s.Labels)
+		if !ok {
+			continue
+		}
 		var ws []tiers.Window
 		for _, w := range s.Windows {
-			if w.Start >= mint && w.Start <= maxt {
+			if w.Start >= max(mint, from) && w.Start <= maxt {
 				ws = append(ws, w)
 			}
 		}
-		if ok && len(ws) > 0 {
-			out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: ws})
+		if len(ws) > 0 {
+			out = append(out, sel{s.Labels, ws})
+			total += len(ws)
 		}
 	}
-	return out
+	sink.Reserve(len(out), total)
+	for _, s := range out {
+		sink.Series(s.lbls, s.ws)
+	}
 }
 
 // randomWorkload is hours of 15 s samples (jittered) for a few counters with
@@ -384,6 +400,55 @@ func BenchmarkMinuteViewSnapshotOpen(b *testing.B) {
 		s, err := v.Snapshot(context.Background(), testT0-5*minMs, testT0)
 		if err != nil || s.Series() != 10_000 {
 			b.Fatal(s.Series(), err)
+		}
+	}
+}
+
+// TestMinuteSnapshotFrom: a snapshot that keeps of each name's in-memory
+// windows only those from its from answers every query reaching no further
+// back exactly as the whole snapshot does, and holds nothing older (a query
+// reaching further back sees only the kept windows).
+func TestMinuteSnapshotFrom(t *testing.T) {
+	minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
+	open := &fakeOpen{}
+	for i := range 3 {
+		inst := strconv.Itoa(i)
+		open.series = append(open.series,
+			tiers.SeriesWindows{Labels: labels.FromStrings(model.MetricNameLabel, "req_total", "instance", inst), Windows: sampleWindows(testT0, 20, float64(10*i))},
+			tiers.SeriesWindows{Labels: labels.FromStrings(model.MetricNameLabel, "temp", "instance", inst), Windows: sampleWindows(testT0, 20, float64(100+10*i))},
+		)
+	}
+	v := tiers.NewMinuteView(minute, open)
+	at := testT0 + 20*minMs // after the last window
+	mint, maxt := at-10*minMs, at
+	reach := map[string]int64{"req_total": 3 * minMs, "temp": 5 * minMs}
+	whole, err := v.Snapshot(context.Background(), mint, maxt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed, err := v.SnapshotFrom(context.Background(), mint, maxt, func(name string) int64 { return at - reach[name] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngineForView()
+	for _, qs := range []string{`rate(req_total[3m])`, `increase(req_total[2m])`, `temp`, `max_over_time(temp[5m])`, `avg_over_time(temp[4m])`, `sum(temp)`} {
+		want := vecMap(instant(t, e, whole, qs, at))
+		if len(want) == 0 {
+			t.Fatalf("%s: no result; the comparison is vacuous", qs)
+		}
+		if got := vecMap(instant(t, e, trimmed, qs, at)); !sameBits(got, want) {
+			t.Errorf("%s: %v from the trimmed snapshot, %v from the whole", qs, got, want)
+		}
+	}
+	// Further back than its reach, a name has only the kept windows (the
+	// ones starting from its from): over 9 minutes the trimmed snapshot
+	// counts what the whole one counts over the reach alone.
+	for _, name := range []string{"req_total", "temp"} {
+		long := "count_over_time(" + name + "[9m])"
+		short := fmt.Sprintf("count_over_time(%s[%dm])", name, reach[name]/minMs)
+		got, want, all := vecMap(instant(t, e, trimmed, long, at)), vecMap(instant(t, e, whole, short, at)), vecMap(instant(t, e, whole, long, at))
+		if !sameBits(got, want) || sameBits(got, all) {
+			t.Errorf("%s: %v from the trimmed snapshot, want %v (the whole snapshot's over %s; over 9m %v)", long, got, want, short, all)
 		}
 	}
 }

@@ -1,0 +1,77 @@
+package downsample
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// BenchmarkMinuteViewSnapshotPipeline is the diagnosis engine's live read:
+// a minute view's snapshot of the last 9 minutes of every series from the
+// pipeline's open windows (2,000 series, 12 minutes of 15 s samples, nothing
+// flushed). B/op is what one snapshot allocates (the pipeline's reading and
+// the view's block), the bytes the engine's evaluation starts from: of
+// every window of the 9 minutes, or of those a rate over 3m or a plain
+// selector (the lookback, 5m) reaches.
+func BenchmarkMinuteViewSnapshotPipeline(b *testing.B) {
+	const series, minutes = 2000, 12
+	f := newFleet(series)
+	p, err := New(testConfig(), openBenchRaw(b), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), nil, nil, time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tee := p.Tee(nopAppendable{})
+	ctx := context.Background()
+	start := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for s := range minutes * 4 {
+		app := tee.AppenderV2(ctx)
+		t := start + int64(s)*15_000
+		for i, l := range f.labels {
+			if _, err := app.Append(storage.SeriesRef(i+1), l, 0, t, f.next(i), nil, nil, storage.AppendV2Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		if (s+1)%4 == 0 { // a minute became final
+			p.mark = t + 15_000
+			if err := p.drainTee(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	p.publishMark()
+	minute, err := tiers.OpenRollup(tiers.DefaultMinuteConfig(b.TempDir()), slog.New(slog.DiscardHandler), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer minute.Close()
+	v := tiers.NewMinuteView(minute, p)
+	mark, _ := p.Mark()
+	first := mark // the minute the snapshot is evaluated at
+	for _, c := range []struct {
+		name string
+		from func(string) int64
+	}{
+		{"reach=all", nil}, // every window of the 9 minutes
+		{"reach=rate3m", func(string) int64 { return first - 3*MinuteRes }},
+		{"reach=lookback5m", func(string) int64 { return first - 5*MinuteRes }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := v.SnapshotFrom(ctx, first-10*MinuteRes, first-MinuteRes, c.from)
+				if err != nil || s.Series() != series {
+					b.Fatal(s.Series(), err)
+				}
+			}
+		})
+	}
+}
