@@ -760,13 +760,7 @@ func TestStitchedFreshStoreFirstMinute(t *testing.T) {
 		i := slices.IndexFunc(s.samples, func(x sample) bool { return x.t >= mint })
 		fresh.series = append(fresh.series, testSeries{lbls: s.lbls, samples: s.samples[i:]})
 	}
-	cfg := tiers.DefaultRawConfig(t.TempDir())
-	cfg.Retention = 30 * 24 * time.Hour
-	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = raw.Close() })
+	raw := openRefRaw(t)
 	fresh.appendTo(t, raw, math.MinInt64)
 	minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
 	hour := openTestRollup(t, tiers.DefaultHourConfig(t.TempDir()), nil)
