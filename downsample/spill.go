@@ -131,8 +131,9 @@ type spillBlock struct {
 
 // spillHeader starts every spill: the format and its version
 // (docs/format/rollup-spill.md). Version 1 files had no header; like any
-// spill a previous process left, they are removed on start.
-const spillHeader = "strata rollup spill v2\n"
+// spill a previous process left, files of every version are removed on
+// start.
+const spillHeader = "strata rollup spill v3\n"
 
 // newSpill opens an empty spill for hour h.
 func (p *Pipeline) newSpill(h int64, suffix string) (*hourSpill, error) {
@@ -163,14 +164,16 @@ type rawSeries struct {
 	ws   []tiers.Window
 }
 
-// Window encoding (docs/format/rollup-spill.md, version 2). A window is
+// Window encoding (docs/format/rollup-spill.md, version 3). A window is
 // encoded against the block's previous one (windowCodec): one sort of
 // series sent in one request shares its minute, offsets and count, and those
 // are then left out. Two flag bytes, then the minute, FirstT-Start,
 // LastT-FirstT, Count and Resets where the flags do not give them, then Last
 // and whichever of First, Min, Max, Sum and Increase the flags do not give
-// back exactly (bit for bit), each as a packed float (appendFloat): First,
-// Min and Max against Last, Sum against sumRef, the others against 0.
+// back exactly (bit for bit), each as a packed float (appendFloat): Last
+// against 0 or the previous window's Last, whichever is shorter; First, Min
+// and Max against Last; Sum against sumRef; Increase against 0 or Last -
+// First, whichever is shorter, unless it is +0, which a flag says.
 const (
 	flagStale       = 1 << iota
 	flagFirstIsLast // First == Last
@@ -182,24 +185,44 @@ const (
 	flagNoResets   // Resets == 0
 )
 
-// The second flag byte: fields equal to the previous window's in the block.
+// The second flag byte: fields equal to the previous window's in the block,
+// and two that the first byte has no room for.
 const (
 	flagSameMinute   = 1 << iota
 	flagSameFirstOff // FirstT-Start
 	flagSameSpan     // LastT-FirstT
 	flagSameCount
-	flagsSameAll = flagSameMinute | flagSameFirstOff | flagSameSpan | flagSameCount
+	flagIncZero  // Increase == +0 (a gauge's), unless flagIncDerived
+	flagLastPrev // Last is encoded against the previous window's Last, not 0
+	flagIncDiff  // Increase is encoded against Last - First, not 0
+	flagsG       = flagSameMinute | flagSameFirstOff | flagSameSpan | flagSameCount | flagIncZero | flagLastPrev | flagIncDiff
 )
 
 func sameBits(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
 
 // windowCodec is the state of one block's window encoding or decoding: the
-// previous window's fields that the next one may repeat. Its zero value
-// (with h set) starts a block.
+// previous window's fields that the next one may repeat or be encoded
+// against. Its zero value (with h set) starts a block.
 type windowCodec struct {
 	h                     int64 // the partition's start
 	minute                byte
 	firstOff, span, count uint64
+	last                  float64
+	f, g                  byte // the previous window's flag bytes
+}
+
+// flagsRepeat, in place of the first flag byte, says that both flag bytes
+// are the previous window's. It is no valid first flag byte: Min equals
+// First or Last, not both (nor does Max: 0x30).
+const flagsRepeat = flagMinIsFirst | flagMinIsLast
+
+// floatLen is how many bytes appendFloat writes for v against ref.
+func floatLen(v, ref float64) int {
+	x := math.Float64bits(v) ^ math.Float64bits(ref)
+	if x == 0 {
+		return 1
+	}
+	return 1 + 8 - bits.LeadingZeros64(x)/8 - bits.TrailingZeros64(x)/8
 }
 
 // appendFloat appends v as the bytes of v XOR ref that are not zero at
@@ -250,6 +273,27 @@ func (c *windowCodec) appendWindow(b []byte, w tiers.Window) []byte {
 	if w.Resets == 0 {
 		f |= flagNoResets
 	}
+	// An increase that is neither Last - First nor 0 (a float counter's sum
+	// of deltas, rounded otherwise) shares its top bytes with Last - First
+	// unless the window has a reset.
+	incRef := 0.0
+	switch {
+	case f&flagIncDerived != 0:
+	case math.Float64bits(w.Increase) == 0:
+		g |= flagIncZero
+	case floatLen(w.Increase, w.Last-w.First) < floatLen(w.Increase, 0):
+		g |= flagIncDiff
+		incRef = w.Last - w.First
+	}
+	// Last against the previous window's (the same metric of another
+	// series, as blocks are sorted by name) when that is shorter: such
+	// values share their sign, exponent and top bits more often than not.
+	lastRef := 0.0
+	if floatLen(w.Last, c.last) < floatLen(w.Last, 0) {
+		g |= flagLastPrev
+		lastRef = c.last
+	}
+	c.last = w.Last
 	minute := byte((w.Start - c.h) / MinuteRes)
 	firstOff := uint64(w.FirstT - w.Start) //nolint:gosec // FirstT >= Start
 	span := uint64(w.LastT - w.FirstT)     //nolint:gosec // LastT >= FirstT
@@ -267,7 +311,12 @@ func (c *windowCodec) appendWindow(b []byte, w tiers.Window) []byte {
 		g |= flagSameCount
 	}
 	c.minute, c.firstOff, c.span, c.count = minute, firstOff, span, count
-	b = append(b, f, g)
+	if f == c.f && g == c.g {
+		b = append(b, flagsRepeat)
+	} else {
+		b = append(b, f, g)
+	}
+	c.f, c.g = f, g
 	if g&flagSameMinute == 0 {
 		b = append(b, minute)
 	}
@@ -283,7 +332,7 @@ func (c *windowCodec) appendWindow(b []byte, w tiers.Window) []byte {
 	if f&flagNoResets == 0 {
 		b = binary.AppendUvarint(b, uint64(w.Resets))
 	}
-	b = appendFloat(b, w.Last, 0)
+	b = appendFloat(b, w.Last, lastRef)
 	if f&flagFirstIsLast == 0 {
 		b = appendFloat(b, w.First, w.Last)
 	}
@@ -294,8 +343,8 @@ func (c *windowCodec) appendWindow(b []byte, w tiers.Window) []byte {
 		b = appendFloat(b, w.Max, w.Last)
 	}
 	b = appendFloat(b, w.Sum, sumRef(w))
-	if f&flagIncDerived == 0 {
-		b = appendFloat(b, w.Increase, 0)
+	if f&flagIncDerived == 0 && g&flagIncZero == 0 {
+		b = appendFloat(b, w.Increase, incRef)
 	}
 	return b
 }
@@ -353,11 +402,22 @@ func (d *spillReader) byte() byte {
 func (d *spillReader) window() tiers.Window {
 	var w tiers.Window
 	c := &d.c
-	f, g := d.byte(), d.byte()
-	if g&^flagsSameAll != 0 {
+	f := d.byte()
+	var g byte
+	switch {
+	case f == flagsRepeat:
+		f, g = c.f, c.g
+	case f&flagsRepeat == flagsRepeat || f&(flagMaxIsFirst|flagMaxIsLast) == flagMaxIsFirst|flagMaxIsLast:
+		d.err = fmt.Errorf("%w: flags %#x", errCorruptSpill, f)
+		return w
+	default:
+		g = d.byte()
+	}
+	if g&^flagsG != 0 {
 		d.err = fmt.Errorf("%w: flags %#x", errCorruptSpill, g)
 		return w
 	}
+	c.f, c.g = f, g
 	if g&flagSameMinute == 0 {
 		c.minute = d.byte()
 	}
@@ -378,7 +438,12 @@ func (d *spillReader) window() tiers.Window {
 		w.Resets = uint32(d.uvarint()) //nolint:gosec // written from a uint32
 	}
 	w.Stale = f&flagStale != 0
-	w.Last = d.float(0)
+	lastRef := 0.0
+	if g&flagLastPrev != 0 {
+		lastRef = c.last
+	}
+	w.Last = d.float(lastRef)
+	c.last = w.Last
 	w.First = w.Last
 	if f&flagFirstIsLast == 0 {
 		w.First = d.float(w.Last)
@@ -400,9 +465,14 @@ func (d *spillReader) window() tiers.Window {
 		w.Max = d.float(w.Last)
 	}
 	w.Sum = d.float(sumRef(w))
-	if f&flagIncDerived != 0 {
+	switch {
+	case f&flagIncDerived != 0:
 		w.Increase = w.Last - w.First
-	} else {
+	case g&flagIncZero != 0:
+		w.Increase = 0
+	case g&flagIncDiff != 0:
+		w.Increase = d.float(w.Last - w.First)
+	default:
 		w.Increase = d.float(0)
 	}
 	return w

@@ -70,6 +70,10 @@ func TestSpillWindowCodec(t *testing.T) {
 			First: 1e300, Last: 2, Min: 0, Max: 1e300, Sum: math.Inf(1), Increase: 12.5}},
 		{"NaN and signed zeros", tiers.Window{Start: h + MinuteRes, FirstT: h + MinuteRes + 7, LastT: h + MinuteRes + 7, Count: 1,
 			First: math.Copysign(0, -1), Last: 0, Min: nan, Max: math.Float64frombits(0x7ff8000000000001), Sum: nan, Increase: nan}},
+		{"gauge, increase +0", tiers.Window{Start: h + 59*MinuteRes, FirstT: h + 59*MinuteRes + 20, LastT: h + 59*MinuteRes + 45_020, Count: 4,
+			First: 61, Last: 64, Min: 61, Max: 65, Sum: 251}},
+		{"gauge, increase -0", tiers.Window{Start: h + 59*MinuteRes, FirstT: h + 59*MinuteRes + 20, LastT: h + 59*MinuteRes + 45_020, Count: 4,
+			First: 61, Last: 64, Min: 61, Max: 65, Sum: 251, Increase: math.Copysign(0, -1)}},
 		{"stale, one sample", tiers.Window{Start: h + 2*MinuteRes, FirstT: h + 2*MinuteRes + 1000, LastT: h + 2*MinuteRes + 1000, Count: 1,
 			First: -7, Last: -7, Min: -7, Max: -7, Sum: -7, Stale: true}},
 		{"extremes", tiers.Window{Start: h + 3*MinuteRes, FirstT: h + 3*MinuteRes, LastT: h + 4*MinuteRes - 1, Count: math.MaxUint32, Resets: math.MaxUint32,
@@ -110,9 +114,10 @@ func checkBlock(t *testing.T, h int64, b []byte, want []tiers.Window) {
 
 // TestSpillWindowSize: a minute of a 1 Hz fleet of integer-valued counters
 // (irregular increments) in one block, as the tick writes it, takes at most
-// half the bytes of format version 1 (32.75 bytes a window on this data: 8
-// for each of Last, First and Sum, up to 3 for each time offset; version 2
-// takes 15.79, and 17.84 with Sum encoded against 0 instead of sumRef).
+// 13.5 bytes a window: 32.75 in format version 1 (8 for each of Last, First
+// and Sum, up to 3 for each time offset), 15.79 in version 2 (17.84 with Sum
+// encoded against 0 instead of sumRef), 12.96 in version 3 (Last against the
+// previous window's, one flag byte where both repeat).
 func TestSpillWindowSize(t *testing.T) {
 	const (
 		h      = int64(1_796_180_400_000)
@@ -129,10 +134,32 @@ func TestSpillWindowSize(t *testing.T) {
 		ws[i] = bl.finish()
 	}
 	b := encodeBlock(h, ws)
-	if per := float64(len(b)) / series; per > 16.4 {
-		t.Errorf("%.2f bytes a window, want at most 16.4", per)
+	if per := float64(len(b)) / series; per > 13.5 {
+		t.Errorf("%.2f bytes a window, want at most 13.5", per)
 	}
 	checkBlock(t, h, b, ws)
+}
+
+// TestSpillFlagsRepeat: a window whose flag bytes are the previous
+// window's writes one byte for both, and a first flag byte that no window
+// has (Min equal to both First and Last, or Max) is corrupt.
+func TestSpillFlagsRepeat(t *testing.T) {
+	const h = int64(1_796_180_400_000)
+	w := tiers.Window{Start: h + MinuteRes, FirstT: h + MinuteRes + 20, LastT: h + MinuteRes + 45_020, Count: 4,
+		First: 10, Last: 14, Min: 10, Max: 14, Sum: 48, Increase: 4}
+	one := encodeBlock(h, []tiers.Window{w})
+	two := encodeBlock(h, []tiers.Window{w, w})
+	three := encodeBlock(h, []tiers.Window{w, w, w})
+	second, third := two[len(one):], three[len(two):]
+	if third[0] != flagsRepeat || len(third) != len(second)-1 {
+		t.Errorf("the same window a third time: % x after % x, want the flag bytes as one byte %#x", third, second, flagsRepeat)
+	}
+	checkBlock(t, h, three, []tiers.Window{w, w, w})
+	for _, f := range []byte{flagMinIsFirst | flagMinIsLast | flagStale, flagMaxIsFirst | flagMaxIsLast} {
+		if _, err := decodeBlock(h, append([]byte{f, 0}, one[2:]...), 1); !errors.Is(err, errCorruptSpill) {
+			t.Errorf("flags %#x: %v, want a corrupt spill", f, err)
+		}
+	}
 }
 
 // FuzzSpillWindow: any window survives the spill bit for bit, and no input
@@ -197,9 +224,17 @@ func TestSpillFileVersion(t *testing.T) {
 }
 
 // BenchmarkSpillBlock encodes and decodes one tick's block as the tee
-// writes it: a minute of newFleet's 10,000 series at 1 Hz (60 % noisy
-// full-precision gauges, 40 % integer counters), in partition order.
+// writes it: a minute of newFleet's 10,000 series (60 % noisy
+// full-precision gauges, 40 % integer counters), in partition order,
+// scraped every second (senders' phases 100 ms apart) or every 15 seconds
+// (phases spread over the interval, as bench's paced load and Prometheus
+// spread them).
 func BenchmarkSpillBlock(b *testing.B) {
+	b.Run("1s", func(b *testing.B) { benchmarkSpillBlock(b, 1000, 100) })
+	b.Run("15s", func(b *testing.B) { benchmarkSpillBlock(b, 15_000, 15_000/7) })
+}
+
+func benchmarkSpillBlock(b *testing.B, interval, phase int64) {
 	const series = 10_000
 	h := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC).UnixMilli()
 	f := newFleet(series)
@@ -210,9 +245,9 @@ func BenchmarkSpillBlock(b *testing.B) {
 			kind = KindGauge
 		}
 		bl := builder{res: MinuteRes, kind: kind}
-		off := int64(i%7) * 100 // senders' phases
-		for s := range 60 {
-			bl.add(h+5*MinuteRes+off+int64(s)*1000, f.next(i))
+		off := int64(i%7) * phase
+		for t := h + 5*MinuteRes + off; t < h+6*MinuteRes; t += interval {
+			bl.add(t, f.next(i))
 		}
 		ws[i] = bl.finish()
 	}

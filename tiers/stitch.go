@@ -125,11 +125,15 @@ type segment struct {
 }
 
 // rawStart is the oldest time the raw tier serves. When the minute tier holds
-// the window that raw's oldest sample falls in, it is that sample rounded up to
-// a whole minute, so that the minute tier's windows never overlap raw (that
-// window's raw data is partly deleted already). Otherwise raw serves from its
-// oldest sample: rounding up would hide the first partial minute of a fresh
-// raw tier, whose window no rollup holds yet.
+// the window that raw's oldest sample falls in and partitions older than that
+// sample's hour, raw's data of that window is partly gone (deleted by
+// retention, or never there: history backfilled into the rollups only), so raw
+// serves from that sample rounded up to a whole minute and the minute tier's
+// windows never overlap it. Otherwise raw serves from its oldest sample: the
+// minute tier, if it holds that window, rolled it up from these very samples
+// (a fresh store whose first hour is final), and rounding up would hand the
+// first partial minute to the minute tier, one sample a window for plain
+// selectors and remote read instead of the raw samples.
 func (s *Stitched) rawStart() int64 {
 	if s.raw == nil {
 		return math.MaxInt64
@@ -139,7 +143,7 @@ func (s *Stitched) rawStart() int64 {
 		return math.MaxInt64
 	}
 	up := timegrid.Ceil(mint, time.Minute.Milliseconds())
-	if _, mHi, ok := tierBounds(s.minute); ok && mHi >= up {
+	if mLo, mHi, ok := tierBounds(s.minute); ok && mHi >= up && mLo < timegrid.Floor(mint, time.Hour.Milliseconds()) {
 		return up
 	}
 	return mint

@@ -743,6 +743,85 @@ func TestStitchedRawOnlyRange(t *testing.T) {
 	}
 }
 
+// TestStitchedFreshStoreFirstMinute: on a store whose first sample fell
+// mid-minute and whose minute tier already holds that first hour (rolled up
+// from the raw tier, as the pipeline does once the hour is final), the raw
+// tier still serves every sample of that first partial minute. Remote read
+// (which sees one sample per window where a rollup tier serves) and PromQL
+// both answer what the raw tier alone answers. Rounding the raw tier's start
+// up to the whole minute handed that minute to the minute tier, and a
+// `strata backfill --remote-read.url` copy of such a store lacked every
+// series' first samples but the minute's last.
+func TestStitchedFreshStoreFirstMinute(t *testing.T) {
+	w := newWorkload(testT0, 1)
+	mint := testT0 + 20*hourMs + 20_000 // 20 s into a minute
+	fresh := &workload{start: w.start, end: w.end}
+	for _, s := range w.series {
+		i := slices.IndexFunc(s.samples, func(x sample) bool { return x.t >= mint })
+		fresh.series = append(fresh.series, testSeries{lbls: s.lbls, samples: s.samples[i:]})
+	}
+	raw := openRefRaw(t)
+	fresh.appendTo(t, raw, math.MinInt64)
+	minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
+	hour := openTestRollup(t, tiers.DefaultHourConfig(t.TempDir()), nil)
+	fresh.writeRollups(t, minute, hour, testT0+20*hourMs)
+	stitched := tiers.NewStitched(raw, minute, hour)
+	from, to := mint-hourMs, mint+40*minMs
+
+	t.Run("remote read", func(t *testing.T) {
+		read := func(q storage.ChunkQuerier) map[string][]sample {
+			defer func() { _ = q.Close() }()
+			set := storage.NewSeriesSetFromChunkSeriesSet(q.Select(context.Background(), true, &storage.SelectHints{Start: from, End: to},
+				labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+")))
+			out := map[string][]sample{}
+			for set.Next() {
+				it := set.At().Iterator(nil)
+				for it.Next() != chunkenc.ValNone {
+					ts, v := it.At()
+					out[set.At().Labels().String()] = append(out[set.At().Labels().String()], sample{ts, v})
+				}
+				if err := it.Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := set.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		sq, err := stitched.ChunkQuerier(from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rq, err := raw.ChunkQuerier(from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := read(sq), read(rq)
+		if len(want) != len(fresh.series) {
+			t.Fatalf("raw tier holds %d series, want %d", len(want), len(fresh.series))
+		}
+		for name, ws := range want {
+			gs := got[name]
+			if !slices.EqualFunc(gs, ws, sameSample) {
+				n := min(len(gs), len(ws), 5)
+				t.Errorf("%s: %d samples, raw has %d; first %v, raw's %v", name, len(gs), len(ws), gs[:n], ws[:n])
+			}
+		}
+	})
+	t.Run("promql", func(t *testing.T) {
+		f := &stitchFixture{w: fresh, ref: raw, stitched: stitched, engine: newTestEngine()}
+		for _, qs := range []string{`DCGM_FI_DEV_GPU_TEMP`, `count_over_time(DCGM_FI_DEV_GPU_TEMP[10m])`, `sum_over_time(vllm:request_success_total[10m])`} {
+			got, _ := f.rangeQuery(t, stitched, qs, from, to, 10*time.Second)
+			want, _ := f.rangeQuery(t, raw, qs, from, to, 10*time.Second)
+			if len(want) == 0 {
+				t.Fatalf("%s: no data in the raw tier", qs)
+			}
+			compare(t, got, want, tolerance{})
+		}
+	})
+}
+
 // TestStitchedIteratorReuse: a stitched series' iterator handed on to
 // other series, as the engine hands each series' iterator on to the next,
 // yields what a fresh iterator yields, whatever tiers the series before

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/strata-dev/strata/tiers"
 )
 
 // runStrata runs a strata subcommand to completion and returns its output.
@@ -107,23 +110,73 @@ func TestBackfillFromRemoteRead(t *testing.T) {
 	}
 	src := startStrata(t, t.TempDir())
 	now := time.Now().Truncate(time.Second)
+	writeCopiedSeries(t, src, now.Add(-1200*time.Second), now)
+	checkRemoteReadCopy(t, src, now, "30m")
+}
+
+// TestBackfillFromRemoteReadFirstHourFinal is TestBackfillFromRemoteRead
+// from a source whose first hour is already a minute partition: its oldest
+// sample lies mid-minute in the hour before a boundary b, and its newest are
+// past b plus the lateness and the stale lookahead (15 minutes). The source's
+// remote read used to serve that partial first minute from the minute tier,
+// the window's last sample only, so the copy lacked the samples before it
+// (once in a while, TestBackfillFromRemoteRead: when it ran 15 to 20 minutes
+// past an hour and a tick fell between its write and its read).
+func TestBackfillFromRemoteReadFirstHourFinal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("backfill end-to-end: skipped under -short")
+	}
+	src := startStrata(t, t.TempDir())
+	now := time.Now().Truncate(time.Second)
+	b := now.Add(-16 * time.Minute).Truncate(time.Hour)
+	writeCopiedSeries(t, src, b.Add(-5*time.Minute+20*time.Second), now)
+	// The tick after the write (every 15 s) writes the partition.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var st struct {
+			Data tiers.Status `json:"data"`
+		}
+		getJSON(t, src.url("/api/v1/status/tiers"), &st)
+		i := slices.IndexFunc(st.Data.Tiers, func(ts tiers.TierStatus) bool { return ts.Tier == tiers.TierMinute })
+		if i >= 0 && st.Data.Tiers[i].Partitions > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source wrote no minute partition within a minute: %+v", st.Data)
+		}
+		time.Sleep(time.Second)
+	}
+	checkRemoteReadCopy(t, src, now, "2h")
+}
+
+// writeCopiedSeries writes three counters copied_total{instance="0".."2"}
+// to p, a sample every 10 s from first to before end.
+func writeCopiedSeries(t *testing.T, p *strataProc, first, end time.Time) {
+	t.Helper()
 	var series []testSeries
 	for i := range 3 {
 		s := testSeries{lbls: labels.FromStrings("__name__", "copied_total", "instance", fmt.Sprint(i))}
-		for j := range 120 {
-			s.samples = append(s.samples, prompb.Sample{Value: float64(j * (i + 1)), Timestamp: now.Add(time.Duration(j-120) * 10 * time.Second).UnixMilli()})
+		for j, ts := 0, first; ts.Before(end); j, ts = j+1, ts.Add(10*time.Second) {
+			s.samples = append(s.samples, prompb.Sample{Value: float64(j * (i + 1)), Timestamp: ts.UnixMilli()})
 		}
 		series = append(series, s)
 	}
-	if _, err := newWriteClient(t, src, remoteapi.WriteV1MessageType).Store(context.Background(), encodeV1(t, series), 0); err != nil {
+	if _, err := newWriteClient(t, p, remoteapi.WriteV1MessageType).Store(context.Background(), encodeV1(t, series), 0); err != nil {
 		t.Fatal(err)
 	}
+}
 
+// checkRemoteReadCopy copies the last hour and a half of copied_total from
+// src into a new store with `strata backfill --remote-read.url`, starts a
+// server on the copy, and checks that the count and the sum of every
+// series' samples over rng before now are the source's.
+func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng string) {
+	t.Helper()
 	dst := t.TempDir()
 	runStrata(t, "backfill", "--storage.path="+dst, "--no-progress-bar",
-		"--remote-read.url="+src.url("/api/v1/read"), "--remote-read.match=copied_total", "--remote-read.from=1h")
+		"--remote-read.url="+src.url("/api/v1/read"), "--remote-read.match=copied_total", "--remote-read.from=90m")
 	p := startStrata(t, dst)
-	const q = `sum by (instance) (count_over_time(copied_total[30m])) * 1000 + sum by (instance) (sum_over_time(copied_total[30m]))`
+	q := fmt.Sprintf(`sum by (instance) (count_over_time(copied_total[%[1]s])) * 1000 + sum by (instance) (sum_over_time(copied_total[%[1]s]))`, rng)
 	want, _, _, err := newAPIClient(t, src).Query(context.Background(), q, now)
 	if err != nil {
 		t.Fatal(err)
