@@ -236,13 +236,13 @@ type tracker struct {
 	byMetric map[string][]*bseries
 	// peers interns the replica keys built from a GPU model name
 	// ("gpu:<modelName>"): one string per model, not one per series.
-	peers map[string]string
-	seen     []*bseries // at the minute being processed
-	done     int64      // last minute processed (ms)
-	started  bool
-	kOut     *scratchHandle
-	booted   bool
-	lastGC   int64
+	peers   map[string]string
+	seen    []*bseries // at the minute being processed
+	done    int64      // last minute processed (ms)
+	started bool
+	kOut    *scratchHandle
+	booted  bool
+	lastGC  int64
 }
 
 func newTracker(cfg BaselineConfig) *tracker {

@@ -23,14 +23,14 @@ import (
 //
 // It is safe for concurrent use; appenders buffer until Commit.
 type scratch struct {
-	mu     sync.RWMutex
+	mu sync.RWMutex
 	// series holds the series by labels hash; the rare second series of a
 	// hash goes to collided. A slice per hash (map[uint64][]*scratchSeries)
 	// cost an 8-byte allocation and a 24-byte map value per series: 3.1 MB
 	// of the 6.1 MB the store's series took at 50,000 active series.
 	series   map[uint64]*scratchSeries
 	collided map[uint64][]*scratchSeries
-	byName map[string][]*scratchSeries
+	byName   map[string][]*scratchSeries
 	// gen changes whenever truncate forgets a series, so that a writer
 	// holding *scratchSeries handles (scratchHandle) looks them up again.
 	gen uint64
