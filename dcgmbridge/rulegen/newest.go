@@ -2,7 +2,6 @@ package rulegen
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +39,7 @@ const NewestWindow = time.Minute
 // reads the whole lookback directly for its next newestSkip evaluations,
 // then tries again.
 func newestFirst(q storage.Queryable, lookback, recent time.Duration) storage.Queryable {
-	return newestQueryable{q: q, lookback: lookback.Milliseconds(), recent: recent.Milliseconds(), stats: &newestStats{bySel: map[string]*selectorStats{}}}
+	return newestQueryable{q: q, lookback: lookback.Milliseconds(), recent: recent.Milliseconds(), stats: &newestStats{bySel: map[uint64]*selectorStats{}}}
 }
 
 // newestMaxOffset is the mean delay (ms) from the start of the recent
@@ -79,7 +78,7 @@ type newestQuerier struct {
 // at its last evaluations.
 type newestStats struct {
 	mu    sync.Mutex
-	bySel map[string]*selectorStats
+	bySel map[uint64]*selectorStats
 }
 
 type selectorStats struct {
@@ -92,13 +91,21 @@ type selectorStats struct {
 }
 
 // of returns the stats of the selector ms, or nil past maxNewestSelectors.
+// Selectors are told apart by a hash of their matchers: two that collide
+// share their stats, which only decides how they are read.
 func (s *newestStats) of(ms []*labels.Matcher) *selectorStats {
-	var b strings.Builder
-	for _, m := range ms {
-		b.WriteString(m.String())
-		b.WriteByte(0)
+	k := uint64(14695981039346656037) // FNV-1a, without an allocation
+	add := func(s string) {
+		for i := 0; i < len(s); i++ {
+			k = (k ^ uint64(s[i])) * 1099511628211
+		}
+		k = (k ^ 0xff) * 1099511628211
 	}
-	k := b.String()
+	for _, m := range ms {
+		add(m.Name)
+		k = (k ^ uint64(m.Type)) * 1099511628211
+		add(m.Value)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.bySel[k]
