@@ -97,7 +97,7 @@ func benchLiveMinute(b *testing.B, minute *tiers.Rollup, cfg Config) {
 		t = t.Add(time.Minute)
 	}
 	b.ReportAllocs()
-	b.Logf("after warm-up at %s: %d series", t.Format(time.RFC3339), e.snap.Series())
+	b.Logf("after warm-up at %s: %d series", t.Format(time.RFC3339), e.snapSeries)
 	cpu0 := processCPU(b)
 	n := 0
 	for b.Loop() {
@@ -108,7 +108,7 @@ func benchLiveMinute(b *testing.B, minute *tiers.Rollup, cfg Config) {
 		n++
 	}
 	b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(n), "cpu-s/minute")
-	b.ReportMetric(float64(e.snap.Series()), "series")
+	b.ReportMetric(float64(e.snapSeries), "series")
 }
 
 // BenchmarkReplay14Days replays a fortnight of the 4x8 cluster (the issue's

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
+	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -94,8 +95,12 @@ type Engine struct {
 	promql *promql.Engine
 	groups []*rules.Group
 	forms  *rulegen.InternalForms // the signals group's internal forms
-	hidden map[string]bool
-	view   *tiers.MinuteView
+	pinned *query.PinnedExprs     // the engine's parser; every rule's query is pinned
+	// snapSeries is how many series the last snapshot held (live, the
+	// snapshot itself is dropped after each minute).
+	snapSeries int
+	hidden     map[string]bool
+	view       *tiers.MinuteView
 
 	scratch  *scratch
 	keep     *scratchKeep // how long the scratch store keeps each name
@@ -182,9 +187,13 @@ func New(cfg Config, o Options) (*Engine, error) {
 		cfg: cfg, o: o, logger: o.Logger.With("component", "diagnose"), scratch: newScratch(), forms: rulegen.NewInternalForms(),
 		lookback: o.LookbackDelta, byID: map[string]int{}, m: newEngineMetrics(o.Registerer),
 	}
+	// The engine parses through pinned: every rule's query string is
+	// pinned in it once the groups are built, so a minute's evaluation
+	// copies parsed trees instead of parsing each rule again (pinRules).
+	e.pinned = query.NewPinnedExprs(newParser())
 	e.promql = promql.NewEngine(promql.EngineOpts{
 		Logger: e.logger, MaxSamples: 50_000_000, Timeout: 2 * time.Minute, LookbackDelta: o.LookbackDelta,
-		EnableAtModifier: true, EnableNegativeOffset: true,
+		EnableAtModifier: true, EnableNegativeOffset: true, Parser: e.pinned,
 	})
 	files, err := e.ruleFiles()
 	if err != nil {
@@ -199,6 +208,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 	if err := e.checkBaselineSignals(); err != nil {
 		return nil, err
 	}
+	e.pinRules()
 	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden))
 	e.inc = newIncidents(e)
 	return e, nil
@@ -378,6 +388,17 @@ func walkSelectorNodes(n parser.Node, fn func(vs *parser.VectorSelector, back ti
 	walk(n, 0, false)
 }
 
+// pinRules pins in the engine's parser the string queryFunc hands to the
+// engine for each rule: the internal form of the signals group's rules,
+// every other rule's expression as the rule prints it.
+func (e *Engine) pinRules() {
+	for _, g := range e.groups {
+		for _, r := range g.Rules() {
+			e.pinned.Pin(e.forms.Internal(r.Query().String()))
+		}
+	}
+}
+
 func (e *Engine) isHidden(name string) bool {
 	return e.hidden[name] || strings.HasPrefix(name, "strata:baseline:") || strings.HasPrefix(name, "strata:anomaly:")
 }
@@ -427,7 +448,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 			e.m.failures.Inc()
 			return fmt.Errorf("diagnose: read minute windows: %w", err)
 		}
-		e.snap = snap
+		e.snap, e.snapSeries = snap, snap.Series()
 		e.query = mergeQueryable{e.snap, e.scratch}
 		if e.precomp != nil {
 			if err := e.precomp.compute(ctx, e, pass{items: e.items(), q: e.query, sc: e.scratch}, tm, tm+e.chunk.Milliseconds()); err != nil {

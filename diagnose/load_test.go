@@ -199,3 +199,26 @@ func TestReadSet(t *testing.T) {
 		t.Error("a selector without a metric name must load every series")
 	}
 }
+
+// TestEngineRulesPinned: the string queryFunc hands to the engine for each
+// rule (the signals' internal form, any other rule's expression) is pinned
+// in the engine's parser, so a minute's evaluation parses none of them.
+func TestEngineRulesPinned(t *testing.T) {
+	e, err := New(DefaultConfig(), Options{Minute: emptyMinute(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range e.RuleGroups() {
+		for _, r := range g.Rules() {
+			n++
+			qs := e.forms.Internal(r.Query().String())
+			if !e.pinned.Pinned(qs) {
+				t.Errorf("group %s, rule %s: %q not pinned", g.Name(), r.Name(), qs)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the default engine has no rules")
+	}
+}

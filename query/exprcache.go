@@ -67,6 +67,14 @@ func (c *PinnedExprs) Unpin(qs string) {
 	c.mu.Unlock()
 }
 
+// Pinned reports whether qs is pinned.
+func (c *PinnedExprs) Pinned(qs string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.exprs[qs]
+	return ok
+}
+
 // Len returns how many strings are pinned.
 func (c *PinnedExprs) Len() int {
 	c.mu.RLock()
