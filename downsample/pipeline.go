@@ -80,6 +80,13 @@ type Config struct {
 	// heap); files left there by a previous process are removed by New.
 	// Empty keeps them in memory.
 	SpillDir string
+	// SparseInterval is the sample interval at and above which a series'
+	// minute windows are not spilled: the readers of the open hours (the
+	// flush, VisitOpenWindows) recompute them from raw, which costs about
+	// what reading them from the spill does, while the spill would cost
+	// about what the raw samples do (docs/rollups.md, "Memory"). Zero is
+	// DefaultSparseInterval; negative spills every series.
+	SparseInterval time.Duration
 }
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
@@ -127,6 +134,8 @@ type Pipeline struct {
 	spillMu sync.RWMutex
 	spills  map[int64]*hourSpill // open hours' windows by hour start
 	encBuf  []byte               // block encoding scratch, used by the tick
+
+	sparseAfter int64 // Config.SparseInterval in ms; 0: every series is spilled
 
 	pubMark atomic.Int64  // mark as of the last tick, for Mark (notify.go)
 	markCh  chan struct{} // MarkAdvanced
@@ -229,6 +238,12 @@ func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger
 		cfg: cfg, src: src, minute: minute, hour: hour,
 		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
 		spills: map[int64]*hourSpill{}, markCh: make(chan struct{}, 1),
+	}
+	switch {
+	case cfg.SparseInterval == 0:
+		p.sparseAfter = DefaultSparseInterval
+	case cfg.SparseInterval > 0:
+		p.sparseAfter = max(1, cfg.SparseInterval.Milliseconds())
 	}
 	p.registerMemoryMetrics(reg)
 	return p, nil
@@ -441,7 +456,39 @@ func (p *Pipeline) flushMinutes(ctx context.Context, h int64) error {
 		_, err := p.flushFromRaw(ctx, h)
 		return err
 	}
-	if err := p.writeMinutes(h, sp); err != nil {
+	return p.flushTee(ctx, h, sp)
+}
+
+// flushTee writes hour h's minute partition from the dense series' windows
+// in its spill and the other series' windows computed from raw (read once
+// for all of them, through a temporary spill that sorts them into partition
+// order), then drops the spill. Raw is not read when every series the hour
+// can hold is dense.
+func (p *Pipeline) flushTee(ctx context.Context, h int64, sp *hourSpill) (err error) {
+	set := p.spillSet(h)
+	var tmp *hourSpill
+	if set.needRaw(h) {
+		if tmp, err = p.newSpill(h, ".raw"); err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := tmp.f.remove(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove rollup spill: %w", rerr))
+			}
+		}()
+		rs := rawSpiller{p: p, sp: tmp}
+		st, err := walkRawBacked(ctx, p.src, set, h, h+HourRes, p.cfg.KindOf, nil, nil, rs.add)
+		p.m.samples.Add(float64(st.Floats))
+		p.m.histograms.Add(float64(st.Histograms))
+		if err != nil {
+			return err
+		}
+		if err := rs.flush(); err != nil {
+			return err
+		}
+	}
+	keep := func(k *spillKey) bool { return set.holds(k.lset, k.id) }
+	if err := p.writeMinutesFrom(h, p.mergeSpills(sp, keep, tmp)); err != nil {
 		return err
 	}
 	return p.dropSpill(h)
@@ -486,9 +533,15 @@ type seriesPartitionWriter interface {
 
 // writeMinutes writes hour h's minute partition from sp.
 func (p *Pipeline) writeMinutes(h int64, sp *hourSpill) error {
+	return p.writeMinutesFrom(h, p.spillSeries(sp))
+}
+
+// writeMinutesFrom writes hour h's minute partition from its series in
+// partition order.
+func (p *Pipeline) writeMinutesFrom(h int64, in iter.Seq2[tiers.SeriesWindows, error]) error {
 	var nSeries, windows int
 	series := func(yield func(tiers.SeriesWindows, error) bool) {
-		for s, err := range p.spillSeries(sp) {
+		for s, err := range in {
 			if err == nil {
 				nSeries++
 				windows += len(s.Windows)
