@@ -117,7 +117,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 				var k int
 				if blk.inline {
 					// Consecutive windows of one inline series share its labels.
-					if lastInline < 0 || lastLabels.IsEmpty() || !labels.Equal(lastLabels, c.key.lset) {
+					if lastLabels.IsEmpty() || !labels.Equal(lastLabels, c.key.lset) {
 						lastLabels, lastInline = c.key.lset, -1
 						if set.holds(c.key.lset, c.key.id) {
 							lastInline = want(c.key.lset)
