@@ -83,19 +83,23 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	}
 	entries, err := p.recompute(ctx, redo)
 	if err == nil {
+		// A sparse series' recomputed windows are not spilled: its
+		// readers compute them from raw as well.
+		p.tap.mu.Lock()
+		for _, e := range entries {
+			p.tap.series.at(e.slot).sawWindow(e.w.Start)
+		}
+		entries = slices.DeleteFunc(entries, func(e spillEntry) bool { return p.tap.series.at(e.slot).sparse })
+		p.tap.mu.Unlock()
 		err = p.spillEntries(entries)
 	}
-	p.tap.mu.Lock()
-	defer p.tap.mu.Unlock()
 	if err != nil {
+		p.tap.mu.Lock()
+		defer p.tap.mu.Unlock()
 		for _, d := range redo {
 			p.markDirty(d.slot, p.tap.series.at(d.slot), d.from, d.to-MinuteRes)
 		}
 		return err
-	}
-	for _, e := range entries {
-		st := p.tap.series.at(e.slot)
-		st.sawWindow(e.w.Start)
 	}
 	return nil
 }

@@ -1,11 +1,14 @@
 package downsample
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -244,4 +247,130 @@ func fromRaw(t *testing.T, raw *tiers.Raw, from, to int64) []tiers.SeriesWindows
 	}
 	sortSeries(out)
 	return out
+}
+
+// TestSparseSeriesEqualSpilled runs one interleaved fleet (series at 1 s,
+// 5 s, 10 s and 15 s, late, out of order, stale) twice, the same deliveries
+// and ticks: once spilling every series' windows (Config.SparseInterval < 0)
+// and once with the default, which spills only the 1 s series and computes
+// the others' windows from raw where they are read. The open windows must
+// be equal, and the minute partition files equal byte for byte.
+func TestSparseSeriesEqualSpilled(t *testing.T) {
+	seeds := []uint64{3, 11}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			spilled := ingestInterleaved(t, seed, -1)
+			sparse := ingestInterleaved(t, seed, 0)
+			if sparse.sparse == 0 || sparse.dense == 0 || spilled.sparse != 0 {
+				t.Fatalf("sparse and dense series %d and %d (spilling every series: %d sparse)", sparse.sparse, sparse.dense, spilled.sparse)
+			}
+			if sparse.spillBytes >= spilled.spillBytes*3/4 {
+				t.Errorf("spill of %.0f bytes with sparse series left out, %.0f with every series", sparse.spillBytes, spilled.spillBytes)
+			}
+			checkSeries(t, "open windows", sparse.open, spilled.open)
+			if len(spilled.files) < 2 || len(sparse.files) != len(spilled.files) {
+				t.Fatalf("%d and %d minute partition files", len(sparse.files), len(spilled.files))
+			}
+			for name, b := range spilled.files {
+				if got, ok := sparse.files[name]; !ok || !bytes.Equal(got, b) {
+					t.Errorf("minute partition %s differs (%d bytes, %d spilling every series)", name, len(got), len(b))
+				}
+			}
+		})
+	}
+}
+
+type interleavedRun struct {
+	open          []tiers.SeriesWindows
+	files         map[string][]byte
+	sparse, dense int
+	spillBytes    float64 // the largest the spill got
+}
+
+// ingestInterleaved delivers fleet seed through the tee of a pipeline with
+// SparseInterval sparse over the Parquet minute tier and spill files, and
+// returns what it made.
+func ingestInterleaved(t *testing.T, seed uint64, sparse time.Duration) interleavedRun {
+	t.Helper()
+	start := testStart + 2*HourRes + 13*MinuteRes
+	w := genInterleaved(seed, start, start+3*HourRes)
+	raw := openTestRaw(t)
+	minuteDir := t.TempDir()
+	minute, err := tiers.OpenRollup(tiers.DefaultMinuteConfig(minuteDir), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { minute.Close() })
+	clock := &testClock{t: time.UnixMilli(start)}
+	cfg := testConfig()
+	cfg.SpillDir, cfg.SparseInterval = t.TempDir(), sparse
+	reg := prometheus.NewRegistry()
+	p, err := New(cfg, raw, minute, newMemTier(HourRes, DayLen), promslog.NewNopLogger(), reg, clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tee := p.Tee(raw)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var out interleavedRun
+	last := w.deliveries[len(w.deliveries)-1].at
+	for at := start - 1; at < last; {
+		next := min(at+1000+rng.Int64N(40_000), last)
+		w.deliver(t, tee, rng, at, next)
+		at = next
+		clock.t = time.UnixMilli(at)
+		if err := p.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		out.spillBytes = max(out.spillBytes, gatheredValue(t, reg, "strata_downsample_spill_bytes"))
+	}
+	out.open = p.openWindows()
+	p.tap.mu.Lock()
+	for s := range p.tap.series.n {
+		if st := p.tap.series.at(s); !st.lset.IsEmpty() {
+			if st.sparse {
+				out.sparse++
+			} else {
+				out.dense++
+			}
+		}
+	}
+	p.tap.mu.Unlock()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.files = map[string][]byte{}
+	entries, err := os.ReadDir(minuteDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(minuteDir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.files[e.Name()] = b
+	}
+	return out
+}
+
+// gatheredValue returns the value of the gauge name in reg.
+func gatheredValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -1,11 +1,14 @@
 package downsample
 
 import (
+	"context"
+	"maps"
 	"math"
 	"slices"
 
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -88,6 +91,14 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	)
 	p.spillMu.RLock()
 	defer p.spillMu.RUnlock()
+	oldest := int64(math.MaxInt64)
+	for h := range p.spills {
+		oldest = min(oldest, h)
+	}
+	// Which series the spill holds whole; the others are computed from
+	// raw below (spillset.go). Taken after the mark was read: every
+	// window before it was spilled by the tick that published it.
+	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)))
 	for _, sp := range p.spills {
 		if sp.start+HourRes <= mint || sp.start > maxt {
 			continue
@@ -98,6 +109,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			}
 			c := p.newCursor(sp, i, 32<<10)
 			lastInline := -1
+			var lastLabels labels.Labels
 			for c.next() {
 				if c.w.Start < mint || c.w.Start > maxt {
 					continue
@@ -105,14 +117,20 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 				var k int
 				if blk.inline {
 					// Consecutive windows of one inline series share its labels.
-					if lastInline < 0 || !labels.Equal(accs[lastInline].lset, c.key.lset) {
-						lastInline = want(c.key.lset)
+					if lastLabels.IsEmpty() || !labels.Equal(lastLabels, c.key.lset) {
+						lastLabels, lastInline = c.key.lset, -1
+						if set.holds(c.key.lset, c.key.id) {
+							lastInline = want(c.key.lset)
+						}
 					}
 					k = lastInline
 				} else {
 					var ok bool
 					if k, ok = bySlot[c.slot]; !ok {
-						k = want(c.key.lset)
+						k = -1
+						if set.holds(c.key.lset, c.key.id) {
+							k = want(c.key.lset)
+						}
 						bySlot[c.slot] = k
 					}
 				}
@@ -123,6 +141,33 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			if err := c.Err(); err != nil {
 				p.logger.Error("read rollup spill", "hour", fmtTime(sp.start), "err", err)
 			}
+		}
+	}
+	// The series the spill does not hold whole, from raw: one read per open
+	// hour, for the minutes of [mint, maxt] in it.
+	for _, h := range slices.Sorted(maps.Keys(p.spills)) {
+		from, to := max(timegrid.Ceil(mint, MinuteRes), h), min(timegrid.Floor(maxt, MinuteRes)+MinuteRes, h+HourRes)
+		if from >= to || !set.needRaw(from) {
+			continue
+		}
+		seq := len(p.spills[h].blocks) // after the spill's blocks
+		_, err := walkRawBacked(context.Background(), p.src, set, from, to, p.cfg.KindOf, matchers,
+			func(lset labels.Labels) (int64, bool) {
+				k := want(lset)
+				if k < 0 {
+					return 0, false
+				}
+				accs[k].lset = lset.Copy() // lset may point into a block's index
+				return timegrid.Ceil(accs[k].from, MinuteRes), true
+			},
+			func(_ labels.Labels, ws []tiers.Window) {
+				a := &accs[len(accs)-1] // the series start just accepted
+				for i, w := range ws {
+					a.ws = append(a.ws, orderedWindow{w: w, seq: seq, rec: i})
+				}
+			})
+		if err != nil {
+			p.logger.Error("read open windows from raw", "hour", fmtTime(h), "err", err)
 		}
 	}
 	// A series may be in several accumulators (read from raw, or a new

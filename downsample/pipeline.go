@@ -80,6 +80,13 @@ type Config struct {
 	// heap); files left there by a previous process are removed by New.
 	// Empty keeps them in memory.
 	SpillDir string
+	// SparseInterval is the sample interval at and above which a series'
+	// minute windows are not spilled: the readers of the open hours (the
+	// flush, VisitOpenWindows) recompute them from raw, which costs about
+	// what reading them from the spill does, while the spill would cost
+	// about what the raw samples do (docs/rollups.md, "Memory"). Zero is
+	// DefaultSparseInterval; negative spills every series.
+	SparseInterval time.Duration
 }
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
@@ -127,6 +134,8 @@ type Pipeline struct {
 	spillMu sync.RWMutex
 	spills  map[int64]*hourSpill // open hours' windows by hour start
 	encBuf  []byte               // block encoding scratch, used by the tick
+
+	sparseAfter int64 // Config.SparseInterval in ms; 0: every series is spilled
 
 	pubMark atomic.Int64  // mark as of the last tick, for Mark (notify.go)
 	markCh  chan struct{} // MarkAdvanced
@@ -229,6 +238,12 @@ func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger
 		cfg: cfg, src: src, minute: minute, hour: hour,
 		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
 		spills: map[int64]*hourSpill{}, markCh: make(chan struct{}, 1),
+	}
+	switch {
+	case cfg.SparseInterval == 0:
+		p.sparseAfter = DefaultSparseInterval
+	case cfg.SparseInterval > 0:
+		p.sparseAfter = max(1, cfg.SparseInterval.Milliseconds())
 	}
 	p.registerMemoryMetrics(reg)
 	return p, nil
@@ -441,10 +456,48 @@ func (p *Pipeline) flushMinutes(ctx context.Context, h int64) error {
 		_, err := p.flushFromRaw(ctx, h)
 		return err
 	}
-	if err := p.writeMinutes(h, sp); err != nil {
+	return p.flushTee(ctx, h, sp)
+}
+
+// flushTee writes hour h's minute partition with the tee (writeTeeHour),
+// then drops its spill.
+func (p *Pipeline) flushTee(ctx context.Context, h int64, sp *hourSpill) error {
+	if err := p.writeTeeHour(ctx, h, sp); err != nil {
 		return err
 	}
 	return p.dropSpill(h)
+}
+
+// writeTeeHour writes hour h's minute partition from the dense series'
+// windows in its spill and the other series' windows computed from raw
+// (read once for all of them, through a temporary spill that sorts them
+// into partition order). Raw is not read when every series the hour can
+// hold is dense.
+func (p *Pipeline) writeTeeHour(ctx context.Context, h int64, sp *hourSpill) (err error) {
+	set := p.spillSet(h)
+	var tmp *hourSpill
+	if set.needRaw(h) {
+		if tmp, err = p.newSpill(h, ".raw"); err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := tmp.f.remove(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove rollup spill: %w", rerr))
+			}
+		}()
+		rs := rawSpiller{p: p, sp: tmp}
+		st, err := walkRawBacked(ctx, p.src, set, h, h+HourRes, p.cfg.KindOf, nil, nil, rs.add)
+		p.m.samples.Add(float64(st.Floats))
+		p.m.histograms.Add(float64(st.Histograms))
+		if err != nil {
+			return err
+		}
+		if err := rs.flush(); err != nil {
+			return err
+		}
+	}
+	keep := func(k *spillKey) bool { return set.holds(k.lset, k.id) }
+	return p.writeMinutesFrom(h, p.mergeSpills(sp, keep, tmp))
 }
 
 // flushFromRaw writes the minute partition of hour h computed from raw (the
@@ -486,9 +539,15 @@ type seriesPartitionWriter interface {
 
 // writeMinutes writes hour h's minute partition from sp.
 func (p *Pipeline) writeMinutes(h int64, sp *hourSpill) error {
+	return p.writeMinutesFrom(h, p.spillSeries(sp))
+}
+
+// writeMinutesFrom writes hour h's minute partition from its series in
+// partition order.
+func (p *Pipeline) writeMinutesFrom(h int64, in iter.Seq2[tiers.SeriesWindows, error]) error {
 	var nSeries, windows int
 	series := func(yield func(tiers.SeriesWindows, error) bool) {
-		for s, err := range p.spillSeries(sp) {
+		for s, err := range in {
 			if err == nil {
 				nSeries++
 				windows += len(s.Windows)
@@ -534,6 +593,7 @@ type rawSpiller struct {
 	p       *Pipeline
 	sp      *hourSpill
 	series  []rawSeries
+	arena   []tiers.Window // the series' windows, reused for the next block
 	windows int
 	err     error
 }
@@ -542,7 +602,18 @@ func (r *rawSpiller) add(lset labels.Labels, ws []tiers.Window) {
 	if r.err != nil {
 		return
 	}
-	r.series = append(r.series, rawSeries{lset: lset.Copy(), id: tiers.SeriesID(lset), ws: slices.Clone(ws)})
+	// One arena for the block's windows, not a slice per series: a copy
+	// per series was 40 % of the flush's raw read (BenchmarkFlushHour). A
+	// series' slice may keep an arena the next append outgrew, until the
+	// block is written.
+	n := len(r.arena)
+	if n+len(ws) > cap(r.arena) {
+		// Doubling, not append's quarter: a block's arena of 10 MiB
+		// grown by quarters copied itself four times over.
+		r.arena = slices.Grow(r.arena, max(n, len(ws), 1024))
+	}
+	r.arena = append(r.arena, ws...)
+	r.series = append(r.series, rawSeries{lset: lset.Copy(), id: tiers.SeriesID(lset), ws: r.arena[n:len(r.arena):len(r.arena)]})
 	if r.windows += len(ws); r.windows >= maxRawBlockWindows {
 		r.err = r.flush()
 	}
@@ -569,7 +640,7 @@ func (r *rawSpiller) flush() error {
 	}
 	r.p.encBuf = buf
 	clear(r.series)
-	r.series, r.windows = r.series[:0], 0
+	r.series, r.windows, r.arena = r.series[:0], 0, r.arena[:0]
 	return r.p.writeBlock(r.sp, buf, blk)
 }
 

@@ -38,6 +38,10 @@ type seriesState struct {
 	emitted  bool // the open window, as it is, has been handed to the spill
 	tainted  bool // the open window misses an out-of-order sample: never emitted, recomputed
 	listed   bool // in teeState.dirty
+	// sparse: the series' samples come Config.SparseInterval or more
+	// apart, and its windows are not spilled but recomputed from raw by
+	// their readers (spillset.go). Never cleared while the slot is held.
+	sparse bool
 }
 
 // sawWindow notes that the series has a window starting at start.

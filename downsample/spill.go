@@ -549,6 +549,11 @@ type blockCursor struct {
 	slot  uint32 // of the current record, when !blk.inline
 	w     tiers.Window
 	order int // the record's position in the hour: (seq, rec)
+
+	// keep, when set, tells which series' records next returns; the
+	// others are skipped (a reader of the open hours computes them from
+	// raw: spillset.go).
+	keep func(*spillKey) bool
 }
 
 func (p *Pipeline) newCursor(sp *hourSpill, seq int, bufSize int) *blockCursor {
@@ -561,9 +566,19 @@ func (p *Pipeline) newCursor(sp *hourSpill, seq int, bufSize int) *blockCursor {
 	}
 }
 
-// next reads the next record; false at the end of the block or on error
-// (Err).
+// next reads the next record (of a series keep keeps); false at the end of
+// the block or on error (Err).
 func (c *blockCursor) next() bool {
+	for c.nextRecord() {
+		if c.keep == nil || c.keep(&c.key) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextRecord reads the next record.
+func (c *blockCursor) nextRecord() bool {
 	if c.d.err != nil {
 		return false
 	}
@@ -657,16 +672,33 @@ func latestPerMinute(ws []orderedWindow, out []tiers.Window) []tiers.Window {
 // with its latest window per minute. The yielded windows are reused for the
 // next series. Read it with spillMu held for reading, or from the tick.
 func (p *Pipeline) spillSeries(sp *hourSpill) iter.Seq2[tiers.SeriesWindows, error] {
+	return p.mergeSpills(sp, nil, nil)
+}
+
+// mergeSpills is spillSeries over the records of sp that keep keeps (nil:
+// all of them) and every record of extra (nil: none), whose blocks count
+// as later than sp's.
+func (p *Pipeline) mergeSpills(sp *hourSpill, keep func(*spillKey) bool, extra *hourSpill) iter.Seq2[tiers.SeriesWindows, error] {
 	return func(yield func(tiers.SeriesWindows, error) bool) {
 		h := make(cursorHeap, 0, len(sp.blocks))
-		for i := range sp.blocks {
-			c := p.newCursor(sp, i, 8<<10)
-			if c.next() {
-				h = append(h, c)
-			} else if err := c.Err(); err != nil {
-				yield(tiers.SeriesWindows{}, err)
-				return
+		add := func(s *hourSpill, keep func(*spillKey) bool, base int) bool {
+			for i := range s.blocks {
+				c := p.newCursor(s, i, 8<<10)
+				c.seq, c.keep = base+i, keep
+				if c.next() {
+					h = append(h, c)
+				} else if err := c.Err(); err != nil {
+					yield(tiers.SeriesWindows{}, err)
+					return false
+				}
 			}
+			return true
+		}
+		if !add(sp, keep, 0) {
+			return
+		}
+		if extra != nil && !add(extra, nil, len(sp.blocks)) {
+			return
 		}
 		heap.Init(&h)
 		var (

@@ -282,6 +282,9 @@ func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResul
 		return foldedOther
 	}
 	if st.b.open && t >= st.b.start+MinuteRes {
+		if p.sparseAfter > 0 && !st.sparse && sparseRate(&st.b, t, p.sparseAfter) {
+			st.sparse = true
+		}
 		if !st.emitted && !st.tainted {
 			p.emit(s, st, st.b.current())
 		}
@@ -307,6 +310,9 @@ func (p *Pipeline) changed(s uint32, st *seriesState) {
 func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
 	st.emitted = true
 	st.sawWindow(w.Start)
+	if st.sparse {
+		return // its readers recompute it from raw (spillset.go)
+	}
 	if n := len(p.tap.pending); n == cap(p.tap.pending) {
 		// Every series emits a window at each minute boundary: room for
 		// one each at once, not append's quarter more than the last
