@@ -3,8 +3,10 @@ package remotewrite
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 )
@@ -176,15 +178,14 @@ func (h *Handler) probeAll(series []Series, st *writeState) {
 		if s.Err != nil {
 			continue
 		}
-		p.hash = st.encode(s.Labels).Hash()
 		p.off = len(st.keys)
-		// ByteSize is the encoding's size with the default (stringlabels)
-		// implementation: Bytes then copies it straight into keys.
-		st.keys = slices.Grow(st.keys, int(st.key.ByteSize()))
-		if b := st.key.Bytes(st.keys[p.off:p.off:cap(st.keys)]); cap(b) == cap(st.keys)-p.off {
-			st.keys = st.keys[:p.off+len(b)]
+		if h.directKeys {
+			st.keys = appendLabelKey(st.keys, s.Labels)
+			p.hash = xxhash.Sum64(st.keys[p.off:])
 		} else {
-			st.keys = append(st.keys, b...)
+			p.hash = st.encode(s.Labels).Hash()
+			st.scratch = st.key.Bytes(st.scratch[:0])
+			st.keys = append(st.keys, st.scratch...)
 		}
 		p.end = len(st.keys)
 		start[p.hash%cacheShards+1]++
@@ -229,6 +230,50 @@ func (h *Handler) probeAll(series []Series, st *writeState) {
 	}
 	h.m.cacheHits.Add(float64(hits))
 	h.m.cacheMisses.Add(float64(start[cacheShards] - hits))
+}
+
+// appendLabelKey appends the encoding of label views (sorted, empty values
+// left out) to dst: the bytes of the labels.Labels they make with the default
+// (stringlabels) implementation, each name and value preceded by its length,
+// one byte below 255, else 255 and three bytes little-endian. So their
+// xxhash is that label set's Hash and they equal its Bytes, which probeAll
+// compares with the cached set's; written in one forward pass, without the
+// ScratchBuilder's list of views and its copy. labelKeysMatch tells whether
+// the labels implementation built in is that one.
+//
+// A name or value of 16 MiB or more (the implementation's limit) gets a
+// wrong length here, so its series misses the cache and its validation
+// rejects it.
+func appendLabelKey(dst []byte, views []Label) []byte {
+	for _, l := range views {
+		if l.Value == "" {
+			continue
+		}
+		dst = appendKeyString(dst, l.Name)
+		dst = appendKeyString(dst, l.Value)
+	}
+	return dst
+}
+
+func appendKeyString(dst []byte, s string) []byte {
+	if n := len(s); n < 255 {
+		dst = append(dst, byte(n))
+	} else {
+		dst = append(dst, 255, byte(n), byte(n>>8), byte(n>>16))
+	}
+	return append(dst, s...)
+}
+
+// labelKeysMatch reports whether appendLabelKey encodes label sets as the
+// labels package built in does (its default, stringlabels), with short and
+// long values; with another implementation (the slicelabels or dedupelabels
+// build tags) probeAll encodes through a labels.ScratchBuilder instead.
+func labelKeysMatch() bool {
+	long := strings.Repeat("v", 300)
+	views := []Label{{Name: "__name__", Value: "up"}, {Name: "empty", Value: ""}, {Name: "long", Value: long}}
+	ls := labels.FromStrings("__name__", "up", "long", long)
+	key := appendLabelKey(nil, views)
+	return bytes.Equal(key, ls.Bytes(nil)) && xxhash.Sum64(key) == ls.Hash()
 }
 
 // encode encodes label views (sorted, empty values left out) into st.key, a

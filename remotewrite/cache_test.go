@@ -1,12 +1,15 @@
 package remotewrite
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/model/labels"
@@ -87,6 +90,31 @@ func TestWriteForgetsProbes(t *testing.T) {
 	for i, p := range st.probes[:cap(st.probes)] {
 		if !p.entry.lset.IsEmpty() {
 			t.Fatalf("probe %d still holds %v after the request", i, p.entry.lset)
+		}
+	}
+}
+
+// TestLabelKeys: the series cache's keys, encoded straight from label
+// views, are the bytes and the hash of the labels.Labels the views make
+// (empty values left out), at the lengths where the encoding of a length
+// changes; so a cached series is found and the TSDB's hash is ours.
+func TestLabelKeys(t *testing.T) {
+	if !labelKeysMatch() {
+		t.Fatal("labelKeysMatch is false with the default labels implementation: probeAll takes the slow path")
+	}
+	for _, n := range []int{0, 1, 127, 128, 254, 255, 256, 70000} {
+		v := strings.Repeat("v", n)
+		views := []Label{{"__name__", "m"}, {"a", v}, {strings.Repeat("n", n+1), "x"}, {"z", ""}}
+		var sb labels.ScratchBuilder
+		for _, l := range views {
+			if l.Value != "" {
+				sb.Add(l.Name, l.Value)
+			}
+		}
+		want := sb.Labels()
+		key := appendLabelKey([]byte("prefix"), views)
+		if got := key[len("prefix"):]; !bytes.Equal(got, want.Bytes(nil)) || xxhash.Sum64(got) != want.Hash() {
+			t.Fatalf("length %d: key %q, want the bytes %q of %v", n, got, want.Bytes(nil), want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -180,6 +181,17 @@ func TestDecodeV1MatchesPrompb(t *testing.T) {
 		"empty": {},
 		"seed":  seedV1(),
 		"bench": benchRequestV1(50, 3),
+		// Labels past the decoder's short-label path: a label message of
+		// 128 bytes or more, a name or value of 128 or more, an empty
+		// value (not on the wire), fields in the other order.
+		"long and odd labels": {Timeseries: []prompb.TimeSeries{{
+			Labels: []prompb.Label{
+				{Name: "__name__", Value: "m"}, {Name: "a", Value: strings.Repeat("v", 125)},
+				{Name: "b", Value: strings.Repeat("v", 128)}, {Name: strings.Repeat("n", 200), Value: "x"},
+				{Name: "empty", Value: ""}, {Name: "", Value: "nameless"},
+			},
+			Samples: []prompb.Sample{{Value: 1, Timestamp: 1}},
+		}}},
 	}
 	var d Decoder
 	for name, wr := range cases {
@@ -196,6 +208,36 @@ func TestDecodeV1MatchesPrompb(t *testing.T) {
 				t.Fatalf("decode differs from prompb (-prompb +ours):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDecodeLabelLayouts: a Label message in any field order, with a
+// repeated or unknown field, decodes as protobuf says (the last value of a
+// field wins), whether or not it has the short layout the decoder reads
+// without the general field loop.
+func TestDecodeLabelLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want Label
+	}{
+		{"name then value", []byte{0x0a, 1, 'a', 0x12, 1, 'b'}, Label{"a", "b"}},
+		{"value then name", []byte{0x12, 1, 'b', 0x0a, 1, 'a'}, Label{"a", "b"}},
+		{"name only", []byte{0x0a, 1, 'a'}, Label{"a", ""}},
+		{"empty name", []byte{0x0a, 0, 0x12, 1, 'b'}, Label{"", "b"}},
+		{"value repeated", []byte{0x0a, 1, 'a', 0x12, 1, 'b', 0x12, 1, 'c'}, Label{"a", "c"}},
+		{"unknown field after", []byte{0x0a, 1, 'a', 0x12, 1, 'b', 0x18, 1}, Label{"a", "b"}},
+		{"long value", append([]byte{0x0a, 1, 'a', 0x12, 0x80, 0x01}, strings.Repeat("v", 128)...), Label{"a", strings.Repeat("v", 128)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeLabel(tc.msg)
+			if err != nil || got != tc.want {
+				t.Fatalf("decodeLabel = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := decodeLabel([]byte{0x0a, 5, 'a'}); err == nil {
+		t.Fatal("a name longer than its message decoded without an error")
 	}
 }
 
