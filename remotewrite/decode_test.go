@@ -1,6 +1,7 @@
 package remotewrite
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -238,6 +239,39 @@ func TestDecodeLabelLayouts(t *testing.T) {
 	}
 	if _, err := decodeLabel([]byte{0x0a, 5, 'a'}); err == nil {
 		t.Fatal("a name longer than its message decoded without an error")
+	}
+}
+
+// TestDecodeSampleLayouts: a Sample message decodes as protobuf says
+// whether or not it has the layout the decoder reads without the general
+// field loop (value, then timestamp, nothing else).
+func TestDecodeSampleLayouts(t *testing.T) {
+	value := func(v float64) []byte {
+		return binary.LittleEndian.AppendUint64([]byte{0x09}, math.Float64bits(v))
+	}
+	ts := func(t int64) []byte { return binary.AppendUvarint([]byte{0x10}, uint64(t)) }
+	cat := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want Sample
+	}{
+		{"value then timestamp", cat(value(1.5), ts(1000)), Sample{Value: 1.5, Timestamp: 1000}},
+		{"negative timestamp", cat(value(-2), ts(-5)), Sample{Value: -2, Timestamp: -5}},
+		{"timestamp then value", cat(ts(1000), value(1.5)), Sample{Value: 1.5, Timestamp: 1000}},
+		{"zero value left out", ts(7), Sample{Timestamp: 7}},
+		{"start timestamp", cat(value(1), ts(2000), []byte{0x18}, binary.AppendUvarint(nil, 1000)), Sample{Value: 1, Timestamp: 2000, StartTimestamp: 1000}},
+		{"timestamp repeated", cat(value(1), ts(1), ts(2)), Sample{Value: 1, Timestamp: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeSample(tc.msg)
+			if err != nil || got != tc.want {
+				t.Fatalf("decodeSample = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := decodeSample(cat(value(1), []byte{0x10, 0x80})); err == nil {
+		t.Fatal("a cut timestamp varint decoded without an error")
 	}
 }
 

@@ -70,6 +70,7 @@ type writeState struct {
 	order     []int32       // series indexes grouped by cache shard
 	scratch   []byte
 	exemplars []exemplar.Exemplar
+	newest    int64 // the newest timestamp the limits accept, for this request
 	res       writeResult
 }
 
@@ -117,6 +118,7 @@ func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *wri
 	}
 	app := h.app.AppenderV2(r.Context())
 	now := h.now()
+	st.newest = h.cfg.Limits.newestAllowed(now)
 	for i := range req.Series {
 		if err := h.writeSeries(app, ver, i, &req.Series[i], st, now); err != nil {
 			res.fatal = err
@@ -227,7 +229,8 @@ func (h *Handler) writeSeries(app storage.AppenderV2, ver protoVersion, idx int,
 	var lastST int64
 
 	for _, smp := range s.Samples {
-		if reason, err := lim.CheckTimestamp(smp.Timestamp, now); err != nil {
+		if smp.Timestamp > st.newest {
+			reason, err := lim.CheckTimestamp(smp.Timestamp, now)
 			h.rejectElems(res, reason, 1, fmt.Errorf("series %s: %w", formatLabels(s.Labels), err))
 			continue
 		}
