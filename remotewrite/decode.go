@@ -354,7 +354,7 @@ func decodeLabel(buf []byte) (Label, error) {
 // Protobuf tags of Sample.value (fixed64) and Sample.timestamp (varint).
 const (
 	sampleValueTag     = 1<<3 | 1
-	sampleTimestampTag = 2<<3 | 0
+	sampleTimestampTag = 2 << 3 // wire type 0, varint
 )
 
 // decodeSample reads an RW 1.0 or 2.0 Sample (2.0 adds start_timestamp = 3).

@@ -250,7 +250,7 @@ func TestDecodeSampleLayouts(t *testing.T) {
 		return binary.LittleEndian.AppendUint64([]byte{0x09}, math.Float64bits(v))
 	}
 	ts := func(t int64) []byte { return binary.AppendUvarint([]byte{0x10}, uint64(t)) }
-	cat := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
+	cat := slices.Concat[[]byte]
 	for _, tc := range []struct {
 		name string
 		msg  []byte
