@@ -207,7 +207,13 @@ type bseries struct {
 		src  baselineSource
 	}
 	lastOut int64 // the last minute the outputs were written
-	out     [3]*scratchHandle
+	// out are the median, sigma and z-score series, made when the series
+	// first has a baseline: a series without one (sourceNone: no history
+	// and fewer than minReplicas other replicas) writes nothing, and its
+	// three label sets were 3.6 MB at 50,000 active series.
+	out *[3]scratchHandle
+	// next chains the series whose labels share a hash (tracker.series).
+	next *bseries
 }
 
 // tracker computes the baselines of the tracked signals, minute by minute
@@ -226,20 +232,23 @@ type tracker struct {
 	minWeeks int // weeks needed for the hour-of-week source
 	shiftN   int // hours a shift must hold
 
-	series   map[uint64][]*bseries
+	series   map[uint64]*bseries // by labels hash, collisions chained by next
 	byMetric map[string][]*bseries
-	seen     []*bseries // at the minute being processed
-	done     int64      // last minute processed (ms)
-	started  bool
-	kOut     *scratchHandle
-	booted   bool
-	lastGC   int64
+	// peers interns the replica keys built from a GPU model name
+	// ("gpu:<modelName>"): one string per model, not one per series.
+	peers   map[string]string
+	seen    []*bseries // at the minute being processed
+	done    int64      // last minute processed (ms)
+	started bool
+	kOut    *scratchHandle
+	booted  bool
+	lastGC  int64
 }
 
 func newTracker(cfg BaselineConfig) *tracker {
 	t := &tracker{
 		cfg: cfg, k: cfg.K, floors: map[string]float64{},
-		series: map[uint64][]*bseries{}, byMetric: map[string][]*bseries{},
+		series: map[uint64]*bseries{}, byMetric: map[string][]*bseries{}, peers: map[string]string{},
 		weeks:  int(time.Duration(cfg.History) / (week * time.Hour)),
 		shiftN: max(1, int(time.Duration(cfg.LevelShiftAfter)/time.Hour)),
 		kOut:   &scratchHandle{lbls: labels.FromStrings(model.MetricNameLabel, BaselineKSeries)},
@@ -272,8 +281,12 @@ func (t *tracker) readBack() time.Duration {
 }
 
 func (t *tracker) get(lbls labels.Labels) *bseries {
-	h := lbls.Hash()
-	for _, s := range t.series[h] {
+	return t.getHash(lbls.Hash(), lbls)
+}
+
+// getHash is get with lbls' hash given (tests give colliding ones).
+func (t *tracker) getHash(h uint64, lbls labels.Labels) *bseries {
+	for s := t.series[h]; s != nil; s = s.next {
 		if labels.Equal(s.lbls, lbls) {
 			return s
 		}
@@ -282,17 +295,32 @@ func (t *tracker) get(lbls labels.Labels) *bseries {
 	s := &bseries{metric: name, lbls: lbls, floor: t.floors[name], ring: newHourRing(t.hours)}
 	s.peer = lbls.Get("model_name")
 	if s.peer == "" {
-		s.peer = "gpu:" + lbls.Get("modelName")
+		m := lbls.Get("modelName")
+		p, ok := t.peers[m]
+		if !ok {
+			p = "gpu:" + m
+			t.peers[m] = p
+		}
+		s.peer = p
 	}
-	b := labels.NewBuilder(s.lbls)
-	b.Set("metric", name)
-	for i, n := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries} {
-		b.Set(model.MetricNameLabel, n)
-		s.out[i] = &scratchHandle{lbls: b.Labels()}
-	}
-	t.series[h] = append(t.series[h], s)
+	s.next = t.series[h]
+	t.series[h] = s
 	t.byMetric[name] = append(t.byMetric[name], s)
 	return s
+}
+
+// outputs returns s's baseline series handles, made on first use.
+func (s *bseries) outputs() *[3]scratchHandle {
+	if s.out == nil {
+		s.out = new([3]scratchHandle)
+		b := labels.NewBuilder(s.lbls)
+		b.Set("metric", s.metric)
+		for i, n := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries} {
+			b.Set(model.MetricNameLabel, n)
+			s.out[i].lbls = b.Labels()
+		}
+	}
+	return s.out
 }
 
 // observe adds series lbls' value v at minute ts (ms), rolling its hour
@@ -571,9 +599,12 @@ func (s *bseries) current() (med, sig float64, src baselineSource, ok bool) {
 // what the tracker wrote to the scratch store (the tracker itself may be
 // ahead of tm in replay's fast path); false when s had none at tm.
 func (sc *scratch) baselineAt(s *bseries, tm int64) (med, sig, z float64, src baselineSource, ok bool) {
+	if s.out == nil {
+		return 0, 0, 0, sourceNone, false // never had a baseline
+	}
 	var v [3]float64
-	for i, h := range s.out {
-		x, found := sc.valueOf(h, tm)
+	for i := range s.out {
+		x, found := sc.valueOf(&s.out[i], tm)
 		if !found {
 			return 0, 0, 0, sourceNone, false
 		}
@@ -689,15 +720,16 @@ func (t *tracker) write(ts int64, sinks []baselineSink) {
 		if _, _, _, ok := s.current(); !ok {
 			continue
 		}
-		hs = append(hs, s.out[0], s.out[1], s.out[2])
+		out := s.outputs()
+		hs = append(hs, &out[0], &out[1], &out[2])
 		vs = append(vs, s.med, s.sig, s.zscore(s.x))
 		s.lastOut = ts
 	}
 	stale := math.Float64frombits(value.StaleNaN)
 	for _, list := range t.byMetric {
 		for _, s := range list {
-			if s.lastOut == prev {
-				hs = append(hs, s.out[0], s.out[1], s.out[2])
+			if s.lastOut == prev && s.out != nil {
+				hs = append(hs, &s.out[0], &s.out[1], &s.out[2])
 				vs = append(vs, stale, stale, stale)
 			}
 		}
@@ -718,10 +750,20 @@ func (t *tracker) gc(ts int64) {
 			delete(t.byMetric, name)
 		}
 	}
-	for h, chain := range t.series {
-		t.series[h] = slices.DeleteFunc(chain, func(s *bseries) bool { return s.lastT < cut })
-		if len(t.series[h]) == 0 {
+	for h, s := range t.series {
+		var keep *bseries
+		for s != nil {
+			next := s.next
+			s.next = nil
+			if s.lastT >= cut {
+				s.next, keep = keep, s
+			}
+			s = next
+		}
+		if keep == nil {
 			delete(t.series, h)
+		} else {
+			t.series[h] = keep
 		}
 	}
 }

@@ -12,14 +12,17 @@ import (
 // fleetSignals is one minute of n tracked signal series shaped like the
 // canonical vLLM signals of a fleet (a pod per GPU, 64 pods per model),
 // spread over four signals.
-func fleetSignals(n int, ts int64) map[string][]sampleAt {
+func fleetSignals(n int, ts int64) map[string][]sampleAt { return fleetSignalsOf(n, 64, ts) }
+
+// fleetSignalsOf is fleetSignals with perModel pods per model.
+func fleetSignalsOf(n, perModel int, ts int64) map[string][]sampleAt {
 	names := []string{"strata:requests_running", "strata:requests_waiting", "strata:kv_cache_usage:ratio", "strata:ttft_seconds:p99"}
 	vals := map[string][]sampleAt{}
 	for i := range n {
 		name := names[i%len(names)]
 		pod := i / len(names)
 		l := labels.FromStrings(model.MetricNameLabel, name, "instance", "10.0."+strconv.Itoa(pod/250)+"."+strconv.Itoa(pod%250)+":8000",
-			"model_name", "model-"+strconv.Itoa(pod/64), "namespace", "inference", "pod", "vllm-"+strconv.Itoa(pod), "strata_cause", "serving")
+			"model_name", "model-"+strconv.Itoa(pod/perModel), "namespace", "inference", "pod", "vllm-"+strconv.Itoa(pod), "strata_cause", "serving")
 		vals[name] = append(vals[name], sampleAt{l, diurnal(ts, 10, uint64(i))})
 	}
 	return vals
@@ -35,13 +38,26 @@ func heapLive() uint64 {
 // BenchmarkTrackerSeriesBytes is the heap the baseline tracker and its
 // scratch series hold per tracked series: after its first minute
 // (first-B/series), and after 61 minutes (hour-B/series: a finished hour's
-// summary, the new hour's baseline, the scratch's kept samples). The signal
-// labels are the caller's (the scratch store's) and are not counted.
+// summary, the new hour's baseline, the scratch's kept samples); and per
+// tracked series that has no baseline at its first minute (a model with
+// two replicas, no history: none-B/series). The signal labels are the
+// caller's (the scratch store's) and are not counted.
 func BenchmarkTrackerSeriesBytes(b *testing.B) {
 	const n = 10_000
 	cfg := DefaultBaselineConfig()
-	var first, hour float64
+	var first, hour, none float64
 	for b.Loop() {
+		b.StopTimer()
+		pairs := fleetSignalsOf(n, 2, tStart)
+		b.StartTimer()
+		before := heapLive()
+		tr := newTracker(cfg)
+		sc := newScratch()
+		tr.minute(tStart, pairs, sc)
+		none = float64(heapLive()-before) / n
+		runtime.KeepAlive(tr)
+		runtime.KeepAlive(sc)
+		runtime.KeepAlive(pairs)
 		b.StopTimer()
 		minutes := make([]map[string][]sampleAt, 61)
 		for i := range minutes {
@@ -52,9 +68,9 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 		keep := map[string]int64{BaselineMedianSeries: 6 * minute.Milliseconds(), BaselineSigmaSeries: 6 * minute.Milliseconds(),
 			AnomalyZScoreSeries: 9 * minute.Milliseconds(), BaselineKSeries: 6 * minute.Milliseconds()}
 		b.StartTimer()
-		before := heapLive()
-		tr := newTracker(cfg)
-		sc := newScratch()
+		before = heapLive()
+		tr = newTracker(cfg)
+		sc = newScratch()
 		for i, vals := range minutes {
 			ts := tStart + int64(i)*minute.Milliseconds()
 			tr.minute(ts, vals, sc)
@@ -70,4 +86,5 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 	}
 	b.ReportMetric(first, "first-B/series")
 	b.ReportMetric(hour, "hour-B/series")
+	b.ReportMetric(none, "none-B/series")
 }

@@ -432,3 +432,80 @@ func TestBaselineWriteBackInBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerHashCollisions: tracked series whose labels share a hash are
+// each found, and gc forgets exactly the ones not seen for the history.
+func TestTrackerHashCollisions(t *testing.T) {
+	tr := newTracker(testBaselineConfig())
+	const h = 7
+	var ss []*bseries
+	for _, pod := range []string{"a", "b", "c"} {
+		s := tr.getHash(h, podSeries(pod, "m"))
+		s.lastT = tStart
+		ss = append(ss, s)
+	}
+	for i, s := range ss {
+		if got := tr.getHash(h, s.lbls); got != s {
+			t.Fatalf("series %d: got another series", i)
+		}
+	}
+	ss[1].lastT = tStart + int64(tr.hours+1)*hourMs // "b" stays
+	tr.gc(tStart + int64(tr.hours)*hourMs + 1)
+	if n := tr.len(); n != 1 {
+		t.Fatalf("%d series after gc, want 1", n)
+	}
+	if tr.getHash(h, ss[1].lbls) != ss[1] {
+		t.Fatal("the kept series was lost")
+	}
+	if tr.getHash(h, ss[0].lbls) == ss[0] {
+		t.Fatal("a forgotten series was found")
+	}
+}
+
+// TestNoBaselineWritesNothing: a series with no baseline (no history, too
+// few replicas) gets no baseline series, in the scratch store or written
+// back, and no label sets for them; its replicas' series are written once
+// a third replica appears.
+func TestNoBaselineWritesNothing(t *testing.T) {
+	tr := newTracker(testBaselineConfig())
+	sc := newScratch()
+	store := &commitSizes{labels: map[string]float64{}}
+	e := &Engine{o: Options{WriteBack: store, WriteBackDelay: time.Minute}, logger: slog.New(slog.DiscardHandler)}
+	pods := []string{"a", "b"}
+	minuteOf := func(ts int64) map[string][]sampleAt {
+		var v []sampleAt
+		for i, p := range pods {
+			v = append(v, sampleAt{podSeries(p, "m"), float64(i + 1)})
+		}
+		return map[string][]sampleAt{waiting: v}
+	}
+	tr.minute(tStart, minuteOf(tStart), sc, writeBackSink{e})
+	for _, s := range tr.byMetric[waiting] {
+		if s.out != nil {
+			t.Errorf("%s: baseline series made without a baseline", s.lbls)
+		}
+	}
+	if n, _ := sc.samples(); n != 1 { // strata:baseline:k alone
+		t.Errorf("%d scratch series, want 1 (strata:baseline:k)", n)
+	}
+	if len(store.labels) != 1 {
+		t.Errorf("written back: %v, want strata:baseline:k alone", store.labels)
+	}
+	pods = append(pods, "c")
+	ts := tStart + minute.Milliseconds()
+	tr.minute(ts, minuteOf(ts), sc, writeBackSink{e})
+	if n, _ := sc.samples(); n != 1+3*3 {
+		t.Errorf("%d scratch series, want 10", n)
+	}
+	if len(store.labels) != 1+3*3 {
+		t.Errorf("%d series written back, want 10", len(store.labels))
+	}
+	for _, s := range tr.byMetric[waiting] {
+		if _, _, _, _, ok := sc.baselineAt(s, ts); !ok {
+			t.Errorf("%s: no baseline at the second minute", s.lbls)
+		}
+		if _, _, _, _, ok := sc.baselineAt(s, tStart); ok {
+			t.Errorf("%s: a baseline at the first minute", s.lbls)
+		}
+	}
+}

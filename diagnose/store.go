@@ -23,9 +23,14 @@ import (
 //
 // It is safe for concurrent use; appenders buffer until Commit.
 type scratch struct {
-	mu     sync.RWMutex
-	series map[uint64][]*scratchSeries // by labels hash, collisions chained
-	byName map[string][]*scratchSeries
+	mu sync.RWMutex
+	// series holds the series by labels hash; the rare second series of a
+	// hash goes to collided. A slice per hash (map[uint64][]*scratchSeries)
+	// cost an 8-byte allocation and a 24-byte map value per series: 3.1 MB
+	// of the 6.1 MB the store's series took at 50,000 active series.
+	series   map[uint64]*scratchSeries
+	collided map[uint64][]*scratchSeries
+	byName   map[string][]*scratchSeries
 	// gen changes whenever truncate forgets a series, so that a writer
 	// holding *scratchSeries handles (scratchHandle) looks them up again.
 	gen uint64
@@ -38,7 +43,7 @@ type scratchSeries struct {
 }
 
 func newScratch() *scratch {
-	return &scratch{series: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{}}
+	return &scratch{series: map[uint64]*scratchSeries{}, collided: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{}}
 }
 
 // lookup returns lbls' series, created with lbls itself when new. Every
@@ -48,17 +53,36 @@ func newScratch() *scratch {
 // new series' labels was 5.5 MB at the first live minute of a
 // 50,000-series fleet.
 func (s *scratch) lookup(lbls labels.Labels) *scratchSeries {
-	h := lbls.Hash()
-	for _, e := range s.series[h] {
+	return s.lookupHash(lbls.Hash(), lbls)
+}
+
+// lookupHash is lookup with lbls' hash given (tests give colliding ones).
+func (s *scratch) lookupHash(h uint64, lbls labels.Labels) *scratchSeries {
+	if e := s.find(h, lbls); e != nil {
+		return e
+	}
+	e := &scratchSeries{lbls: lbls}
+	if _, taken := s.series[h]; taken {
+		s.collided[h] = append(s.collided[h], e)
+	} else {
+		s.series[h] = e
+	}
+	name := lbls.Get(model.MetricNameLabel)
+	s.byName[name] = append(s.byName[name], e)
+	return e
+}
+
+// find returns the series with labels lbls (hash h), nil when none.
+func (s *scratch) find(h uint64, lbls labels.Labels) *scratchSeries {
+	if e := s.series[h]; e != nil && labels.Equal(e.lbls, lbls) {
+		return e
+	}
+	for _, e := range s.collided[h] {
 		if labels.Equal(e.lbls, lbls) {
 			return e
 		}
 	}
-	e := &scratchSeries{lbls: lbls}
-	s.series[h] = append(s.series[h], e)
-	name := lbls.Get(model.MetricNameLabel)
-	s.byName[name] = append(s.byName[name], e)
-	return e
+	return nil
 }
 
 // add inserts or replaces the sample at t.
@@ -104,11 +128,20 @@ func (s *scratch) truncateBy(mintOf func(name string) int64) {
 		return
 	}
 	empty := func(e *scratchSeries) bool { return len(e.ts) == 0 }
-	for h, chain := range s.series {
-		if chain = slices.DeleteFunc(chain, empty); len(chain) == 0 {
+	for h, e := range s.series {
+		if empty(e) {
 			delete(s.series, h)
+		}
+	}
+	for h, chain := range s.collided {
+		chain = slices.DeleteFunc(chain, empty)
+		if _, taken := s.series[h]; !taken && len(chain) > 0 {
+			s.series[h], chain = chain[0], chain[1:]
+		}
+		if len(chain) == 0 {
+			delete(s.collided, h)
 		} else {
-			s.series[h] = chain
+			s.collided[h] = chain
 		}
 	}
 	for n, list := range s.byName {
@@ -183,13 +216,7 @@ func (s *scratch) valueOf(h *scratchHandle, t int64) (float64, bool) {
 	defer s.mu.RUnlock()
 	e := h.s
 	if e == nil || h.gen != s.gen {
-		e = nil
-		for _, c := range s.series[h.lbls.Hash()] {
-			if labels.Equal(c.lbls, h.lbls) {
-				e = c
-			}
-		}
-		if e == nil {
+		if e = s.find(h.lbls.Hash(), h.lbls); e == nil {
 			return 0, false
 		}
 	}

@@ -53,3 +53,42 @@ func TestScratchSelectByName(t *testing.T) {
 		}
 	}
 }
+
+// TestScratchHashCollisions: series whose labels share a hash are each
+// found, and truncation forgets exactly the emptied ones, whichever of them
+// held the hash's first place.
+func TestScratchHashCollisions(t *testing.T) {
+	sc := newScratch()
+	const h = 42
+	var ls []labels.Labels
+	for i, pod := range []string{"a", "b", "c"} {
+		l := labels.FromStrings(model.MetricNameLabel, "m", "pod", pod)
+		ls = append(ls, l)
+		sc.lookupHash(h, l).add(int64(i+1)*60_000, float64(i))
+	}
+	for i, l := range ls {
+		if e := sc.find(h, l); e == nil || e.vs[0] != float64(i) {
+			t.Fatalf("series %s not found: %v", l, e)
+		}
+		if e := sc.lookupHash(h, l); e.vs[0] != float64(i) {
+			t.Fatalf("lookup of %s made a new series", l)
+		}
+	}
+	// Forget "a" (the hash's first) and keep "b" and "c".
+	sc.truncate(2 * 60_000)
+	if sc.find(h, ls[0]) != nil {
+		t.Fatal("truncated series still found")
+	}
+	for _, l := range ls[1:] {
+		if sc.find(h, l) == nil {
+			t.Fatalf("series %s lost by the truncation", l)
+		}
+	}
+	if n, _ := sc.samples(); n != 2 {
+		t.Fatalf("%d series after truncation, want 2", n)
+	}
+	sc.truncate(4 * 60_000)
+	if len(sc.series) != 0 || len(sc.collided) != 0 || len(sc.byName) != 0 {
+		t.Fatalf("maps %d/%d/%d after dropping everything", len(sc.series), len(sc.collided), len(sc.byName))
+	}
+}
