@@ -64,6 +64,7 @@ var servedRoutes = []string{
 type API struct {
 	engine   *promql.Engine
 	split    *splitEngine // engine, splitting long range queries
+	pinned   *PinnedExprs // engine's parser
 	router   *route.Router
 	metadata http.Handler
 	config   http.Handler
@@ -119,6 +120,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	})
 
 	promqlParser := parser.NewParser(cfg.parserOptions())
+	pinned := NewPinnedExprs(promqlParser)
 	opts := promql.EngineOpts{
 		Logger:        logger.With("component", "query engine"),
 		Reg:           reg,
@@ -133,7 +135,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		EnableNegativeOffset:     true,
 		EnablePerStepStats:       cfg.EnablePerStepStats,
 		EnableDelayedNameRemoval: cfg.EnableDelayedNameRemoval,
-		Parser:                   promqlParser,
+		Parser:                   pinned,
 	}
 	if cfg.MaxConcurrency > 0 {
 		opts.ActiveQueryTracker = newQueryGate(cfg.MaxConcurrency, cfg.Timeout, rejected, waiting)
@@ -224,6 +226,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 	return &API{
 		engine:   engine,
 		split:    split,
+		pinned:   pinned,
 		router:   router,
 		routes:   routes,
 		metadata: instrument(apiPrefix+"/metadata", comp.wrap(httputil.CompressionHandler{Handler: metaHandler}.ServeHTTP)),
@@ -260,6 +263,11 @@ func (a *API) Register(mux *http.ServeMux) {
 // components that evaluate PromQL (the rule evaluator). Queries they run share
 // the --query.max-concurrency slots with the HTTP API.
 func (a *API) Engine() promql.QueryEngine { return a.split }
+
+// PinnedExprs returns the engine's parser, in which a component that runs
+// the same query strings over and over (the rule evaluator) pins them so
+// that Engine parses each once.
+func (a *API) PinnedExprs() *PinnedExprs { return a.pinned }
 
 // Close stops the engine. Queries already running finish; none may be started
 // afterwards.

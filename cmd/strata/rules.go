@@ -26,8 +26,10 @@ import (
 // <storage.path>/rules/canonical.rules.yml at every start, so they always match
 // this binary's catalogue) and the operator's rule files. Results are appended
 // to the raw tier. The manager is nil when there is nothing to evaluate. The
-// caller MUST call the returned stop function.
-func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q storage.Queryable, app storage.AppendableV2,
+// caller MUST call the returned stop function. pins is engine's parser, in
+// which the canonical rules' internal forms are pinned so that the engine
+// parses each once per load, not at every evaluation (nil: parsed at each).
+func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins rulegen.ExprPinner, q storage.Queryable, app storage.AppendableV2,
 	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
 ) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
@@ -39,6 +41,9 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, q st
 	// with the aggregations several rules share evaluated once
 	// (docs/metrics.md "Levels and joins").
 	forms := rulegen.NewInternalForms()
+	if pins != nil {
+		forms.PinIn(pins)
+	}
 	loader := rulegen.Loader{Parser: parser.NewParser(parser.Options{}), Logger: logger, Forms: forms}
 	if cfg.Rules.Canonical {
 		rc, err := cfg.canonicalRules()

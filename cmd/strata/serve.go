@@ -379,7 +379,7 @@ func (s *server) serve(ctx context.Context) error {
 // and scraping (Strata's own /metrics included).
 func (s *server) startBackground(ctx context.Context, addr string) error {
 	ext := &url.URL{Scheme: "http", Host: addr}
-	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.stitched, s.rawApp, ext,
+	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, ext,
 		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err

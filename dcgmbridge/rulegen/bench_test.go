@@ -11,15 +11,18 @@ import (
 // series (dcgm-exporter nodes in every label and field-name spelling, vLLM V1
 // and V0 pods) in the raw tier: the exported form (label_replace chains, as a
 // Prometheus loading the rule file runs it) and the internal form `strata
-// serve` runs. cpu-ns/op is the process's CPU time (garbage collection
+// serve` runs, with its expressions pinned in the engine's parser (parsed
+// once) or, internal-parse, parsed by the engine at every evaluation as
+// before they were pinned. cpu-ns/op is the process's CPU time (garbage collection
 // included) per evaluation, steadier than ns/op on a shared machine.
 func BenchmarkCanonicalGroupEval(b *testing.B) {
 	for _, form := range []struct {
-		name     string
-		internal bool
-	}{{"exported", false}, {"internal", true}} {
+		name            string
+		internal, noPin bool
+	}{{"exported", false, false}, {"internal", true, false}, {"internal-parse", true, true}} {
 		b.Run(form.name, func(b *testing.B) {
 			e := newEvalEnv(b)
+			e.noPin = form.noPin
 			fleet := mixedFleet(b, e, 10000)
 			e.appendFleet(fleet)
 			g := e.group(DefaultConfig(), form.internal)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
+	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -30,6 +31,11 @@ type evalEnv struct {
 	parser *scrape.ExpositionParser
 	// internal evaluates the rules in their internal form (PushDownRenames).
 	internal bool
+	// pinned is the engine's parser, as `strata serve` has it; noPin
+	// leaves the internal forms unpinned there (parsed at each evaluation).
+	pinned *query.PinnedExprs
+	noPin  bool
+	pinIn  ExprPinner // where the forms pin (nil: pinned)
 }
 
 func newEvalEnv(t testing.TB) *evalEnv {
@@ -44,11 +50,13 @@ func newEvalEnv(t testing.TB) *evalEnv {
 		}
 	})
 	cat := newTestCatalogue(t)
+	pinned := query.NewPinnedExprs(parser.NewParser(parser.Options{}))
 	return &evalEnv{
 		t:      t,
 		raw:    raw,
 		cat:    cat,
-		engine: promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute}),
+		engine: promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute, Parser: pinned}),
+		pinned: pinned,
 		parser: &scrape.ExpositionParser{Sentinels: scrape.NewSentinelFilter(cat, prometheus.NewRegistry())},
 	}
 }
@@ -142,6 +150,12 @@ func (e *evalEnv) groupOver(cfg Config, internal bool, q storage.Queryable) rule
 	var forms *InternalForms
 	if internal {
 		forms = NewInternalForms()
+		switch {
+		case e.pinIn != nil:
+			forms.PinIn(e.pinIn)
+		case !e.noPin:
+			forms.PinIn(e.pinned)
+		}
 		exprs := make([]string, len(rs))
 		for i, r := range rs {
 			exprs[i] = r.Query().String()

@@ -27,13 +27,73 @@ type InternalForms struct {
 	// shared holds the subexpressions (aggregations) that occur more than
 	// once in the set, by id, in their internal form.
 	shared []string
+
+	// pins holds, when PinIn was called, the query strings QueryFunc hands
+	// to the engine, pinned in its parser, with how many plans (or shared
+	// subexpressions) hold each.
+	pinMu  sync.Mutex
+	pinner ExprPinner
+	pins   map[string]int
+}
+
+// ExprPinner is the PromQL engine's parser (query.PinnedExprs): a string
+// pinned in it is parsed once, and the engine gets a copy of its tree at
+// each use instead of parsing it again.
+type ExprPinner interface {
+	Pin(qs string)
+	Unpin(qs string)
+}
+
+// PinIn makes f pin in p every query string its QueryFunc hands to the
+// engine, for as long as it may hand it over: each canonical rule's
+// expression is then parsed once per load (and once per plan, see
+// InternalForms.QueryFunc), not at every evaluation. Call it before Set.
+func (f *InternalForms) PinIn(p ExprPinner) {
+	f.pinMu.Lock()
+	f.pinner, f.pins = p, map[string]int{}
+	f.pinMu.Unlock()
+}
+
+// pin and unpin count the holders of each string, so that a string two
+// plans share stays pinned while either holds it.
+func (f *InternalForms) pin(qs ...string) {
+	f.pinMu.Lock()
+	defer f.pinMu.Unlock()
+	if f.pinner == nil {
+		return
+	}
+	for _, s := range qs {
+		if f.pins[s] == 0 {
+			f.pinner.Pin(s)
+		}
+		f.pins[s]++
+	}
+}
+
+func (f *InternalForms) unpin(qs ...string) {
+	f.pinMu.Lock()
+	defer f.pinMu.Unlock()
+	if f.pinner == nil {
+		return
+	}
+	for _, s := range qs {
+		switch f.pins[s] {
+		case 0:
+		case 1:
+			delete(f.pins, s)
+			f.pinner.Unpin(s)
+		default:
+			f.pins[s]--
+		}
+	}
 }
 
 // internalForm is one expression's internal form. Everything but plans is
 // never modified once stored.
 type internalForm struct {
-	expr parser.Expr
-	str  string
+	owner *InternalForms
+	expr  parser.Expr
+	str   string
 	// selectors are the distinct selectors of expr, looked up before each
 	// evaluation; index maps each selector node to its position.
 	selectors []*parser.VectorSelector
@@ -44,6 +104,9 @@ type internalForm struct {
 
 	mu    sync.Mutex
 	plans map[string]*plan // by which selectors matched nothing
+	// retired is set when a later Set replaced the form: an evaluation
+	// still running with it pins nothing more.
+	retired bool
 }
 
 // plan is how an expression is evaluated when a given set of its selectors
@@ -55,6 +118,17 @@ type plan struct {
 	// evaluation's memo (SharedLabel selectors), which holds ids.
 	query, sharing string
 	ids            []int
+}
+
+// strings returns what the plan hands to the engine.
+func (p *plan) strings() []string {
+	if p.none {
+		return nil
+	}
+	if len(p.ids) == 0 {
+		return []string{p.query}
+	}
+	return []string{p.query, p.sharing}
 }
 
 // maxPlans bounds the plans kept per expression (one per combination of
@@ -81,7 +155,7 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 			return err
 		}
 		internal = PushDownRenames(internal)
-		form := &internalForm{expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[*parser.AggregateExpr]int{}}
+		form := &internalForm{owner: f, expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[*parser.AggregateExpr]int{}}
 		pos := map[string]int{}
 		parser.Inspect(internal, func(n parser.Node, _ []parser.Node) error {
 			if vs, ok := n.(*parser.VectorSelector); ok {
@@ -100,9 +174,20 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 		forms = append(forms, form)
 	}
 	shared := markShared(forms)
+	f.pin(shared...)
 	f.mu.Lock()
+	old, oldShared := f.byExported, f.shared
 	f.byExported, f.shared = m, shared
 	f.mu.Unlock()
+	f.unpin(oldShared...)
+	for _, form := range old {
+		form.mu.Lock()
+		for _, p := range form.plans {
+			f.unpin(p.strings()...)
+		}
+		form.plans, form.retired = nil, true
+		form.mu.Unlock()
+	}
 	return nil
 }
 
@@ -221,13 +306,15 @@ func (f *InternalForms) Internal(qs string) string {
 // the others from the evaluation's memo. Any other expression (the
 // operator's rules) runs as rules.EngineQueryFunc runs it. lookback must be
 // the engine's lookback delta (0: the engine default, 5m), so that the
-// lookup covers at least what the engine's selects read.
+// lookup covers at least what the engine's selects read. Every query's
+// instant selectors read the newest NewestWindow of each series first
+// (newestFirst).
 func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable, lookback time.Duration) rules.QueryFunc {
-	rq := RenamingQueryable(q)
-	run := rules.EngineQueryFunc(engine, rq)
 	if lookback <= 0 {
 		lookback = 5 * time.Minute
 	}
+	rq := RenamingQueryable(q)
+	run := rules.EngineQueryFunc(engine, RenamingQueryable(newestFirst(q, lookback, NewestWindow)))
 	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
 		form, shared, ok := f.form(qs)
 		if !ok {
@@ -307,9 +394,17 @@ func (form *internalForm) plan(absent string) *plan {
 		p.sharing, p.ids = sharing.String(), ids
 	}
 	if form.plans == nil || len(form.plans) >= maxPlans {
+		for _, old := range form.plans {
+			if !form.retired {
+				form.owner.unpin(old.strings()...)
+			}
+		}
 		form.plans = map[string]*plan{}
 	}
 	form.plans[absent] = p
+	if !form.retired {
+		form.owner.pin(p.strings()...)
+	}
 	return p
 }
 
