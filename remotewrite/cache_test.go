@@ -1,12 +1,16 @@
 package remotewrite
 
 import (
+	"bytes"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/model/labels"
@@ -88,6 +92,69 @@ func TestWriteForgetsProbes(t *testing.T) {
 		if !p.entry.lset.IsEmpty() {
 			t.Fatalf("probe %d still holds %v after the request", i, p.entry.lset)
 		}
+	}
+}
+
+// TestLabelKeys: the series cache's keys, encoded straight from label
+// views, are the bytes and the hash of the labels.Labels the views make
+// (empty values left out), at the lengths where the encoding of a length
+// changes; so a cached series is found and the TSDB's hash is ours.
+func TestLabelKeys(t *testing.T) {
+	if !labelKeysMatch() {
+		t.Fatal("labelKeysMatch is false with the default labels implementation: probeAll takes the slow path")
+	}
+	for _, n := range []int{0, 1, 127, 128, 254, 255, 256, 70000} {
+		v := strings.Repeat("v", n)
+		views := []Label{{"__name__", "m"}, {"a", v}, {strings.Repeat("n", n+1), "x"}, {"z", ""}}
+		var sb labels.ScratchBuilder
+		for _, l := range views {
+			if l.Value != "" {
+				sb.Add(l.Name, l.Value)
+			}
+		}
+		want := sb.Labels()
+		key := appendLabelKey([]byte("prefix"), views)
+		if got := key[len("prefix"):]; !bytes.Equal(got, want.Bytes(nil)) || xxhash.Sum64(got) != want.Hash() {
+			t.Fatalf("length %d: key %q, want the bytes %q of %v", n, got, want.Bytes(nil), want)
+		}
+	}
+}
+
+// TestGenTable: a generation's table finds every entry put into it, with
+// hashes that start their probes in the same slot and wrap around the
+// table's end, through its growth, with an entry replaced; and misses what
+// was never put.
+func TestGenTable(t *testing.T) {
+	var tab genTable
+	const n = 5000
+	hash := func(i int) uint64 {
+		if i%3 == 0 {
+			return math.MaxUint64 - uint64(i) // probes start at the last slot
+		}
+		return uint64(i) * 0x9E3779B97F4A7C15
+	}
+	for i := range n {
+		tab.put(hash(i), cacheEntry{ref: storage.SeriesRef(i + 1)})
+	}
+	tab.put(hash(7), cacheEntry{ref: 99999})
+	if tab.n != n || 4*tab.n > 3*len(tab.slots) {
+		t.Fatalf("%d entries in %d slots, want %d at most three quarters full", tab.n, len(tab.slots), n)
+	}
+	for i := range n {
+		want := storage.SeriesRef(i + 1)
+		if i == 7 {
+			want = 99999
+		}
+		if e, ok := tab.get(hash(i)); !ok || e.ref != want {
+			t.Fatalf("entry %d: %v, %v; want ref %d", i, e, ok, want)
+		}
+	}
+	if e, ok := tab.get(12345); ok {
+		t.Fatalf("a hash never put found %v", e)
+	}
+	var empty genTable
+	if _, ok := empty.get(hash(1)); ok {
+		t.Fatal("an empty table found an entry")
 	}
 }
 

@@ -1,8 +1,11 @@
 package remotewrite
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"unsafe"
 
 	"github.com/VictoriaMetrics/easyproto"
 	"github.com/prometheus/common/model"
@@ -174,6 +177,14 @@ func (d *Decoder) unpin() {
 	clear(d.rawSeries[:cap(d.rawSeries)])
 }
 
+// bytesView returns b as a string without a copy, as easyproto's
+// FieldContext.String does: the string is valid only while b's memory is
+// unchanged, which for a view into the request buffer is until the Decoder is
+// reused (see Decoder).
+func bytesView(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
 func protoErr(what string, err error) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadProtobuf, what, err)
@@ -221,6 +232,32 @@ func (d *Decoder) decodeSeriesV1(buf []byte) error {
 	var fc easyproto.FieldContext
 	var err error
 	for len(buf) > 0 {
+		// A label or sample of less than 128 bytes, its tag and length
+		// one byte each, as every label and sample of a typical series
+		// is: read without NextField's general decoding of tag and
+		// length.
+		if len(buf) >= 2 && buf[0] == labelsTag && buf[1] < 0x80 {
+			if end := 2 + int(buf[1]); end <= len(buf) {
+				lb, err := decodeLabel(buf[2:end])
+				if err != nil {
+					return err
+				}
+				d.labels = append(d.labels, lb)
+				buf = buf[end:]
+				continue
+			}
+		}
+		if len(buf) >= 2 && buf[0] == samplesTag && buf[1] < 0x80 {
+			if end := 2 + int(buf[1]); end <= len(buf) {
+				smp, err := decodeSample(buf[2:end])
+				if err != nil {
+					return err
+				}
+				d.samples = append(d.samples, smp)
+				buf = buf[end:]
+				continue
+			}
+		}
 		if buf, err = fc.NextField(buf); err != nil {
 			return protoErr("read TimeSeries field", err)
 		}
@@ -273,7 +310,24 @@ func (d *Decoder) decodeSeriesV1(buf []byte) error {
 	return nil
 }
 
+// Protobuf tags (field number << 3 | wire type 2, length-delimited) of
+// TimeSeries.labels and .samples, and of Label.name and Label.value.
+const (
+	labelsTag     = 1<<3 | 2
+	samplesTag    = 2<<3 | 2
+	labelNameTag  = 1<<3 | 2
+	labelValueTag = 2<<3 | 2
+)
+
 func decodeLabel(buf []byte) (Label, error) {
+	// The layout every encoder writes for a short label: the name, then
+	// a non-empty value, each under 128 bytes.
+	if len(buf) >= 4 && buf[0] == labelNameTag && buf[1] < 0x80 {
+		v := 2 + int(buf[1])
+		if v+2 <= len(buf) && buf[v] == labelValueTag && buf[v+1] < 0x80 && v+2+int(buf[v+1]) == len(buf) {
+			return Label{Name: bytesView(buf[2:v]), Value: bytesView(buf[v+2:])}, nil
+		}
+	}
 	var lb Label
 	var fc easyproto.FieldContext
 	var err error
@@ -297,8 +351,21 @@ func decodeLabel(buf []byte) (Label, error) {
 	return lb, nil
 }
 
+// Protobuf tags of Sample.value (fixed64) and Sample.timestamp (varint).
+const (
+	sampleValueTag     = 1<<3 | 1
+	sampleTimestampTag = 2 << 3 // wire type 0, varint
+)
+
 // decodeSample reads an RW 1.0 or 2.0 Sample (2.0 adds start_timestamp = 3).
 func decodeSample(buf []byte) (Sample, error) {
+	// The layout every encoder writes for a sample with a non-zero value
+	// and timestamp and no start timestamp.
+	if len(buf) >= 11 && buf[0] == sampleValueTag && buf[9] == sampleTimestampTag {
+		if t, n := binary.Uvarint(buf[10:]); n == len(buf)-10 {
+			return Sample{Value: math.Float64frombits(binary.LittleEndian.Uint64(buf[1:9])), Timestamp: int64(t)}, nil
+		}
+	}
 	var s Sample
 	var fc easyproto.FieldContext
 	var err error

@@ -1,6 +1,7 @@
 package remotewrite
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -180,6 +182,17 @@ func TestDecodeV1MatchesPrompb(t *testing.T) {
 		"empty": {},
 		"seed":  seedV1(),
 		"bench": benchRequestV1(50, 3),
+		// Labels past the decoder's short-label path: a label message of
+		// 128 bytes or more, a name or value of 128 or more, an empty
+		// value (not on the wire), fields in the other order.
+		"long and odd labels": {Timeseries: []prompb.TimeSeries{{
+			Labels: []prompb.Label{
+				{Name: "__name__", Value: "m"}, {Name: "a", Value: strings.Repeat("v", 125)},
+				{Name: "b", Value: strings.Repeat("v", 128)}, {Name: strings.Repeat("n", 200), Value: "x"},
+				{Name: "empty", Value: ""}, {Name: "", Value: "nameless"},
+			},
+			Samples: []prompb.Sample{{Value: 1, Timestamp: 1}},
+		}}},
 	}
 	var d Decoder
 	for name, wr := range cases {
@@ -196,6 +209,69 @@ func TestDecodeV1MatchesPrompb(t *testing.T) {
 				t.Fatalf("decode differs from prompb (-prompb +ours):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDecodeLabelLayouts: a Label message in any field order, with a
+// repeated or unknown field, decodes as protobuf says (the last value of a
+// field wins), whether or not it has the short layout the decoder reads
+// without the general field loop.
+func TestDecodeLabelLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want Label
+	}{
+		{"name then value", []byte{0x0a, 1, 'a', 0x12, 1, 'b'}, Label{"a", "b"}},
+		{"value then name", []byte{0x12, 1, 'b', 0x0a, 1, 'a'}, Label{"a", "b"}},
+		{"name only", []byte{0x0a, 1, 'a'}, Label{"a", ""}},
+		{"empty name", []byte{0x0a, 0, 0x12, 1, 'b'}, Label{"", "b"}},
+		{"value repeated", []byte{0x0a, 1, 'a', 0x12, 1, 'b', 0x12, 1, 'c'}, Label{"a", "c"}},
+		{"unknown field after", []byte{0x0a, 1, 'a', 0x12, 1, 'b', 0x18, 1}, Label{"a", "b"}},
+		{"long value", append([]byte{0x0a, 1, 'a', 0x12, 0x80, 0x01}, strings.Repeat("v", 128)...), Label{"a", strings.Repeat("v", 128)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeLabel(tc.msg)
+			if err != nil || got != tc.want {
+				t.Fatalf("decodeLabel = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := decodeLabel([]byte{0x0a, 5, 'a'}); err == nil {
+		t.Fatal("a name longer than its message decoded without an error")
+	}
+}
+
+// TestDecodeSampleLayouts: a Sample message decodes as protobuf says
+// whether or not it has the layout the decoder reads without the general
+// field loop (value, then timestamp, nothing else).
+func TestDecodeSampleLayouts(t *testing.T) {
+	value := func(v float64) []byte {
+		return binary.LittleEndian.AppendUint64([]byte{0x09}, math.Float64bits(v))
+	}
+	ts := func(t int64) []byte { return binary.AppendUvarint([]byte{0x10}, uint64(t)) }
+	cat := slices.Concat[[]byte]
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want Sample
+	}{
+		{"value then timestamp", cat(value(1.5), ts(1000)), Sample{Value: 1.5, Timestamp: 1000}},
+		{"negative timestamp", cat(value(-2), ts(-5)), Sample{Value: -2, Timestamp: -5}},
+		{"timestamp then value", cat(ts(1000), value(1.5)), Sample{Value: 1.5, Timestamp: 1000}},
+		{"zero value left out", ts(7), Sample{Timestamp: 7}},
+		{"start timestamp", cat(value(1), ts(2000), []byte{0x18}, binary.AppendUvarint(nil, 1000)), Sample{Value: 1, Timestamp: 2000, StartTimestamp: 1000}},
+		{"timestamp repeated", cat(value(1), ts(1), ts(2)), Sample{Value: 1, Timestamp: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeSample(tc.msg)
+			if err != nil || got != tc.want {
+				t.Fatalf("decodeSample = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := decodeSample(cat(value(1), []byte{0x10, 0x80})); err == nil {
+		t.Fatal("a cut timestamp varint decoded without an error")
 	}
 }
 

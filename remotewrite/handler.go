@@ -187,6 +187,10 @@ type Handler struct {
 	logger *slog.Logger
 	now    func() time.Time
 	cache  *seriesCache
+	// directKeys: the series cache's keys are encoded straight from the
+	// label views (appendLabelKey), because they are the labels package's
+	// own encoding (labelKeysMatch).
+	directKeys bool
 
 	inflightReqs  atomic.Int64
 	inflightBytes atomic.Int64
@@ -280,6 +284,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	}
 	if cfg.SeriesCacheSize > 0 {
 		h.cache = newSeriesCache(cfg.SeriesCacheSize, cfg.StorageSeries)
+		h.directKeys = labelKeysMatch()
 	}
 	h.active = make(chan struct{}, cfg.MaxActiveRequests)
 	h.bodies.New = func() any { return &bodyBuffer{} }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -372,5 +373,47 @@ func TestMetadataStoreBounded(t *testing.T) {
 	s.Set(name, Metadata{Type: model.MetricTypeCounter, Help: help})
 	if allocs := testing.AllocsPerRun(100, func() { s.Set(name, Metadata{Type: model.MetricTypeCounter, Help: help}) }); allocs != 0 {
 		t.Fatalf("unchanged Set allocated %.0f times", allocs)
+	}
+}
+
+// TestHandlerV2MetadataRuns: a request's runs of series of one family (a
+// histogram's buckets, sum and count) store that family's metadata as
+// each series does, the last series' metadata winning within a request and
+// from one request to the next.
+func TestHandlerV2MetadataRuns(t *testing.T) {
+	env := newTestEnv(t, DefaultConfig())
+	post := func(at time.Duration, helps ...string) {
+		t.Helper()
+		b := newV2()
+		names := []string{"h_bucket", "h_bucket", "h_sum", "h_count", "g", "h_count"}
+		for i, help := range helps {
+			typ := writev2.Metadata_METRIC_TYPE_HISTOGRAM
+			if names[i] == "g" {
+				typ = writev2.Metadata_METRIC_TYPE_GAUGE
+			}
+			b.add(writev2.TimeSeries{
+				LabelsRefs: b.refs("__name__", names[i], "le", strconv.Itoa(i)),
+				Samples:    []writev2.Sample{{Value: 1, Timestamp: ms(at)}},
+				Metadata:   writev2.Metadata{Type: typ, HelpRef: b.st.Symbolize(help)},
+			})
+		}
+		if w := env.post(b.encode(t), ctV2, "snappy"); w.Code != http.StatusNoContent {
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	help := func(family string) string {
+		md := env.h.meta.Metadata(family)[family]
+		if len(md) != 1 {
+			t.Fatalf("metadata of %s: %v", family, md)
+		}
+		return md[0].Help
+	}
+	post(0, "Latency.", "Latency.", "Latency.", "Latency.", "A gauge.", "Changed.")
+	if h, g := help("h"), help("g"); h != "Changed." || g != "A gauge." {
+		t.Fatalf("after the first request h %q, g %q; want \"Changed.\", \"A gauge.\"", h, g)
+	}
+	post(time.Second, "Latency.", "Latency.")
+	if h := help("h"); h != "Latency." {
+		t.Fatalf("after the second request h %q, want \"Latency.\"", h)
 	}
 }

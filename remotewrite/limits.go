@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -132,14 +133,21 @@ func (l Limits) CheckSeries(lbls labels.Labels) (reason string, err error) {
 // and make every honest sample after it "too old". A zero MaxFutureSkew
 // disables the check.
 func (l Limits) CheckTimestamp(t int64, now time.Time) (reason string, err error) {
-	if l.MaxFutureSkew <= 0 {
+	if t <= l.newestAllowed(now) {
 		return "", nil
 	}
-	if limit := now.Add(l.MaxFutureSkew).UnixMilli(); t > limit {
-		return ReasonTooFarInFuture, fmt.Errorf("%w: %s is more than %s ahead of the receiver's clock",
-			ErrTooFarInFuture, time.UnixMilli(t).UTC().Format(time.RFC3339Nano), l.MaxFutureSkew)
+	return ReasonTooFarInFuture, fmt.Errorf("%w: %s is more than %s ahead of the receiver's clock",
+		ErrTooFarInFuture, time.UnixMilli(t).UTC().Format(time.RFC3339Nano), l.MaxFutureSkew)
+}
+
+// newestAllowed returns the newest timestamp CheckTimestamp accepts at now,
+// so that a request's samples are compared with it rather than each
+// computing it again.
+func (l Limits) newestAllowed(now time.Time) int64 {
+	if l.MaxFutureSkew <= 0 {
+		return math.MaxInt64
 	}
-	return "", nil
+	return now.Add(l.MaxFutureSkew).UnixMilli()
 }
 
 // labelChecker walks a sorted label set one label at a time, so that the
