@@ -14,9 +14,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/storage"
 )
@@ -203,7 +205,17 @@ type Handler struct {
 
 	active chan struct{} // one token per request decoding or appending
 	bodies sync.Pool     // *bodyBuffer
-	pool   sync.Pool     // *requestState
+	// states holds the idle request states, at most MaxActiveRequests:
+	// only a request holding an active token uses one, so no more are ever
+	// needed. Unlike a sync.Pool, which the collector empties every second
+	// cycle, they survive garbage collections: at 25 requests a second of
+	// 2,000 series the pool re-made the states' buffers (about 2.5 MB
+	// each) several times a minute, garbage that set the heap goal higher.
+	// A state grown past maxKeptStateBytes by an outsized request is not
+	// kept (putState).
+	states chan *requestState
+	// maxKeptState is maxKeptStateBytes (tests lower it).
+	maxKeptState int
 
 	m handlerMetrics
 }
@@ -288,7 +300,8 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	}
 	h.active = make(chan struct{}, cfg.MaxActiveRequests)
 	h.bodies.New = func() any { return &bodyBuffer{} }
-	h.pool.New = func() any { return &requestState{} }
+	h.states = make(chan *requestState, cfg.MaxActiveRequests)
+	h.maxKeptState = maxKeptStateBytes
 
 	f := promauto.With(reg)
 	h.m = handlerMetrics{
@@ -488,12 +501,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { <-h.active }()
-	bufs := h.pool.Get().(*requestState)
-	defer func() {
-		// The decoder's views point into bufs.decompressed, pooled with it.
-		bufs.dec.reuse()
-		h.pool.Put(bufs)
-	}()
+	bufs := h.getState()
+	defer h.putState(bufs)
 	if cap(bufs.decompressed) < n {
 		// decompress replaces the buffer: the views into the old one go.
 		bufs.dec.unpin()
@@ -517,6 +526,50 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res := h.write(r, ver, req, &bufs.ws)
 	h.respond(w, ver, res)
+}
+
+// maxKeptStateBytes bounds the buffers of an idle request state: one that
+// an outsized request grew past it is left to the collector instead of
+// being kept, so that one such request does not hold its memory for good. A
+// request of Prometheus' default 2,000 samples needs about 2.5 MB, one of
+// 10,000 about 12 MB.
+const maxKeptStateBytes = 16 << 20
+
+// getState returns an idle request state, or a new one. The caller holds an
+// active token, so at most MaxActiveRequests states are in use.
+func (h *Handler) getState() *requestState {
+	select {
+	case st := <-h.states:
+		return st
+	default:
+		return &requestState{}
+	}
+}
+
+// putState keeps st for the next request unless it grew too large.
+func (h *Handler) putState(st *requestState) {
+	// The decoder's views point into st.decompressed, kept with it.
+	st.dec.reuse()
+	if st.retainedBytes() > h.maxKeptState {
+		return
+	}
+	select {
+	case h.states <- st:
+	default: // cannot happen while every user holds an active token
+	}
+}
+
+// retainedBytes is the memory st's buffers keep between requests (their
+// capacities).
+func (st *requestState) retainedBytes() int {
+	d, w := &st.dec, &st.ws
+	n := cap(st.decompressed) + cap(w.keys) + cap(w.scratch)
+	n += cap(d.req.Series)*int(unsafe.Sizeof(Series{})) + cap(d.req.Metadata)*int(unsafe.Sizeof(FamilyMetadata{})) +
+		cap(d.req.Symbols)*int(unsafe.Sizeof("")) + (cap(d.labels)+cap(d.exLabels))*int(unsafe.Sizeof(Label{})) +
+		cap(d.samples)*int(unsafe.Sizeof(Sample{})) + cap(d.hists)*int(unsafe.Sizeof(Histogram{})) +
+		cap(d.exemplars)*int(unsafe.Sizeof(Exemplar{})) + cap(d.refs)*4 + cap(d.rawSeries)*int(unsafe.Sizeof([]byte{}))
+	n += cap(w.probes)*int(unsafe.Sizeof(probe{})) + cap(w.order)*4 + cap(w.exemplars)*int(unsafe.Sizeof(exemplar.Exemplar{}))
+	return n
 }
 
 // acquire takes an active slot, waiting at most MaxQueueWait; false when
