@@ -313,9 +313,22 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	if hints != nil {
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
 	}
+	// The samples in range are copied (appends, truncation and replaced
+	// samples change the series in place once the lock is released), but
+	// into two arrays shared by the selected series, which themselves are
+	// one array: a handful of allocations a select instead of three per
+	// series (a rule's select of every tracked signal series is 13,600 of
+	// them at 50,000 active series, in the engine's minute, whose burst of
+	// garbage sets the collector's heap goal).
 	q.s.mu.RLock()
-	var out []storage.Series
-	for _, e := range q.candidates(ms) {
+	type span struct {
+		e      *scratchSeries
+		lo, hi int
+	}
+	cands := q.candidates(ms)
+	spans := make([]span, 0, len(cands))
+	total := 0
+	for _, e := range cands {
 		if !matchAll(e.lbls, ms) {
 			continue
 		}
@@ -324,11 +337,22 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 		if lo >= hi {
 			continue
 		}
-		out = append(out, &listSeries{lbls: e.lbls, ts: slices.Clone(e.ts[lo:hi]), vs: slices.Clone(e.vs[lo:hi])})
+		spans = append(spans, span{e, lo, hi})
+		total += hi - lo
+	}
+	ts := make([]int64, 0, total)
+	vs := make([]float64, 0, total)
+	list := make([]listSeries, len(spans))
+	for i, sp := range spans {
+		a := len(ts)
+		ts = append(ts, sp.e.ts[sp.lo:sp.hi]...)
+		vs = append(vs, sp.e.vs[sp.lo:sp.hi]...)
+		// Full slice expressions: no series can grow into the next one's.
+		list[i] = listSeries{lbls: sp.e.lbls, ts: ts[a:len(ts):len(ts)], vs: vs[a:len(vs):len(vs)]}
 	}
 	q.s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
-	return &listSet{series: out}
+	slices.SortFunc(list, func(a, b listSeries) int { return labels.Compare(a.lbls, b.lbls) })
+	return &listSet{series: list}
 }
 
 func matchAll(l labels.Labels, ms []*labels.Matcher) bool {
@@ -376,12 +400,12 @@ func sortedKeys(m map[string]struct{}) []string {
 func (q *scratchQuerier) Close() error { return nil }
 
 type listSet struct {
-	series []storage.Series
+	series []listSeries
 	i      int
 }
 
 func (s *listSet) Next() bool                        { s.i++; return s.i <= len(s.series) }
-func (s *listSet) At() storage.Series                { return s.series[s.i-1] }
+func (s *listSet) At() storage.Series                { return &s.series[s.i-1] }
 func (s *listSet) Err() error                        { return nil }
 func (s *listSet) Warnings() annotations.Annotations { return nil }
 
