@@ -209,8 +209,10 @@ type Handler struct {
 	// only a request holding an active token uses one, so no more are ever
 	// needed. Unlike a sync.Pool, which the collector empties every second
 	// cycle, they survive garbage collections: at 25 requests a second of
-	// 2,000 series the pool re-made the states' buffers (about 2.5 MB
-	// each) several times a minute, garbage that set the heap goal higher.
+	// 2,000 series the pool re-made the states' buffers (about 3 MB each)
+	// whenever requests overlapped after a collection, 65-72 MB in the 30 s
+	// around the diagnosis engine's minute, when they queue behind it:
+	// garbage in the burst that sets the heap goal.
 	// A state grown past maxKeptStateBytes by an outsized request is not
 	// kept (putState).
 	states chan *requestState
@@ -531,9 +533,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // maxKeptStateBytes bounds the buffers of an idle request state: one that
 // an outsized request grew past it is left to the collector instead of
 // being kept, so that one such request does not hold its memory for good. A
-// request of Prometheus' default 2,000 samples needs about 2.5 MB, one of
-// 10,000 about 12 MB.
-const maxKeptStateBytes = 16 << 20
+// request of Prometheus' default 2,000 samples of series with 11 labels
+// needs about 2.9 MB, one of 10,000 about 15 MB.
+const maxKeptStateBytes = 32 << 20
 
 // getState returns an idle request state, or a new one. The caller holds an
 // active token, so at most MaxActiveRequests states are in use.
