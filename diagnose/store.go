@@ -417,7 +417,13 @@ type listSeries struct {
 
 func (s *listSeries) Labels() labels.Labels { return s.lbls }
 
-func (s *listSeries) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+// Iterator reuses it when it is one of ours, as PromQL passes the previous
+// series' iterator for each series of a select.
+func (s *listSeries) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
+	if li, ok := it.(*listIter); ok {
+		*li = listIter{s: s, i: -1}
+		return li
+	}
 	return &listIter{s: s, i: -1}
 }
 
