@@ -205,9 +205,9 @@ type Handler struct {
 
 	active chan struct{} // one token per request decoding or appending
 	bodies sync.Pool     // *bodyBuffer
-	// states holds the idle request states, at most MaxActiveRequests:
-	// only a request holding an active token uses one, so no more are ever
-	// needed. Unlike a sync.Pool, which the collector empties every second
+	// states holds the idle request states, at most maxIdleStates and
+	// MaxActiveRequests: only a request holding an active token uses one,
+	// so no more are ever needed. Unlike a sync.Pool, which the collector empties every second
 	// cycle, they survive garbage collections: at 25 requests a second of
 	// 2,000 series the pool re-made the states' buffers (about 3 MB each)
 	// whenever requests overlapped after a collection, 65-72 MB in the 30 s
@@ -302,7 +302,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	}
 	h.active = make(chan struct{}, cfg.MaxActiveRequests)
 	h.bodies.New = func() any { return &bodyBuffer{} }
-	h.states = make(chan *requestState, cfg.MaxActiveRequests)
+	h.states = make(chan *requestState, min(cfg.MaxActiveRequests, maxIdleStates))
 	h.maxKeptState = maxKeptStateBytes
 
 	f := promauto.With(reg)
@@ -537,6 +537,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // needs about 2.9 MB, one of 10,000 about 15 MB.
 const maxKeptStateBytes = 32 << 20
 
+// maxIdleStates bounds the request states kept between requests where
+// MaxActiveRequests is larger (twice GOMAXPROCS on a big machine): beyond
+// it, the states a burst of concurrent requests needed are left to the
+// collector, as the sync.Pool did with all of them.
+const maxIdleStates = 8
+
 // getState returns an idle request state, or a new one. The caller holds an
 // active token, so at most MaxActiveRequests states are in use.
 func (h *Handler) getState() *requestState {
@@ -557,7 +563,7 @@ func (h *Handler) putState(st *requestState) {
 	}
 	select {
 	case h.states <- st:
-	default: // cannot happen while every user holds an active token
+	default: // maxIdleStates are kept already
 	}
 }
 

@@ -55,11 +55,18 @@ func TestRequestStatesKept(t *testing.T) {
 	}
 
 	// Many at once: at most MaxActiveRequests states are made and kept.
+	if cap(h.states) != cfg.MaxActiveRequests {
+		t.Fatalf("room for %d idle states, want %d", cap(h.states), cfg.MaxActiveRequests)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
-	for k := range 16 {
+	conc := make([][]byte, 16)
+	for k := range conc {
+		conc[k] = body(2+k, 10)
+	}
+	for k, b := range conc {
 		wg.Go(func() {
-			if w := env.post(body(2+k, 10), ctV1, "snappy"); w.Code != http.StatusNoContent {
+			if w := env.post(b, ctV1, "snappy"); w.Code != http.StatusNoContent {
 				errs <- fmt.Errorf("request %d: %d %s", k, w.Code, w.Body)
 			}
 		})
@@ -98,5 +105,37 @@ func TestRequestStatesKept(t *testing.T) {
 	}
 	if pts := got[`{__name__="kept", i="3"}`]; len(pts) != 21 {
 		t.Fatalf("series i=3: %d samples, want 21 (every round): %v", len(pts), pts)
+	}
+}
+
+// TestRequestStatesIdleBound: with more active slots than maxIdleStates,
+// the states beyond it are not kept after a burst of concurrent requests.
+func TestRequestStatesIdleBound(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxActiveRequests = 2 * maxIdleStates
+	env := newTestEnv(t, cfg)
+	if c := cap(env.h.states); c != maxIdleStates {
+		t.Fatalf("room for %d idle states with %d active slots, want %d", c, cfg.MaxActiveRequests, maxIdleStates)
+	}
+	bodies := make([][]byte, 4*maxIdleStates)
+	for k := range bodies {
+		bodies[k] = encodeV1(t, &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+			series("idle", []string{"k", strconv.Itoa(k)}, prompb.Sample{Value: 1, Timestamp: ms(0)}),
+		}})
+	}
+	var wg sync.WaitGroup
+	for k, body := range bodies {
+		wg.Go(func() {
+			if w := env.post(body, ctV1, "snappy"); w.Code != http.StatusNoContent {
+				t.Errorf("request %d: %d %s", k, w.Code, w.Body)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(env.h.states); n < 1 || n > maxIdleStates {
+		t.Fatalf("%d idle states kept, want 1..%d", n, maxIdleStates)
+	}
+	if got := env.read(t, "idle"); len(got) != 4*maxIdleStates {
+		t.Fatalf("%d series stored, want %d", len(got), 4*maxIdleStates)
 	}
 }
