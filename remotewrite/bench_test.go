@@ -408,11 +408,13 @@ func benchWriteLoop(b *testing.B, h *Handler, ver protoVersion, reqs []*Request)
 // BenchmarkServePacedGC serves requests of 2,000 series (RW 1.0, known
 // series, a storage that keeps nothing) as a paced fleet sends them: mostly
 // one at a time, every 16th request with three others at once, and the
-// collector running every 64 requests (at 25 requests a second, the
-// paced 50,000-series load, the server collected every 2-6 s). What it
-// reports per request is what the handler allocates anew: with the request
-// states in a sync.Pool, the states an overlap needed were dropped by the
-// collector while idle and made again at the next overlap.
+// collector running every 64 requests (at 25 requests a second, the paced
+// 50,000-series load, the server collected every 2-6 s). What it reports
+// per op (1.19 requests) is what the handler allocates anew: the request
+// states of the sync.Pool that the collector dropped while idle, made again
+// at the next overlap (54-58 KB; 17 KB with the states kept in fixed slots,
+// which a paced run showed did not lower the peak and kept 6-10 MiB more:
+// docs/bench.md, "what makes the paced peak").
 func BenchmarkServePacedGC(b *testing.B) {
 	const series = 10000
 	v1 := benchRequestV1(series, 1)

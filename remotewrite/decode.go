@@ -109,8 +109,8 @@ type Request struct {
 // the next Decode or Reset call. Only native histograms are allocated anew
 // (see Histogram).
 //
-// A Decoder is not safe for concurrent use; the Handler keeps one in each
-// of its request states.
+// A Decoder is not safe for concurrent use; the Handler keeps a sync.Pool of
+// them.
 type Decoder struct {
 	req       Request
 	labels    []Label

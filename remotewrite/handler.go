@@ -14,11 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/storage"
 )
@@ -205,19 +203,7 @@ type Handler struct {
 
 	active chan struct{} // one token per request decoding or appending
 	bodies sync.Pool     // *bodyBuffer
-	// states holds the idle request states, at most maxIdleStates and
-	// MaxActiveRequests: only a request holding an active token uses one,
-	// so no more are ever needed. Unlike a sync.Pool, which the collector empties every second
-	// cycle, they survive garbage collections: at 25 requests a second of
-	// 2,000 series the pool re-made the states' buffers (about 3 MB each)
-	// whenever requests overlapped after a collection, 65-72 MB in the 30 s
-	// around the diagnosis engine's minute, when they queue behind it:
-	// garbage in the burst that sets the heap goal.
-	// A state grown past maxKeptStateBytes by an outsized request is not
-	// kept (putState).
-	states chan *requestState
-	// maxKeptState is maxKeptStateBytes (tests lower it).
-	maxKeptState int
+	pool   sync.Pool     // *requestState
 
 	m handlerMetrics
 }
@@ -302,8 +288,7 @@ func NewHandler(cfg Config, app storage.AppendableV2, meta *MetadataStore, logge
 	}
 	h.active = make(chan struct{}, cfg.MaxActiveRequests)
 	h.bodies.New = func() any { return &bodyBuffer{} }
-	h.states = make(chan *requestState, min(cfg.MaxActiveRequests, maxIdleStates))
-	h.maxKeptState = maxKeptStateBytes
+	h.pool.New = func() any { return &requestState{} }
 
 	f := promauto.With(reg)
 	h.m = handlerMetrics{
@@ -503,8 +488,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { <-h.active }()
-	bufs := h.getState()
-	defer h.putState(bufs)
+	bufs := h.pool.Get().(*requestState)
+	defer func() {
+		// The decoder's views point into bufs.decompressed, pooled with it.
+		bufs.dec.reuse()
+		h.pool.Put(bufs)
+	}()
 	if cap(bufs.decompressed) < n {
 		// decompress replaces the buffer: the views into the old one go.
 		bufs.dec.unpin()
@@ -528,56 +517,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res := h.write(r, ver, req, &bufs.ws)
 	h.respond(w, ver, res)
-}
-
-// maxKeptStateBytes bounds the buffers of an idle request state: one that
-// an outsized request grew past it is left to the collector instead of
-// being kept, so that one such request does not hold its memory for good. A
-// request of Prometheus' default 2,000 samples of series with 11 labels
-// needs about 2.9 MB, one of 10,000 about 15 MB.
-const maxKeptStateBytes = 32 << 20
-
-// maxIdleStates bounds the request states kept between requests where
-// MaxActiveRequests is larger (twice GOMAXPROCS on a big machine): beyond
-// it, the states a burst of concurrent requests needed are left to the
-// collector, as the sync.Pool did with all of them.
-const maxIdleStates = 8
-
-// getState returns an idle request state, or a new one. The caller holds an
-// active token, so at most MaxActiveRequests states are in use.
-func (h *Handler) getState() *requestState {
-	select {
-	case st := <-h.states:
-		return st
-	default:
-		return &requestState{}
-	}
-}
-
-// putState keeps st for the next request unless it grew too large.
-func (h *Handler) putState(st *requestState) {
-	// The decoder's views point into st.decompressed, kept with it.
-	st.dec.reuse()
-	if st.retainedBytes() > h.maxKeptState {
-		return
-	}
-	select {
-	case h.states <- st:
-	default: // maxIdleStates are kept already
-	}
-}
-
-// retainedBytes is the memory st's buffers keep between requests (their
-// capacities).
-func (st *requestState) retainedBytes() int {
-	d, w := &st.dec, &st.ws
-	n := cap(st.decompressed) + cap(w.keys) + cap(w.scratch)
-	n += cap(d.req.Series)*int(unsafe.Sizeof(Series{})) + cap(d.req.Metadata)*int(unsafe.Sizeof(FamilyMetadata{})) +
-		cap(d.req.Symbols)*int(unsafe.Sizeof("")) + (cap(d.labels)+cap(d.exLabels))*int(unsafe.Sizeof(Label{})) +
-		cap(d.samples)*int(unsafe.Sizeof(Sample{})) + cap(d.hists)*int(unsafe.Sizeof(Histogram{})) +
-		cap(d.exemplars)*int(unsafe.Sizeof(Exemplar{})) + cap(d.refs)*4 + cap(d.rawSeries)*int(unsafe.Sizeof([]byte{}))
-	n += cap(w.probes)*int(unsafe.Sizeof(probe{})) + cap(w.order)*4 + cap(w.exemplars)*int(unsafe.Sizeof(exemplar.Exemplar{}))
-	return n
 }
 
 // acquire takes an active slot, waiting at most MaxQueueWait; false when
