@@ -78,10 +78,12 @@ func (g *samplesGauge) Add(v float64) {
 	}
 }
 
-func (g *samplesGauge) Inc()              { g.Add(1) }
-func (g *samplesGauge) Dec()              { g.Add(-1) }
-func (g *samplesGauge) Sub(v float64)     { g.Add(-v) }
-func (g *samplesGauge) SetToCurrentTime() { g.bits.Store(math.Float64bits(float64(time.Now().UnixNano()) / 1e9)) }
+func (g *samplesGauge) Inc()          { g.Add(1) }
+func (g *samplesGauge) Dec()          { g.Add(-1) }
+func (g *samplesGauge) Sub(v float64) { g.Add(-v) }
+func (g *samplesGauge) SetToCurrentTime() {
+	g.bits.Store(math.Float64bits(float64(time.Now().UnixNano()) / 1e9))
+}
 
 func (g *samplesGauge) Desc() *prometheus.Desc { return g.desc }
 
