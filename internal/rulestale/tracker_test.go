@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -365,3 +366,153 @@ func diffTail(cs [][]sample) string {
 	}
 	return b.String()
 }
+
+// TestManagerReloadAndRemove runs rules.Manager with Prometheus' own state
+// and with a Tracker side by side: a reload drops a recording rule from a
+// group and removes another group. Both must write the same stale markers:
+// the dropped rule's series at the group's next evaluation timestamp, the
+// removed group's series (two intervals later) at the time it was stopped.
+func TestManagerReloadAndRemove(t *testing.T) {
+	dir := t.TempDir()
+	before := `groups:
+- name: g1
+  interval: 100ms
+  rules:
+  - record: rec:a
+    expr: a
+  - record: rec:b
+    expr: b
+- name: g2
+  interval: 100ms
+  rules:
+  - record: rec:c
+    expr: c
+`
+	after := `groups:
+- name: g1
+  interval: 100ms
+  rules:
+  - record: rec:a
+    expr: a
+`
+	query := func(_ context.Context, qs string, ts time.Time) (promql.Vector, error) {
+		var vec promql.Vector
+		for i := range 3 {
+			vec = append(vec, promql.Sample{T: ts.UnixMilli(), F: float64(i), Metric: labels.FromStrings("instance", fmt.Sprint(i), "q", qs)})
+		}
+		return vec, nil
+	}
+	type run struct {
+		st       *store
+		m        *rules.Manager
+		from, to int64 // the reload's start and end, ms
+	}
+	start := func(tracked bool) *run {
+		r := &run{st: &store{}}
+		// Groups are keyed by file and name: the reload rewrites the file.
+		file := fmt.Sprintf("%s/rules-%v.yml", dir, tracked)
+		if err := writeFile(file, before); err != nil {
+			t.Fatal(err)
+		}
+		opts := &rules.ManagerOptions{QueryFunc: query, AppendableV2: r.st, Context: context.Background(),
+			NotifyFunc: func(context.Context, string, ...*rules.Alert) {}, Logger: promslog.NewNopLogger(),
+			Queryable: storage.QueryableFunc(func(int64, int64) (storage.Querier, error) { return storage.NoopQuerier(), nil })}
+		var iter rules.GroupEvalIterationFunc
+		if tracked {
+			tr := New()
+			opts.QueryFunc, opts.AppendableV2, opts.Metrics = tr.QueryFunc(query), tr.Appendable(r.st), tr.Metrics(nil)
+			iter = tr.EvalIterationFunc(nil)
+		}
+		r.m = rules.NewManager(opts)
+		if err := r.m.Update(time.Minute, []string{file}, labels.EmptyLabels(), "", iter); err != nil {
+			t.Fatal(err)
+		}
+		go r.m.Run()
+		waitFor(t, func() bool { return len(r.st.stored("rec:b", false)) >= 6 && len(r.st.stored("rec:c", false)) >= 6 })
+		if err := writeFile(file, after); err != nil {
+			t.Fatal(err)
+		}
+		r.from = time.Now().UnixMilli()
+		if err := r.m.Update(time.Minute, []string{file}, labels.EmptyLabels(), "", iter); err != nil {
+			t.Fatal(err)
+		}
+		r.to = time.Now().UnixMilli()
+		return r
+	}
+	var runs [2]*run
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() { runs[i] = start(i == 1) })
+	}
+	wg.Wait()
+	for i, r := range runs {
+		waitFor(t, func() bool { return len(r.st.stored("rec:b", true)) == 3 && len(r.st.stored("rec:c", true)) == 3 })
+		// Two more intervals: no stale marker comes twice or late.
+		time.Sleep(300 * time.Millisecond)
+		r.m.Stop()
+		r.st.mu.Lock()
+		saw := r.st.sawPlace
+		r.st.mu.Unlock()
+		if saw {
+			t.Fatalf("run %d: a placeholder reached the storage", i)
+		}
+		if n := len(r.st.stored("rec:a", true)); n != 0 {
+			t.Errorf("run %d: %d stale markers for the kept rule", i, n)
+		}
+		evalTimes := map[int64]bool{}
+		for _, s := range r.st.stored("rec:a", false) {
+			evalTimes[s.t] = true
+		}
+		for _, s := range r.st.stored("rec:b", true) {
+			if !evalTimes[s.t] || s.t < r.from {
+				t.Errorf("run %d: %v is not at an evaluation of g1 after the reload", i, s)
+			}
+		}
+		for _, s := range r.st.stored("rec:c", true) {
+			if s.t < r.from || s.t > r.to {
+				t.Errorf("run %d: %v is not at the time g2 was stopped (%d-%d)", i, s, r.from, r.to)
+			}
+		}
+	}
+	for _, name := range []string{"rec:b", "rec:c"} {
+		var series [2][]string
+		for i, r := range runs {
+			for _, s := range r.st.stored(name, true) {
+				series[i] = append(series[i], s.series)
+			}
+			slices.Sort(series[i])
+		}
+		if !slices.Equal(series[0], series[1]) {
+			t.Errorf("%s: stale markers for %v with Prometheus' state, %v with the Tracker", name, series[0], series[1])
+		}
+	}
+}
+
+// stored returns the samples of the recorded series name: stale markers
+// (stale) or values.
+func (s *store) stored(name string, stale bool) []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sample
+	for _, c := range s.commits {
+		for _, x := range c {
+			if strings.HasPrefix(x.series, `{__name__="`+name+`"`) && value.IsStaleNaN(math.Float64frombits(x.v)) == stale {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func writeFile(p, body string) error { return os.WriteFile(p, []byte(body), 0o600) }
