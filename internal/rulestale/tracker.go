@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"sync"
@@ -66,25 +67,6 @@ type seriesSet struct {
 	// logger is the group's, for stale markers written after the rule was
 	// removed (Group.cleanupStaleSeries logs with it).
 	logger *slog.Logger
-}
-
-// find returns the index of the entry for l (hash h), or -1.
-func (s *seriesSet) find(h uint64, l labels.Labels) int {
-	i, _ := slices.BinarySearchFunc(s.entries, h, func(e entry, h uint64) int {
-		switch {
-		case e.h < h:
-			return -1
-		case e.h > h:
-			return 1
-		}
-		return 0
-	})
-	for ; i < len(s.entries) && s.entries[i].h == h; i++ {
-		if labels.Equal(s.entries[i].l, l) {
-			return i
-		}
-	}
-	return -1
 }
 
 // result is a recording rule's output, held from its QueryFunc call until
@@ -332,11 +314,11 @@ func (a *appender) write(ad *addition) *seriesSet {
 	var (
 		res           = ad.res
 		rule          = res.rule
+		vec           = res.vec
 		logger        *slog.Logger
 		numOutOfOrder = 0
 		numTooOld     = 0
 		numDuplicates = 0
-		out           = make([]entry, 0, len(res.vec))
 	)
 	log := func() *slog.Logger {
 		if logger == nil {
@@ -344,17 +326,33 @@ func (a *appender) write(ad *addition) *seriesSet {
 		}
 		return logger
 	}
-	for _, s := range res.vec {
-		h := a.tr.hash(s.Metric)
+	// The samples by hash, and for each ending the index in its set of
+	// each sample's series (-1: not there), by one merge of the two
+	// sorted lists.
+	order := make([]ref, len(vec))
+	for i, s := range vec {
+		order[i] = ref{h: a.tr.hash(s.Metric), i: int32(i)}
+	}
+	slices.SortFunc(order, func(x, y ref) int {
+		switch {
+		case x.h < y.h:
+			return -1
+		case x.h > y.h:
+			return 1
+		}
+		return 0
+	})
+	at := make([][]int32, len(a.ends))
+	for k := range a.ends {
+		at[k] = a.ends[k].set.match(order, vec)
+	}
+	ok := make([]uint64, (len(vec)+63)/64)
+	for i, s := range vec {
 		l := s.Metric
-		type hit struct{ e, j int }
-		var hits []hit
-		for k := range a.ends {
-			if j := a.ends[k].set.find(h, l); j >= 0 {
-				if len(hits) == 0 {
-					l = a.ends[k].set.entries[j].l
-				}
-				hits = append(hits, hit{k, j})
+		for k := range at {
+			if j := at[k][i]; j >= 0 {
+				l = a.ends[k].set.entries[j].l
+				break
 			}
 		}
 		_, err := a.app.Append(0, l, 0, s.T, s.F, nil, s.H, ad.opts)
@@ -380,10 +378,12 @@ func (a *appender) write(ad *addition) *seriesSet {
 			}
 			continue
 		}
-		for _, x := range hits {
-			a.ends[x.e].matched[x.j/64] |= 1 << (x.j % 64)
+		ok[i/64] |= 1 << (i % 64)
+		for k := range at {
+			if j := at[k][i]; j >= 0 {
+				a.ends[k].matched[j/64] |= 1 << (j % 64)
+			}
 		}
-		out = append(out, entry{h: h, l: l})
 	}
 	if numOutOfOrder > 0 {
 		log().Warn("Error on ingesting out-of-order result from rule evaluation", "num_dropped", numOutOfOrder)
@@ -394,16 +394,71 @@ func (a *appender) write(ad *addition) *seriesSet {
 	if numDuplicates > 0 {
 		log().Warn("Error on ingesting results from rule evaluation with different value but same timestamp", "num_dropped", numDuplicates)
 	}
-	slices.SortFunc(out, func(x, y entry) int {
-		switch {
-		case x.h < y.h:
-			return -1
-		case x.h > y.h:
-			return 1
+	// The series written, in hash order, each with the labels it was
+	// appended with.
+	n := 0
+	for _, w := range ok {
+		n += bits.OnesCount64(w)
+	}
+	out := make([]entry, 0, n)
+	for _, r := range order {
+		if ok[r.i/64]&(1<<(r.i%64)) == 0 {
+			continue
 		}
-		return 0
-	})
-	return &seriesSet{entries: slices.Clip(out), logger: res.group.Logger()}
+		l := vec[r.i].Metric
+		for k := range at {
+			if j := at[k][r.i]; j >= 0 {
+				l = a.ends[k].set.entries[j].l
+				break
+			}
+		}
+		out = append(out, entry{h: r.h, l: l})
+	}
+	return &seriesSet{entries: out, logger: res.group.Logger()}
+}
+
+// ref is a sample of a result: its labels' hash and its index.
+type ref struct {
+	h uint64
+	i int32
+}
+
+// match returns, for each sample of vec, the index of its series in s, or
+// -1; order is vec's samples sorted by hash.
+func (s *seriesSet) match(order []ref, vec promql.Vector) []int32 {
+	at := make([]int32, len(vec))
+	for i := range at {
+		at[i] = -1
+	}
+	es := s.entries
+	q := 0
+	for p := 0; p < len(order) && q < len(es); {
+		h := order[p].h
+		switch {
+		case h < es[q].h:
+			p++
+		case h > es[q].h:
+			q++
+		default:
+			// Every sample with this hash against every entry with it
+			// (more than one of either only on a hash collision).
+			end := q
+			for end < len(es) && es[end].h == h {
+				end++
+			}
+			for ; p < len(order) && order[p].h == h; p++ {
+				l := vec[order[p].i].Metric
+				for j := q; j < end; j++ {
+					if labels.Equal(es[j].l, l) {
+						at[order[p].i] = int32(j)
+						break
+					}
+				}
+			}
+			q = end
+		}
+	}
+	return at
 }
 
 // stale writes a stale marker for each series of e's set that this
