@@ -262,7 +262,7 @@ func metricValue(m *dto.Metric) string {
 // the rules' health and errors, the alerts and the rule metrics after every
 // evaluation. The Tracker's label hash is made to collide in half the runs.
 func TestSameAsPrometheus(t *testing.T) {
-	for seed := range 24 {
+	for seed := range 16 {
 		for _, collide := range []bool{false, true} {
 			t.Run(fmt.Sprintf("seed=%d/collide=%v", seed, collide), func(t *testing.T) {
 				sc := script{seed: seed}
