@@ -84,14 +84,16 @@ func (r *result) logger() *slog.Logger {
 
 // iteration is one group evaluation run through EvalIterationFunc.
 type iteration struct {
-	tr    *Tracker
-	g     *rules.Group
-	key   string
-	next  int // the next rule QueryFunc expects (rules run in order)
+	tr  *Tracker
+	g   *rules.Group
+	key string
+
+	mu    sync.Mutex // for next, taken and ids, should rules run concurrently
+	next  int        // the next rule QueryFunc expects (rules run in order)
 	taken []bool
 	ids   []uint64 // results returned in this evaluation
-	lb    *labels.Builder
-	// delta is what prometheus_rule_group_last_evaluation_samples must add
+
+	// delta (under tr.mu) is what prometheus_rule_group_last_evaluation_samples must add
 	// to Group.Eval's count: each placeholder counts as its result's size.
 	delta int
 }
@@ -107,7 +109,7 @@ func (tr *Tracker) EvalIterationFunc(inner rules.GroupEvalIterationFunc) rules.G
 		inner = rules.DefaultEvalIterationFunc
 	}
 	return func(ctx context.Context, g *rules.Group, ts time.Time) {
-		it := &iteration{tr: tr, g: g, key: rules.GroupKey(g.File(), g.Name()), lb: labels.NewBuilder(labels.EmptyLabels())}
+		it := &iteration{tr: tr, g: g, key: rules.GroupKey(g.File(), g.Name())}
 		tr.mu.Lock()
 		tr.iters[it.key] = it
 		tr.mu.Unlock()
@@ -118,9 +120,11 @@ func (tr *Tracker) EvalIterationFunc(inner rules.GroupEvalIterationFunc) rules.G
 			}
 			// A result whose placeholder was never appended (the group
 			// stopped mid-evaluation) is dropped.
+			it.mu.Lock()
 			for _, id := range it.ids {
 				delete(tr.pending, id)
 			}
+			it.mu.Unlock()
 			tr.mu.Unlock()
 		}()
 		inner(context.WithValue(ctx, iterationKey{}, it), g, ts)
@@ -132,6 +136,8 @@ func (tr *Tracker) EvalIterationFunc(inner rules.GroupEvalIterationFunc) rules.G
 // looked for from the rule after the last one claimed (Group.Eval runs
 // the rules in order).
 func (it *iteration) claim(d rules.RuleDetail) (int, *rules.RecordingRule) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
 	rs := it.g.Rules()
 	if it.taken == nil {
 		it.taken = make([]bool, len(rs))
@@ -172,7 +178,7 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			return nil, err
 		}
 		// What RecordingRule.Eval does with the query's result.
-		lb := it.lb
+		lb := labels.NewBuilder(labels.EmptyLabels())
 		for i := range vec {
 			sample := &vec[i]
 			lb.Reset(sample.Metric)
@@ -194,7 +200,9 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 		tr.pending[id] = &result{vec: vec, rule: rr, index: index, group: it.g}
 		it.delta += len(vec) - 1
 		tr.mu.Unlock()
+		it.mu.Lock()
 		it.ids = append(it.ids, id)
+		it.mu.Unlock()
 		return promql.Vector{{
 			T:      timestamp.FromTime(t),
 			Metric: labels.FromStrings(PlaceholderLabel, strconv.FormatUint(id, 10)),

@@ -406,6 +406,8 @@ func TestManagerReloadAndRemove(t *testing.T) {
 		st       *store
 		m        *rules.Manager
 		from, to int64 // the reload's start and end, ms
+
+		stopReader, readerDone chan struct{}
 	}
 	start := func(tracked bool) *run {
 		r := &run{st: &store{}}
@@ -418,12 +420,40 @@ func TestManagerReloadAndRemove(t *testing.T) {
 			NotifyFunc: func(context.Context, string, ...*rules.Alert) {}, Logger: promslog.NewNopLogger(),
 			Queryable: storage.QueryableFunc(func(int64, int64) (storage.Querier, error) { return storage.NoopQuerier(), nil })}
 		var iter rules.GroupEvalIterationFunc
+		var reader func()
 		if tracked {
 			tr := New()
-			opts.QueryFunc, opts.AppendableV2, opts.Metrics = tr.QueryFunc(query), tr.Appendable(r.st), tr.Metrics(nil)
+			reg := prometheus.NewRegistry()
+			opts.QueryFunc, opts.AppendableV2, opts.Metrics = tr.QueryFunc(query), tr.Appendable(r.st), tr.Metrics(reg)
 			iter = tr.EvalIterationFunc(nil)
+			// What /api/v1/rules and /metrics read, while the groups
+			// evaluate (for -race).
+			r.readerDone = make(chan struct{})
+			r.stopReader = make(chan struct{})
+			reader = func() {
+				defer close(r.readerDone)
+				for {
+					select {
+					case <-r.stopReader:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					if _, err := reg.Gather(); err != nil {
+						t.Error(err)
+					}
+					for _, g := range r.m.RuleGroups() {
+						_, _ = g.GetEvaluationTime(), g.GetLastEvaluation()
+						for _, rl := range g.Rules() {
+							_, _, _ = rl.Health(), rl.LastError(), rl.GetEvaluationTimestamp()
+						}
+					}
+				}
+			}
 		}
 		r.m = rules.NewManager(opts)
+		if reader != nil {
+			go reader()
+		}
 		if err := r.m.Update(time.Minute, []string{file}, labels.EmptyLabels(), "", iter); err != nil {
 			t.Fatal(err)
 		}
@@ -449,6 +479,10 @@ func TestManagerReloadAndRemove(t *testing.T) {
 		waitFor(t, func() bool { return len(r.st.stored("rec:b", true)) == 3 && len(r.st.stored("rec:c", true)) == 3 })
 		// Two more intervals: no stale marker comes twice or late.
 		time.Sleep(300 * time.Millisecond)
+		if r.stopReader != nil {
+			close(r.stopReader)
+			<-r.readerDone
+		}
 		r.m.Stop()
 		r.st.mu.Lock()
 		saw := r.st.sawPlace
