@@ -124,7 +124,7 @@ type Engine struct {
 	// stale-marker state kept by a rulestale.Tracker (buildGroups).
 	evalGroup rules.GroupEvalIterationFunc
 	lastEval  time.Time
-	evaluated    bool
+	evaluated bool
 
 	mu    sync.RWMutex
 	diags []Diagnosis // every diagnosis, by open order

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/timestamp"
@@ -182,7 +183,7 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 		for i := range vec {
 			sample := &vec[i]
 			lb.Reset(sample.Metric)
-			lb.Set(labels.MetricName, rr.Name())
+			lb.Set(model.MetricNameLabel, rr.Name())
 			rr.Labels().Range(func(l labels.Label) {
 				lb.Set(l.Name, l.Value)
 			})
