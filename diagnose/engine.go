@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
+	"github.com/strata-dev/strata/internal/rulestale"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/tiers"
 )
@@ -119,8 +120,11 @@ type Engine struct {
 	// signalsGroup at every minute.
 	base         *tracker
 	signalsGroup *rules.Group
-	lastEval     time.Time
-	evaluated    bool
+	// evalGroup is rules.DefaultEvalIterationFunc with the recording rules'
+	// stale-marker state kept by a rulestale.Tracker (buildGroups).
+	evalGroup rules.GroupEvalIterationFunc
+	lastEval  time.Time
+	evaluated bool
 
 	mu    sync.RWMutex
 	diags []Diagnosis // every diagnosis, by open order
@@ -237,11 +241,17 @@ func (e *Engine) ruleFiles() ([]ruleFile, error) {
 // buildGroups compiles the files into rules.Groups sharing one set of
 // options, and derives what the data a minute needs and the warm-up.
 func (e *Engine) buildGroups(files []ruleFile) error {
+	// The recording rules' stale-marker state is kept by stale (a label
+	// hash a series, the labels shared with the scratch store) instead of
+	// by the groups (two copies of each series' labels); what the groups
+	// show and write is the same (package rulestale).
+	stale := rulestale.New()
+	e.evalGroup = stale.EvalIterationFunc(rules.DefaultEvalIterationFunc)
 	opts := &rules.ManagerOptions{
 		ExternalURL:  e.o.ExternalURL,
-		QueryFunc:    e.queryFunc,
+		QueryFunc:    stale.QueryFunc(e.queryFunc),
 		Context:      context.Background(),
-		AppendableV2: e.appendable(),
+		AppendableV2: stale.Appendable(e.appendable()),
 		Queryable:    e.scratch,
 		Logger:       e.logger,
 		Registerer:   prometheus.WrapRegistererWithPrefix("strata_diagnose_", e.o.Registerer),
@@ -250,7 +260,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 		// one per rule alert.
 		NotifyFunc: func(context.Context, string, ...*rules.Alert) {},
 	}
-	opts.Metrics = rules.NewGroupMetrics(opts.Registerer)
+	opts.Metrics = stale.Metrics(opts.Registerer)
 	e.hidden = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true, DiagnosisSeries: true}
 	var maxRange, maxReach, maxScratch, maxHold time.Duration
 	reached := map[string]time.Duration{}
@@ -464,7 +474,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		}
 		// Group.Eval, plus the group's last-evaluation bookkeeping that
 		// /api/v1/rules shows.
-		rules.DefaultEvalIterationFunc(ctx, g, t)
+		e.evalGroup(ctx, g, t)
 		if g == e.signalsGroup && e.base != nil {
 			e.baselineMinute(tm) // a no-op when the fast path did it
 		}

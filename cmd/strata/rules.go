@@ -19,6 +19,7 @@ import (
 	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
 	"github.com/strata-dev/strata/internal/atomicfile"
+	"github.com/strata-dev/strata/internal/rulestale"
 )
 
 // startRules runs Prometheus' rule manager over the stitched tiers with the
@@ -71,15 +72,20 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	if len(files) == 0 {
 		return nil, func() {}, nil
 	}
+	// The recording rules' stale-marker state is kept by stale (a label
+	// hash a series) instead of by Prometheus' groups (two copies of each
+	// series' labels); what the groups show and write is the same.
+	stale := rulestale.New()
 	m := rules.NewManager(&rules.ManagerOptions{
 		ExternalURL:  externalURL,
-		QueryFunc:    forms.QueryFunc(engine, q, time.Duration(cfg.Query.LookbackDelta)),
+		QueryFunc:    stale.QueryFunc(forms.QueryFunc(engine, q, time.Duration(cfg.Query.LookbackDelta))),
 		GroupLoader:  loader,
 		Context:      ctx,
-		AppendableV2: app,
+		AppendableV2: stale.Appendable(app),
 		Queryable:    q,
 		Logger:       logger,
 		Registerer:   reg,
+		Metrics:      stale.Metrics(reg),
 		Parser:       loader.Parser,
 		// Alerting rules in the operator's files are evaluated (their ALERTS
 		// series are stored) but there is no Alertmanager to send to yet; the
@@ -92,7 +98,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	})
 	// Each group evaluation gets a memo for the canonical rules' shared
 	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
-	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), forms.EvalIterationFunc); err != nil {
+	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), stale.EvalIterationFunc(forms.EvalIterationFunc)); err != nil {
 		return nil, nil, fmt.Errorf("load rule files: %w", err)
 	}
 	go m.Run()
