@@ -311,10 +311,24 @@ func (w *windowIter) loadOne(i int) bool {
 			return false // two samples (splitsFirst)
 		}
 	}
-	if p.fill > 0 {
-		if p.fillStep <= 0 {
-			return false
+	if p.fill > 0 && p.fillStep <= 0 {
+		// Last repeated every fill ms after LastT (windowPoints), while
+		// before the next window's last sample, the window's end plus a
+		// window, and hi: none when the first repeat is already at or past
+		// one of them (a StoreAPI request over the hour tier with the
+		// Querier's 1 h lookback: the next window's LastT is at most an
+		// hour later).
+		if t+p.fill < min(b.startOf(t)+2*p.res, p.hi) {
+			if i+1 >= w.n {
+				return false
+			}
+			hint := w.run
+			nb, nrow := p.windows.locate(i+1, &hint)
+			if t+p.fill < nb.lastT[nrow] {
+				return false
+			}
 		}
+	} else if p.fill > 0 {
 		// The first evaluation time that would need a repeat of Last,
 		// found by stepping the previous window's forward (windows ascend,
 		// so this is usually one addition, not a division).
