@@ -9,17 +9,21 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
 
-// TestWindowIterFillFastPath: a plain selector's windows repeated every
-// fill ms without a step (a remote engine's lookback: the StoreAPI) yield
-// through the iterator (loadOne's fast path where no repeat is due) the
-// samples windowPoints gives each window, kept inside [lo, hi): windows
-// whose last sample is early (a repeat due before the next window's),
-// gaps of whole windows, stale windows, the last window, parts cut by lo
-// and hi, and windows split over blocks (the next window in another one).
-func TestWindowIterFillFastPath(t *testing.T) {
+// TestWindowIterFastPaths: the iterator (loadOne's fast paths where they
+// apply, load's general path elsewhere) yields the samples windowPoints
+// gives each window, kept inside [lo, hi), for a plain selector's windows
+// repeated every fill ms without a step (a remote engine's lookback: the
+// StoreAPI), and for min_over_time's and max_over_time's (First at FirstT
+// where it lies on the window's start, and the minimum or maximum at
+// LastT): windows whose last sample is early (a repeat due before the next
+// window's), gaps of whole windows, stale windows, the last window, parts
+// cut by lo and hi, and windows split over blocks (the next window in
+// another one).
+func TestWindowIterFastPaths(t *testing.T) {
 	const res = int64(3_600_000)
 	r := rand.New(rand.NewPCG(7, 8))
-	for round := range 200 {
+	for round := range 600 {
+		mode := []aggMode{modeLast, modeMin, modeMax}[round%3]
 		// The windows, in two or three blocks.
 		var ws []Window
 		start := int64(1_000) * res
@@ -32,16 +36,28 @@ func TestWindowIterFillFastPath(t *testing.T) {
 			case 1:
 				last = start // a single sample at the start
 			}
+			first := start
+			if r.IntN(3) == 0 {
+				first += int64(r.IntN(int(last-start) + 1)) // not on the start
+			}
 			v := r.NormFloat64()
-			ws = append(ws, Window{Start: start, FirstT: start, LastT: last, Count: 60, Sum: 60 * v, Min: v, Max: v, First: v, Last: v, Stale: r.IntN(10) == 0})
+			ws = append(ws, Window{Start: start, FirstT: first, LastT: last, Count: 60, Sum: 60 * v, Min: v - 1, Max: v + 1, First: r.NormFloat64(), Last: v, Stale: r.IntN(10) == 0})
 		}
 		seq := windowSeq{}
 		for lo := 0; lo < len(ws); {
 			hi := min(len(ws), lo+1+r.IntN(len(ws)))
-			b := newWindowBlock(res, colLastT|colLast|colStale, hi-lo)
+			b := newWindowBlock(res, columnsFor(mode), hi-lo)
 			for i, w := range ws[lo:hi] {
 				b.lastT = append(b.lastT, w.LastT)
-				b.last = append(b.last, w.Last)
+				switch mode {
+				case modeLast:
+					b.last = append(b.last, w.Last)
+				default:
+					b.firstT = append(b.firstT, w.FirstT)
+					b.first = append(b.first, w.First)
+					b.min = append(b.min, w.Min)
+					b.max = append(b.max, w.Max)
+				}
 				if w.Stale {
 					b.staleRows = append(b.staleRows, int32(i)) //nolint:gosec // small
 				}
@@ -51,7 +67,10 @@ func TestWindowIterFillFastPath(t *testing.T) {
 			lo = hi
 		}
 		fill := []int64{res, res / 2, 2 * res, res - 1, res + 1}[r.IntN(5)]
-		p := &seriesPart{windows: seq, mode: modeLast, res: res, fill: fill, lookback: fill,
+		if mode != modeLast {
+			fill = 0 // only plain selectors repeat Last
+		}
+		p := &seriesPart{windows: seq, mode: mode, res: res, fill: fill, lookback: fill,
 			lo: math.MinInt64, hi: math.MaxInt64}
 		if r.IntN(2) == 0 {
 			p.lo = ws[0].Start + int64(r.IntN(int(2*res)))
@@ -77,11 +96,11 @@ func TestWindowIterFillFastPath(t *testing.T) {
 			got = append(got, point{ts, v})
 		}
 		if len(got) != len(want) {
-			t.Fatalf("round %d (fill %d): %d samples, want %d:\n%v\n%v", round, fill, len(got), len(want), got, want)
+			t.Fatalf("round %d (mode %d, fill %d): %d samples, want %d:\n%v\n%v", round, mode, fill, len(got), len(want), got, want)
 		}
 		for i := range want {
 			if got[i].t != want[i].t || math.Float64bits(got[i].v) != math.Float64bits(want[i].v) {
-				t.Fatalf("round %d (fill %d): sample %d is %v, want %v", round, fill, i, got[i], want[i])
+				t.Fatalf("round %d (mode %d, fill %d): sample %d is %v, want %v", round, mode, fill, i, got[i], want[i])
 			}
 		}
 		// Seek finds the first sample at or after a time, from a fresh
