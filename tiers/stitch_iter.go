@@ -259,7 +259,6 @@ type windowIter struct {
 func (w *windowIter) load(i int) {
 	w.i, w.j = i, 0
 	if w.loadOne(i) {
-		w.np = 1
 		return
 	}
 	w.p.windows.at(i, &w.run, &w.cur)
@@ -292,8 +291,10 @@ func (w *windowIter) setSample(j int) {
 
 // loadOne is load's fast path for the common case of a window that becomes
 // exactly one sample: a single-sample mode, not stale, inside [lo, hi), and
-// no repeat of Last due before the next evaluation time. It reports false
-// (nothing done) otherwise.
+// no repeat of Last due before the next evaluation time; or, for min and
+// max, the two samples of a window whose first sample lies on its start
+// (boundaryFirst), both inside [lo, hi). It reports false (nothing done)
+// otherwise.
 func (w *windowIter) loadOne(i int) bool {
 	p := w.p
 	switch p.mode {
@@ -306,15 +307,33 @@ func (w *windowIter) loadOne(i int) bool {
 	if t < p.lo || t >= p.hi || b.isStale(row) {
 		return false
 	}
+	first := false // min/max: First at FirstT too (boundaryFirst)
 	if b.firstT != nil && p.mode != modeLast && p.mode != modeAvg {
 		if ft := b.firstT[row]; ft == b.startOf(t) && t > ft {
-			return false // two samples (splitsFirst)
+			if p.mode != modeMin && p.mode != modeMax || ft < p.lo {
+				return false // two samples (splitsFirst), or one cut by lo
+			}
+			first = true
 		}
 	}
-	if p.fill > 0 {
-		if p.fillStep <= 0 {
-			return false
+	if p.fill > 0 && p.fillStep <= 0 {
+		// Last repeated every fill ms after LastT (windowPoints), while
+		// before the next window's last sample, the window's end plus a
+		// window, and hi: none when the first repeat is already at or past
+		// one of them (a StoreAPI request over the hour tier with the
+		// Querier's 1 h lookback: the next window's LastT is at most an
+		// hour later).
+		if t+p.fill < min(b.startOf(t)+2*p.res, p.hi) {
+			if i+1 >= w.n {
+				return false
+			}
+			hint := w.run
+			nb, nrow := p.windows.locate(i+1, &hint)
+			if t+p.fill < nb.lastT[nrow] {
+				return false
+			}
 		}
+	} else if p.fill > 0 {
 		// The first evaluation time that would need a repeat of Last,
 		// found by stepping the previous window's forward (windows ascend,
 		// so this is usually one addition, not a division).
@@ -342,6 +361,13 @@ func (w *windowIter) loadOne(i int) bool {
 	default:
 		v = b.last[row]
 	}
+	if first {
+		w.pts = append(w.pts[:0], point{b.firstT[row], b.first[row]}, point{t, v})
+		w.np = 2
+		w.ct, w.cv = w.pts[0].t, w.pts[0].v
+		return true
+	}
+	w.np = 1
 	w.ct, w.cv = t, v
 	return true
 }
