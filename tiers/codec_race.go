@@ -27,62 +27,70 @@ import (
 func init() {
 	rollupCodec = newStoredZstdOver(&keptZstd{
 		level:    zstd.SpeedBetterCompression,
-		encoders: make(chan *kzstd.Encoder, keptCodecs),
-		decoders: make(chan *kzstd.Decoder, keptCodecs),
+		encoders: make(freeList[kzstd.Encoder], keptCodecs),
+		decoders: make(freeList[kzstd.Decoder], keptCodecs),
 	})
 }
 
 // keptZstd is parquet-go's zstd.Codec with its encoders and decoders kept
-// in channels instead of sync.Pools.
+// in free lists instead of sync.Pools.
 type keptZstd struct {
 	level    zstd.Level
-	encoders chan *kzstd.Encoder
-	decoders chan *kzstd.Decoder
+	encoders freeList[kzstd.Encoder]
+	decoders freeList[kzstd.Decoder]
 }
 
 // keptCodecs bounds the encoders (and decoders) a keptZstd keeps: more than
 // the writers and readers of a test at once.
 const keptCodecs = 16
 
+// freeList keeps up to its capacity of *T for reuse.
+type freeList[T any] chan *T
+
+// get returns a kept *T, or a new one from mk.
+func (l freeList[T]) get(mk func() (*T, error)) (*T, error) {
+	select {
+	case v := <-l:
+		return v, nil
+	default:
+		return mk()
+	}
+}
+
+// put keeps v, and reports false when the list is full.
+func (l freeList[T]) put(v *T) bool {
+	select {
+	case l <- v:
+		return true
+	default:
+		return false
+	}
+}
+
 func (c *keptZstd) String() string { return "ZSTD" }
 
 func (c *keptZstd) CompressionCodec() format.CompressionCodec { return format.Zstd }
 
 func (c *keptZstd) Encode(dst, src []byte) ([]byte, error) {
-	var e *kzstd.Encoder
-	select {
-	case e = <-c.encoders:
-	default:
-		var err error
-		e, err = kzstd.NewWriter(nil, kzstd.WithEncoderConcurrency(1), kzstd.WithEncoderLevel(c.level),
+	e, err := c.encoders.get(func() (*kzstd.Encoder, error) {
+		return kzstd.NewWriter(nil, kzstd.WithEncoderConcurrency(1), kzstd.WithEncoderLevel(c.level),
 			kzstd.WithZeroFrames(true), kzstd.WithEncoderCRC(false))
-		if err != nil {
-			panic(err) // only for invalid options, which these are not
-		}
+	})
+	if err != nil {
+		panic(err) // only for invalid options, which these are not
 	}
 	out := e.EncodeAll(src, dst[:0])
-	select {
-	case c.encoders <- e:
-	default:
-	}
+	c.encoders.put(e)
 	return out, nil
 }
 
 func (c *keptZstd) Decode(dst, src []byte) ([]byte, error) {
-	var d *kzstd.Decoder
-	select {
-	case d = <-c.decoders:
-	default:
-		var err error
-		d, err = kzstd.NewReader(nil, kzstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return dst[:0], err
-		}
+	d, err := c.decoders.get(func() (*kzstd.Decoder, error) { return kzstd.NewReader(nil, kzstd.WithDecoderConcurrency(1)) })
+	if err != nil {
+		return dst[:0], err
 	}
 	out, err := d.DecodeAll(src, dst[:0])
-	select {
-	case c.decoders <- d:
-	default:
+	if !c.decoders.put(d) {
 		d.Close()
 	}
 	return out, err
