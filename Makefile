@@ -9,16 +9,21 @@ PKGS        := ./...
 # and would take most of CI's time under the race detector: its short tests (the
 # live engine, the notifier, the archive's concurrent writers) run under it, its
 # long tests plain.
-RACE_PKGS   := ./remotewrite/... ./tiers/... ./downsample/... ./query/... ./dcgmbridge/... ./bench/... ./cmd/... ./internal/...
+# RACE_PKGS is in the order go test starts them: the packages whose tests take
+# longest first, so that none of them starts last and runs alone.
+RACE_PKGS   := ./tiers/... ./cmd/... ./query/... ./downsample/... ./dcgmbridge/... ./remotewrite/... ./bench/... ./internal/...
 RACE_SHORT_PKGS := ./diagnose/...
 PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list $(PKGS)))
 # Tests that run plain inside race packages: TestRollupSizeRatios measures what
 # a race build changes (race builds write the rollup files at a faster zstd
 # level, tiers/codec_race.go); the tiers' differential tests against raw data
-# (35 days of history) are computation in one goroutine, which the race
-# detector would only slow down several-fold.
-PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures)$$
-PLAIN_TESTS_PKGS := ./tiers/
+# (35 days of history) and Prometheus' PromQL test files through the query
+# engine, plain and with every expression pinned, are computation in one
+# goroutine, which the race detector only slows down (the files took 39-92 s
+# each under it, 5 s without). The files split into parts evaluated in
+# parallel (TestPromQLAcceptanceSplit) stay under the race detector.
+PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures|TestPromQLAcceptance|TestPromQLAcceptancePinned)$$
+PLAIN_TESTS_PKGS := ./tiers/ ./query/
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s
 # What `strata --version` and /api/v1/status/buildinfo report, set with
@@ -55,8 +60,18 @@ demo: build ## Strata plus a simulated vLLM cluster with one fault (KV-cache sto
 
 .PHONY: test
 test: ## Run every test once, the long ones too, under the race detector where there is concurrency (what CI runs).
-	$(GO) vet $(PKGS)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-race test-rest
+
+# The two halves of `make test`, run at once: the race run takes longest, and
+# the plain half fills the cores it leaves idle (go test runs two packages at a
+# time on two cores, and a package's tests run one after the other). Each
+# half's output is printed when it ends.
+.PHONY: test-race test-rest
+test-race:
 	$(GO) test -race -timeout 45m -skip '$(PLAIN_TESTS)' $(RACE_PKGS)
+
+test-rest:
+	$(GO) vet $(PKGS)
 	$(GO) test -race -short -timeout 20m $(RACE_SHORT_PKGS)
 	$(GO) test -timeout 20m -run '$(PLAIN_TESTS)' $(PLAIN_TESTS_PKGS)
 	$(GO) test -timeout 20m $(PLAIN_PKGS)

@@ -410,7 +410,7 @@ func (p *Pipeline) extendRaw(ctx context.Context, h, from, to int64) error {
 		return nil
 	}
 	rs := rawSpiller{p: p, sp: sp}
-	st, err := walkWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf, rs.add)
+	st, err := walkWindows(ctx, p.src, MinuteRes, from, to, p.cfg.KindOf, nil, nil, rs.add)
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
 	if err != nil {
@@ -515,7 +515,7 @@ func (p *Pipeline) flushFromRaw(ctx context.Context, h int64) (st Stats, err err
 		}
 	}()
 	rs := rawSpiller{p: p, sp: tmp}
-	st, err = walkWindows(ctx, p.src, MinuteRes, h, h+HourRes, p.cfg.KindOf, rs.add)
+	st, err = walkWindows(ctx, p.src, MinuteRes, h, h+HourRes, p.cfg.KindOf, nil, nil, rs.add)
 	p.m.samples.Add(float64(st.Floats))
 	p.m.histograms.Add(float64(st.Histograms))
 	if err != nil {
@@ -747,7 +747,7 @@ func (p *Pipeline) Close() error {
 // kindOf types the series (Config.KindOf).
 func computeWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc) ([]tiers.SeriesWindows, Stats, error) {
 	var out []tiers.SeriesWindows
-	st, err := walkWindows(ctx, q, res, from, to, kindOf, func(lset labels.Labels, ws []tiers.Window) {
+	st, err := walkWindows(ctx, q, res, from, to, kindOf, nil, nil, func(lset labels.Labels, ws []tiers.Window) {
 		out = append(out, tiers.SeriesWindows{Labels: lset.Copy(), Windows: slices.Clone(ws)})
 	})
 	if err != nil {
@@ -756,10 +756,15 @@ func computeWindows(ctx context.Context, q storage.Queryable, res, from, to int6
 	return out, st, nil
 }
 
-// walkWindows computes the windows of every series of q in [from, to) and
-// calls fn with each series that has some. lset and ws are only valid during
-// the call: ws is reused, and lset may point into a block's index.
-func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc, fn func(lset labels.Labels, ws []tiers.Window)) (st Stats, err error) {
+// walkWindows computes the windows of resolution res in [from, to) of the
+// series of q matching ms (none: every series) and calls fn with each series
+// that has some. first, when set, gives each series' first minute to compute
+// (false: skip the series); it is called before the series is read, with
+// labels valid during the call. lset and ws are only valid during fn's call:
+// ws is reused, and lset may point into a block's index.
+func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, kindOf KindFunc, ms []*labels.Matcher,
+	first func(lset labels.Labels) (int64, bool), fn func(lset labels.Labels, ws []tiers.Window),
+) (st Stats, err error) {
 	qr, err := q.Querier(from, to+StaleLookahead)
 	if err != nil {
 		return st, fmt.Errorf("query raw tier: %w", err)
@@ -769,23 +774,35 @@ func walkWindows(ctx context.Context, q storage.Queryable, res, from, to int64, 
 			err = errors.Join(err, fmt.Errorf("close raw querier: %w", cerr))
 		}
 	}()
+	if len(ms) == 0 {
+		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
+	}
 	hints := &storage.SelectHints{Start: from, End: to + StaleLookahead, Func: "rollup"}
-	set := qr.Select(ctx, false, hints, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
+	set := qr.Select(ctx, false, hints, ms...)
 	var (
 		it chunkenc.Iterator
 		ws []tiers.Window
 	)
 	for set.Next() {
 		s := set.At()
+		lset := s.Labels()
+		start := from
+		if first != nil {
+			f, ok := first(lset)
+			if !ok || f >= to {
+				continue
+			}
+			start = max(start, f)
+		}
 		it = s.Iterator(it)
 		var sst Stats
-		ws, sst, err = AppendWindows(ws[:0], it, res, from, to, kindOf.Of(s.Labels()))
+		ws, sst, err = AppendWindows(ws[:0], it, res, start, to, kindOf.Of(lset))
 		st.add(sst)
 		if err != nil {
-			return st, fmt.Errorf("roll up series %s: %w", s.Labels(), err)
+			return st, fmt.Errorf("roll up series %s: %w", lset, err)
 		}
 		if len(ws) > 0 {
-			fn(s.Labels(), ws)
+			fn(lset, ws)
 		}
 	}
 	if err := set.Err(); err != nil {

@@ -3,14 +3,10 @@ package downsample
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
-	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/strata-dev/strata/tiers"
 )
@@ -121,52 +117,15 @@ func (s *spillSet) needRaw(from int64) bool {
 // minute to compute (false: skip it); its labels are valid during the call.
 func walkRawBacked(ctx context.Context, q storage.Queryable, set *spillSet, from, to int64, kindOf KindFunc, ms []*labels.Matcher,
 	start func(lset labels.Labels) (int64, bool), fn func(lset labels.Labels, ws []tiers.Window),
-) (st Stats, err error) {
-	qr, err := q.Querier(from, to+StaleLookahead)
-	if err != nil {
-		return st, fmt.Errorf("query raw tier: %w", err)
-	}
-	defer func() {
-		if cerr := qr.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close raw querier: %w", cerr))
-		}
-	}()
-	if len(ms) == 0 {
-		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
-	}
-	hints := &storage.SelectHints{Start: from, End: to + StaleLookahead, Func: "rollup"}
-	ss := qr.Select(ctx, false, hints, ms...)
-	var (
-		it chunkenc.Iterator
-		ws []tiers.Window
-	)
-	for ss.Next() {
-		s := ss.At()
-		lset := s.Labels()
+) (Stats, error) {
+	first := func(lset labels.Labels) (int64, bool) {
 		if set.holds(lset, tiers.SeriesID(lset)) {
-			continue
+			return 0, false
 		}
-		first := from
-		if start != nil {
-			f, ok := start(lset)
-			if !ok || f >= to {
-				continue
-			}
-			first = max(first, f)
+		if start == nil {
+			return from, true
 		}
-		it = s.Iterator(it)
-		var sst Stats
-		ws, sst, err = AppendWindows(ws[:0], it, MinuteRes, first, to, kindOf.Of(lset))
-		st.add(sst)
-		if err != nil {
-			return st, fmt.Errorf("roll up series %s: %w", lset, err)
-		}
-		if len(ws) > 0 {
-			fn(lset, ws)
-		}
+		return start(lset)
 	}
-	if err := ss.Err(); err != nil {
-		return st, fmt.Errorf("select raw series: %w", err)
-	}
-	return st, nil
+	return walkWindows(ctx, q, MinuteRes, from, to, kindOf, ms, first, fn)
 }

@@ -10,7 +10,7 @@ import (
 // minute the range starts at, as at every later step: the first step sees
 // the latest window ended before it, like the steps after it.
 func TestStitchedPlainSelectorFirstStep(t *testing.T) {
-	f := newStitchFixture(t)
+	f := sharedStitchFixture(t)
 	for _, off := range []int64{0, 2 * minMs, 37 * minMs, 59 * minMs} {
 		start := testT0 + 4*hourMs + off
 		end := start + 18*hourMs
