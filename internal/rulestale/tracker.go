@@ -357,14 +357,7 @@ func (a *appender) write(ad *addition) *seriesSet {
 	}
 	ok := make([]uint64, (len(vec)+63)/64)
 	for i, s := range vec {
-		l := s.Metric
-		for k := range at {
-			if j := at[k][i]; j >= 0 {
-				l = a.ends[k].set.entries[j].l
-				break
-			}
-		}
-		_, err := a.app.Append(0, l, 0, s.T, s.F, nil, s.H, ad.opts)
+		_, err := a.app.Append(0, a.labelsFor(at, vec, i), 0, s.T, s.F, nil, s.H, ad.opts)
 		if err != nil {
 			rule.SetHealth(rules.HealthBad)
 			rule.SetLastError(err)
@@ -414,16 +407,21 @@ func (a *appender) write(ad *addition) *seriesSet {
 		if ok[r.i/64]&(1<<(r.i%64)) == 0 {
 			continue
 		}
-		l := vec[r.i].Metric
-		for k := range at {
-			if j := at[k][r.i]; j >= 0 {
-				l = a.ends[k].set.entries[j].l
-				break
-			}
-		}
-		out = append(out, entry{h: r.h, l: l})
+		out = append(out, entry{h: r.h, l: a.labelsFor(at, vec, int(r.i))})
 	}
 	return &seriesSet{entries: out, logger: res.group.Logger()}
+}
+
+// labelsFor returns the labels sample i of vec is appended with: those an
+// ending's set holds for its series (at: write's match of vec against each
+// ending's set), else its own.
+func (a *appender) labelsFor(at [][]int32, vec promql.Vector, i int) labels.Labels {
+	for k := range at {
+		if j := at[k][i]; j >= 0 {
+			return a.ends[k].set.entries[j].l
+		}
+	}
+	return vec[i].Metric
 }
 
 // ref is a sample of a result: its labels' hash and its index.
