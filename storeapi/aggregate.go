@@ -45,6 +45,7 @@ type pushedAggregation struct {
 	op       parser.ItemType
 	grouping []string // sorted
 	selector string   // the inner selector, as the engine parses it
+	fusable  bool     // the fused path can answer it (fused.go)
 }
 
 // recogniser parses queries to recognise pushed aggregations. A query it
@@ -72,7 +73,7 @@ func aggregationOf(query string) (pushedAggregation, bool) {
 	}
 	grouping := slices.Clone(agg.Grouping)
 	slices.Sort(grouping)
-	return pushedAggregation{op: agg.Op, grouping: grouping, selector: vs.String()}, true
+	return pushedAggregation{op: agg.Op, grouping: grouping, selector: vs.String(), fusable: fusable(vs)}, true
 }
 
 func unparen(e parser.Expr) parser.Expr {
@@ -116,9 +117,20 @@ func closeSelectorMatrix(m *selectorMatrix) {
 // the engine evaluates the request as written.
 var errNotAggregable = errors.New("not aggregated from the selector's matrix")
 
-// aggregationExec evaluates a pushed aggregation from its selector's
-// shared matrix, or with fallback where it cannot.
+// aggregationExec evaluates a pushed aggregation by a fused pass
+// (fused.go), else from its selector's shared matrix, or with fallback
+// where neither can.
 func (qs *QueryServer) aggregationExec(a pushedAggregation, ev evaluation, start, end time.Time, step time.Duration, fallback execFunc) execFunc {
+	evaluated := qs.evaluatedExec(a, ev, start, end, step, fallback)
+	if !a.fusable || qs.fused.max == 0 {
+		return evaluated
+	}
+	return qs.fusedExec(a, ev, start, end, step, evaluated)
+}
+
+// evaluatedExec evaluates a pushed aggregation from its selector's shared
+// matrix, or with fallback where it cannot.
+func (qs *QueryServer) evaluatedExec(a pushedAggregation, ev evaluation, start, end time.Time, step time.Duration, fallback execFunc) execFunc {
 	return func(ctx context.Context, q storage.Queryable, opts promql.QueryOpts) (result, error) {
 		drop := slices.Clone(ev.replicaLabels)
 		slices.Sort(drop)

@@ -136,7 +136,7 @@ func TestPushedAggregationsExact(t *testing.T) {
 		return a
 	}
 
-	shared0 := testutil.ToFloat64(s.queryEvaluationsShared)
+	shared0, fused0 := testutil.ToFloat64(s.queryEvaluationsShared), testutil.ToFloat64(s.queryAggregationsFused)
 	for _, grouping := range []string{"by (host, shard)", "by ()", "by (gpu)", "by (rack)"} {
 		for _, op := range []string{"sum", "count", "min", "max"} {
 			query := fmt.Sprintf("%s %s (m)", op, grouping)
@@ -157,6 +157,9 @@ func TestPushedAggregationsExact(t *testing.T) {
 	}
 	if testutil.ToFloat64(s.queryEvaluationsShared) == shared0 {
 		t.Error("no aggregation was computed from another request's evaluation")
+	}
+	if got := testutil.ToFloat64(s.queryAggregationsFused) - fused0; got != 4*6 {
+		t.Errorf("%v aggregations answered by the fused path, want all %d", got, 4*6)
 	}
 
 	// The test can tell the order apart: the sums aggregated in label order
@@ -244,8 +247,9 @@ func (chunklessQueryable) ChunkQuerier(int64, int64) (storage.ChunkQuerier, erro
 
 // TestPushedAggregationsSplit: over the query package's engine, which
 // splits a long range query in parts that select each on their own, the
-// pushed aggregations still evaluate their selector once (the parts'
-// orders merged) and answer the engine's answer to the bit.
+// pushed aggregations are answered by a fused pass a part (the selector's
+// evaluation, the path they fall back to, merges the parts' orders) and
+// answer the engine's answer to the bit.
 func TestPushedAggregationsSplit(t *testing.T) {
 	const t0, n = int64(1_000_000), int64(300)
 	data := exactSeries(t0, n)
@@ -287,6 +291,17 @@ func TestPushedAggregationsSplit(t *testing.T) {
 		t.Fatalf("the split selector's evaluation: %v", err)
 	}
 
+	// The fused path runs a pass a part.
+	agg, _ := aggregationOf("sum by (host, shard) (m)")
+	r, err := qs.fuse(context.Background(), view, promql.NewPrometheusQueryOpts(false, 0, nil), agg, "sum by (host, shard) (m)", start, end, step)
+	if err != nil {
+		t.Fatalf("the split fused pass: %v", err)
+	}
+	if len(r.parts) != 2 || r.parts[0].first != 0 || r.parts[1].first != r.parts[0].n || r.parts[1].first+r.parts[1].n != 4501 {
+		t.Fatalf("fused parts %+v, want two covering the 4,501 steps", r.parts)
+	}
+	fused0 := testutil.ToFloat64(s.queryAggregationsFused)
+
 	engine := newEngine(0) // unsplit: the split engine's answers are its
 	for _, op := range []string{"sum", "count", "min", "max"} {
 		expr := op + " by (host, shard) (m)"
@@ -311,6 +326,9 @@ func TestPushedAggregationsSplit(t *testing.T) {
 				}
 			}
 		}
+	}
+	if got := testutil.ToFloat64(s.queryAggregationsFused) - fused0; got != 4 {
+		t.Errorf("%v aggregations fused, want 4", got)
 	}
 }
 

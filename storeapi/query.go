@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -49,7 +50,12 @@ type QueryServer struct {
 	// evals: the selectors of pushed aggregations (aggregate.go), evaluated
 	// once for concurrent requests.
 	evals *graceCache[evalKey, *selectorMatrix]
+	// fused: pushed aggregations' fused passes (fused.go), shared alike.
+	fused *graceCache[fusedKey, *fusedResult]
 	now   func() time.Time
+
+	lookbackMu sync.Mutex
+	lookback   time.Duration // the engine's default lookback delta, once known
 }
 
 // NewQueryServer returns a Query API server evaluating with engine over q,
@@ -66,6 +72,7 @@ func NewQueryServer(s *Server, engine promql.QueryEngine, q storage.Queryable) *
 	return &QueryServer{s: s, engine: engine, q: q, now: time.Now,
 		shared: newSharedSelects(q, sharedSelectGrace, sharedSelectMax, s.querySelectsShared),
 		evals:  newGraceCache[evalKey](sharedSelectGrace, sharedSelectMax, s.queryEvaluationsShared, closeSelectorMatrix),
+		fused:  newGraceCache[fusedKey](sharedSelectGrace, sharedSelectMax, s.queryEvaluationsShared, func(*fusedResult) {}),
 	}
 }
 
@@ -73,6 +80,7 @@ func NewQueryServer(s *Server, engine promql.QueryEngine, q storage.Queryable) *
 // stops sharing them; requests still running finish. Call it once the gRPC
 // server has stopped, before closing the tiers.
 func (qs *QueryServer) Close() {
+	qs.fused.close()
 	qs.evals.close()
 	qs.shared.close()
 }

@@ -127,6 +127,7 @@ type Server struct {
 	querySeries            prometheus.Counter // result series sent by the Query API
 	querySelectsShared     prometheus.Counter // Query API selects served by another request's read
 	queryEvaluationsShared prometheus.Counter // Query API aggregations over another request's evaluation
+	queryAggregationsFused prometheus.Counter // Query API aggregations answered by a fused pass
 }
 
 // New returns a server over q.
@@ -161,6 +162,7 @@ func New(cfg Config, q Queryable, logger *slog.Logger, reg prometheus.Registerer
 		querySeries:            f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_series_sent_total", Help: "Result series sent in Query API (distributed query) answers."}),
 		querySelectsShared:     f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_selects_shared_total", Help: "Query API selects served by the tier read of another request with the same select (the sum and count a distributed Querier splits an avg into), not a read of their own."}),
 		queryEvaluationsShared: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_evaluations_shared_total", Help: "Query API aggregations (sum, count, min, max by a selector) computed from the selector's evaluation by another request running at the same time (the sum and count a distributed Querier splits an avg into), not an evaluation of their own."}),
+		queryAggregationsFused: f.NewCounter(prometheus.CounterOpts{Name: "strata_storeapi_query_aggregations_fused_total", Help: "Query API aggregations (sum, count, min, max by a selector) answered by a fused pass, which selects each series' samples step by step into the groups' accumulators without the selector's matrix (its own pass or another request's)."}),
 	}
 	s.buffers.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return s, nil
