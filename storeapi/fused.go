@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/prometheus/util/annotations"
 	"github.com/prometheus/prometheus/util/kahansum"
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
+	"github.com/thanos-io/thanos/pkg/store/storepb/prompb"
 )
 
 // The fused path. Evaluating a pushed aggregation's selector (aggregate.go)
@@ -90,8 +90,8 @@ type fusedAcc struct {
 type fusedPart struct {
 	first, n int
 	groups   []labels.Labels
-	acc      []fusedAcc // acc[g*n+k]: group g at step first+k
-	points   int64      // samples selected
+	acc      [][]fusedAcc // acc[g][k]: group g at step first+k
+	points   int64        // samples selected
 	warnings annotations.Annotations
 }
 
@@ -157,7 +157,7 @@ func (qs *QueryServer) fusedExec(a pushedAggregation, ev evaluation, start, end 
 			return result{}, err
 		}
 		qs.s.queryAggregationsFused.Inc()
-		return result{value: r.matrix(a.op), warnings: maps.Clone(r.warnings), stats: r.stats}, nil
+		return result{series: r.series(a.op), warnings: maps.Clone(r.warnings), stats: r.stats}, nil
 	}
 }
 
@@ -313,11 +313,11 @@ func (f *fuser) pass(ctx context.Context, q storage.Querier, sortSeries bool, hi
 			lb.Reset(l)
 			lb.Keep(f.grouping...)
 			p.groups = append(p.groups, lb.Labels())
-			p.acc = slices.Grow(p.acc, p.n)[:len(p.acc)+p.n]
+			p.acc = append(p.acc, make([]fusedAcc, p.n))
 		}
 		chk = s.Iterator(chk)
 		it.Reset(chk)
-		if err := f.walk(it, p, p.acc[g*p.n:(g+1)*p.n], firstT); err != nil {
+		if err := f.walk(it, p, p.acc[g], firstT); err != nil {
 			return err
 		}
 	}
@@ -425,23 +425,43 @@ func (f *fuser) result(warnings annotations.Annotations) (*fusedResult, error) {
 	return r, nil
 }
 
-// matrix is op's answer, sorted by labels, as a range query's.
-func (r *fusedResult) matrix(op parser.ItemType) promql.Matrix {
+// series is op's answer in the Query API's form, sorted by labels as a
+// range query's.
+func (r *fusedResult) series(op parser.ItemType) []*prompb.TimeSeries {
+	type group struct {
+		l      labels.Labels
+		points int
+		accs   [][]fusedAcc // a part's, with its first step
+		firsts []int
+	}
 	var (
-		out   promql.Matrix
-		index = map[string]int{}
-		buf   []byte
+		groups []*group
+		index  = map[string]*group{}
+		buf    []byte
 	)
 	for _, p := range r.parts {
-		for g, l := range p.groups {
-			acc := p.acc[g*p.n : (g+1)*p.n]
+		for gi, l := range p.groups {
 			buf = l.Bytes(buf)
-			i, ok := index[string(buf)]
-			if !ok {
-				i = len(out)
-				index[string(buf)] = i
-				out = append(out, promql.Series{Metric: l})
+			g := index[string(buf)]
+			if g == nil {
+				g = &group{l: l}
+				index[string(buf)] = g
+				groups = append(groups, g)
 			}
+			for _, c := range p.acc[gi] {
+				if c.count > 0 {
+					g.points++
+				}
+			}
+			g.accs, g.firsts = append(g.accs, p.acc[gi]), append(g.firsts, p.first)
+		}
+	}
+	groups = slices.DeleteFunc(groups, func(g *group) bool { return g.points == 0 })
+	slices.SortFunc(groups, func(a, b *group) int { return labels.Compare(a.l, b.l) })
+	out := make([]*prompb.TimeSeries, len(groups))
+	for i, g := range groups {
+		samples := make([]prompb.Sample, 0, g.points)
+		for j, acc := range g.accs {
 			for k := range acc {
 				c := &acc[k]
 				if c.count == 0 {
@@ -454,11 +474,10 @@ func (r *fusedResult) matrix(op parser.ItemType) promql.Matrix {
 				case parser.COUNT:
 					v = c.count
 				}
-				out[i].Floats = append(out[i].Floats, promql.FPoint{T: r.start + int64(p.first+k)*r.step, F: v})
+				samples = append(samples, prompb.Sample{Timestamp: r.start + int64(g.firsts[j]+k)*r.step, Value: v})
 			}
 		}
+		out[i] = &prompb.TimeSeries{Labels: ZLabels(g.l), Samples: samples}
 	}
-	out = slices.DeleteFunc(out, func(s promql.Series) bool { return len(s.Floats) == 0 })
-	sort.Sort(out)
 	return out
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
@@ -288,4 +289,78 @@ func TestFusedCellsBound(t *testing.T) {
 	if n := testutil.ToFloat64(s.queryAggregationsFused); n != 0 {
 		t.Errorf("%v aggregations fused past the bound", n)
 	}
+}
+
+// BenchmarkFusedPair: what a node computes for the two halves of a
+// distributed `avg by (host) (gpu_temp)` over 30 days of the hour tier at
+// 1 h steps (one shard of BenchmarkThanosQuerier30d: 500 series, 125 groups
+// of 4), once the tiers are read (the select's series are held in memory,
+// as a shared select holds them): fused, one fused pass and both answers
+// from it; evaluated, the selector's evaluation and the sum and the count
+// aggregated from its matrix (the path before). The tier read and the gRPC
+// answer, alike in both, are left out.
+func BenchmarkFusedPair(b *testing.B) {
+	stitched, start, end := benchShard(b, 500)
+	end = end.Add(-time.Second)
+	step := time.Hour
+	const lookback = 5 * time.Minute
+	// The series the engine's select gets, read once.
+	q, err := stitched.Querier(start.Add(-lookback).UnixMilli()+1, end.UnixMilli())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = q.Close() }()
+	set := q.Select(context.Background(), false, &storage.SelectHints{
+		Start: start.Add(-lookback).UnixMilli() + 1, End: end.UnixMilli(), Step: step.Milliseconds(), Func: "sum", By: true, Grouping: []string{"host", "shard"},
+	}, labels.MustNewMatcher(labels.MatchEqual, "__name__", "gpu_temp"))
+	var held []storage.Series
+	for set.Next() {
+		held = append(held, set.At())
+	}
+	if set.Err() != nil || len(held) != 500 {
+		b.Fatalf("%d series, %v", len(held), set.Err())
+	}
+	s, err := New(shardConfig(), nil, quiet(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	drop := dropSet([]string{"replica"})
+	view := &externalQueryable{q: listQueryable{held}, s: s, ext: s.externalLabels(drop), drop: drop}
+	qs := NewQueryServer(s, newEngine(0), view)
+	defer qs.Close()
+	opts := promql.NewPrometheusQueryOpts(false, 0, nil)
+	sum, _ := aggregationOf("sum by (host, shard) (gpu_temp)")
+	count, _ := aggregationOf("count by (host, shard) (gpu_temp)")
+	b.Run("fused", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r, err := qs.fuse(context.Background(), view, opts, sum, "sum by (host, shard) (gpu_temp)", start, end, step)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(r.series(parser.SUM)) != 125 || len(r.series(parser.COUNT)) != 125 {
+				b.Fatal("not 125 groups")
+			}
+		}
+	})
+	b.Run("evaluated", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m, err := qs.evalSelector(context.Background(), view, opts, "gpu_temp", start, end, step)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s1 := aggregate(sum, m.mat, start.UnixMilli(), end.UnixMilli(), step.Milliseconds())
+			s2 := aggregate(count, m.mat, start.UnixMilli(), end.UnixMilli(), step.Milliseconds())
+			if len(s1) != 125 || len(s2) != 125 {
+				b.Fatal("not 125 groups")
+			}
+			for _, x := range []promql.Matrix{s1, s2} {
+				if _, err := resultSeries(x); err != nil {
+					b.Fatal(err)
+				}
+			}
+			closeSelectorMatrix(m)
+		}
+	})
 }

@@ -164,7 +164,10 @@ func (qs *QueryServer) badRequest(format string, args ...any) error {
 // statistics; close (when not nil) releases the value's memory, which is
 // the engine's until then.
 type result struct {
-	value    parser.Value
+	value parser.Value
+	// series, when not nil, is the answer already in the Query API's form
+	// (value is then nil).
+	series   []*prompb.TimeSeries
 	warnings annotations.Annotations
 	stats    *querypb.QueryStats
 	close    func()
@@ -245,10 +248,13 @@ func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int, ex
 			return status.Error(codes.Aborted, err.Error())
 		}
 	}
-	series, err := resultSeries(res.value)
-	if err != nil {
-		qs.s.rejected.WithLabelValues("unsupported").Inc()
-		return status.Error(codes.Unimplemented, err.Error())
+	series := res.series
+	if series == nil {
+		series, err = resultSeries(res.value)
+		if err != nil {
+			qs.s.rejected.WithLabelValues("unsupported").Inc()
+			return status.Error(codes.Unimplemented, err.Error())
+		}
 	}
 	out := seriesBatcher{send: sendBatch, size: max(batchSize, 1)}
 	for _, s := range series {

@@ -24,8 +24,9 @@ import (
 // Querier sends a node for `avg by (host) (gpu_temp)` over 30 days of the
 // hour tier (500 series, 1 h steps: one shard of BenchmarkThanosQuerier30d,
 // 125 hosts of 4 GPUs), `sum by (host, shard)` and `count by (host, shard)`, at once:
+// fused, one fused pass for both (fused.go, what a node does);
 // shared-evaluation, the selector evaluated once and both aggregated from
-// its matrix (aggregate.go, what a node does); shared-read, each evaluated
+// its matrix (aggregate.go, what a node did before); shared-read, each evaluated
 // by the engine over one shared tier read; unshared, each its own read and
 // evaluation. cpu-s/op is the process's user and system CPU per pair (the
 // client's decoding included, alike in all), from getrusage.
@@ -36,7 +37,7 @@ func BenchmarkQueryAPIAvgHalves(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, name := range []string{"shared-evaluation", "shared-read", "unshared"} {
+	for _, name := range []string{"fused", "shared-evaluation", "shared-read", "unshared"} {
 		b.Run(name, func(b *testing.B) {
 			qs := NewQueryServer(s, newEngine(0), stitched)
 			switch name {
@@ -45,6 +46,9 @@ func BenchmarkQueryAPIAvgHalves(b *testing.B) {
 				fallthrough
 			case "shared-read":
 				qs.evals.max = 0 // the engine evaluates each request
+				fallthrough
+			case "shared-evaluation":
+				qs.fused.max = 0 // no fused pass
 			}
 			b.Cleanup(qs.Close)
 			c := querypb.NewQueryClient(serve(b, s, qs))
