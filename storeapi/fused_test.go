@@ -298,7 +298,8 @@ func TestFusedCellsBound(t *testing.T) {
 // as a shared select holds them): fused, one fused pass and both answers
 // from it; evaluated, the selector's evaluation and the sum and the count
 // aggregated from its matrix (the path before). The tier read and the gRPC
-// answer, alike in both, are left out.
+// answer, alike in both, are left out. cpu-s/op is the process's CPU per
+// pair (getrusage).
 func BenchmarkFusedPair(b *testing.B) {
 	stitched, start, end := benchShard(b, 500)
 	end = end.Add(-time.Second)
@@ -333,6 +334,8 @@ func BenchmarkFusedPair(b *testing.B) {
 	count, _ := aggregationOf("count by (host, shard) (gpu_temp)")
 	b.Run("fused", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		defer func() { b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(b.N), "cpu-s/op") }()
 		for b.Loop() {
 			r, err := qs.fuse(context.Background(), view, opts, sum, "sum by (host, shard) (gpu_temp)", start, end, step)
 			if err != nil {
@@ -345,6 +348,8 @@ func BenchmarkFusedPair(b *testing.B) {
 	})
 	b.Run("evaluated", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		defer func() { b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(b.N), "cpu-s/op") }()
 		for b.Loop() {
 			m, err := qs.evalSelector(context.Background(), view, opts, "gpu_temp", start, end, step)
 			if err != nil {

@@ -93,10 +93,12 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 	const (
 		sharedMetric      = "strata_storeapi_query_selects_shared_total"
 		sharedEvalsMetric = "strata_storeapi_query_evaluations_shared_total"
+		fusedMetric       = "strata_storeapi_query_aggregations_fused_total"
 		samplesMetric     = "strata_storeapi_samples_sent_total"
 	)
 	shared0 := nodeCounter(b, sharedMetric, tb.nodes[1:]...)
 	sharedEvals0 := nodeCounter(b, sharedEvalsMetric, tb.nodes[1:]...)
+	fused0 := nodeCounter(b, fusedMetric, tb.nodes[1:]...)
 	samples0 := nodeCounter(b, samplesMetric, tb.nodes[1:]...)
 	requests0 := storeRequests(b, tb.nodes[1:]...)
 	loop0, ok0 := procsCPU(all)
@@ -146,6 +148,7 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 	loop1, ok1 := procsCPU(all)
 	shared := nodeCounter(b, sharedMetric, tb.nodes[1:]...) - shared0
 	sharedEvals := nodeCounter(b, sharedEvalsMetric, tb.nodes[1:]...) - sharedEvals0
+	fused := nodeCounter(b, fusedMetric, tb.nodes[1:]...) - fused0
 	samples := nodeCounter(b, samplesMetric, tb.nodes[1:]...) - samples0
 	requests := storeRequests(b, tb.nodes[1:]...)
 	prof.wait(b)
@@ -153,12 +156,14 @@ func BenchmarkThanosQuerier30d(b *testing.B) {
 	cpuOK = cpuOK && ok1 && idleOK
 
 	n := float64(b.N)
-	// Selects the shards' Query API read once for two requests, and
-	// aggregations computed from another request's evaluation of their
-	// selector (an avg's sum and count), per distributed query; the samples
-	// the shards' StoreAPI sent, per StoreAPI-mode query.
+	// Selects the shards' Query API read once for two requests,
+	// aggregations computed from another request's pass or evaluation of
+	// their selector (an avg's sum and count), and aggregations a fused pass
+	// answered, per distributed query; the samples the shards' StoreAPI
+	// sent, per StoreAPI-mode query.
 	b.ReportMetric(shared/n, "dist-shared-selects/query")
 	b.ReportMetric(sharedEvals/n, "dist-shared-evaluations/query")
+	b.ReportMetric(fused/n, "dist-fused/query")
 	b.ReportMetric(samples/n, "thanos-samples-sent/query")
 	b.ReportMetric((requests["query_range"]+requests["query"]-requests0["query_range"]-requests0["query"])/n, "dist-subqueries/query")
 	b.ReportMetric(wall[0].Seconds()/n, "single-s/query")
