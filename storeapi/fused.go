@@ -403,7 +403,8 @@ func contextErr(err error) error {
 	return promql.ErrQueryCanceled("expression evaluation")
 }
 
-// result checks that the parts cover distinct steps and gathers their
+// result checks that the parts cover the query's steps, each step once (a
+// lookback other than the engine's would show here), and gathers their
 // warnings and sample statistics (those of the selector's evaluation: every
 // sample selected, all held at once).
 func (f *fuser) result(warnings annotations.Annotations) (*fusedResult, error) {
@@ -414,12 +415,15 @@ func (f *fuser) result(warnings annotations.Annotations) (*fusedResult, error) {
 	r := &fusedResult{start: f.start, step: f.step, parts: parts, warnings: warnings, stats: &querypb.QueryStats{}}
 	next := 0
 	for _, p := range parts {
-		if p.first < next {
-			return nil, errNotAggregable // two selects for the same steps
+		if p.first != next {
+			return nil, errNotAggregable // two selects for the same steps, or steps no select covers
 		}
 		next = p.first + p.n
 		r.warnings.Merge(p.warnings)
 		r.stats.SamplesTotal += p.points
+	}
+	if next != int((f.end-f.start)/f.step)+1 {
+		return nil, errNotAggregable
 	}
 	r.stats.PeakSamples = r.stats.SamplesTotal
 	return r, nil

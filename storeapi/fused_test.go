@@ -369,3 +369,39 @@ func BenchmarkFusedPair(b *testing.B) {
 		}
 	})
 }
+
+// TestFusedLookbackChecked: a fused pass whose idea of the engine's
+// lookback is wrong by whole steps would select the wrong steps; its parts
+// then do not cover the query's steps, and the request is answered as
+// before, the engine's answer.
+func TestFusedLookbackChecked(t *testing.T) {
+	const t0, n = int64(1_000_000), int64(240)
+	data := exactSeries(t0, n)
+	s, err := New(shardConfig(), nil, quiet(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := newEngine(0) // lookback 5 m
+	qs := NewQueryServer(s, engine, data)
+	t.Cleanup(qs.Close)
+	qs.lookback = 10 * time.Minute // as if read wrong
+	c := querypb.NewQueryClient(serve(t, s, qs))
+	view := &externalQueryable{q: data, s: s, ext: s.externalLabels(nil)}
+	start, end, step := time.UnixMilli(t0), time.UnixMilli(t0+n*15_000), 5*time.Minute
+	query := "sum by (host) (m)"
+	got, err := queryRange(t, c, &querypb.QueryRangeRequest{Query: query, StartTimeSeconds: start.Unix(), EndTimeSeconds: end.Unix(), IntervalSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMatrix(t, query, got, engineRange(t, engine, view, query, start, end, step))
+	if n := testutil.ToFloat64(s.queryAggregationsFused); n != 0 {
+		t.Errorf("%v aggregations fused with the wrong lookback", n)
+	}
+	qs.lookback = 0 // read from the engine again
+	if _, err := queryRange(t, c, &querypb.QueryRangeRequest{Query: query, StartTimeSeconds: start.Unix(), EndTimeSeconds: end.Unix(), IntervalSeconds: 300}); err != nil {
+		t.Fatal(err)
+	}
+	if qs.lookback != 5*time.Minute || testutil.ToFloat64(s.queryAggregationsFused) != 1 {
+		t.Errorf("lookback read as %v, %v aggregations fused; want 5m and 1", qs.lookback, testutil.ToFloat64(s.queryAggregationsFused))
+	}
+}
