@@ -13,7 +13,7 @@ import (
 // fakeMarks is a MarkSource whose mark the test sets.
 type fakeMarks struct{ mark int64 }
 
-func (f *fakeMarks) Mark() (int64, bool)             { return f.mark, f.mark != 0 }
+func (f *fakeMarks) Mark() (int64, bool)           { return f.mark, f.mark != 0 }
 func (f *fakeMarks) MarkAdvanced() <-chan struct{} { return nil }
 
 // engineMinute has p observe one live minute of the engine, from start
