@@ -167,9 +167,6 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 			sinks = append(sinks, p)
 		}
 	}
-	if s.phase != nil {
-		sinks = append(sinks, s.phase) // the end of each minute (rulephase.go)
-	}
 	eng, err := diagnose.New(s.cfg.Diagnose.Config, diagnose.Options{
 		Minute: s.minute, Open: s.rollup, Signals: signals, Archive: s.arc.archive(),
 		WriteBack: s.rawApp, WriteBackDelay: time.Duration(s.cfg.Storage.OutOfOrderWindow) + time.Minute,
@@ -184,7 +181,7 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := eng.Run(ctx, s.phase.marks(s.rollup)); err != nil {
+		if err := eng.Run(ctx, s.rollup); err != nil {
 			logger.Error("diagnosis engine stopped", "err", err)
 		}
 	}()

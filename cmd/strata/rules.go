@@ -30,10 +30,8 @@ import (
 // caller MUST call the returned stop function. pins is engine's parser, in
 // which the canonical rules' internal forms are pinned so that the engine
 // parses each once per load, not at every evaluation (nil: parsed at each).
-// phase, when not nil, places the canonical group's evaluations against the
-// diagnosis engine's minute (rulephase.go).
 func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins rulegen.ExprPinner, q storage.Queryable, app storage.AppendableV2,
-	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer, phase *rulePhase,
+	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
 ) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
 	// The canonical file is written and loaded in the exported form
@@ -61,7 +59,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 		if err != nil {
 			return nil, nil, fmt.Errorf("render canonical rules: %w", err)
 		}
-		path := canonicalRulesPath(cfg)
+		path := filepath.Join(cfg.Storage.Path, "rules", "canonical.rules.yml")
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, nil, fmt.Errorf("write canonical rules: %w", err)
 		}
@@ -100,23 +98,9 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	})
 	// Each group evaluation gets a memo for the canonical rules' shared
 	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
-	iter := stale.EvalIterationFunc(forms.EvalIterationFunc)
-	if phase != nil {
-		iter = phase.iterationFunc(iter)
-	}
-	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), iter); err != nil {
+	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), stale.EvalIterationFunc(forms.EvalIterationFunc)); err != nil {
 		return nil, nil, fmt.Errorf("load rule files: %w", err)
 	}
 	go m.Run()
-	return m, func() {
-		if phase != nil {
-			phase.stop() // a canonical evaluation waiting for its slot does not hold up Stop
-		}
-		m.Stop()
-	}, nil
-}
-
-// canonicalRulesPath is where startRules writes the canonical rule file.
-func canonicalRulesPath(cfg Config) string {
-	return filepath.Join(cfg.Storage.Path, "rules", "canonical.rules.yml")
+	return m, m.Stop, nil
 }

@@ -112,7 +112,6 @@ type server struct {
 	targets  *scrapeTargets        // the scraper's targets, for /api/v1/targets
 	export   http.Handler          // GET /api/v1/export
 	rules    *ruleSources          // /api/v1/rules and /api/v1/alerts
-	phase    *rulePhase            // the canonical rules' evaluations against the engine's minute
 	ams      *alertmanagers        // /api/v1/alertmanagers
 	diag     *diagSource           // /api/v1/diagnoses
 	arc      *archiveSource        // the case archive, for /api/v1/diagnoses/{id}/feedback
@@ -380,9 +379,8 @@ func (s *server) serve(ctx context.Context) error {
 // and scraping (Strata's own /metrics included).
 func (s *server) startBackground(ctx context.Context, addr string) error {
 	ext := &url.URL{Scheme: "http", Host: addr}
-	s.phase = newRulePhase(canonicalRulesPath(s.cfg))
 	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, ext,
-		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg), s.phase)
+		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err
 	}
