@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -36,10 +37,100 @@ type scratch struct {
 	gen uint64
 }
 
+// scratchSeries is one series' samples, in time order. The engine writes
+// every series at whole minutes, one sample a minute while the series
+// lasts, so a series whose samples are a minute apart (the i-th at t0 +
+// i·scratchStep) keeps no timestamps: they were half of the store's sample
+// bytes (8 of 16 a sample, in arrays of the capacity a series' keep grew
+// them to). Any other series (a gap, a sample off the minute, an inserted
+// one) keeps them in irr until truncation leaves it regular again.
 type scratchSeries struct {
 	lbls labels.Labels
-	ts   []int64
-	vs   []float64
+	t0   int64     // the first sample's timestamp, when irr is nil
+	irr  *[]int64  // every sample's timestamp; nil while the series is regular
+	vs   []float64 // the samples' values
+}
+
+// scratchStep is the spacing of a regular series' samples: the engine's
+// evaluation interval.
+const scratchStep = int64(60_000)
+
+// at is the timestamp of sample i.
+func (e *scratchSeries) at(i int) int64 {
+	if e.irr != nil {
+		return (*e.irr)[i]
+	}
+	return e.t0 + int64(i)*scratchStep
+}
+
+// search is the index of the first sample at or after t (len(vs) when none).
+func (e *scratchSeries) search(t int64) int {
+	n := len(e.vs)
+	if e.irr != nil {
+		return sort.Search(n, func(i int) bool { return (*e.irr)[i] >= t })
+	}
+	switch {
+	case n == 0 || t <= e.t0:
+		return 0
+	case t > e.at(n-1):
+		return n
+	}
+	return int((t - e.t0 + scratchStep - 1) / scratchStep) // t0 < t <= the last: no overflow
+}
+
+// after is the index of the first sample after t (len(vs) when none).
+func (e *scratchSeries) after(t int64) int {
+	if t == math.MaxInt64 {
+		return len(e.vs)
+	}
+	return e.search(t + 1)
+}
+
+// index is the index of the sample at exactly t, false when none.
+func (e *scratchSeries) index(t int64) (int, bool) {
+	n := len(e.vs)
+	if n == 0 {
+		return 0, false
+	}
+	if e.irr == nil {
+		if t < e.t0 || t > e.at(n-1) || (t-e.t0)%scratchStep != 0 {
+			return 0, false
+		}
+		return int((t - e.t0) / scratchStep), true
+	}
+	ts := *e.irr
+	i := n - 1
+	if ts[i] != t {
+		i = sort.Search(n, func(i int) bool { return ts[i] >= t })
+		if i == n || ts[i] != t {
+			return 0, false
+		}
+	}
+	return i, true
+}
+
+// makeIrregular gives the series its timestamps.
+func (e *scratchSeries) makeIrregular() {
+	ts := make([]int64, len(e.vs), cap(e.vs))
+	for i := range ts {
+		ts[i] = e.at(i)
+	}
+	e.irr = &ts
+}
+
+// settle drops an irregular series' timestamps when they are a minute
+// apart again (truncation dropped the gap or the odd sample).
+func (e *scratchSeries) settle() {
+	if e.irr == nil || len(e.vs) == 0 {
+		return
+	}
+	ts := *e.irr
+	for i := 1; i < len(ts); i++ {
+		if ts[i-1] > math.MaxInt64-scratchStep || ts[i] != ts[i-1]+scratchStep {
+			return
+		}
+	}
+	e.t0, e.irr = ts[0], nil
 }
 
 func newScratch() *scratch {
@@ -87,18 +178,36 @@ func (s *scratch) find(h uint64, lbls labels.Labels) *scratchSeries {
 
 // add inserts or replaces the sample at t.
 func (e *scratchSeries) add(t int64, v float64) {
-	n := len(e.ts)
-	if n == 0 || e.ts[n-1] < t {
-		e.ts = append(e.ts, t)
+	n := len(e.vs)
+	if n == 0 {
+		e.t0, e.irr = t, nil
 		e.vs = append(e.vs, v)
 		return
 	}
-	i := sort.Search(n, func(i int) bool { return e.ts[i] >= t })
-	if e.ts[i] == t {
+	if e.irr == nil {
+		switch {
+		case e.at(n-1) <= math.MaxInt64-scratchStep && t == e.at(n-1)+scratchStep:
+			e.vs = append(e.vs, v)
+			return
+		}
+		if i, ok := e.index(t); ok {
+			e.vs[i] = v
+			return
+		}
+		e.makeIrregular()
+	}
+	ts := *e.irr
+	if ts[n-1] < t {
+		*e.irr = append(ts, t)
+		e.vs = append(e.vs, v)
+		return
+	}
+	i := sort.Search(n, func(i int) bool { return ts[i] >= t })
+	if ts[i] == t {
 		e.vs[i] = v
 		return
 	}
-	e.ts = slices.Insert(e.ts, i, t)
+	*e.irr = slices.Insert(ts, i, t)
 	e.vs = slices.Insert(e.vs, i, v)
 }
 
@@ -116,18 +225,22 @@ func (s *scratch) truncateBy(mintOf func(name string) int64) {
 	for name, list := range s.byName {
 		mint := mintOf(name)
 		for _, e := range list {
-			i := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] >= mint })
-			if i > 0 {
-				e.ts = slices.Delete(e.ts, 0, i)
+			if i := e.search(mint); i > 0 {
+				if e.irr != nil {
+					*e.irr = slices.Delete(*e.irr, 0, i)
+				} else if i < len(e.vs) {
+					e.t0 = e.at(i)
+				}
 				e.vs = slices.Delete(e.vs, 0, i)
+				e.settle()
 			}
-			emptied = emptied || len(e.ts) == 0
+			emptied = emptied || len(e.vs) == 0
 		}
 	}
 	if !emptied {
 		return
 	}
-	empty := func(e *scratchSeries) bool { return len(e.ts) == 0 }
+	empty := func(e *scratchSeries) bool { return len(e.vs) == 0 }
 	for h, e := range s.series {
 		if empty(e) {
 			delete(s.series, h)
@@ -162,7 +275,7 @@ func (s *scratch) samples() (series, samples int) {
 	for _, list := range s.byName {
 		series += len(list)
 		for _, e := range list {
-			samples += len(e.ts)
+			samples += len(e.vs)
 		}
 	}
 	return series, samples
@@ -182,18 +295,8 @@ func (s *scratch) valuesAt(name string, t int64) []sampleAt {
 	defer s.mu.RUnlock()
 	var out []sampleAt
 	for _, e := range s.byName[name] {
-		n := len(e.ts)
-		if n == 0 || e.ts[0] > t || e.ts[n-1] < t {
-			continue
-		}
-		i := n - 1
-		if e.ts[i] != t {
-			i = sort.Search(n, func(i int) bool { return e.ts[i] >= t })
-			if e.ts[i] != t {
-				continue
-			}
-		}
-		if value.IsStaleNaN(e.vs[i]) {
+		i, ok := e.index(t)
+		if !ok || value.IsStaleNaN(e.vs[i]) {
 			continue
 		}
 		out = append(out, sampleAt{e.lbls, e.vs[i]})
@@ -220,9 +323,8 @@ func (s *scratch) valueOf(h *scratchHandle, t int64) (float64, bool) {
 			return 0, false
 		}
 	}
-	n := len(e.ts)
-	i := sort.Search(n, func(i int) bool { return e.ts[i] >= t })
-	if i == n || e.ts[i] != t || value.IsStaleNaN(e.vs[i]) {
+	i, ok := e.index(t)
+	if !ok || value.IsStaleNaN(e.vs[i]) {
 		return 0, false
 	}
 	return e.vs[i], true
@@ -332,8 +434,7 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 		if !matchAll(e.lbls, ms) {
 			continue
 		}
-		lo := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] >= mint })
-		hi := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] > maxt })
+		lo, hi := e.search(mint), e.after(maxt)
 		if lo >= hi {
 			continue
 		}
@@ -345,7 +446,13 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	list := make([]listSeries, len(spans))
 	for i, sp := range spans {
 		a := len(ts)
-		ts = append(ts, sp.e.ts[sp.lo:sp.hi]...)
+		if sp.e.irr != nil {
+			ts = append(ts, (*sp.e.irr)[sp.lo:sp.hi]...)
+		} else {
+			for j := sp.lo; j < sp.hi; j++ {
+				ts = append(ts, sp.e.at(j))
+			}
+		}
 		vs = append(vs, sp.e.vs[sp.lo:sp.hi]...)
 		// Full slice expressions: no series can grow into the next one's.
 		list[i] = listSeries{lbls: sp.e.lbls, ts: ts[a:len(ts):len(ts)], vs: vs[a:len(vs):len(vs)]}
