@@ -109,6 +109,20 @@ func (e *scratchSeries) index(t int64) (int, bool) {
 	return i, true
 }
 
+// trim gives the values an array of their length and one more sample,
+// when the one they have is a quarter larger or more. It runs when
+// truncation dropped samples, so at a series' steady state: its keep and
+// the next minute's sample. Grown by append, a keep of 22 samples (21
+// minutes) held 32, one of 10 held 16; trimmed once, the array keeps its
+// size, since each minute's append follows a truncation.
+func (e *scratchSeries) trim() {
+	n := len(e.vs)
+	if n == 0 || cap(e.vs) <= n+1+n/4 || e.irr != nil {
+		return
+	}
+	e.vs = append(make([]float64, 0, n+1), e.vs...)
+}
+
 // makeIrregular gives the series its timestamps.
 func (e *scratchSeries) makeIrregular() {
 	ts := make([]int64, len(e.vs), cap(e.vs))
@@ -233,6 +247,7 @@ func (s *scratch) truncateBy(mintOf func(name string) int64) {
 				}
 				e.vs = slices.Delete(e.vs, 0, i)
 				e.settle()
+				e.trim()
 			}
 			emptied = emptied || len(e.vs) == 0
 		}

@@ -354,3 +354,28 @@ func TestScratchSettles(t *testing.T) {
 		t.Fatalf("after the gap was truncated: irr %v, t0 %d, %d samples", e.irr, e.t0, len(e.vs))
 	}
 }
+
+// TestScratchTrimsToItsKeep: a series truncated to its keep every minute,
+// as the engine does, ends with an array of its keep plus a sample, not
+// the power of two append grew it to, and keeps it.
+func TestScratchTrimsToItsKeep(t *testing.T) {
+	sc := newScratch()
+	l := labels.FromStrings(model.MetricNameLabel, "strata:anomaly:zscore:avg3m")
+	h := &scratchHandle{lbls: l}
+	const keep = 21 * scratchStep
+	for m := range int64(60) {
+		tm := m * scratchStep
+		sc.appendDirect(tm, []*scratchHandle{h}, []float64{float64(m)})
+		sc.truncate(tm - keep)
+		e := sc.find(l.Hash(), l)
+		if m < 30 {
+			continue
+		}
+		if len(e.vs) != 22 || cap(e.vs) != 23 {
+			t.Fatalf("minute %d: %d samples in an array of %d, want 22 in 23", m, len(e.vs), cap(e.vs))
+		}
+		if e.vs[0] != float64(m-21) || e.at(0) != tm-keep {
+			t.Fatalf("minute %d: first sample %d=%g", m, e.at(0), e.vs[0])
+		}
+	}
+}
