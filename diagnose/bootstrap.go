@@ -134,8 +134,9 @@ type writeBackSink struct{ e *Engine }
 // 40 MB at the engine's start. The write-back was never atomic (a rejected
 // sample is only logged), so smaller commits change nothing else. The
 // raw WAL keeps a compression buffer the size of the largest record it
-// ever wrote: 4,096 new baseline series made one of 1.5 MB, kept for good;
-// 1,000 make records no larger than a remote-write request's.
+// ever wrote: 4,096 new baseline series made one of 1.5 MB, kept for good
+// (the paced 50,000-series benchmark's remote-write requests need 1 MB);
+// 1,000 make records no larger than a request's.
 const writeBackBatch = 1000
 
 func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
