@@ -32,6 +32,8 @@ type scratch struct {
 	series   map[uint64]*scratchSeries
 	collided map[uint64][]*scratchSeries
 	byName   map[string][]*scratchSeries
+	// irr holds the timestamps of the irregular series (scratchSeries).
+	irr map[*scratchSeries][]int64
 	// gen changes whenever truncate forgets a series, so that a writer
 	// holding *scratchSeries handles (scratchHandle) looks them up again.
 	gen uint64
@@ -43,11 +45,12 @@ type scratch struct {
 // i·scratchStep) keeps no timestamps: they were half of the store's sample
 // bytes (8 of 16 a sample, in arrays of the capacity a series' keep grew
 // them to). Any other series (a gap, a sample off the minute, an inserted
-// one) keeps them in irr until truncation leaves it regular again.
+// one) has t0 irregular and its timestamps in the store's irr, until
+// truncation leaves it regular again: a field of their own would have
+// moved every series from the 48-byte size class to 64.
 type scratchSeries struct {
 	lbls labels.Labels
-	t0   int64     // the first sample's timestamp, when irr is nil
-	irr  *[]int64  // every sample's timestamp; nil while the series is regular
+	t0   int64     // the first sample's timestamp, or irregular
 	vs   []float64 // the samples' values
 }
 
@@ -55,50 +58,62 @@ type scratchSeries struct {
 // evaluation interval.
 const scratchStep = int64(60_000)
 
-// at is the timestamp of sample i.
-func (e *scratchSeries) at(i int) int64 {
-	if e.irr != nil {
-		return (*e.irr)[i]
+// irregular is t0 of a series whose timestamps are in scratch.irr (a
+// regular series starting at this time is kept as irregular).
+const irregular = math.MinInt64
+
+// times is e's timestamps when it is irregular, nil when regular: what
+// the series' methods take as ts.
+func (s *scratch) times(e *scratchSeries) []int64 {
+	if e.t0 != irregular {
+		return nil
+	}
+	return s.irr[e]
+}
+
+// at is the timestamp of sample i (ts: scratch.times).
+func (e *scratchSeries) at(ts []int64, i int) int64 {
+	if e.t0 == irregular {
+		return ts[i]
 	}
 	return e.t0 + int64(i)*scratchStep
 }
 
 // search is the index of the first sample at or after t (len(vs) when none).
-func (e *scratchSeries) search(t int64) int {
+func (e *scratchSeries) search(ts []int64, t int64) int {
 	n := len(e.vs)
-	if e.irr != nil {
-		return sort.Search(n, func(i int) bool { return (*e.irr)[i] >= t })
+	if e.t0 == irregular {
+		return sort.Search(n, func(i int) bool { return ts[i] >= t })
 	}
 	switch {
 	case n == 0 || t <= e.t0:
 		return 0
-	case t > e.at(n-1):
+	case t > e.at(nil, n-1):
 		return n
 	}
 	return int((t - e.t0 + scratchStep - 1) / scratchStep) // t0 < t <= the last: no overflow
 }
 
 // after is the index of the first sample after t (len(vs) when none).
-func (e *scratchSeries) after(t int64) int {
+func (e *scratchSeries) after(ts []int64, t int64) int {
 	if t == math.MaxInt64 {
 		return len(e.vs)
 	}
-	return e.search(t + 1)
+	return e.search(ts, t+1)
 }
 
 // index is the index of the sample at exactly t, false when none.
-func (e *scratchSeries) index(t int64) (int, bool) {
+func (e *scratchSeries) index(ts []int64, t int64) (int, bool) {
 	n := len(e.vs)
 	if n == 0 {
 		return 0, false
 	}
-	if e.irr == nil {
-		if t < e.t0 || t > e.at(n-1) || (t-e.t0)%scratchStep != 0 {
+	if e.t0 != irregular {
+		if t < e.t0 || t > e.at(nil, n-1) || (t-e.t0)%scratchStep != 0 {
 			return 0, false
 		}
 		return int((t - e.t0) / scratchStep), true
 	}
-	ts := *e.irr
 	i := n - 1
 	if ts[i] != t {
 		i = sort.Search(n, func(i int) bool { return ts[i] >= t })
@@ -109,46 +124,52 @@ func (e *scratchSeries) index(t int64) (int, bool) {
 	return i, true
 }
 
-// trim gives the values an array of their length and one more sample,
-// when the one they have is a quarter larger or more. It runs when
-// truncation dropped samples, so at a series' steady state: its keep and
-// the next minute's sample. Grown by append, a keep of 22 samples (21
-// minutes) held 32, one of 10 held 16; trimmed once, the array keeps its
-// size, since each minute's append follows a truncation.
+// trim gives the values of a regular series an array of their length and
+// one more sample, when the one they have is a quarter larger or more. It
+// runs when truncation dropped samples, so at a series' steady state: its
+// keep and the next minute's sample. Grown by append, a keep of 22 samples
+// (21 minutes) held 32, one of 10 held 16; trimmed once, the array keeps
+// its size, since each minute's append follows a truncation.
 func (e *scratchSeries) trim() {
 	n := len(e.vs)
-	if n == 0 || cap(e.vs) <= n+1+n/4 || e.irr != nil {
+	if n == 0 || cap(e.vs) <= n+1+n/4 || e.t0 == irregular {
 		return
 	}
 	e.vs = append(make([]float64, 0, n+1), e.vs...)
 }
 
-// makeIrregular gives the series its timestamps.
-func (e *scratchSeries) makeIrregular() {
+// makeIrregular gives regular series e its timestamps.
+func (s *scratch) makeIrregular(e *scratchSeries) {
 	ts := make([]int64, len(e.vs), cap(e.vs))
 	for i := range ts {
-		ts[i] = e.at(i)
+		ts[i] = e.at(nil, i)
 	}
-	e.irr = &ts
+	e.t0 = irregular
+	s.irr[e] = ts
 }
 
 // settle drops an irregular series' timestamps when they are a minute
 // apart again (truncation dropped the gap or the odd sample).
-func (e *scratchSeries) settle() {
-	if e.irr == nil || len(e.vs) == 0 {
+func (s *scratch) settle(e *scratchSeries) {
+	if e.t0 != irregular || len(e.vs) == 0 {
 		return
 	}
-	ts := *e.irr
+	ts := s.irr[e]
+	if ts[0] == irregular {
+		return
+	}
 	for i := 1; i < len(ts); i++ {
 		if ts[i-1] > math.MaxInt64-scratchStep || ts[i] != ts[i-1]+scratchStep {
 			return
 		}
 	}
-	e.t0, e.irr = ts[0], nil
+	e.t0 = ts[0]
+	delete(s.irr, e)
 }
 
 func newScratch() *scratch {
-	return &scratch{series: map[uint64]*scratchSeries{}, collided: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{}}
+	return &scratch{series: map[uint64]*scratchSeries{}, collided: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{},
+		irr: map[*scratchSeries][]int64{}}
 }
 
 // lookup returns lbls' series, created with lbls itself when new. Every
@@ -190,29 +211,33 @@ func (s *scratch) find(h uint64, lbls labels.Labels) *scratchSeries {
 	return nil
 }
 
-// add inserts or replaces the sample at t.
-func (e *scratchSeries) add(t int64, v float64) {
+// add inserts or replaces series e's sample at t.
+func (s *scratch) add(e *scratchSeries, t int64, v float64) {
 	n := len(e.vs)
 	if n == 0 {
-		e.t0, e.irr = t, nil
+		delete(s.irr, e)
+		e.t0 = t
 		e.vs = append(e.vs, v)
+		if t == irregular {
+			s.irr[e] = []int64{t}
+		}
 		return
 	}
-	if e.irr == nil {
-		switch {
-		case e.at(n-1) <= math.MaxInt64-scratchStep && t == e.at(n-1)+scratchStep:
+	if e.t0 != irregular {
+		last := e.at(nil, n-1)
+		if last <= math.MaxInt64-scratchStep && t == last+scratchStep {
 			e.vs = append(e.vs, v)
 			return
 		}
-		if i, ok := e.index(t); ok {
+		if i, ok := e.index(nil, t); ok {
 			e.vs[i] = v
 			return
 		}
-		e.makeIrregular()
+		s.makeIrregular(e)
 	}
-	ts := *e.irr
+	ts := s.irr[e]
 	if ts[n-1] < t {
-		*e.irr = append(ts, t)
+		s.irr[e] = append(ts, t)
 		e.vs = append(e.vs, v)
 		return
 	}
@@ -221,7 +246,7 @@ func (e *scratchSeries) add(t int64, v float64) {
 		e.vs[i] = v
 		return
 	}
-	*e.irr = slices.Insert(ts, i, t)
+	s.irr[e] = slices.Insert(ts, i, t)
 	e.vs = slices.Insert(e.vs, i, v)
 }
 
@@ -239,14 +264,15 @@ func (s *scratch) truncateBy(mintOf func(name string) int64) {
 	for name, list := range s.byName {
 		mint := mintOf(name)
 		for _, e := range list {
-			if i := e.search(mint); i > 0 {
-				if e.irr != nil {
-					*e.irr = slices.Delete(*e.irr, 0, i)
+			ts := s.times(e)
+			if i := e.search(ts, mint); i > 0 {
+				if ts != nil {
+					s.irr[e] = slices.Delete(ts, 0, i)
 				} else if i < len(e.vs) {
-					e.t0 = e.at(i)
+					e.t0 = e.at(nil, i)
 				}
 				e.vs = slices.Delete(e.vs, 0, i)
-				e.settle()
+				s.settle(e)
 				e.trim()
 			}
 			emptied = emptied || len(e.vs) == 0
@@ -256,6 +282,11 @@ func (s *scratch) truncateBy(mintOf func(name string) int64) {
 		return
 	}
 	empty := func(e *scratchSeries) bool { return len(e.vs) == 0 }
+	for e := range s.irr {
+		if empty(e) {
+			delete(s.irr, e)
+		}
+	}
 	for h, e := range s.series {
 		if empty(e) {
 			delete(s.series, h)
@@ -310,7 +341,7 @@ func (s *scratch) valuesAt(name string, t int64) []sampleAt {
 	defer s.mu.RUnlock()
 	var out []sampleAt
 	for _, e := range s.byName[name] {
-		i, ok := e.index(t)
+		i, ok := e.index(s.times(e), t)
 		if !ok || value.IsStaleNaN(e.vs[i]) {
 			continue
 		}
@@ -338,7 +369,7 @@ func (s *scratch) valueOf(h *scratchHandle, t int64) (float64, bool) {
 			return 0, false
 		}
 	}
-	i, ok := e.index(t)
+	i, ok := e.index(s.times(e), t)
 	if !ok || value.IsStaleNaN(e.vs[i]) {
 		return 0, false
 	}
@@ -353,7 +384,7 @@ func (s *scratch) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
 		if h.s == nil || h.gen != s.gen {
 			h.s, h.gen = s.lookup(h.lbls), s.gen
 		}
-		h.s.add(t, vs[i])
+		s.add(h.s, t, vs[i])
 	}
 }
 
@@ -383,7 +414,7 @@ func (a *scratchAppender) Commit() error {
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
 	for _, p := range a.buf {
-		a.s.lookup(p.lbls).add(p.t, p.v)
+		a.s.add(a.s.lookup(p.lbls), p.t, p.v)
 	}
 	a.buf = nil
 	return nil
@@ -449,7 +480,8 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 		if !matchAll(e.lbls, ms) {
 			continue
 		}
-		lo, hi := e.search(mint), e.after(maxt)
+		ets := q.s.times(e)
+		lo, hi := e.search(ets, mint), e.after(ets, maxt)
 		if lo >= hi {
 			continue
 		}
@@ -461,11 +493,11 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	list := make([]listSeries, len(spans))
 	for i, sp := range spans {
 		a := len(ts)
-		if sp.e.irr != nil {
-			ts = append(ts, (*sp.e.irr)[sp.lo:sp.hi]...)
+		if ets := q.s.times(sp.e); ets != nil {
+			ts = append(ts, ets[sp.lo:sp.hi]...)
 		} else {
 			for j := sp.lo; j < sp.hi; j++ {
-				ts = append(ts, sp.e.at(j))
+				ts = append(ts, sp.e.at(nil, j))
 			}
 		}
 		vs = append(vs, sp.e.vs[sp.lo:sp.hi]...)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -69,7 +70,7 @@ func TestScratchHashCollisions(t *testing.T) {
 	for i, pod := range []string{"a", "b", "c"} {
 		l := labels.FromStrings(model.MetricNameLabel, "m", "pod", pod)
 		ls = append(ls, l)
-		sc.lookupHash(h, l).add(int64(i+1)*60_000, float64(i))
+		sc.add(sc.lookupHash(h, l), int64(i+1)*60_000, float64(i))
 	}
 	for i, l := range ls {
 		if e := sc.find(h, l); e == nil || e.vs[0] != float64(i) {
@@ -245,7 +246,9 @@ func TestScratchRegularTimestamps(t *testing.T) {
 		for op := range 60 {
 			var ts int64
 			switch r := rng.IntN(20); {
-			case r < 12 || op == 0: // the next minute
+			case op == 0:
+				ts = base
+			case r < 12: // the next minute
 				ts = last + step
 				if last > math.MaxInt64-step {
 					ts = last
@@ -294,12 +297,15 @@ func TestScratchRegularTimestamps(t *testing.T) {
 			}
 			regular := true
 			for i, k := range keys {
-				if e.at(i) != k || e.vs[i] != ref[k] {
-					t.Fatalf("round %d op %d: sample %d is %d=%g, want %d=%g", round, op, i, e.at(i), e.vs[i], k, ref[k])
+				if e.at(sc.times(e), i) != k || e.vs[i] != ref[k] {
+					t.Fatalf("round %d op %d: sample %d is %d=%g, want %d=%g", round, op, i, e.at(sc.times(e), i), e.vs[i], k, ref[k])
 				}
 				regular = regular && (i == 0 || k-keys[i-1] == step)
 			}
-			if !regular && e.irr == nil {
+			if _, kept := sc.irr[e]; kept != (e.t0 == irregular) || len(sc.irr) != btoi(kept) {
+				t.Fatalf("round %d op %d: t0 %d with %d series' timestamps kept", round, op, e.t0, len(sc.irr))
+			}
+			if !regular && e.t0 != irregular {
 				t.Fatalf("round %d op %d: irregular samples %v kept without timestamps", round, op, keys)
 			}
 			// Lookups at and around every sample.
@@ -337,6 +343,21 @@ func TestScratchRegularTimestamps(t *testing.T) {
 	}
 }
 
+// TestScratchSeriesSize: a scratch series fits the 48-byte size class
+// (the store holds about 75,000 at 50,000 active series).
+func TestScratchSeriesSize(t *testing.T) {
+	if n := unsafe.Sizeof(scratchSeries{}); n > 48 {
+		t.Errorf("scratchSeries is %d bytes, over the 48-byte size class", n)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // TestScratchSettles: truncation that leaves an irregular series' samples a
 // minute apart drops its timestamps.
 func TestScratchSettles(t *testing.T) {
@@ -344,14 +365,14 @@ func TestScratchSettles(t *testing.T) {
 	l := labels.FromStrings(model.MetricNameLabel, "m")
 	e := sc.lookup(l)
 	for _, ts := range []int64{0, 3 * scratchStep, 4 * scratchStep, 5 * scratchStep} {
-		e.add(ts, 1)
+		sc.add(e, ts, 1)
 	}
-	if e.irr == nil {
+	if e.t0 != irregular || len(sc.irr) != 1 {
 		t.Fatal("a series with a gap keeps no timestamps")
 	}
 	sc.truncate(scratchStep)
-	if e.irr != nil || e.t0 != 3*scratchStep || len(e.vs) != 3 {
-		t.Fatalf("after the gap was truncated: irr %v, t0 %d, %d samples", e.irr, e.t0, len(e.vs))
+	if len(sc.irr) != 0 || e.t0 != 3*scratchStep || len(e.vs) != 3 {
+		t.Fatalf("after the gap was truncated: irr %v, t0 %d, %d samples", sc.irr, e.t0, len(e.vs))
 	}
 }
 
@@ -374,8 +395,8 @@ func TestScratchTrimsToItsKeep(t *testing.T) {
 		if len(e.vs) != 22 || cap(e.vs) != 23 {
 			t.Fatalf("minute %d: %d samples in an array of %d, want 22 in 23", m, len(e.vs), cap(e.vs))
 		}
-		if e.vs[0] != float64(m-21) || e.at(0) != tm-keep {
-			t.Fatalf("minute %d: first sample %d=%g", m, e.at(0), e.vs[0])
+		if e.vs[0] != float64(m-21) || e.at(nil, 0) != tm-keep {
+			t.Fatalf("minute %d: first sample %d=%g", m, e.at(nil, 0), e.vs[0])
 		}
 	}
 }
