@@ -40,8 +40,9 @@ type precomputed struct {
 	// minute materialised: the stale markers of the next chunk's first
 	// minute depend on it. Sorted by hash (then labels), each the label set
 	// the scratch store keeps for the series: a map keyed by a string copy
-	// of each set's bytes, as Group.Eval keeps it, held two more copies of
-	// every recorded series' labels.
+	// of each set's bytes, as Group.Eval keeps it, with the set built at
+	// the last minute as its value, held two more copies of every recorded
+	// series' labels.
 	prev map[rules.Rule][]hashedLabels
 	// ready is true when every rule of the chunk was precomputed: groups of
 	// recording rules then need no per-minute evaluation.
@@ -342,6 +343,13 @@ func (p *precomputed) materialise(ctx context.Context, sc *scratch, g *rules.Gro
 		}
 		prev = cur
 	}
+	if err := app.Commit(); err != nil {
+		return err
+	}
+	// The label sets kept for the next chunk are the scratch store's own
+	// (the series' first), not the ones built for this chunk's last
+	// minute: a copy of every recorded series' labels less.
+	sc.shareLabels(prev)
 	p.prev[rr] = prev
-	return app.Commit()
+	return nil
 }

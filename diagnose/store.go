@@ -198,6 +198,18 @@ func (s *scratch) lookupHash(h uint64, lbls labels.Labels) *scratchSeries {
 	return e
 }
 
+// shareLabels replaces each label set of hs by the store's own for the
+// same series, where it holds one.
+func (s *scratch) shareLabels(hs []hashedLabels) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for i := range hs {
+		if e := s.find(hs[i].h, hs[i].l); e != nil {
+			hs[i].l = e.lbls
+		}
+	}
+}
+
 // find returns the series with labels lbls (hash h), nil when none.
 func (s *scratch) find(h uint64, lbls labels.Labels) *scratchSeries {
 	if e := s.series[h]; e != nil && labels.Equal(e.lbls, lbls) {
