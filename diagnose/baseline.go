@@ -126,33 +126,38 @@ type summary struct {
 // a series tracked for a day holds a day: allocated whole at a series'
 // first minute, the empty slots of the 9,700 series the engine tracks at
 // 50,000 active series took 79 MiB from the start (docs/rollups.md,
-// "Memory").
+// "Memory"). Its length n is the hours asked for at the first write
+// rounded up to whole pages (676 to 696: the same 29 pages), so that the
+// ring does not keep it: a summary carries its hour, and a slot holding
+// an older one reads as none.
 type hourRing struct {
-	n     int
 	pages []*[ringPage]summary
 }
 
 const ringPage = 24
 
-func newHourRing(n int) hourRing { return hourRing{n: n} }
+// len is the ring's number of slots (0 before the first write).
+func (r *hourRing) len() int64 { return int64(len(r.pages) * ringPage) }
 
 // at returns slot h % n (the zero summary when never written).
 func (r *hourRing) at(h int64) summary {
 	if r.pages == nil {
 		return summary{}
 	}
-	i := int(h % int64(r.n))
+	i := int(h % r.len())
 	if p := r.pages[i/ringPage]; p != nil {
 		return p[i%ringPage]
 	}
 	return summary{}
 }
 
-func (r *hourRing) set(h int64, x summary) {
+// set writes hour h's summary; hours is the history the ring must hold
+// (fixed for a ring: it sizes the page table at the first write).
+func (r *hourRing) set(h int64, hours int, x summary) {
 	if r.pages == nil {
-		r.pages = make([]*[ringPage]summary, (r.n+ringPage-1)/ringPage)
+		r.pages = make([]*[ringPage]summary, (hours+ringPage-1)/ringPage)
 	}
-	i := int(h % int64(r.n))
+	i := int(h % r.len())
 	p := r.pages[i/ringPage]
 	if p == nil {
 		p = new([ringPage]summary)
@@ -175,7 +180,6 @@ type bseries struct {
 	metric string
 	lbls   labels.Labels // the signal's labels, __name__ included
 	peer   string        // replicas share metric and peer key (model_name, else modelName)
-	floor  float64
 
 	ring hourRing   // hour h at slot h % len
 	seas []seasonal // hour h at seas[h % len]; allocated with the first baseline
@@ -185,28 +189,26 @@ type bseries struct {
 	// The baseline of the current hour (hourly sources), or of the current
 	// minute (replicas).
 	med, sig float64
-	src      baselineSource
-	shifted  bool
 	// The hour's baseline from its last hours, kept for the minutes no
 	// replica gives one (young series whose model has no other replicas).
 	recMed, recSig float64
 	recNoise       float64 // the last hours' own minute-to-minute sigma
-	hasRec         bool
 	// repl says, per minute (minute number % 512), whether the replicas
 	// gave that minute's baseline: sourceAt reads it for a minute up to a
 	// replay chunk (6 h) behind the tracker.
 	repl  [8]uint64
 	x     float64 // the value at lastT
 	lastT int64
-	// hourSrc is the hourly source of the last hours (hour h at h % len):
-	// replay's fast path runs the tracker a chunk ahead of the minute being
-	// assembled, which reads what it needs of a minute back from the
-	// scratch store and from here (baselineAt).
-	hourSrc [8]struct {
-		hour int32
-		src  baselineSource
-	}
-	lastOut int64 // the last minute the outputs were written
+	// srcHour and srcOf are the hourly source of the last hours (hour h
+	// at h % len): replay's fast path runs the tracker a chunk ahead of
+	// the minute being assembled, which reads what it needs of a minute
+	// back from the scratch store and from here (baselineAt). Two arrays,
+	// and the one-byte fields together: 320 bytes a series, not 384.
+	srcHour [8]int32
+	srcOf   [8]baselineSource
+	src     baselineSource // of med and sig
+	hasRec  bool           // recMed, recSig and recNoise are this hour's
+	lastOut int64          // the last minute the outputs were written
 	// out are the median, sigma and z-score series, made when the series
 	// first has a baseline: a series without one (sourceNone: no history
 	// and fewer than minReplicas other replicas) writes nothing, and its
@@ -292,7 +294,7 @@ func (t *tracker) getHash(h uint64, lbls labels.Labels) *bseries {
 		}
 	}
 	name := lbls.Get(model.MetricNameLabel)
-	s := &bseries{metric: name, lbls: lbls, floor: t.floors[name], ring: newHourRing(t.hours)}
+	s := &bseries{metric: name, lbls: lbls}
 	s.peer = lbls.Get("model_name")
 	if s.peer == "" {
 		m := lbls.Get("modelName")
@@ -331,7 +333,7 @@ func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
 	h := floorDiv(ts, hourMs)
 	if h != s.hour {
 		if s.hour != 0 {
-			s.finish(s.hour)
+			s.finish(s.hour, t.hours)
 		}
 		s.hour = h
 		t.hourBaseline(s, h)
@@ -341,11 +343,12 @@ func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
 	return s
 }
 
-// finish turns the values of hour h into its summary.
-func (s *bseries) finish(h int64) {
+// finish turns the values of hour h into its summary (in a ring of at
+// least hours slots).
+func (s *bseries) finish(h int64, hours int) {
 	if len(s.cur) >= minHourPoints {
 		m := median(s.cur)
-		s.ring.set(h, summary{hour: int32(h), m: float32(m), d: float32(mad(s.cur, m))})
+		s.ring.set(h, hours, summary{hour: int32(h), m: float32(m), d: float32(mad(s.cur, m))})
 	}
 	s.cur = s.cur[:0]
 }
@@ -384,15 +387,13 @@ func (t *tracker) hourBaseline(s *bseries, h int64) {
 			}
 		}
 	}
-	s.src, s.shifted, s.hasRec = src, false, false
-	s.hourSrc[int(h%int64(len(s.hourSrc)))] = struct {
-		hour int32
-		src  baselineSource
-	}{int32(h), src}
+	s.src, s.hasRec = src, false
+	s.srcHour[int(h%int64(len(s.srcHour)))] = int32(h)
+	s.srcOf[int(h%int64(len(s.srcOf)))] = src
 	if src == sourceNone {
 		return
 	}
-	s.med, s.sig = t.robust(cands, s.floor)
+	s.med, s.sig = t.robust(cands, t.floors[s.metric])
 	if src == sourceRecent {
 		// The last hours miss the daily cycle: the model's other replicas
 		// at the same minute come first (minute).
@@ -431,7 +432,6 @@ func (t *tracker) hourBaseline(s *bseries, h int64) {
 		diffs = append(diffs, float64(x.m)-b.m)
 	}
 	s.med += median(diffs)
-	s.shifted = true
 }
 
 // robust is the two-pass median and sigma of candidate hours: hours whose
@@ -477,7 +477,7 @@ func (t *tracker) replicas(s *bseries, peers *peerValues) bool {
 	if s.hasRec {
 		sig = math.Max(sig, s.recNoise)
 	}
-	s.med, s.sig = m, math.Max(sig, math.Max(s.floor, t.cfg.SigmaFloor*math.Abs(m)))
+	s.med, s.sig = m, math.Max(sig, math.Max(t.floors[s.metric], t.cfg.SigmaFloor*math.Abs(m)))
 	return true
 }
 
@@ -618,13 +618,13 @@ func (sc *scratch) baselineAt(s *bseries, tm int64) (med, sig, z float64, src ba
 // baseline series were written at.
 func (s *bseries) sourceAt(tm int64) baselineSource {
 	hr := floorDiv(tm, hourMs)
-	e := s.hourSrc[int(hr%int64(len(s.hourSrc)))]
-	if int64(e.hour) != hr {
+	i := int(hr % int64(len(s.srcHour)))
+	if int64(s.srcHour[i]) != hr {
 		return sourceReplicas
 	}
-	switch e.src {
+	switch s.srcOf[i] {
 	case sourceHourOfWeek, sourceSameHour:
-		return e.src
+		return s.srcOf[i]
 	}
 	// Replicas or the last hours: which one gave minute tm is kept per
 	// minute in the replica flags.

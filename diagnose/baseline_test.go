@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -277,16 +278,17 @@ func TestEvidenceStrength(t *testing.T) {
 }
 
 // TestHourRingPages: a summary reads back from its hour's slot until the
-// slot is reused n hours later, and only the pages written are allocated.
+// slot is reused n hours later (the hours asked for, rounded up to whole
+// pages), and only the pages written are allocated.
 func TestHourRingPages(t *testing.T) {
-	r := newHourRing(676)
+	var r hourRing
 	const h = 500_000
 	if got := r.at(h); got != (summary{}) || r.pages != nil {
 		t.Fatalf("a new ring reads %+v, holds %d pages", got, len(r.pages))
 	}
-	r.set(h, summary{hour: h, m: 1, d: 2})
-	if len(r.pages) != 29 {
-		t.Fatalf("%d pages for 676 slots", len(r.pages))
+	r.set(h, 676, summary{hour: h, m: 1, d: 2})
+	if len(r.pages) != 29 || r.len() != 696 {
+		t.Fatalf("%d pages, %d slots for 676 hours", len(r.pages), r.len())
 	}
 	if got := r.at(h); got.hour != h || got.m != 1 || got.d != 2 {
 		t.Errorf("at(h) = %+v", got)
@@ -303,9 +305,22 @@ func TestHourRingPages(t *testing.T) {
 	if allocated != 1 {
 		t.Errorf("%d pages allocated after one write", allocated)
 	}
-	r.set(h+676, summary{hour: h + 676, m: 3})
-	if got := r.at(h); got.hour != h+676 || got.m != 3 {
+	r.set(h+676, 676, summary{hour: h + 676, m: 3})
+	if got := r.at(h); got.hour != h || got.m != 1 {
+		t.Errorf("slot of hour h overwritten 676 hours later: %+v", got)
+	}
+	r.set(h+696, 676, summary{hour: h + 696, m: 4})
+	if got := r.at(h); got.hour != h+696 || got.m != 4 {
 		t.Errorf("slot reused n hours later reads %+v", got)
+	}
+}
+
+// TestTrackerSeriesSize: a tracked series' state fits the 320-byte size
+// class (BenchmarkTrackerSeriesBytes counts it 13,600 times at 50,000
+// active series).
+func TestTrackerSeriesSize(t *testing.T) {
+	if n := unsafe.Sizeof(bseries{}); n > 320 {
+		t.Errorf("bseries is %d bytes, over the 320-byte size class", n)
 	}
 }
 

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -37,15 +38,19 @@ type precomputed struct {
 	byExpr map[string]map[int64]promql.Vector
 	// prev is, per recording rule, the label sets it returned at the last
 	// minute materialised: the stale markers of the next chunk's first
-	// minute depend on it.
-	prev map[rules.Rule]map[string]labels.Labels
+	// minute depend on it. Sorted by hash (then labels), each the label set
+	// the scratch store keeps for the series: a map keyed by a string copy
+	// of each set's bytes, as Group.Eval keeps it, with the set built at
+	// the last minute as its value, held two more copies of every recorded
+	// series' labels.
+	prev map[rules.Rule][]hashedLabels
 	// ready is true when every rule of the chunk was precomputed: groups of
 	// recording rules then need no per-minute evaluation.
 	ready bool
 }
 
 func newPrecomputed() *precomputed {
-	return &precomputed{prev: map[rules.Rule]map[string]labels.Labels{}}
+	return &precomputed{prev: map[rules.Rule][]hashedLabels{}}
 }
 
 // fastPathSafe reports whether every expression can be evaluated ahead of
@@ -268,6 +273,19 @@ func (e *Engine) rangeVectors(ctx context.Context, qy storage.Queryable, qs stri
 	return out, nil
 }
 
+// hashedLabels is a label set and its hash.
+type hashedLabels struct {
+	h uint64
+	l labels.Labels
+}
+
+func compareHashed(a, b hashedLabels) int {
+	if a.h != b.h {
+		return cmp.Compare(a.h, b.h)
+	}
+	return labels.Compare(a.l, b.l)
+}
+
 // materialise writes a recording rule's results for [from, to] into the
 // scratch store, with the stale markers Group.Eval would write for series
 // that disappear.
@@ -277,47 +295,61 @@ func (p *precomputed) materialise(ctx context.Context, sc *scratch, g *rules.Gro
 	vecs := p.byExpr[rr.Query().String()]
 	lb := labels.NewBuilder(labels.EmptyLabels())
 	stale := math.Float64frombits(value.StaleNaN)
-	var buf [1024]byte
 	for t := from; t <= to; t += minute.Milliseconds() {
 		// What RecordingRule.Eval returns at t: the name and the rule's
 		// labels set on each sample.
 		vec := vecs[t]
-		cur := make(map[string]labels.Labels, len(vec))
-		for _, s := range vec {
+		cur := make([]hashedLabels, len(vec))
+		for i, s := range vec {
 			lb.Reset(s.Metric)
 			lb.Set(model.MetricNameLabel, rr.Name())
 			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
 			l := lb.Labels()
-			h := string(l.Bytes(buf[:0])) // Group.Eval's key of a series
-			if _, dup := cur[h]; dup {
+			cur[i] = hashedLabels{l.Hash(), l}
+		}
+		// Appended in the result's order, once the whole result is known
+		// to have no duplicate label set and to be within the limit.
+		for i, s := range vec {
+			if _, err := app.Append(0, cur[i].l, 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+				_ = app.Rollback()
+				return err
+			}
+		}
+		slices.SortFunc(cur, compareHashed)
+		for i := 1; i < len(cur); i++ {
+			if cur[i].h == cur[i-1].h && labels.Equal(cur[i].l, cur[i-1].l) {
 				_ = app.Rollback()
 				return rules.ErrDuplicateRecordingLabelSet
 			}
-			cur[h] = l
 		}
 		if limit := g.Limit(); limit > 0 && len(cur) > limit {
 			_ = app.Rollback()
 			return errors.New("recording rule over its limit")
 		}
-		for _, s := range vec {
-			lb.Reset(s.Metric)
-			lb.Set(model.MetricNameLabel, rr.Name())
-			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
-			if _, err := app.Append(0, lb.Labels(), 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+		// A stale marker for each series of the previous minute this one
+		// did not return (both sorted: one merge).
+		j := 0
+		for _, x := range prev {
+			for j < len(cur) && compareHashed(cur[j], x) < 0 {
+				j++
+			}
+			if j < len(cur) && compareHashed(cur[j], x) == 0 {
+				continue
+			}
+			if _, err := app.Append(0, x.l, 0, t, stale, nil, nil, storage.AppendV2Options{}); err != nil {
 				_ = app.Rollback()
 				return err
 			}
 		}
-		for h, l := range prev {
-			if _, ok := cur[h]; !ok {
-				if _, err := app.Append(0, l, 0, t, stale, nil, nil, storage.AppendV2Options{}); err != nil {
-					_ = app.Rollback()
-					return err
-				}
-			}
-		}
 		prev = cur
 	}
+	if err := app.Commit(); err != nil {
+		return err
+	}
+	// The label sets kept for the next chunk are the scratch store's own
+	// (the series' first), not the ones built for this chunk's last
+	// minute: a copy of every recorded series' labels less.
+	sc.shareLabels(prev)
 	p.prev[rr] = prev
-	return app.Commit()
+	return nil
 }

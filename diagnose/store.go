@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -31,19 +32,144 @@ type scratch struct {
 	series   map[uint64]*scratchSeries
 	collided map[uint64][]*scratchSeries
 	byName   map[string][]*scratchSeries
+	// irr holds the timestamps of the irregular series (scratchSeries).
+	irr map[*scratchSeries][]int64
 	// gen changes whenever truncate forgets a series, so that a writer
 	// holding *scratchSeries handles (scratchHandle) looks them up again.
 	gen uint64
 }
 
+// scratchSeries is one series' samples, in time order. The engine writes
+// every series at whole minutes, one sample a minute while the series
+// lasts, so a series whose samples are a minute apart (the i-th at t0 +
+// i·scratchStep) keeps no timestamps: they were half of the store's sample
+// bytes (8 of 16 a sample, in arrays of the capacity a series' keep grew
+// them to). Any other series (a gap, a sample off the minute, an inserted
+// one) has t0 irregular and its timestamps in the store's irr, until
+// truncation leaves it regular again: a field of their own would have
+// moved every series from the 48-byte size class to 64.
 type scratchSeries struct {
 	lbls labels.Labels
-	ts   []int64
-	vs   []float64
+	t0   int64     // the first sample's timestamp, or irregular
+	vs   []float64 // the samples' values
+}
+
+// scratchStep is the spacing of a regular series' samples: the engine's
+// evaluation interval.
+const scratchStep = int64(60_000)
+
+// irregular is t0 of a series whose timestamps are in scratch.irr (a
+// regular series starting at this time is kept as irregular).
+const irregular = math.MinInt64
+
+// times is e's timestamps when it is irregular, nil when regular: what
+// the series' methods take as ts.
+func (s *scratch) times(e *scratchSeries) []int64 {
+	if e.t0 != irregular {
+		return nil
+	}
+	return s.irr[e]
+}
+
+// at is the timestamp of sample i (ts: scratch.times).
+func (e *scratchSeries) at(ts []int64, i int) int64 {
+	if e.t0 == irregular {
+		return ts[i]
+	}
+	return e.t0 + int64(i)*scratchStep
+}
+
+// search is the index of the first sample at or after t (len(vs) when none).
+func (e *scratchSeries) search(ts []int64, t int64) int {
+	n := len(e.vs)
+	if e.t0 == irregular {
+		return sort.Search(n, func(i int) bool { return ts[i] >= t })
+	}
+	switch {
+	case n == 0 || t <= e.t0:
+		return 0
+	case t > e.at(nil, n-1):
+		return n
+	}
+	return int((t - e.t0 + scratchStep - 1) / scratchStep) // t0 < t <= the last: no overflow
+}
+
+// after is the index of the first sample after t (len(vs) when none).
+func (e *scratchSeries) after(ts []int64, t int64) int {
+	if t == math.MaxInt64 {
+		return len(e.vs)
+	}
+	return e.search(ts, t+1)
+}
+
+// index is the index of the sample at exactly t, false when none.
+func (e *scratchSeries) index(ts []int64, t int64) (int, bool) {
+	n := len(e.vs)
+	if n == 0 {
+		return 0, false
+	}
+	if e.t0 != irregular {
+		if t < e.t0 || t > e.at(nil, n-1) || (t-e.t0)%scratchStep != 0 {
+			return 0, false
+		}
+		return int((t - e.t0) / scratchStep), true
+	}
+	i := n - 1
+	if ts[i] != t {
+		i = sort.Search(n, func(i int) bool { return ts[i] >= t })
+		if i == n || ts[i] != t {
+			return 0, false
+		}
+	}
+	return i, true
+}
+
+// trim gives the values of a regular series an array of their length and
+// one more sample, when the one they have is a quarter larger or more. It
+// runs when truncation dropped samples, so at a series' steady state: its
+// keep and the next minute's sample. Grown by append, a keep of 22 samples
+// (21 minutes) held 32, one of 10 held 16; trimmed once, the array keeps
+// its size, since each minute's append follows a truncation.
+func (e *scratchSeries) trim() {
+	n := len(e.vs)
+	if n == 0 || cap(e.vs) <= n+1+n/4 || e.t0 == irregular {
+		return
+	}
+	e.vs = append(make([]float64, 0, n+1), e.vs...)
+}
+
+// makeIrregular gives regular series e its timestamps.
+func (s *scratch) makeIrregular(e *scratchSeries) {
+	ts := make([]int64, len(e.vs), cap(e.vs))
+	for i := range ts {
+		ts[i] = e.at(nil, i)
+	}
+	e.t0 = irregular
+	s.irr[e] = ts
+}
+
+// settle drops an irregular series' timestamps when they are a minute
+// apart again (truncation dropped the gap or the odd sample).
+func (s *scratch) settle(e *scratchSeries) {
+	if e.t0 != irregular || len(e.vs) == 0 {
+		return
+	}
+	ts := s.irr[e]
+	if ts[0] == irregular {
+		return
+	}
+	for i := 1; i < len(ts); i++ {
+		if ts[i-1] > math.MaxInt64-scratchStep || ts[i] != ts[i-1]+scratchStep {
+			return
+		}
+	}
+	e.t0 = ts[0]
+	delete(s.irr, e)
 }
 
 func newScratch() *scratch {
-	return &scratch{series: map[uint64]*scratchSeries{}, collided: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{}}
+	return &scratch{series: map[uint64]*scratchSeries{}, collided: map[uint64][]*scratchSeries{}, byName: map[string][]*scratchSeries{},
+		irr: map[*scratchSeries][]int64{}}
 }
 
 // lookup returns lbls' series, created with lbls itself when new. Every
@@ -72,6 +198,18 @@ func (s *scratch) lookupHash(h uint64, lbls labels.Labels) *scratchSeries {
 	return e
 }
 
+// shareLabels replaces each label set of hs by the store's own for the
+// same series, where it holds one.
+func (s *scratch) shareLabels(hs []hashedLabels) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for i := range hs {
+		if e := s.find(hs[i].h, hs[i].l); e != nil {
+			hs[i].l = e.lbls
+		}
+	}
+}
+
 // find returns the series with labels lbls (hash h), nil when none.
 func (s *scratch) find(h uint64, lbls labels.Labels) *scratchSeries {
 	if e := s.series[h]; e != nil && labels.Equal(e.lbls, lbls) {
@@ -85,20 +223,42 @@ func (s *scratch) find(h uint64, lbls labels.Labels) *scratchSeries {
 	return nil
 }
 
-// add inserts or replaces the sample at t.
-func (e *scratchSeries) add(t int64, v float64) {
-	n := len(e.ts)
-	if n == 0 || e.ts[n-1] < t {
-		e.ts = append(e.ts, t)
+// add inserts or replaces series e's sample at t.
+func (s *scratch) add(e *scratchSeries, t int64, v float64) {
+	n := len(e.vs)
+	if n == 0 {
+		delete(s.irr, e)
+		e.t0 = t
+		e.vs = append(e.vs, v)
+		if t == irregular {
+			s.irr[e] = []int64{t}
+		}
+		return
+	}
+	if e.t0 != irregular {
+		last := e.at(nil, n-1)
+		if last <= math.MaxInt64-scratchStep && t == last+scratchStep {
+			e.vs = append(e.vs, v)
+			return
+		}
+		if i, ok := e.index(nil, t); ok {
+			e.vs[i] = v
+			return
+		}
+		s.makeIrregular(e)
+	}
+	ts := s.irr[e]
+	if ts[n-1] < t {
+		s.irr[e] = append(ts, t)
 		e.vs = append(e.vs, v)
 		return
 	}
-	i := sort.Search(n, func(i int) bool { return e.ts[i] >= t })
-	if e.ts[i] == t {
+	i := sort.Search(n, func(i int) bool { return ts[i] >= t })
+	if ts[i] == t {
 		e.vs[i] = v
 		return
 	}
-	e.ts = slices.Insert(e.ts, i, t)
+	s.irr[e] = slices.Insert(ts, i, t)
 	e.vs = slices.Insert(e.vs, i, v)
 }
 
@@ -116,18 +276,29 @@ func (s *scratch) truncateBy(mintOf func(name string) int64) {
 	for name, list := range s.byName {
 		mint := mintOf(name)
 		for _, e := range list {
-			i := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] >= mint })
-			if i > 0 {
-				e.ts = slices.Delete(e.ts, 0, i)
+			ts := s.times(e)
+			if i := e.search(ts, mint); i > 0 {
+				if ts != nil {
+					s.irr[e] = slices.Delete(ts, 0, i)
+				} else if i < len(e.vs) {
+					e.t0 = e.at(nil, i)
+				}
 				e.vs = slices.Delete(e.vs, 0, i)
+				s.settle(e)
+				e.trim()
 			}
-			emptied = emptied || len(e.ts) == 0
+			emptied = emptied || len(e.vs) == 0
 		}
 	}
 	if !emptied {
 		return
 	}
-	empty := func(e *scratchSeries) bool { return len(e.ts) == 0 }
+	empty := func(e *scratchSeries) bool { return len(e.vs) == 0 }
+	for e := range s.irr {
+		if empty(e) {
+			delete(s.irr, e)
+		}
+	}
 	for h, e := range s.series {
 		if empty(e) {
 			delete(s.series, h)
@@ -162,7 +333,7 @@ func (s *scratch) samples() (series, samples int) {
 	for _, list := range s.byName {
 		series += len(list)
 		for _, e := range list {
-			samples += len(e.ts)
+			samples += len(e.vs)
 		}
 	}
 	return series, samples
@@ -182,18 +353,8 @@ func (s *scratch) valuesAt(name string, t int64) []sampleAt {
 	defer s.mu.RUnlock()
 	var out []sampleAt
 	for _, e := range s.byName[name] {
-		n := len(e.ts)
-		if n == 0 || e.ts[0] > t || e.ts[n-1] < t {
-			continue
-		}
-		i := n - 1
-		if e.ts[i] != t {
-			i = sort.Search(n, func(i int) bool { return e.ts[i] >= t })
-			if e.ts[i] != t {
-				continue
-			}
-		}
-		if value.IsStaleNaN(e.vs[i]) {
+		i, ok := e.index(s.times(e), t)
+		if !ok || value.IsStaleNaN(e.vs[i]) {
 			continue
 		}
 		out = append(out, sampleAt{e.lbls, e.vs[i]})
@@ -220,9 +381,8 @@ func (s *scratch) valueOf(h *scratchHandle, t int64) (float64, bool) {
 			return 0, false
 		}
 	}
-	n := len(e.ts)
-	i := sort.Search(n, func(i int) bool { return e.ts[i] >= t })
-	if i == n || e.ts[i] != t || value.IsStaleNaN(e.vs[i]) {
+	i, ok := e.index(s.times(e), t)
+	if !ok || value.IsStaleNaN(e.vs[i]) {
 		return 0, false
 	}
 	return e.vs[i], true
@@ -236,7 +396,7 @@ func (s *scratch) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
 		if h.s == nil || h.gen != s.gen {
 			h.s, h.gen = s.lookup(h.lbls), s.gen
 		}
-		h.s.add(t, vs[i])
+		s.add(h.s, t, vs[i])
 	}
 }
 
@@ -266,7 +426,7 @@ func (a *scratchAppender) Commit() error {
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
 	for _, p := range a.buf {
-		a.s.lookup(p.lbls).add(p.t, p.v)
+		a.s.add(a.s.lookup(p.lbls), p.t, p.v)
 	}
 	a.buf = nil
 	return nil
@@ -332,8 +492,8 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 		if !matchAll(e.lbls, ms) {
 			continue
 		}
-		lo := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] >= mint })
-		hi := sort.Search(len(e.ts), func(i int) bool { return e.ts[i] > maxt })
+		ets := q.s.times(e)
+		lo, hi := e.search(ets, mint), e.after(ets, maxt)
 		if lo >= hi {
 			continue
 		}
@@ -345,7 +505,13 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	list := make([]listSeries, len(spans))
 	for i, sp := range spans {
 		a := len(ts)
-		ts = append(ts, sp.e.ts[sp.lo:sp.hi]...)
+		if ets := q.s.times(sp.e); ets != nil {
+			ts = append(ts, ets[sp.lo:sp.hi]...)
+		} else {
+			for j := sp.lo; j < sp.hi; j++ {
+				ts = append(ts, sp.e.at(nil, j))
+			}
+		}
 		vs = append(vs, sp.e.vs[sp.lo:sp.hi]...)
 		// Full slice expressions: no series can grow into the next one's.
 		list[i] = listSeries{lbls: sp.e.lbls, ts: ts[a:len(ts):len(ts)], vs: vs[a:len(vs):len(vs)]}

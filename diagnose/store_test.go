@@ -3,9 +3,12 @@ package diagnose
 import (
 	"context"
 	"maps"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -67,7 +70,7 @@ func TestScratchHashCollisions(t *testing.T) {
 	for i, pod := range []string{"a", "b", "c"} {
 		l := labels.FromStrings(model.MetricNameLabel, "m", "pod", pod)
 		ls = append(ls, l)
-		sc.lookupHash(h, l).add(int64(i+1)*60_000, float64(i))
+		sc.add(sc.lookupHash(h, l), int64(i+1)*60_000, float64(i))
 	}
 	for i, l := range ls {
 		if e := sc.find(h, l); e == nil || e.vs[0] != float64(i) {
@@ -214,6 +217,186 @@ func BenchmarkScratchSelect(b *testing.B) {
 		}
 		if n != series {
 			b.Fatalf("%d series, want %d", n, series)
+		}
+	}
+}
+
+// TestScratchRegularTimestamps: a series keeps no timestamps while its
+// samples are a minute apart, and reads the same as one that keeps them
+// whatever is appended (the next minute, a replaced sample, a gap, a sample
+// off the minute, one inserted before the last, timestamps at the ends of
+// int64) and truncated: every sample, select, valuesAt and valueOf against
+// a plain map of the same samples, for random sequences.
+func TestScratchRegularTimestamps(t *testing.T) {
+	const step = scratchStep
+	rng := rand.New(rand.NewPCG(1, 2))
+	l := labels.FromStrings(model.MetricNameLabel, "m", "pod", "a")
+	for round := range 300 {
+		sc := newScratch()
+		ref := map[int64]float64{}
+		base := int64(rng.IntN(1000)) * step
+		switch round % 10 {
+		case 8:
+			base = math.MaxInt64 - 5*step - int64(rng.IntN(2))
+		case 9:
+			base = math.MinInt64 + int64(rng.IntN(2))
+		}
+		last := base
+		h := &scratchHandle{lbls: l}
+		for op := range 60 {
+			var ts int64
+			switch r := rng.IntN(20); {
+			case op == 0:
+				ts = base
+			case r < 12: // the next minute
+				ts = last + step
+				if last > math.MaxInt64-step {
+					ts = last
+				}
+			case r < 14: // a replaced sample
+				ts = last - int64(rng.IntN(3))*step
+			case r < 16: // a gap
+				ts = last + int64(2+rng.IntN(3))*step
+				if last > math.MaxInt64-5*step {
+					ts = last
+				}
+			case r < 18: // off the minute, possibly before the last
+				ts = last + int64(rng.IntN(int(2*step))) - step
+			default: // truncation
+				mint := last - int64(rng.IntN(6))*step + int64(rng.IntN(2))
+				sc.truncate(mint)
+				for k := range ref {
+					if k < mint {
+						delete(ref, k)
+					}
+				}
+				continue
+			}
+			v := float64(rng.IntN(100))
+			if op%2 == 0 {
+				sc.appendDirect(ts, []*scratchHandle{h}, []float64{v})
+			} else {
+				app := sc.AppenderV2(context.Background())
+				if _, err := app.Append(0, l, 0, ts, v, nil, nil, storage.AppendV2Options{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := app.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ref[ts] = v
+			last = max(last, ts)
+			// Every sample, in order.
+			keys := slices.Sorted(maps.Keys(ref))
+			e := sc.find(l.Hash(), l)
+			if e == nil {
+				t.Fatalf("round %d op %d: series lost", round, op)
+			}
+			if len(e.vs) != len(keys) {
+				t.Fatalf("round %d op %d: %d samples, want %d", round, op, len(e.vs), len(keys))
+			}
+			regular := true
+			for i, k := range keys {
+				if e.at(sc.times(e), i) != k || e.vs[i] != ref[k] {
+					t.Fatalf("round %d op %d: sample %d is %d=%g, want %d=%g", round, op, i, e.at(sc.times(e), i), e.vs[i], k, ref[k])
+				}
+				regular = regular && (i == 0 || k-keys[i-1] == step)
+			}
+			if _, kept := sc.irr[e]; kept != (e.t0 == irregular) || len(sc.irr) != btoi(kept) {
+				t.Fatalf("round %d op %d: t0 %d with %d series' timestamps kept", round, op, e.t0, len(sc.irr))
+			}
+			if !regular && e.t0 != irregular {
+				t.Fatalf("round %d op %d: irregular samples %v kept without timestamps", round, op, keys)
+			}
+			// Lookups at and around every sample.
+			for _, k := range keys {
+				for _, q := range []int64{k, k - 1, k + 1, k + step} {
+					want, ok := ref[q]
+					got, found := sc.valueOf(h, q)
+					if ok != found || got != want {
+						t.Fatalf("round %d op %d: valueOf(%d) = %g %v, want %g %v", round, op, q, got, found, want, ok)
+					}
+					vals := sc.valuesAt("m", q)
+					if ok != (len(vals) == 1) || (ok && vals[0].v != want) {
+						t.Fatalf("round %d op %d: valuesAt(%d) = %v, want %g %v", round, op, q, vals, want, ok)
+					}
+				}
+			}
+			// A select of a random range.
+			lo := keys[0] - step + int64(rng.IntN(int(3*step)))
+			hi := lo + int64(rng.IntN(int(4*step)))
+			if rng.IntN(4) == 0 {
+				lo, hi = math.MinInt64, math.MaxInt64
+			}
+			q, _ := sc.Querier(lo, hi)
+			var want []string
+			for _, k := range keys {
+				if k >= lo && k <= hi {
+					want = append(want, strconv.FormatInt(k, 10)+"="+strconv.FormatFloat(ref[k], 'g', -1, 64))
+				}
+			}
+			got := scratchSamples(t, q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "m")))[l.String()]
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d op %d: select [%d, %d] read %v, want %v", round, op, lo, hi, got, want)
+			}
+		}
+	}
+}
+
+// TestScratchSeriesSize: a scratch series fits the 48-byte size class
+// (the store holds about 75,000 at 50,000 active series).
+func TestScratchSeriesSize(t *testing.T) {
+	if n := unsafe.Sizeof(scratchSeries{}); n > 48 {
+		t.Errorf("scratchSeries is %d bytes, over the 48-byte size class", n)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestScratchSettles: truncation that leaves an irregular series' samples a
+// minute apart drops its timestamps.
+func TestScratchSettles(t *testing.T) {
+	sc := newScratch()
+	l := labels.FromStrings(model.MetricNameLabel, "m")
+	e := sc.lookup(l)
+	for _, ts := range []int64{0, 3 * scratchStep, 4 * scratchStep, 5 * scratchStep} {
+		sc.add(e, ts, 1)
+	}
+	if e.t0 != irregular || len(sc.irr) != 1 {
+		t.Fatal("a series with a gap keeps no timestamps")
+	}
+	sc.truncate(scratchStep)
+	if len(sc.irr) != 0 || e.t0 != 3*scratchStep || len(e.vs) != 3 {
+		t.Fatalf("after the gap was truncated: irr %v, t0 %d, %d samples", sc.irr, e.t0, len(e.vs))
+	}
+}
+
+// TestScratchTrimsToItsKeep: a series truncated to its keep every minute,
+// as the engine does, ends with an array of its keep plus a sample, not
+// the power of two append grew it to, and keeps it.
+func TestScratchTrimsToItsKeep(t *testing.T) {
+	sc := newScratch()
+	l := labels.FromStrings(model.MetricNameLabel, "strata:anomaly:zscore:avg3m")
+	h := &scratchHandle{lbls: l}
+	const keep = 21 * scratchStep
+	for m := range int64(60) {
+		tm := m * scratchStep
+		sc.appendDirect(tm, []*scratchHandle{h}, []float64{float64(m)})
+		sc.truncate(tm - keep)
+		e := sc.find(l.Hash(), l)
+		if m < 30 {
+			continue
+		}
+		if len(e.vs) != 22 || cap(e.vs) != 23 {
+			t.Fatalf("minute %d: %d samples in an array of %d, want 22 in 23", m, len(e.vs), cap(e.vs))
+		}
+		if e.vs[0] != float64(m-21) || e.at(nil, 0) != tm-keep {
+			t.Fatalf("minute %d: first sample %d=%g", m, e.at(nil, 0), e.vs[0])
 		}
 	}
 }
