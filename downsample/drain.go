@@ -55,17 +55,22 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	var redo []dirtyRange
 	p.tap.dirty = slices.DeleteFunc(p.tap.dirty, func(s uint32) bool {
 		st := p.tap.series.at(s)
-		if st.dirtyFrom >= to {
+		r := p.tap.dirtyRanges[s]
+		if r.from >= to {
 			return false
 		}
-		redo = append(redo, dirtyRange{slot: s, lset: st.lset, kind: st.b.kind, from: st.dirtyFrom, to: min(st.dirtyTo+MinuteRes, to)})
-		if st.dirtyTo+MinuteRes <= to {
-			st.dirtyFrom, st.listed = math.MaxInt64, false
+		redo = append(redo, dirtyRange{slot: s, lset: st.lset, kind: st.b.kind, from: r.from, to: min(r.to+MinuteRes, to)})
+		if r.to+MinuteRes <= to {
+			delete(p.tap.dirtyRanges, s)
+			st.listed = false
 			return true
 		}
-		st.dirtyFrom = to
+		p.tap.dirtyRanges[s] = minuteRange{to, r.to}
 		return false
 	})
+	if len(p.tap.dirtyRanges) == 0 {
+		p.tap.dirtyRanges = nil // a map keeps its buckets: a burst of out-of-order samples is not held
+	}
 	p.tap.mu.Unlock()
 
 	err := p.spillEntries(pending)
@@ -292,6 +297,7 @@ func (p *Pipeline) registerMemoryMetrics(reg prometheus.Registerer) {
 		}
 		n += p.tap.series.byRef.bytes()
 		n += int64(cap(p.tap.pending)) * int64(unsafe.Sizeof(spillEntry{}))
+		n += int64(len(p.tap.dirtyRanges)) * int64(unsafe.Sizeof(minuteRange{})+8) // a map entry, about
 		return float64(n)
 	})
 	f.NewGaugeFunc(prometheus.GaugeOpts{

@@ -125,7 +125,7 @@ func TestSpillWindowSize(t *testing.T) {
 	)
 	ws := make([]tiers.Window, series)
 	for i := range ws {
-		bl := builder{res: MinuteRes, kind: KindCounter}
+		bl := newBuilder(MinuteRes, KindCounter)
 		v := float64(10_000 + 97*i)
 		for s := range 60 {
 			bl.add(h+10*MinuteRes+int64(i%4)*250+int64(s)*1000, v)
@@ -244,7 +244,7 @@ func benchmarkSpillBlock(b *testing.B, interval, phase int64) {
 		if f.gauge[i] {
 			kind = KindGauge
 		}
-		bl := builder{res: MinuteRes, kind: kind}
+		bl := newBuilder(MinuteRes, kind)
 		off := int64(i%7) * phase
 		for t := h + 5*MinuteRes + off; t < h+6*MinuteRes; t += interval {
 			bl.add(t, f.next(i))
