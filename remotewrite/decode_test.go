@@ -611,3 +611,42 @@ func TestDecodeV1SizesNewDecoder(t *testing.T) {
 		t.Fatal("a truncated body decoded by a new Decoder")
 	}
 }
+
+// TestDecodeV2SizesNewDecoder: as TestDecodeV1SizesNewDecoder for RW 2.0.
+func TestDecodeV2SizesNewDecoder(t *testing.T) {
+	buf, err := benchRequestV2(2000, 2).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Decoder
+	req, err := d.DecodeV2(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.Series) != 2000 || len(d.samples) != 4000 || cap(d.req.Series) > 2000+2000/16 || cap(d.labels) > len(d.labels)+len(d.labels)/16 ||
+		cap(d.samples) > 4000+4000/16 || cap(d.req.Symbols) > len(d.req.Symbols)+8192/16 { // large slices are rounded up to 8 KiB
+		t.Fatalf("series %d (cap %d), labels %d (cap %d), samples %d (cap %d), symbols %d (cap %d): want each at its size",
+			len(req.Series), cap(d.req.Series), len(d.labels), cap(d.labels), len(d.samples), cap(d.samples), len(d.req.Symbols), cap(d.req.Symbols))
+	}
+	// The Decoder, its symbols, series views, series, labels, samples and
+	// a series' label references: grown by append, they took about 150.
+	if n := testing.AllocsPerRun(5, func() {
+		var d Decoder
+		if _, err := d.DecodeV2(buf); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 12 {
+		t.Fatalf("a new Decoder made %v allocations, want at most 12", n)
+	}
+	var used Decoder
+	if _, err := used.DecodeV2(buf[:len(buf)/2]); err == nil {
+		t.Fatal("a truncated body decoded")
+	}
+	again, err := used.DecodeV2(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(req, again) {
+		t.Fatal("a new Decoder and a used one decode the same body differently")
+	}
+}
