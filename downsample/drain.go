@@ -92,7 +92,7 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 		// readers compute them from raw as well.
 		p.tap.mu.Lock()
 		for _, e := range entries {
-			p.tap.series.at(e.slot).sawWindow(e.w.Start)
+			p.tap.series.at(e.slot).sawWindow(e.start)
 		}
 		entries = slices.DeleteFunc(entries, func(e spillEntry) bool { return p.tap.series.at(e.slot).sparse })
 		p.tap.mu.Unlock()
@@ -151,7 +151,7 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 	})
 	hours := map[int64]bool{}
 	for _, e := range es {
-		hours[timegrid.Floor(e.w.Start, HourRes)] = true
+		hours[timegrid.Floor(e.start, HourRes)] = true
 	}
 	markHour := timegrid.Floor(p.mark, HourRes)
 	var errs []error
@@ -176,13 +176,13 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 		enc := windowCodec{h: h}
 		for _, k := range keyed {
 			e := &es[k.i]
-			if timegrid.Floor(e.w.Start, HourRes) != h {
+			if timegrid.Floor(e.start, HourRes) != h {
 				continue
 			}
 			buf = binary.AppendUvarint(buf, uint64(e.slot))
-			buf = enc.appendWindow(buf, e.w)
+			buf = enc.appendWindow(buf, e.window())
 			blk.records++
-			blk.minStart, blk.maxStart = min(blk.minStart, e.w.Start), max(blk.maxStart, e.w.Start)
+			blk.minStart, blk.maxStart = min(blk.minStart, e.start), max(blk.maxStart, e.start)
 		}
 		p.encBuf = buf
 		if err := p.writeBlock(sp, buf, blk); err != nil {
@@ -236,7 +236,7 @@ func (p *Pipeline) recompute(ctx context.Context, redo []dirtyRange) (out []spil
 				return nil, fmt.Errorf("recompute series %s: %w", d.lset, err)
 			}
 			for _, w := range ws {
-				out = append(out, spillEntry{slot: d.slot, w: w})
+				out = append(out, newSpillEntry(d.slot, w))
 			}
 		}
 		if err := set.Err(); err != nil {

@@ -67,7 +67,7 @@ type teeState struct {
 	// start to recompute from raw, because a sample came out of order: rare,
 	// so not a field of every slot.
 	dirtyRanges map[uint32]minuteRange
-	batches sync.Pool
+	batches     sync.Pool
 }
 
 type teeSample struct {
@@ -323,7 +323,7 @@ func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
 		// growth, which the reused buffer would keep.
 		p.tap.pending = slices.Grow(p.tap.pending, max(p.tap.series.live()-n, n/8, 64))
 	}
-	p.tap.pending = append(p.tap.pending, spillEntry{slot: s, w: w})
+	p.tap.pending = append(p.tap.pending, newSpillEntry(s, w))
 }
 
 // minuteRange is the minutes [from, to] (starts) of a slot to recompute
