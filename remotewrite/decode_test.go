@@ -585,15 +585,15 @@ func TestDecodeV1SizesNewDecoder(t *testing.T) {
 		t.Fatalf("series %d (cap %d), labels %d (cap %d), samples %d (cap %d): want each at its size",
 			len(req.Series), cap(d.req.Series), len(d.labels), cap(d.labels), len(d.samples), cap(d.samples))
 	}
-	// The Decoder itself, its series, labels and samples: grown by append,
-	// they took about 30 allocations each.
+	// The Decoder itself, its series, labels and samples, one allocation
+	// each; grown by append, each took one per growth step.
 	if n := testing.AllocsPerRun(5, func() {
 		var d Decoder
 		if _, err := d.DecodeV1(buf); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 4 {
-		t.Fatalf("a new Decoder made %v allocations, want at most 4", n)
+	}); n > 10 {
+		t.Fatalf("a new Decoder made %v allocations, want at most 10 (made 4, 6 under the race detector)", n)
 	}
 	var used Decoder
 	if _, err := used.DecodeV1(buf[:len(buf)/2]); err == nil {
@@ -629,14 +629,14 @@ func TestDecodeV2SizesNewDecoder(t *testing.T) {
 			len(req.Series), cap(d.req.Series), len(d.labels), cap(d.labels), len(d.samples), cap(d.samples), len(d.req.Symbols), cap(d.req.Symbols))
 	}
 	// The Decoder, its symbols, series views, series, labels, samples and
-	// a series' label references: grown by append, they took about 150.
+	// a series' label references: grown by append, they took 80.
 	if n := testing.AllocsPerRun(5, func() {
 		var d Decoder
 		if _, err := d.DecodeV2(buf); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 12 {
-		t.Fatalf("a new Decoder made %v allocations, want at most 12", n)
+	}); n > 24 {
+		t.Fatalf("a new Decoder made %v allocations, want at most 24 (made 10, 15 under the race detector; 80 grown by append)", n)
 	}
 	var used Decoder
 	if _, err := used.DecodeV2(buf[:len(buf)/2]); err == nil {
