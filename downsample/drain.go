@@ -55,17 +55,22 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	var redo []dirtyRange
 	p.tap.dirty = slices.DeleteFunc(p.tap.dirty, func(s uint32) bool {
 		st := p.tap.series.at(s)
-		if st.dirtyFrom >= to {
+		r := p.tap.dirtyRanges[s]
+		if r.from >= to {
 			return false
 		}
-		redo = append(redo, dirtyRange{slot: s, lset: st.lset, kind: st.b.kind, from: st.dirtyFrom, to: min(st.dirtyTo+MinuteRes, to)})
-		if st.dirtyTo+MinuteRes <= to {
-			st.dirtyFrom, st.listed = math.MaxInt64, false
+		redo = append(redo, dirtyRange{slot: s, lset: st.lset, kind: st.b.kind, from: r.from, to: min(r.to+MinuteRes, to)})
+		if r.to+MinuteRes <= to {
+			delete(p.tap.dirtyRanges, s)
+			st.listed = false
 			return true
 		}
-		st.dirtyFrom = to
+		p.tap.dirtyRanges[s] = minuteRange{to, r.to}
 		return false
 	})
+	if len(p.tap.dirtyRanges) == 0 {
+		p.tap.dirtyRanges = nil // a map keeps its buckets: a burst of out-of-order samples is not held
+	}
 	p.tap.mu.Unlock()
 
 	err := p.spillEntries(pending)
@@ -87,7 +92,7 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 		// readers compute them from raw as well.
 		p.tap.mu.Lock()
 		for _, e := range entries {
-			p.tap.series.at(e.slot).sawWindow(e.w.Start)
+			p.tap.series.at(e.slot).sawWindow(e.start)
 		}
 		entries = slices.DeleteFunc(entries, func(e spillEntry) bool { return p.tap.series.at(e.slot).sparse })
 		p.tap.mu.Unlock()
@@ -146,7 +151,7 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 	})
 	hours := map[int64]bool{}
 	for _, e := range es {
-		hours[timegrid.Floor(e.w.Start, HourRes)] = true
+		hours[timegrid.Floor(e.start, HourRes)] = true
 	}
 	markHour := timegrid.Floor(p.mark, HourRes)
 	var errs []error
@@ -171,13 +176,13 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 		enc := windowCodec{h: h}
 		for _, k := range keyed {
 			e := &es[k.i]
-			if timegrid.Floor(e.w.Start, HourRes) != h {
+			if timegrid.Floor(e.start, HourRes) != h {
 				continue
 			}
 			buf = binary.AppendUvarint(buf, uint64(e.slot))
-			buf = enc.appendWindow(buf, e.w)
+			buf = enc.appendWindow(buf, e.window())
 			blk.records++
-			blk.minStart, blk.maxStart = min(blk.minStart, e.w.Start), max(blk.maxStart, e.w.Start)
+			blk.minStart, blk.maxStart = min(blk.minStart, e.start), max(blk.maxStart, e.start)
 		}
 		p.encBuf = buf
 		if err := p.writeBlock(sp, buf, blk); err != nil {
@@ -231,7 +236,7 @@ func (p *Pipeline) recompute(ctx context.Context, redo []dirtyRange) (out []spil
 				return nil, fmt.Errorf("recompute series %s: %w", d.lset, err)
 			}
 			for _, w := range ws {
-				out = append(out, spillEntry{slot: d.slot, w: w})
+				out = append(out, newSpillEntry(d.slot, w))
 			}
 		}
 		if err := set.Err(); err != nil {
@@ -292,6 +297,7 @@ func (p *Pipeline) registerMemoryMetrics(reg prometheus.Registerer) {
 		}
 		n += p.tap.series.byRef.bytes()
 		n += int64(cap(p.tap.pending)) * int64(unsafe.Sizeof(spillEntry{}))
+		n += int64(len(p.tap.dirtyRanges)) * int64(unsafe.Sizeof(minuteRange{})+8) // a map entry, about
 		return float64(n)
 	})
 	f.NewGaugeFunc(prometheus.GaugeOpts{

@@ -13,7 +13,7 @@ import (
 )
 
 // seriesState is what the tee keeps per series: its labels and one window
-// builder, 168 bytes whatever the sample rate (docs/rollups.md,
+// builder, 136 bytes whatever the sample rate (docs/rollups.md,
 // "Memory").
 //
 // lset and id are set when the slot is assigned and not changed while any
@@ -27,17 +27,13 @@ type seriesState struct {
 	ref   storage.SeriesRef
 	b     builder // the newest window with in-order samples
 	lastT int64   // newest sample folded (float or stale marker); math.MinInt64: none
-	// dirtyFrom and dirtyTo are the first and last minute start to recompute
-	// from raw, because a sample came out of order; dirtyFrom is
-	// math.MaxInt64 when there is none.
-	dirtyFrom, dirtyTo int64
 	// lastHour is the newest hour this series has windows in, in hours
 	// since the epoch (hourIndex), math.MinInt32 when none: it shares a word
 	// with the flags.
 	lastHour int32
 	emitted  bool // the open window, as it is, has been handed to the spill
 	tainted  bool // the open window misses an out-of-order sample: never emitted, recomputed
-	listed   bool // in teeState.dirty
+	listed   bool // in teeState.dirty, its minutes to recompute in teeState.dirtyRanges
 	// sparse: the series' samples come Config.SparseInterval or more
 	// apart, and its windows are not spilled but recomputed from raw by
 	// their readers (spillset.go). Never cleared while the slot is held.
@@ -113,8 +109,8 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 	}
 	*t.at(s) = seriesState{
 		lset: lset, id: tiers.SeriesID(lset), ref: ref,
-		b:     builder{res: MinuteRes, kind: kind},
-		lastT: math.MinInt64, dirtyFrom: math.MaxInt64, lastHour: math.MinInt32,
+		b:     newBuilder(MinuteRes, kind),
+		lastT: math.MinInt64, lastHour: math.MinInt32,
 	}
 	t.byRef.set(ref, s)
 	return s

@@ -151,10 +151,39 @@ func (p *Pipeline) newSpill(h int64, suffix string) (*hourSpill, error) {
 	return &hourSpill{start: h, f: f, size: int64(len(spillHeader))}, nil
 }
 
-// spillEntry is a window of the tee's series in slot.
+// spillEntry is a minute window of the tee's series in slot, 72 bytes
+// instead of a tiers.Window's 88 and the slot's 8: the tee's pending windows
+// hold one for every series at each minute boundary, in a buffer the tick
+// reuses. A minute window's sample count, resets and sample offsets are
+// below 60,000 (a series has one sample per millisecond at most), so they
+// take 16 bits each.
 type spillEntry struct {
-	slot uint32
-	w    tiers.Window
+	start                                int64
+	sum, min, max, first, last, increase float64
+	slot                                 uint32
+	count, resets                        uint16
+	firstOff, lastOff                    uint16
+	stale                                bool
+}
+
+// newSpillEntry returns the entry of minute window w of slot.
+func newSpillEntry(slot uint32, w tiers.Window) spillEntry {
+	return spillEntry{
+		start: w.Start, sum: w.Sum, min: w.Min, max: w.Max, first: w.First, last: w.Last, increase: w.Increase,
+		slot:  slot,
+		count: uint16(w.Count), resets: uint16(w.Resets), //nolint:gosec // below 60,000 in a minute window
+		firstOff: uint16(w.FirstT - w.Start), lastOff: uint16(w.LastT - w.Start), //nolint:gosec // in [0, 60,000)
+		stale: w.Stale,
+	}
+}
+
+// window returns the entry's window.
+func (e *spillEntry) window() tiers.Window {
+	return tiers.Window{
+		Start: e.start, FirstT: e.start + int64(e.firstOff), LastT: e.start + int64(e.lastOff),
+		Count: uint32(e.count), Sum: e.sum, Min: e.min, Max: e.max, First: e.first, Last: e.last,
+		Increase: e.increase, Resets: uint32(e.resets), Stale: e.stale,
+	}
 }
 
 // rawSeries is a series' windows read from raw.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -125,7 +126,7 @@ func TestSpillWindowSize(t *testing.T) {
 	)
 	ws := make([]tiers.Window, series)
 	for i := range ws {
-		bl := builder{res: MinuteRes, kind: KindCounter}
+		bl := newBuilder(MinuteRes, KindCounter)
 		v := float64(10_000 + 97*i)
 		for s := range 60 {
 			bl.add(h+10*MinuteRes+int64(i%4)*250+int64(s)*1000, v)
@@ -244,7 +245,7 @@ func benchmarkSpillBlock(b *testing.B, interval, phase int64) {
 		if f.gauge[i] {
 			kind = KindGauge
 		}
-		bl := builder{res: MinuteRes, kind: kind}
+		bl := newBuilder(MinuteRes, kind)
 		off := int64(i%7) * phase
 		for t := h + 5*MinuteRes + off; t < h+6*MinuteRes; t += interval {
 			bl.add(t, f.next(i))
@@ -283,4 +284,24 @@ func benchmarkSpillBlock(b *testing.B, interval, phase int64) {
 	b.SetBytes(int64(len(buf)))
 	b.ReportMetric(float64(len(buf))/series, "B/window")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/series, "ns/window")
+}
+
+// TestSpillEntryRoundTrip: a minute window comes back from its spill entry
+// unchanged, at the bounds a minute window can reach (a sample every
+// millisecond, every one a reset, offsets up to 59,999 ms, a minute before
+// the epoch, NaN and infinite values) and the entry is 72 bytes.
+func TestSpillEntryRoundTrip(t *testing.T) {
+	if n := unsafe.Sizeof(spillEntry{}); n != 72 {
+		t.Errorf("spillEntry is %d bytes, want 72", n)
+	}
+	for _, w := range []tiers.Window{
+		{Start: 0, FirstT: 0, LastT: MinuteRes - 1, Count: 60000, Resets: 59999, Sum: 1, Min: -1, Max: 2, First: 3, Last: 4, Increase: 5, Stale: true},
+		{Start: -MinuteRes, FirstT: -MinuteRes + 7, LastT: -1, Count: 2, Sum: math.NaN(), Min: math.Inf(-1), Max: math.Inf(1), First: math.Copysign(0, -1), Last: 0, Increase: math.NaN()},
+		{Start: 1_767_225_600_000, FirstT: 1_767_225_600_000, LastT: 1_767_225_600_000, Count: 1, Sum: 0.1, Min: 0.1, Max: 0.1, First: 0.1, Last: 0.1},
+	} {
+		e := newSpillEntry(7, w)
+		if got := e.window(); !sameWindow(got, w) || e.slot != 7 {
+			t.Errorf("round trip of %+v: %+v (slot %d)", w, got, e.slot)
+		}
+	}
 }

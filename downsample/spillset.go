@@ -36,9 +36,9 @@ const DefaultSparseInterval = 5 * 1000 // ms
 // at t, comes from a series sampled every interval ms or less often.
 func sparseRate(b *builder, t, interval int64) bool {
 	if b.count >= 2 {
-		return b.lastT-b.firstT >= interval*int64(b.count-1)
+		return int64(b.lastOff-b.firstOff) >= interval*int64(b.count-1)
 	}
-	return t-b.lastT >= interval
+	return t-b.lastT() >= interval
 }
 
 // spillSet is which series readers take from the spill: the tee's series

@@ -63,7 +63,11 @@ type teeState struct {
 	// order: the tick moves them to the spill.
 	pending []spillEntry
 	dirty   []uint32 // slots with minutes to recompute from raw
-	batches sync.Pool
+	// dirtyRanges holds, for each slot in dirty, the first and last minute
+	// start to recompute from raw, because a sample came out of order: rare,
+	// so not a field of every slot.
+	dirtyRanges map[uint32]minuteRange
+	batches     sync.Pool
 }
 
 type teeSample struct {
@@ -275,7 +279,7 @@ func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResul
 	st.lastT = t
 	if value.IsStaleNaN(v) {
 		// A stale marker right after the window's last sample marks it.
-		if st.b.open && !st.b.stale && t-st.b.lastT <= StaleLookahead {
+		if st.b.open && !st.b.stale && t-st.b.lastT() <= StaleLookahead {
 			st.b.stale = true
 			p.changed(s, st)
 		}
@@ -319,17 +323,23 @@ func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
 		// growth, which the reused buffer would keep.
 		p.tap.pending = slices.Grow(p.tap.pending, max(p.tap.series.live()-n, n/8, 64))
 	}
-	p.tap.pending = append(p.tap.pending, spillEntry{slot: s, w: w})
+	p.tap.pending = append(p.tap.pending, newSpillEntry(s, w))
 }
+
+// minuteRange is the minutes [from, to] (starts) of a slot to recompute
+// from raw.
+type minuteRange struct{ from, to int64 }
 
 // markDirty marks the minutes [from, to] (starts) of slot s for a recompute
 // from raw.
 func (p *Pipeline) markDirty(s uint32, st *seriesState, from, to int64) {
-	if st.dirtyFrom == math.MaxInt64 {
-		st.dirtyFrom, st.dirtyTo = from, to
-	} else {
-		st.dirtyFrom, st.dirtyTo = min(st.dirtyFrom, from), max(st.dirtyTo, to)
+	if r, ok := p.tap.dirtyRanges[s]; ok {
+		from, to = min(r.from, from), max(r.to, to)
 	}
+	if p.tap.dirtyRanges == nil {
+		p.tap.dirtyRanges = map[uint32]minuteRange{}
+	}
+	p.tap.dirtyRanges[s] = minuteRange{from, to}
 	if !st.listed {
 		st.listed = true
 		p.tap.dirty = append(p.tap.dirty, s)

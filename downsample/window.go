@@ -65,35 +65,54 @@ func (s *Stats) add(o Stats) {
 //     later, sets Stale; stale markers do not break the counter chain (PromQL
 //     drops them from range vectors too).
 type builder struct {
-	res, start    int64
-	firstT, lastT int64 // of the window's first and last float sample
-	count, resets uint32
-	first, last   float64
-	min, max      float64
-	sum, c        float64 // Kahan-Neumaier state of Sum
-	resetSum      float64 // sum of the values before each reset inside the window
-	// The window's Sum and Increase are computed when it is read: the tee
-	// holds a builder per series, and so kind, open and stale share a word
-	// (104 bytes, not a whole tiers.Window's 88 and the state's 40).
-	kind  Kind
-	open  bool
-	stale bool // the sample after lastT is a stale marker (tiers.Window.Stale)
+	start       int64
+	first, last float64
+	min, max    float64
+	sum, c      float64 // Kahan-Neumaier state of Sum
+	resetSum    float64 // sum of the values before each reset inside the window
+	// res is the window length; firstOff and lastOff are the window's first
+	// and last float sample's offsets from start (less than res, so they
+	// fit as res does). The tee holds a builder per series: 32-bit
+	// offsets and length instead of three int64s, and the window's Sum and
+	// Increase computed when it is read, keep it at 88 bytes, not a whole
+	// tiers.Window's 88 and the state's 40.
+	res               uint32
+	firstOff, lastOff uint32
+	count, resets     uint32
+	kind              Kind
+	open              bool
+	stale             bool // the sample after lastT is a stale marker (tiers.Window.Stale)
 }
+
+// maxRes is the longest window a builder takes (res is 32 bits): 49 days.
+const maxRes = math.MaxUint32
+
+func newBuilder(res int64, kind Kind) builder {
+	return builder{res: uint32(res), kind: kind} //nolint:gosec // res is checked against maxRes by its callers
+}
+
+// firstT and lastT are the timestamps of the open window's first and last
+// float sample.
+func (b *builder) firstT() int64 { return b.start + int64(b.firstOff) }
+func (b *builder) lastT() int64  { return b.start + int64(b.lastOff) }
 
 // add aggregates a float sample (stale markers included) at t. When t falls
 // into a later window than the open one, the open window is returned complete.
 func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 	if value.IsStaleNaN(v) {
-		if b.open && t-b.lastT <= StaleLookahead {
+		if b.open && t-b.lastT() <= StaleLookahead {
 			b.stale = true
 		}
 		return tiers.Window{}, false
 	}
-	if b.open && t >= b.start+b.res {
+	res := int64(b.res)
+	if b.open && t >= b.start+res {
 		done, ok = b.finish(), true
 	}
 	if !b.open {
-		*b = builder{res: b.res, kind: b.kind, open: true, start: timegrid.Floor(t, b.res), firstT: t, lastT: t, count: 1, first: v, last: v, min: v, max: v}
+		start := timegrid.Floor(t, res)
+		off := uint32(t - start) //nolint:gosec // 0 <= t-start < res <= maxRes
+		*b = builder{res: b.res, kind: b.kind, open: true, start: start, firstOff: off, lastOff: off, count: 1, first: v, last: v, min: v, max: v}
 		b.sum, b.c = kahansum.Inc(v, 0, 0)
 		return done, ok
 	}
@@ -109,7 +128,7 @@ func (b *builder) add(t int64, v float64) (done tiers.Window, ok bool) {
 	if v > b.max || math.IsNaN(b.max) {
 		b.max = v
 	}
-	b.lastT, b.last = t, v
+	b.lastOff, b.last = uint32(t-b.start), v //nolint:gosec // in order within the window: 0 <= t-start < res
 	b.stale = false
 	return done, ok
 }
@@ -124,7 +143,7 @@ func (b *builder) finish() tiers.Window {
 // samples may still be added to it.
 func (b *builder) current() tiers.Window {
 	w := tiers.Window{
-		Start: b.start, FirstT: b.firstT, LastT: b.lastT, Count: b.count,
+		Start: b.start, FirstT: b.firstT(), LastT: b.lastT(), Count: b.count,
 		Min: b.min, Max: b.max, First: b.first, Last: b.last,
 		Resets: b.resets, Stale: b.stale,
 	}
@@ -155,11 +174,11 @@ func (b *builder) current() tiers.Window {
 // The iterator must yield samples in ascending time order, as every
 // storage.Series iterator does.
 func AppendWindows(dst []tiers.Window, it chunkenc.Iterator, res, mint, maxt int64, kind Kind) ([]tiers.Window, Stats, error) {
-	if res <= 0 {
-		return dst, Stats{}, fmt.Errorf("window resolution must be positive, got %d", res)
+	if res <= 0 || res > maxRes {
+		return dst, Stats{}, fmt.Errorf("window resolution must be positive and at most %d ms, got %d", int64(maxRes), res)
 	}
 	var (
-		b  = builder{res: res, kind: kind}
+		b  = newBuilder(res, kind)
 		st Stats
 	)
 	vt := it.Next()

@@ -332,3 +332,24 @@ func BenchmarkAppendWindows(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/sample")
 }
+
+// TestAppendWindowsResolutionBounds: a builder keeps the window length and
+// its samples' offsets in 32 bits, so a resolution past 2^32-1 ms (49 days)
+// is refused with an error, as one that is not positive is, and the longest
+// one taken still gives exact offsets.
+func TestAppendWindowsResolutionBounds(t *testing.T) {
+	samples := []fs{{1000, 1}, {int64(maxRes) - 1, 3}, {int64(maxRes) + 5, 2}}
+	for _, res := range []int64{0, -1, int64(maxRes) + 1, math.MaxInt64} {
+		if _, _, err := AppendWindows(nil, iterOf(samples).Iterator(nil), res, math.MinInt64, math.MaxInt64, KindGauge); err == nil {
+			t.Errorf("resolution %d: no error", res)
+		}
+	}
+	got, _, err := AppendWindows(nil, iterOf(samples).Iterator(nil), int64(maxRes), math.MinInt64, math.MaxInt64, KindGauge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Start != 0 || got[0].FirstT != 1000 || got[0].LastT != int64(maxRes)-1 || got[0].Count != 2 ||
+		got[1].Start != int64(maxRes) || got[1].FirstT != int64(maxRes)+5 || got[1].LastT != int64(maxRes)+5 {
+		t.Errorf("windows %+v", got)
+	}
+}

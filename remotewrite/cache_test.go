@@ -250,3 +250,55 @@ func TestSeriesCacheMetrics(t *testing.T) {
 		t.Fatalf("cache holds %d series, want 2", held)
 	}
 }
+
+// TestProbeChunks: a request of more series than a probe chunk takes (with
+// an invalid series inside one chunk and a chunk cut short) is looked up
+// whole: every series is a miss the first time, a hit with its own
+// reference the second, and the counts are the request's.
+func TestProbeChunks(t *testing.T) {
+	na := &nopAppendable{}
+	cfg := DefaultConfig()
+	cfg.StorageSeries = func() int { return int(na.next.Load()) }
+	h, err := NewHandler(cfg, na, nil, nil, prometheus.NewRegistry(), func() time.Time { return base })
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2*probeChunkSeries + 77
+	req := &Request{}
+	for i := range n {
+		req.Series = append(req.Series, Series{
+			Labels:  []Label{{"__name__", "up"}, {"instance", strconv.Itoa(i)}, {"job", "a"}},
+			Samples: []Sample{{Value: 1, Timestamp: base.UnixMilli()}},
+		})
+	}
+	bad := probeChunkSeries + 3
+	req.Series[bad].Err = errBadRef
+	var st writeState
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
+	if res := h.write(r, version1, req, &st); res.samples != n-1 {
+		t.Fatalf("first request wrote %d samples, want %d: %s", res.samples, n-1, res.message(1000))
+	}
+	if hit, miss := testutil.ToFloat64(h.m.cacheHits), testutil.ToFloat64(h.m.cacheMisses); hit != 0 || miss != float64(n-1) {
+		t.Fatalf("first request: %v hits, %v misses; want 0 and %d", hit, miss, n-1)
+	}
+	h.probeAll(req.Series, &st)
+	for i := range req.Series {
+		ls, ref, _, cached := h.seriesLabels(i, req.Series[i].Labels, &st)
+		if i == bad {
+			if cached {
+				t.Fatalf("series %d (invalid) found in the cache", i)
+			}
+			continue
+		}
+		want := labels.FromStrings("__name__", "up", "instance", strconv.Itoa(i), "job", "a")
+		if !cached || ref == 0 || !labels.Equal(ls, want) {
+			t.Fatalf("series %d: %v ref %d cached %v; want %v from the cache", i, ls, ref, cached, want)
+		}
+		if e, ok := h.cache.get(want.Hash(), want); !ok || e.ref != ref {
+			t.Fatalf("series %d: reference %d, the cache holds %v %v", i, ref, e, ok)
+		}
+	}
+	if hit := testutil.ToFloat64(h.m.cacheHits); hit != float64(n-1) {
+		t.Fatalf("second lookup: %v hits, want %d", hit, n-1)
+	}
+}

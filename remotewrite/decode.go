@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/VictoriaMetrics/easyproto"
@@ -196,6 +197,9 @@ func protoErr(what string, err error) error {
 // exemplars, native histograms and metadata extensions).
 func (d *Decoder) DecodeV1(buf []byte) (*Request, error) {
 	d.Reset()
+	if cap(d.req.Series) == 0 {
+		d.sizeV1(buf)
+	}
 	var fc easyproto.FieldContext
 	var err error
 	for len(buf) > 0 {
@@ -224,6 +228,59 @@ func (d *Decoder) DecodeV1(buf []byte) (*Request, error) {
 		}
 	}
 	return &d.req, nil
+}
+
+// sizeV1 sizes a new Decoder's series, labels and samples for the RW 1.0
+// request in buf, counted in a pass over its fields: grown by append instead
+// (by a quarter at a time past 256 elements), a request of 2,000 series of
+// 11 labels allocated 4.7 MB in them for the 1.1 MB they end at, and
+// every request state the collector drops from the handler's pool is made
+// again. A Decoder that has decoded a request keeps its slices and does not
+// count again. A malformed buf stops the count; DecodeV1 reports it.
+func (d *Decoder) sizeV1(buf []byte) {
+	var series, lbls, samples int
+	var fc, sc easyproto.FieldContext
+	var err error
+	for len(buf) > 0 {
+		if buf, err = fc.NextField(buf); err != nil {
+			break
+		}
+		if fc.FieldNum != 1 {
+			continue
+		}
+		data, ok := fc.MessageData()
+		if !ok {
+			break
+		}
+		series++
+		for len(data) > 0 {
+			// The fast path of decodeSeriesV1: a label or sample of
+			// less than 128 bytes.
+			if len(data) >= 2 && (data[0] == labelsTag || data[0] == samplesTag) && data[1] < 0x80 {
+				if end := 2 + int(data[1]); end <= len(data) {
+					if data[0] == labelsTag {
+						lbls++
+					} else {
+						samples++
+					}
+					data = data[end:]
+					continue
+				}
+			}
+			if data, err = sc.NextField(data); err != nil {
+				break
+			}
+			switch sc.FieldNum {
+			case 1:
+				lbls++
+			case 2:
+				samples++
+			}
+		}
+	}
+	d.req.Series = slices.Grow(d.req.Series, series)
+	d.labels = slices.Grow(d.labels, lbls)
+	d.samples = slices.Grow(d.samples, samples)
 }
 
 func (d *Decoder) decodeSeriesV1(buf []byte) error {

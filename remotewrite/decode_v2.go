@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/VictoriaMetrics/easyproto"
 	"github.com/prometheus/common/model"
@@ -18,6 +19,9 @@ var errBadRef = errors.New("bad symbol reference")
 // appear anywhere in the message, so series are decoded after it is known.
 func (d *Decoder) DecodeV2(buf []byte) (*Request, error) {
 	d.Reset()
+	if cap(d.req.Series) == 0 {
+		d.sizeV2(buf)
+	}
 	var fc easyproto.FieldContext
 	var err error
 	for len(buf) > 0 {
@@ -45,6 +49,57 @@ func (d *Decoder) DecodeV2(buf []byte) (*Request, error) {
 		}
 	}
 	return &d.req, nil
+}
+
+// sizeV2 is sizeV1 for an RW 2.0 request: a new Decoder's symbols, series,
+// labels (half the label references) and samples are made at the request's
+// size, counted in a pass over its fields.
+func (d *Decoder) sizeV2(buf []byte) {
+	var symbols, series, refs, samples int
+	var fc, sc easyproto.FieldContext
+	var err error
+	for len(buf) > 0 {
+		if buf, err = fc.NextField(buf); err != nil {
+			break
+		}
+		if fc.FieldNum == 4 {
+			symbols++
+			continue
+		}
+		if fc.FieldNum != 5 {
+			continue
+		}
+		data, ok := fc.MessageData()
+		if !ok {
+			break
+		}
+		series++
+		for len(data) > 0 {
+			if data, err = sc.NextField(data); err != nil {
+				break
+			}
+			switch sc.FieldNum {
+			case 1:
+				if packed, ok := sc.MessageData(); ok {
+					// Packed varints: each ends at a byte below 0x80.
+					for _, c := range packed {
+						if c < 0x80 {
+							refs++
+						}
+					}
+				} else {
+					refs++
+				}
+			case 2:
+				samples++
+			}
+		}
+	}
+	d.req.Symbols = slices.Grow(d.req.Symbols, symbols)
+	d.rawSeries = slices.Grow(d.rawSeries, series)
+	d.req.Series = slices.Grow(d.req.Series, series)
+	d.labels = slices.Grow(d.labels, refs/2)
+	d.samples = slices.Grow(d.samples, samples)
 }
 
 func (d *Decoder) decodeSeriesV2(buf []byte) error {

@@ -67,7 +67,7 @@ type writeState struct {
 	sb        labels.ScratchBuilder
 	key       labels.Labels // a series' labels in sb's reusable buffer, see encode
 	probes    []probe       // the series cache's answer per series, see probeAll
-	keys      []byte        // every series' encoded labels, for probeAll
+	keys      []byte        // a probe chunk's series' encoded labels, see probeAll
 	order     []int32       // series indexes grouped by cache shard
 	scratch   []byte
 	exemplars []exemplar.Exemplar

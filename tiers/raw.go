@@ -55,13 +55,23 @@ type RawConfig struct {
 	// per stripe, so it costs little when none are. The same timer reloads
 	// the blocks directory, a listing of the tier's blocks.
 	ChunkMmapInterval time.Duration
+	// StripeSize is how many stripes the head's series maps are cut into
+	// (a lock, a map by reference and a map by label hash each), a power of
+	// two; 0 is the TSDB's default, 16,384, which Prometheus runs with. The
+	// default here is 8,192: at the paced 50,000 series the stripes of the
+	// TSDB's default held 81 bytes per series more (4 MB of fixed maps and
+	// padded locks; BenchmarkRawHeadStripes). Fewer stripes save little
+	// more (4,096: 15 bytes) and make each stripe's map larger than Go's
+	// small-map size: in a paced run at 4,096 the head's lookups by
+	// reference took twice the CPU of 16,384's.
+	StripeSize int
 }
 
 // DefaultRawConfig returns the raw tier's defaults: 24 h retention and a 10 minute
 // out-of-order window.
 func DefaultRawConfig(dir string) RawConfig {
 	return RawConfig{Dir: dir, Retention: 24 * time.Hour, OutOfOrderWindow: 10 * time.Minute, WALCompression: compression.Snappy,
-		ChunkMmapInterval: 10 * time.Second}
+		ChunkMmapInterval: 10 * time.Second, StripeSize: 8192}
 }
 
 // MaxExemplars is the size of the raw tier's exemplar storage, one circular
@@ -115,6 +125,12 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	opts.EnableExemplarStorage = true
 	opts.MaxExemplars = MaxExemplars
 	opts.EnableMetadataWALRecords = true
+	if cfg.StripeSize < 0 || cfg.StripeSize&(cfg.StripeSize-1) != 0 {
+		return nil, fmt.Errorf("raw tier stripe size must be a power of two, got %d", cfg.StripeSize)
+	}
+	if cfg.StripeSize > 0 {
+		opts.StripeSize = cfg.StripeSize
+	}
 	if cfg.ChunkMmapInterval > 0 {
 		opts.BlockReloadInterval = cfg.ChunkMmapInterval
 	}

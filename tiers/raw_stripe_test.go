@@ -1,0 +1,120 @@
+package tiers_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/tiers"
+)
+
+// BenchmarkRawHeadStripes measures what the head's series stripes cost at
+// the paced fleet's 50,000 series, by stripe size (RawConfig.StripeSize;
+// 16,384 is the TSDB's and Prometheus' default, 8,192 the raw tier's):
+// held-B/series is the heap the open tier holds after
+// one sample of every series, in requests of 2,000, over what the empty
+// process held (the stripes' fixed maps and locks included); ns/sample is
+// the time of the appends by reference that follow (five more samples of
+// every series, the remote-write cache's path, in an order unrelated to the
+// references), with a new series' append (its hash stripe) in the first
+// round only.
+func BenchmarkRawHeadStripes(b *testing.B) {
+	const series = 50_000
+	lsets := make([]labels.Labels, series)
+	for i := range lsets {
+		lsets[i] = labels.FromStrings("__name__", "node_cpu_seconds_total", "cluster", "c1",
+			"instance", "host-"+strconv.Itoa(i/100)+":9100", "job", "node", "cpu", strconv.Itoa(i%100),
+			"mode", "user", "region", "eu-west-1", "zone", "eu-west-1a", "env", "prod", "team", "infra")
+	}
+	// The appends by reference come in an order unrelated to the
+	// references, as a fleet's senders interleave the series.
+	order := rand.New(rand.NewPCG(1, 2)).Perm(series)
+	for _, stripes := range []int{16384, 8192, 4096, 2048, 1024} {
+		b.Run("stripes="+strconv.Itoa(stripes), func(b *testing.B) {
+			var held, appendNs, appendCPU float64
+			for b.Loop() {
+				var m0, m1 runtime.MemStats
+				runtime.GC()
+				runtime.GC()
+				runtime.ReadMemStats(&m0)
+				cfg := tiers.DefaultRawConfig(b.TempDir())
+				cfg.StripeSize = stripes
+				raw, err := tiers.OpenRaw(cfg, quietLogger(), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				refs := make([]storage.SeriesRef, series)
+				ctx := context.Background()
+				for lo := 0; lo < series; lo += 2000 {
+					app := raw.AppenderV2(ctx)
+					for i := lo; i < lo+2000; i++ {
+						if refs[i], err = app.Append(0, lsets[i], 0, 1000, float64(i), nil, nil, storage.AppendV2Options{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := app.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.GC()
+				runtime.ReadMemStats(&m1)
+				held += float64(m1.HeapAlloc) - float64(m0.HeapAlloc)
+				start, cpu0 := time.Now(), processCPU(b)
+				for round := int64(1); round <= 5; round++ {
+					for lo := 0; lo < series; lo += 2000 {
+						app := raw.AppenderV2(ctx)
+						for _, i := range order[lo : lo+2000] {
+							if _, err := app.Append(refs[i], lsets[i], 0, 1000+round*1000, float64(i), nil, nil, storage.AppendV2Options{}); err != nil {
+								b.Fatal(err)
+							}
+						}
+						if err := app.Commit(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				appendNs += float64(time.Since(start))
+				appendCPU += float64(processCPU(b) - cpu0)
+				runtime.KeepAlive(refs)
+				if err := raw.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(held/float64(b.N)/series, "held-B/series")
+			b.ReportMetric(appendNs/float64(b.N)/(5*series), "append-ns/sample")
+			b.ReportMetric(appendCPU/float64(b.N)/(5*series), "append-cpu-ns/sample")
+		})
+	}
+}
+
+// TestRawStripeSize: a stripe size that is not a power of two is refused
+// with a clear error (the TSDB masks references with size-1), and the
+// default opens.
+func TestRawStripeSize(t *testing.T) {
+	for _, n := range []int{-1, 3, 1000} {
+		cfg := tiers.DefaultRawConfig(t.TempDir())
+		cfg.StripeSize = n
+		if raw, err := tiers.OpenRaw(cfg, quietLogger(), nil); err == nil {
+			raw.Close()
+			t.Errorf("stripe size %d: opened, want an error", n)
+		}
+	}
+	for _, n := range []int{0, 1, 8192} {
+		cfg := tiers.DefaultRawConfig(t.TempDir())
+		cfg.StripeSize = n
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), nil)
+		if err != nil {
+			t.Fatalf("stripe size %d: %v", n, err)
+		}
+		if err := raw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
