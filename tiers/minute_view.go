@@ -23,25 +23,24 @@ import (
 // implements it.
 type OpenWindowSource interface {
 	// VisitOpenWindows hands sink the in-memory minute windows starting in
-	// [mint, maxt] of the series matching every matcher: Reserve once, then
-	// Series for each series in label order. It must be safe for concurrent
-	// use with the pipeline.
+	// [mint, maxt] of the series matching every matcher: Series once for
+	// each series, in any order. It must be safe for concurrent use with
+	// the pipeline.
 	VisitOpenWindows(mint, maxt int64, sink OpenWindowSink, matchers ...*labels.Matcher)
 }
 
 // OpenWindowSink receives an OpenWindowSource's windows, so that a reader
 // copies them once, where it keeps them, instead of receiving a copy to copy
-// again.
+// again, and a source need not hold every series' windows to hand them over
+// in label order: the sink orders them.
 type OpenWindowSink interface {
 	// Want is asked once for each series the matchers select, before its
 	// windows are read: whether they are wanted, and the earliest start
 	// wanted (earlier windows are not read).
 	Want(lset labels.Labels) (from int64, ok bool)
-	// Reserve is called once, before any Series: at most series series and
-	// windows windows follow.
-	Reserve(series, windows int)
-	// Series is one series' windows, ascending by start. ws is the source's
-	// buffer, reused once Series returns: copy what is kept.
+	// Series is one series' windows, ascending by start; a series comes at
+	// most once. ws is the source's buffer, reused once Series returns:
+	// copy what is kept.
 	Series(lset labels.Labels, ws []Window)
 }
 
@@ -162,22 +161,31 @@ func (v *MinuteView) hidesAll(ms []*labels.Matcher) bool {
 	return false
 }
 
-// openCollector is selectSeries' OpenWindowSink: every open series' windows
-// go once into one shared block (see windowSeq), in label order, where the
-// selected series read them.
+// openCollector is selectSeries' OpenWindowSink: the open series' windows
+// go once into shared blocks (see windowSeq), a series' rows contiguous in
+// one block, where the selected series read them.
 type openCollector struct {
 	res, lo int64
 	hidden  func(metricName string) bool
 	from    func(metricName string) int64
-	shared  *windowBlock
-	series  []openRows
+	cur     *windowBlock // the block being filled
+	series  []openRows   // as handed over; sorted by labels by mergeOpen
 }
 
-// openRows is an open series' windows: rows [off, off+n) of the shared block.
+// openRows is an open series' windows: rows [off, off+n) of blk.
 type openRows struct {
 	lbls   labels.Labels
+	blk    *windowBlock
 	off, n int
 }
+
+// Shared blocks grow from openBlockMin rows to openBlockMax, each new one
+// twice the last: a small snapshot allocates little, a large one blocks of
+// 600 KB, the last one partly filled.
+const (
+	openBlockMin = 256
+	openBlockMax = 8192
+)
 
 func (c *openCollector) Want(lset labels.Labels) (int64, bool) {
 	name := lset.Get(model.MetricNameLabel)
@@ -190,29 +198,29 @@ func (c *openCollector) Want(lset labels.Labels) (int64, bool) {
 	return max(c.lo, timegrid.Floor(c.from(name), c.res)), true
 }
 
-func (c *openCollector) Reserve(series, windows int) {
-	c.shared = newWindowBlock(c.res, colAll, windows)
-	c.series = make([]openRows, 0, series)
-}
-
 func (c *openCollector) Series(lset labels.Labels, ws []Window) {
 	if len(ws) == 0 {
 		return
 	}
-	if c.shared == nil {
-		c.shared = newWindowBlock(c.res, colAll, len(ws))
+	if c.cur == nil || len(c.cur.lastT)+len(ws) > cap(c.cur.lastT) {
+		n := openBlockMin
+		if c.cur != nil {
+			n = min(2*cap(c.cur.lastT), openBlockMax)
+		}
+		c.cur = newWindowBlock(c.res, colAll, max(n, len(ws)))
 	}
-	c.series = append(c.series, openRows{lbls: lset, off: len(c.shared.lastT), n: len(ws)})
-	appendWindows(c.shared, ws)
+	c.series = append(c.series, openRows{lbls: lset, blk: c.cur, off: len(c.cur.lastT), n: len(ws)})
+	appendWindows(c.cur, ws)
 }
 
-// mergeOpen merges the open windows into the disk series (both sorted by
+// mergeOpen merges the open windows into the disk series (sorted by
 // labels), preferring the disk's window of a start. The open windows stay
-// in the collector's block: a series reads its rows there.
+// in the collector's blocks: a series reads its rows there.
 func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 	if len(open.series) == 0 {
 		return disk
 	}
+	slices.SortFunc(open.series, func(a, b openRows) int { return labels.Compare(a.lbls, b.lbls) })
 	// The open-only series' one-block sequences, from three allocations.
 	n := len(open.series)
 	blocks, ends, offs := make([]*windowBlock, n), make([]int, n), make([]int, n)
@@ -234,11 +242,11 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 			i++
 		case c > 0:
 			o := open.series[j]
-			blocks[j], ends[j], offs[j] = open.shared, o.n, o.off
+			blocks[j], ends[j], offs[j] = o.blk, o.n, o.off
 			out = append(out, selectedSeries{lbls: o.lbls, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
 			j++
 		default:
-			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.shared, open.series[j])})
+			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.series[j])})
 			i++
 			j++
 		}
@@ -246,10 +254,11 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 	return out
 }
 
-// mergeSeq adds the open windows (rows o of shared) whose start the disk
+// mergeSeq adds the open windows (rows o of o.blk) whose start the disk
 // sequence lacks; the ones after the disk's last window are read where they
 // are.
-func mergeSeq(disk windowSeq, shared *windowBlock, o openRows) windowSeq {
+func mergeSeq(disk windowSeq, o openRows) windowSeq {
+	shared := o.blk
 	n := disk.Len()
 	hint := 0
 	last := int64(-1 << 62)
