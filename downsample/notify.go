@@ -193,8 +193,9 @@ func (p *Pipeline) visitSpilled(mint, maxt int64, want func(*spillKey) (int64, b
 		}
 	}
 	heap.Init(&h)
+	var key spillKey // one for the whole merge: the callbacks take its address
 	for len(h) > 0 {
-		key := h[0].key
+		key = h[0].key
 		from, ok := want(&key)
 		for len(h) > 0 && h[0].key.id == key.id && h[0].key.name == key.name && labels.Equal(h[0].key.lset, key.lset) {
 			c := h[0]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -62,6 +63,11 @@ type MinuteView struct {
 	minute *Rollup
 	open   OpenWindowSource
 	hidden func(metricName string) bool
+	// opened is how many open series the last SnapshotFrom collected: the
+	// next one sizes its list for that many (the engine's snapshot reads
+	// about the same series every minute), instead of growing it by
+	// doubling.
+	opened atomic.Int64
 }
 
 // MinuteViewOption configures a MinuteView.
@@ -135,7 +141,16 @@ func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*l
 	}
 	open := openCollector{res: res, lo: lo, hidden: v.hidden, from: from}
 	if v.open != nil {
+		// The sizing hint is SnapshotFrom's (the diagnosis engine's
+		// minute, the same matchers every minute): other selects'
+		// matchers differ from one to the next.
+		if n := v.opened.Load(); n > 0 && from != nil {
+			open.series = make([]openRows, 0, n+n/16)
+		}
 		v.open.VisitOpenWindows(lo, maxt, &open, ms...) // before the disk: see MinuteView
+		if from != nil {
+			v.opened.Store(int64(len(open.series)))
+		}
 	}
 	disk, err := v.minute.selectColumns(ctx, lo, maxt, ms, selectOptions{need: colAll})
 	if err != nil {
