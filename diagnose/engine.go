@@ -64,8 +64,12 @@ type Options struct {
 	ExternalURL *url.URL
 	// LookbackDelta of the PromQL engine (default 5m).
 	LookbackDelta time.Duration
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
+	// Pace spreads a live minute's work (see pacer): the share of wall
+	// time its evaluation may take, in (0, 1]; 0 is DefaultPace, 1 does
+	// not pace. Replay and the warm-up never wait.
+	Pace       float64
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Update is what a Sink receives after each evaluated minute.
@@ -125,6 +129,7 @@ type Engine struct {
 	evalGroup rules.GroupEvalIterationFunc
 	lastEval  time.Time
 	evaluated bool
+	pace      pacer
 
 	mu    sync.RWMutex
 	diags []Diagnosis // every diagnosis, by open order
@@ -148,7 +153,7 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 	return engineMetrics{
 		evaluations: f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluations_total", Help: "Minutes evaluated by the diagnosis engine (warm-up included)."}),
 		duration: f.NewHistogram(prometheus.HistogramOpts{
-			Name: "strata_diagnose_evaluation_duration_seconds", Help: "Time to evaluate one minute: every rule group, then the diagnosis assembly.",
+			Name: "strata_diagnose_evaluation_duration_seconds", Help: "Time to evaluate one minute: every rule group, then the diagnosis assembly (a live minute's pacing waits left out).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
 		lag:            f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_lag_seconds", Help: "How far the last evaluated minute trails the newest final minute (the rollup pipeline's mark)."}),
@@ -184,12 +189,16 @@ func New(cfg Config, o Options) (*Engine, error) {
 	if o.ExternalURL == nil {
 		o.ExternalURL = &url.URL{}
 	}
+	if o.Pace <= 0 || o.Pace > 1 {
+		o.Pace = DefaultPace
+	}
 	if o.Signals.GroupName == "" {
 		o.Signals = DefaultSignals()
 	}
 	e := &Engine{
 		cfg: cfg, o: o, logger: o.Logger.With("component", "diagnose"), scratch: newScratch(), forms: rulegen.NewInternalForms(),
 		lookback: o.LookbackDelta, byID: map[string]int{}, m: newEngineMetrics(o.Registerer),
+		pace: pacer{duty: o.Pace, budget: maxPaceWait},
 	}
 	// The engine parses through pinned: every rule's query string is
 	// pinned in it once the groups are built, so a minute's evaluation
@@ -427,6 +436,7 @@ func (e *Engine) queryFunc(ctx context.Context, qs string, t time.Time) (promql.
 			return v, nil
 		}
 	}
+	defer e.pace.step(ctx)
 	return rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(e.query))(ctx, e.forms.Internal(qs), t)
 }
 
@@ -446,6 +456,8 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	}
 	start := time.Now()
 	tm := t.UnixMilli()
+	e.pace.begin(!warm && e.chunk == 0 && e.newest(tm))
+	defer e.pace.end()
 	if e.base != nil && !e.base.booted {
 		if err := e.bootstrap(ctx, tm); err != nil {
 			e.m.failures.Inc()
@@ -460,6 +472,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		}
 		e.snap, e.snapSeries = snap, snap.Series()
 		e.query = mergeQueryable{e.snap, e.scratch}
+		e.pace.step(ctx)
 		if e.precomp != nil {
 			if err := e.precomp.compute(ctx, e, pass{items: e.items(), q: e.query, sc: e.scratch}, tm, tm+e.chunk.Milliseconds()); err != nil {
 				return err
@@ -477,6 +490,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		e.evalGroup(ctx, g, t)
 		if g == e.signalsGroup && e.base != nil {
 			e.baselineMinute(tm) // a no-op when the fast path did it
+			e.pace.step(ctx)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -501,9 +515,84 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	}
 	e.evaluated = true
 	e.m.evaluations.Inc()
-	e.m.duration.Observe(time.Since(start).Seconds())
+	e.m.duration.Observe((time.Since(start) - e.pace.waited).Seconds()) // the work, not the pacer's waits
 	e.publish(t, warm, changed)
 	return nil
+}
+
+// newest reports whether minute tm is the newest the live data has final
+// (no later minute waits: the engine is not catching up).
+func (e *Engine) newest(tm int64) bool {
+	src, ok := e.o.Open.(interface{ Mark() (int64, bool) })
+	if !ok {
+		return false
+	}
+	mark, ok := src.Mark()
+	return ok && mark < tm+2*minute.Milliseconds()
+}
+
+// DefaultPace is the share of wall time a live minute's evaluation takes
+// (Options.Pace): it waits three times as long as it works.
+const DefaultPace = 0.25
+
+// maxPaceWait bounds what a minute waits in all: it ends well within the
+// minute whatever its work took.
+const maxPaceWait = 20 * time.Second
+
+// pacer spreads a live minute's work over more wall time. The minute
+// allocates 100-300 MB in a second or two of work (its snapshot, every
+// rule's PromQL), and Go's collector counts what is allocated while it
+// marks as live: a collection running during the burst sets the next
+// heap goal over much of the burst, and the heap grows to it (issue 13's
+// paced peak). After each step of the minute (the snapshot, each rule's
+// query, the baselines) it waits (1-duty)/duty times as long as the step
+// took, so the minute allocates at a duty-th of the rate and a collection
+// sees that much less of it. Diagnoses come later by that wait (at most
+// maxPaceWait) and are otherwise the same: rules evaluate at the minute's
+// timestamp whenever they run.
+type pacer struct {
+	duty   float64
+	budget time.Duration // the most a minute waits
+	active bool
+	last   time.Time
+	waited time.Duration
+	// wait is time.Sleep bounded by ctx; a test replaces it.
+	wait func(ctx context.Context, d time.Duration)
+}
+
+// begin starts a minute (active: pace it).
+func (p *pacer) begin(active bool) {
+	p.active = active && p.duty > 0 && p.duty < 1
+	p.last, p.waited = time.Now(), 0
+}
+
+func (p *pacer) end() { p.active = false }
+
+// step waits after a step of the minute that began at p.last.
+func (p *pacer) step(ctx context.Context) {
+	if !p.active {
+		return
+	}
+	work := time.Since(p.last)
+	d := min(time.Duration(float64(work)*(1-p.duty)/p.duty), p.budget-p.waited)
+	if d > 0 {
+		wait := p.wait
+		if wait == nil {
+			wait = sleepCtx
+		}
+		wait(ctx, d)
+		p.waited += d
+	}
+	p.last = time.Now()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // prefetched is a snapshot being read ahead (replay).

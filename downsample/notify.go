@@ -1,6 +1,7 @@
 package downsample
 
 import (
+	"container/heap"
 	"context"
 	"maps"
 	"math"
@@ -40,55 +41,39 @@ func (p *Pipeline) publishMark() {
 
 // VisitOpenWindows hands sink the minute windows computed (final) but not
 // yet flushed to a partition that start in [mint, maxt], of the series
-// matching every matcher: Reserve once, then Series for each series in label
-// order with its windows ascending, in a buffer reused for the next series.
-// Only windows before the published mark are handed over: those are final.
-// The diagnosis engine reads the last minutes of every series each minute
-// and copies them once, into its snapshot's block. It implements
+// matching every matcher: Series once for each series with windows, in no
+// particular order, its windows ascending, in a buffer reused for the next
+// series. Only windows before the published mark are handed over: those are
+// final. The diagnosis engine reads the last minutes of every series each
+// minute and copies them once, into its snapshot's blocks. It implements
 // tiers.OpenWindowSource and is safe for concurrent use with the pipeline
 // (sink runs with the spills' read lock held, so it must not call back into
 // the pipeline).
+//
+// The spilled series stream: the blocks in range are merged by series key
+// (each block's records are in key order), so a series' windows are handed
+// over as soon as its last record is read and what is held at once is one
+// series' windows, not every series' (which cost 180 bytes a window
+// allocated each minute, as much again as the sink's copy).
 func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink, matchers ...*labels.Matcher) {
 	maxt = min(maxt, p.pubMark.Load()-MinuteRes)
 	if mint > maxt {
 		return
 	}
-	type acc struct {
-		lset labels.Labels
-		from int64 // the sink's earliest start wanted
-		ws   []orderedWindow
-	}
-	var (
-		accs []acc
-		// bySlot is the index in accs of a spilled series (-1: not
-		// wanted).
-		bySlot = map[uint32]int{}
-		// want appends an accumulator for lset if the matchers select it
-		// and the sink wants it, and returns its index (-1: none).
-		want = func(lset labels.Labels) int {
-			for _, m := range matchers {
-				if !m.Matches(lset.Get(m.Name)) {
-					return -1
-				}
+	// want reports whether the matchers select lset and the sink wants
+	// it, and the earliest start wanted.
+	want := func(lset labels.Labels) (int64, bool) {
+		for _, m := range matchers {
+			if !m.Matches(lset.Get(m.Name)) {
+				return 0, false
 			}
-			from, ok := sink.Want(lset)
-			if !ok || from > maxt {
-				return -1
-			}
-			from = max(from, mint)
-			// Sized for a window a minute, which a live series has, so
-			// that appends do not regrow it: growing by doubling
-			// allocated 3.4 times the windows (16 for 9 of them, 31
-			// in all); at most 16 up front, for long ranges of sparse
-			// series.
-			n := int64(16)
-			if from > maxt-n*MinuteRes {
-				n = (maxt-from)/MinuteRes + 1
-			}
-			accs = append(accs, acc{lset: lset, from: from, ws: make([]orderedWindow, 0, n)})
-			return len(accs) - 1
 		}
-	)
+		from, ok := sink.Want(lset)
+		if !ok || from > maxt {
+			return 0, false
+		}
+		return max(from, mint), true
+	}
 	p.spillMu.RLock()
 	defer p.spillMu.RUnlock()
 	oldest := int64(math.MaxInt64)
@@ -99,6 +84,96 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// raw below (spillset.go). Taken after the mark was read: every
 	// window before it was spilled by the tick that published it.
 	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)))
+	var (
+		ws  []orderedWindow
+		buf []tiers.Window
+	)
+	p.visitSpilled(mint, maxt, func(key *spillKey) (int64, bool) {
+		if !set.holds(key.lset, key.id) {
+			return 0, false
+		}
+		return want(key.lset)
+	}, func(key *spillKey, c *blockCursor) {
+		ws = append(ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
+	}, func(key *spillKey) {
+		if len(ws) > 0 {
+			buf = latestPerMinute(ws, buf[:0])
+			sink.Series(key.lset, buf)
+			ws = ws[:0]
+		}
+	})
+	// The series the spill does not hold whole, from raw: one read per open
+	// hour, for the minutes of [mint, maxt] in it. A series read from two
+	// hours is handed over once, its windows merged.
+	type acc struct {
+		lset labels.Labels
+		from int64 // the sink's earliest start wanted
+		ws   []tiers.Window
+	}
+	var (
+		accs   []acc
+		byHash map[uint64][]int // accs by label hash, once a second hour is read
+		hours  int
+	)
+	for _, h := range slices.Sorted(maps.Keys(p.spills)) {
+		from, to := max(timegrid.Ceil(mint, MinuteRes), h), min(timegrid.Floor(maxt, MinuteRes)+MinuteRes, h+HourRes)
+		if from >= to || !set.needRaw(from) || !p.sparseWanted(set, from, want) {
+			continue
+		}
+		if hours++; hours == 2 {
+			byHash = make(map[uint64][]int, len(accs))
+			for i := range accs {
+				k := accs[i].lset.Hash()
+				byHash[k] = append(byHash[k], i)
+			}
+		}
+		cur := -1
+		_, err := walkRawBacked(context.Background(), p.src, set, from, to, p.cfg.KindOf, matchers,
+			func(lset labels.Labels) (int64, bool) {
+				f, ok := want(lset)
+				if !ok {
+					return 0, false
+				}
+				cur = -1
+				if byHash != nil {
+					for _, i := range byHash[lset.Hash()] {
+						if labels.Equal(accs[i].lset, lset) {
+							cur = i
+						}
+					}
+				}
+				if cur < 0 {
+					accs = append(accs, acc{lset: lset.Copy(), from: f}) // lset may point into a block's index
+					cur = len(accs) - 1
+					if byHash != nil {
+						k := lset.Hash()
+						byHash[k] = append(byHash[k], cur)
+					}
+				}
+				return timegrid.Ceil(accs[cur].from, MinuteRes), true
+			},
+			func(_ labels.Labels, ws []tiers.Window) {
+				accs[cur].ws = append(accs[cur].ws, ws...) // the hours ascend
+			})
+		if err != nil {
+			p.logger.Error("read open windows from raw", "hour", fmtTime(h), "err", err)
+		}
+	}
+	for i := range accs {
+		if len(accs[i].ws) > 0 {
+			sink.Series(accs[i].lset, accs[i].ws)
+		}
+		accs[i].ws = nil // the sink's now: a collection while the rest is handed over need not keep it
+	}
+}
+
+// visitSpilled merges the spill blocks with windows starting in [mint,
+// maxt], of every open hour, by series key: for each series, want is asked
+// once (false: its records are skipped), each record of the series starting
+// in [from, maxt] goes to add, then done is called. Run with spillMu held
+// for reading.
+func (p *Pipeline) visitSpilled(mint, maxt int64, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
+	var h cursorHeap
 	for _, sp := range p.spills {
 		if sp.start+HourRes <= mint || sp.start > maxt {
 			continue
@@ -107,95 +182,59 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			if blk.maxStart < mint || blk.minStart > maxt {
 				continue
 			}
-			c := p.newCursor(sp, i, 32<<10)
-			lastInline := -1
-			var lastLabels labels.Labels
-			for c.next() {
-				if c.w.Start < mint || c.w.Start > maxt {
-					continue
-				}
-				var k int
-				if blk.inline {
-					// Consecutive windows of one inline series share its labels.
-					if lastLabels.IsEmpty() || !labels.Equal(lastLabels, c.key.lset) {
-						lastLabels, lastInline = c.key.lset, -1
-						if set.holds(c.key.lset, c.key.id) {
-							lastInline = want(c.key.lset)
-						}
-					}
-					k = lastInline
-				} else {
-					var ok bool
-					if k, ok = bySlot[c.slot]; !ok {
-						k = -1
-						if set.holds(c.key.lset, c.key.id) {
-							k = want(c.key.lset)
-						}
-						bySlot[c.slot] = k
-					}
-				}
-				if k >= 0 && c.w.Start >= accs[k].from {
-					accs[k].ws = append(accs[k].ws, orderedWindow{w: c.w, seq: i, rec: c.order})
-				}
-			}
-			if err := c.Err(); err != nil {
+			// A window's start is in its hour's spill only, so the
+			// blocks' indexes in their hour order those of a start.
+			c := p.newCursor(sp, i, 8<<10)
+			if c.next() {
+				h = append(h, c)
+			} else if err := c.Err(); err != nil {
 				p.logger.Error("read rollup spill", "hour", fmtTime(sp.start), "err", err)
 			}
 		}
 	}
-	// The series the spill does not hold whole, from raw: one read per open
-	// hour, for the minutes of [mint, maxt] in it.
-	for _, h := range slices.Sorted(maps.Keys(p.spills)) {
-		from, to := max(timegrid.Ceil(mint, MinuteRes), h), min(timegrid.Floor(maxt, MinuteRes)+MinuteRes, h+HourRes)
-		if from >= to || !set.needRaw(from) {
-			continue
+	heap.Init(&h)
+	var key spillKey // one for the whole merge: the callbacks take its address
+	for len(h) > 0 {
+		key = h[0].key
+		from, ok := want(&key)
+		for len(h) > 0 && h[0].key.id == key.id && h[0].key.name == key.name && labels.Equal(h[0].key.lset, key.lset) {
+			c := h[0]
+			if ok && c.w.Start >= from && c.w.Start <= maxt {
+				add(&key, c)
+			}
+			if c.next() {
+				heap.Fix(&h, 0)
+				continue
+			}
+			if err := c.Err(); err != nil {
+				p.logger.Error("read rollup spill", "err", err)
+			}
+			heap.Pop(&h)
 		}
-		seq := len(p.spills[h].blocks) // after the spill's blocks
-		_, err := walkRawBacked(context.Background(), p.src, set, from, to, p.cfg.KindOf, matchers,
-			func(lset labels.Labels) (int64, bool) {
-				k := want(lset)
-				if k < 0 {
-					return 0, false
-				}
-				accs[k].lset = lset.Copy() // lset may point into a block's index
-				return timegrid.Ceil(accs[k].from, MinuteRes), true
-			},
-			func(_ labels.Labels, ws []tiers.Window) {
-				a := &accs[len(accs)-1] // the series start just accepted
-				for i, w := range ws {
-					a.ws = append(a.ws, orderedWindow{w: w, seq: seq, rec: i})
-				}
-			})
-		if err != nil {
-			p.logger.Error("read open windows from raw", "hour", fmtTime(h), "err", err)
+		if ok {
+			done(&key)
 		}
 	}
-	// A series may be in several accumulators (read from raw, or a new
-	// series reference for the same labels): merge them.
-	slices.SortStableFunc(accs, func(a, b acc) int { return labels.Compare(a.lset, b.lset) })
-	total := 0
-	for _, a := range accs {
-		total += len(a.ws)
+}
+
+// sparseWanted reports whether a series read from raw from minute from on
+// may be wanted: the tee knew no series then (every series is read from
+// raw), or one of its sparse series is wanted. A diagnosis engine reading a
+// 1 Hz fleet wants none (its own series, the sparse ones, are hidden from
+// it), and the raw read would select every series it reads only to skip
+// them.
+func (p *Pipeline) sparseWanted(set *spillSet, from int64, want func(labels.Labels) (int64, bool)) bool {
+	if set == nil || from < set.teeFrom {
+		return true
 	}
-	sink.Reserve(len(accs), total)
-	var buf []tiers.Window
-	for i := 0; i < len(accs); {
-		j := i + 1
-		ws := accs[i].ws
-		for ; j < len(accs) && labels.Equal(accs[j].lset, accs[i].lset); j++ {
-			ws = append(ws, accs[j].ws...)
+	for i := range set.entries {
+		if e := &set.entries[i]; e.sparse {
+			if _, ok := want(e.lset); ok {
+				return true
+			}
 		}
-		if len(ws) > 0 {
-			buf = latestPerMinute(ws, buf[:0])
-			sink.Series(accs[i].lset, buf)
-		}
-		// What is handed over is the sink's: a collection while the rest
-		// is handed over need not keep it.
-		for k := i; k < j; k++ {
-			accs[k].ws = nil
-		}
-		i = j
 	}
+	return false
 }
 
 // OpenWindowsIn returns copies of what VisitOpenWindows hands over, sorted
@@ -203,6 +242,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) []tiers.SeriesWindows {
 	var c windowCopies
 	p.VisitOpenWindows(mint, maxt, &c, matchers...)
+	slices.SortFunc(c.out, func(a, b tiers.SeriesWindows) int { return labels.Compare(a.Labels, b.Labels) })
 	return c.out
 }
 
@@ -210,8 +250,6 @@ func (p *Pipeline) OpenWindowsIn(mint, maxt int64, matchers ...*labels.Matcher) 
 type windowCopies struct{ out []tiers.SeriesWindows }
 
 func (c *windowCopies) Want(labels.Labels) (int64, bool) { return math.MinInt64, true }
-
-func (c *windowCopies) Reserve(series, _ int) { c.out = make([]tiers.SeriesWindows, 0, series) }
 
 func (c *windowCopies) Series(lset labels.Labels, ws []tiers.Window) {
 	c.out = append(c.out, tiers.SeriesWindows{Labels: lset, Windows: slices.Clone(ws)})

@@ -1,12 +1,18 @@
 package downsample
 
 import (
+	"context"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/timegrid"
+	"github.com/strata-dev/strata/tiers"
 )
 
 // TestMarkNotification: the mark is published after each tick that
@@ -67,5 +73,116 @@ func TestMarkNotification(t *testing.T) {
 	}
 	if got != want || want == 0 {
 		t.Errorf("OpenWindowsIn: %d windows, want %d", got, want)
+	}
+}
+
+// strictSink is an OpenWindowSink that fails the test when a series comes
+// twice or its windows are not ascending, and keeps a copy of each.
+type strictSink struct {
+	t    *testing.T
+	from func(labels.Labels) int64
+	got  map[string]tiers.SeriesWindows
+}
+
+func (s *strictSink) Want(lset labels.Labels) (int64, bool) { return s.from(lset), true }
+
+func (s *strictSink) Series(lset labels.Labels, ws []tiers.Window) {
+	k := lset.String()
+	if _, ok := s.got[k]; ok {
+		s.t.Errorf("series %s handed over twice", k)
+	}
+	for i := 1; i < len(ws); i++ {
+		if ws[i].Start <= ws[i-1].Start {
+			s.t.Errorf("series %s: window at %s after %s", k, fmtTime(ws[i].Start), fmtTime(ws[i-1].Start))
+		}
+	}
+	s.got[k] = tiers.SeriesWindows{Labels: lset, Windows: slices.Clone(ws)}
+}
+
+// TestVisitOpenWindowsEachOnce: at every tick of an interleaved fleet
+// (series at 1 s, spilled, and 5-15 s, read back from raw; late, out of
+// order, recomputed, stale) over three hours, VisitOpenWindows hands over
+// every open window starting in a random range, from each series' own
+// earliest start, exactly once (the spill blocks are merged as they are
+// read: a series must neither lose a window nor come twice, across an hour
+// boundary too), and those windows are what a recompute from raw gives.
+func TestVisitOpenWindowsEachOnce(t *testing.T) {
+	start := testStart + 2*HourRes + 13*MinuteRes
+	end := start + 3*HourRes
+	if testing.Short() {
+		end = start + 80*MinuteRes
+	}
+	w := genInterleaved(5, start, end)
+	raw := openTestRaw(t)
+	clock := &testClock{t: time.UnixMilli(start)}
+	p, err := New(testConfig(), raw, newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tee := p.Tee(raw)
+	rng := rand.New(rand.NewPCG(5, 9))
+	last := w.deliveries[len(w.deliveries)-1].at
+	checks, crossed := 0, 0
+	for at := start - 1; at < last; {
+		next := min(at+1000+rng.Int64N(40_000), last)
+		w.deliver(t, tee, rng, at, next)
+		at = next
+		clock.t = time.UnixMilli(at)
+		if err := p.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mark, ok := p.Mark()
+		hours := p.spillStarts()
+		if !ok || len(hours) == 0 || rng.IntN(4) != 0 {
+			continue
+		}
+		mint := mark - rng.Int64N(25)*MinuteRes - rng.Int64N(MinuteRes)
+		maxt := mark - rng.Int64N(3)*MinuteRes
+		back := map[string]int64{}
+		sink := &strictSink{t: t, got: map[string]tiers.SeriesWindows{}, from: func(lset labels.Labels) int64 {
+			k := lset.String()
+			if _, ok := back[k]; !ok {
+				back[k] = mark - rng.Int64N(30)*MinuteRes
+			}
+			return back[k]
+		}}
+		p.VisitOpenWindows(mint, maxt, sink)
+		lo, hi := max(mint, hours[0]), min(maxt, mark-MinuteRes)
+		if lo > hi {
+			continue
+		}
+		want := 0
+		for _, s := range fromRaw(t, raw, timegrid.Floor(lo, MinuteRes), timegrid.Floor(hi, MinuteRes)+MinuteRes) {
+			from, ok := back[s.Labels.String()]
+			var ws []tiers.Window
+			for _, win := range s.Windows {
+				if win.Start >= lo && win.Start <= hi && (!ok || win.Start >= from) {
+					ws = append(ws, win)
+				}
+			}
+			if len(ws) == 0 {
+				continue
+			}
+			want += len(ws)
+			got, found := sink.got[s.Labels.String()]
+			if !found {
+				t.Fatalf("mark %s, [%s, %s]: series %s not handed over (%d windows)", fmtTime(mark), fmtTime(mint), fmtTime(maxt), s.Labels, len(ws))
+			}
+			checkSeries(t, "open windows of "+s.Labels.String(), []tiers.SeriesWindows{got}, []tiers.SeriesWindows{{Labels: s.Labels, Windows: ws}})
+			delete(sink.got, s.Labels.String())
+		}
+		for k := range sink.got {
+			t.Errorf("mark %s: series %s handed over, none wanted", fmtTime(mark), k)
+		}
+		if want > 0 {
+			checks++
+		}
+		if timegrid.Floor(lo, HourRes) != timegrid.Floor(hi, HourRes) {
+			crossed++
+		}
+	}
+	if checks < 20 || crossed == 0 {
+		t.Fatalf("%d ranges checked, %d across an hour boundary", checks, crossed)
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/annotations"
 
 	"github.com/strata-dev/strata/internal/timegrid"
@@ -22,25 +24,24 @@ import (
 // implements it.
 type OpenWindowSource interface {
 	// VisitOpenWindows hands sink the in-memory minute windows starting in
-	// [mint, maxt] of the series matching every matcher: Reserve once, then
-	// Series for each series in label order. It must be safe for concurrent
-	// use with the pipeline.
+	// [mint, maxt] of the series matching every matcher: Series once for
+	// each series, in any order. It must be safe for concurrent use with
+	// the pipeline.
 	VisitOpenWindows(mint, maxt int64, sink OpenWindowSink, matchers ...*labels.Matcher)
 }
 
 // OpenWindowSink receives an OpenWindowSource's windows, so that a reader
 // copies them once, where it keeps them, instead of receiving a copy to copy
-// again.
+// again, and a source need not hold every series' windows to hand them over
+// in label order: the sink orders them.
 type OpenWindowSink interface {
 	// Want is asked once for each series the matchers select, before its
 	// windows are read: whether they are wanted, and the earliest start
 	// wanted (earlier windows are not read).
 	Want(lset labels.Labels) (from int64, ok bool)
-	// Reserve is called once, before any Series: at most series series and
-	// windows windows follow.
-	Reserve(series, windows int)
-	// Series is one series' windows, ascending by start. ws is the source's
-	// buffer, reused once Series returns: copy what is kept.
+	// Series is one series' windows, ascending by start; a series comes at
+	// most once. ws is the source's buffer, reused once Series returns:
+	// copy what is kept.
 	Series(lset labels.Labels, ws []Window)
 }
 
@@ -62,6 +63,11 @@ type MinuteView struct {
 	minute *Rollup
 	open   OpenWindowSource
 	hidden func(metricName string) bool
+	// opened is how many open series the last SnapshotFrom collected: the
+	// next one sizes its list for that many (the engine's snapshot reads
+	// about the same series every minute), instead of growing it by
+	// doubling.
+	opened atomic.Int64
 }
 
 // MinuteViewOption configures a MinuteView.
@@ -135,7 +141,16 @@ func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*l
 	}
 	open := openCollector{res: res, lo: lo, hidden: v.hidden, from: from}
 	if v.open != nil {
+		// The sizing hint is SnapshotFrom's (the diagnosis engine's
+		// minute, the same matchers every minute): other selects'
+		// matchers differ from one to the next.
+		if n := v.opened.Load(); n > 0 && from != nil {
+			open.series = make([]openRows, 0, n+n/16)
+		}
 		v.open.VisitOpenWindows(lo, maxt, &open, ms...) // before the disk: see MinuteView
+		if from != nil {
+			v.opened.Store(int64(len(open.series)))
+		}
 	}
 	disk, err := v.minute.selectColumns(ctx, lo, maxt, ms, selectOptions{need: colAll})
 	if err != nil {
@@ -161,22 +176,31 @@ func (v *MinuteView) hidesAll(ms []*labels.Matcher) bool {
 	return false
 }
 
-// openCollector is selectSeries' OpenWindowSink: every open series' windows
-// go once into one shared block (see windowSeq), in label order, where the
-// selected series read them.
+// openCollector is selectSeries' OpenWindowSink: the open series' windows
+// go once into shared blocks (see windowSeq), a series' rows contiguous in
+// one block, where the selected series read them.
 type openCollector struct {
 	res, lo int64
 	hidden  func(metricName string) bool
 	from    func(metricName string) int64
-	shared  *windowBlock
-	series  []openRows
+	cur     *windowBlock // the block being filled
+	series  []openRows   // as handed over; sorted by labels by mergeOpen
 }
 
-// openRows is an open series' windows: rows [off, off+n) of the shared block.
+// openRows is an open series' windows: rows [off, off+n) of blk.
 type openRows struct {
 	lbls   labels.Labels
+	blk    *windowBlock
 	off, n int
 }
+
+// Shared blocks grow from openBlockMin rows to openBlockMax, each new one
+// twice the last: a small snapshot allocates little, a large one blocks of
+// 600 KB, the last one partly filled.
+const (
+	openBlockMin = 256
+	openBlockMax = 8192
+)
 
 func (c *openCollector) Want(lset labels.Labels) (int64, bool) {
 	name := lset.Get(model.MetricNameLabel)
@@ -189,29 +213,29 @@ func (c *openCollector) Want(lset labels.Labels) (int64, bool) {
 	return max(c.lo, timegrid.Floor(c.from(name), c.res)), true
 }
 
-func (c *openCollector) Reserve(series, windows int) {
-	c.shared = newWindowBlock(c.res, colAll, windows)
-	c.series = make([]openRows, 0, series)
-}
-
 func (c *openCollector) Series(lset labels.Labels, ws []Window) {
 	if len(ws) == 0 {
 		return
 	}
-	if c.shared == nil {
-		c.shared = newWindowBlock(c.res, colAll, len(ws))
+	if c.cur == nil || len(c.cur.lastT)+len(ws) > cap(c.cur.lastT) {
+		n := openBlockMin
+		if c.cur != nil {
+			n = min(2*cap(c.cur.lastT), openBlockMax)
+		}
+		c.cur = newWindowBlock(c.res, colAll, max(n, len(ws)))
 	}
-	c.series = append(c.series, openRows{lbls: lset, off: len(c.shared.lastT), n: len(ws)})
-	appendWindows(c.shared, ws)
+	c.series = append(c.series, openRows{lbls: lset, blk: c.cur, off: len(c.cur.lastT), n: len(ws)})
+	appendWindows(c.cur, ws)
 }
 
-// mergeOpen merges the open windows into the disk series (both sorted by
+// mergeOpen merges the open windows into the disk series (sorted by
 // labels), preferring the disk's window of a start. The open windows stay
-// in the collector's block: a series reads its rows there.
+// in the collector's blocks: a series reads its rows there.
 func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 	if len(open.series) == 0 {
 		return disk
 	}
+	slices.SortFunc(open.series, func(a, b openRows) int { return labels.Compare(a.lbls, b.lbls) })
 	// The open-only series' one-block sequences, from three allocations.
 	n := len(open.series)
 	blocks, ends, offs := make([]*windowBlock, n), make([]int, n), make([]int, n)
@@ -233,11 +257,11 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 			i++
 		case c > 0:
 			o := open.series[j]
-			blocks[j], ends[j], offs[j] = open.shared, o.n, o.off
+			blocks[j], ends[j], offs[j] = o.blk, o.n, o.off
 			out = append(out, selectedSeries{lbls: o.lbls, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
 			j++
 		default:
-			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.shared, open.series[j])})
+			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.series[j])})
 			i++
 			j++
 		}
@@ -245,10 +269,11 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 	return out
 }
 
-// mergeSeq adds the open windows (rows o of shared) whose start the disk
+// mergeSeq adds the open windows (rows o of o.blk) whose start the disk
 // sequence lacks; the ones after the disk's last window are read where they
 // are.
-func mergeSeq(disk windowSeq, shared *windowBlock, o openRows) windowSeq {
+func mergeSeq(disk windowSeq, o openRows) windowSeq {
+	shared := o.blk
 	n := disk.Len()
 	hint := 0
 	last := int64(-1 << 62)
@@ -460,30 +485,57 @@ type snapshotQuerier struct {
 	mint, maxt int64
 }
 
-// matching returns the series matching every matcher, in label order.
-func (q *snapshotQuerier) matching(ms []*labels.Matcher) []selectedSeries {
-	var cand []int
-	byName := false
+// matching returns the indexes of the series matching every matcher, in
+// label order (ascending: the snapshot's series are sorted). A select reads
+// only the series of the names its name matcher matches (the snapshot holds
+// a few hundred names and tens of thousands of series).
+func (q *snapshotQuerier) matching(ms []*labels.Matcher) []int32 {
+	var name *labels.Matcher
 	for _, m := range ms {
-		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
-			cand, byName = q.s.byName[m.Value], true
+		if m.Name != model.MetricNameLabel {
+			continue
+		}
+		if m.Type == labels.MatchEqual {
+			name = m
 			break
 		}
-	}
-	var out []selectedSeries
-	check := func(i int) {
-		if matchesAll(q.s.series[i].lbls, ms) {
-			out = append(out, q.s.series[i])
+		if name == nil && m.Type == labels.MatchRegexp {
+			name = m
 		}
 	}
-	if byName {
+	var out []int32
+	check := func(i int) {
+		if matchesAll(q.s.series[i].lbls, ms) {
+			out = append(out, int32(i)) //nolint:gosec // a snapshot's series fit
+		}
+	}
+	switch {
+	case name != nil && name.Type == labels.MatchEqual:
+		cand := q.s.byName[name.Value]
+		out = make([]int32, 0, len(cand))
 		for _, i := range cand {
 			check(i)
 		}
-		return out
-	}
-	for i := range q.s.series {
-		check(i)
+	case name != nil:
+		n := 0
+		for v, cand := range q.s.byName {
+			if name.Matches(v) {
+				n += len(cand)
+			}
+		}
+		out = make([]int32, 0, n)
+		for v, cand := range q.s.byName {
+			if name.Matches(v) {
+				for _, i := range cand {
+					check(i)
+				}
+			}
+		}
+		slices.Sort(out)
+	default:
+		for i := range q.s.series {
+			check(i)
+		}
 	}
 	return out
 }
@@ -502,7 +554,60 @@ func (q *snapshotQuerier) Select(_ context.Context, _ bool, hints *storage.Selec
 		return storage.ErrSeriesSet(fmt.Errorf("%w: select from %s, snapshot from %s", ErrOutsideSnapshot,
 			time.UnixMilli(mint).UTC().Format(time.RFC3339), time.UnixMilli(q.s.mint).UTC().Format(time.RFC3339)))
 	}
-	return seriesSetOf(found, q.s.res, hints, mint, maxt)
+	set := &snapshotSet{part: minutePart(windowSeq{}, q.s.res, hints, mint, satAdd(maxt, 1)), series: make([]snapshotSeries, len(found))}
+	for k, i := range found {
+		set.series[k] = snapshotSeries{sel: &q.s.series[i], part: &set.part}
+	}
+	return set
+}
+
+// snapshotSet is a snapshot select's series: each points at the
+// snapshot's series and at the part parameters the select shares (the
+// function's mode, the range), 16 bytes a series, where a stitched series
+// with its own part took 250; the windows are read where the snapshot
+// holds them. The diagnosis engine selects tens of thousands of series a
+// minute this way.
+type snapshotSet struct {
+	part   seriesPart // windows unset: each series' own
+	series []snapshotSeries
+	i      int
+}
+
+func (s *snapshotSet) Next() bool {
+	if s.i >= len(s.series) {
+		return false
+	}
+	s.i++
+	return true
+}
+func (s *snapshotSet) At() storage.Series                { return &s.series[s.i-1] }
+func (s *snapshotSet) Err() error                        { return nil }
+func (s *snapshotSet) Warnings() annotations.Annotations { return nil }
+
+type snapshotSeries struct {
+	sel  *selectedSeries
+	part *seriesPart
+}
+
+func (s *snapshotSeries) Labels() labels.Labels { return s.sel.lbls }
+
+// Iterator implements storage.Series, reusing reuse when it is a snapshot
+// series' iterator (the engine passes each series' on to the next).
+func (s *snapshotSeries) Iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
+	it, ok := reuse.(*snapshotIter)
+	if !ok {
+		it = &snapshotIter{}
+	}
+	it.part = *s.part
+	it.part.windows = s.sel.ws
+	it.windowIter = windowIter{p: &it.part, n: it.part.windows.Len(), i: -1, pts: it.pts[:0]}
+	return it
+}
+
+// snapshotIter is a windowIter over its own copy of the part.
+type snapshotIter struct {
+	windowIter
+	part seriesPart
 }
 
 // LabelValues implements storage.Querier.
@@ -524,8 +629,8 @@ func (q *snapshotQuerier) LabelNames(_ context.Context, hints *storage.LabelHint
 func (q *snapshotQuerier) labelSets(ms []*labels.Matcher) []labels.Labels {
 	sel := q.matching(ms)
 	out := make([]labels.Labels, len(sel))
-	for i, s := range sel {
-		out[i] = s.lbls
+	for k, i := range sel {
+		out[k] = q.s.series[i].lbls
 	}
 	return out
 }

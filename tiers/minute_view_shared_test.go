@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -10,8 +11,8 @@ import (
 // TestMergeOpenSharedBlock: open windows collected into one shared block read
 // back exactly as given, per series, with stale flags on the right rows,
 // whether a series is open only or continues a disk sequence (whose own
-// blocks keep their rows), and the shared block is one allocation of
-// columns for all of them.
+// blocks keep their rows), in label order whatever order they came in, and
+// the shared block is one allocation of columns for all of them.
 func TestMergeOpenSharedBlock(t *testing.T) {
 	const res = 60_000
 	win := func(start int64, v float64, stale bool) Window {
@@ -26,9 +27,8 @@ func TestMergeOpenSharedBlock(t *testing.T) {
 		{Labels: labels.FromStrings("s", "c"), Windows: []Window{win(3*res, 7, true)}},
 	}
 	c := openCollector{res: res}
-	c.Reserve(len(open), 6)
-	for _, s := range open {
-		c.Series(s.Labels, s.Windows)
+	for _, i := range []int{2, 0, 1} { // a source hands series over in any order
+		c.Series(open[i].Labels, open[i].Windows)
 	}
 	got := mergeOpen(disk, &c)
 	want := map[string][]Window{
@@ -62,7 +62,64 @@ func TestMergeOpenSharedBlock(t *testing.T) {
 		}
 	}
 	// b's first open window is held but not read: the disk has its start.
-	if n := len(shared.lastT); n != 6 || cap(shared.lastT) != 6 {
-		t.Errorf("shared block holds %d rows (capacity %d), want 6 (a: 2, b: 3, c: 1), copied once into the reserved columns", n, cap(shared.lastT))
+	if n := len(shared.lastT); n != 6 || cap(shared.lastT) != openBlockMin {
+		t.Errorf("shared block holds %d rows (capacity %d), want 6 (a: 2, b: 3, c: 1), copied once into a block of %d", n, cap(shared.lastT), openBlockMin)
+	}
+}
+
+// TestOpenCollectorBlocks: series handed over in any order, more than one
+// block holds, each read back whole and exactly once, in label order, its
+// rows contiguous in one block; the blocks double from openBlockMin to
+// openBlockMax and every one but the last is filled but for less than a
+// series' windows.
+func TestOpenCollectorBlocks(t *testing.T) {
+	const res, series = 60_000, 5000
+	c := openCollector{res: res}
+	want := map[string][]Window{}
+	for k := range series {
+		i := (k * 7919) % series // not in label order
+		name := fmt.Sprintf("s%05d", i)
+		ws := make([]Window, 1+i%9)
+		for j := range ws {
+			start := int64(j) * res
+			ws[j] = Window{Start: start, FirstT: start, LastT: start + 59_000, Count: 1, Sum: float64(i), Last: float64(j), Stale: j == 3}
+		}
+		want[name] = ws
+		c.Series(labels.FromStrings("s", name), ws)
+	}
+	got := mergeOpen(nil, &c)
+	if len(got) != series {
+		t.Fatalf("%d series, want %d", len(got), series)
+	}
+	blocks := map[*windowBlock]bool{}
+	for k, s := range got {
+		if k > 0 && labels.Compare(got[k-1].lbls, s.lbls) >= 0 {
+			t.Fatalf("series %d (%s) not after %s", k, s.lbls, got[k-1].lbls)
+		}
+		if len(s.ws.blocks) != 1 {
+			t.Fatalf("%s: %d blocks", s.lbls, len(s.ws.blocks))
+		}
+		blocks[s.ws.blocks[0]] = true
+		name := s.lbls.Get("s")
+		if ws := s.ws.appendTo(nil); !slices.Equal(ws, want[name]) {
+			t.Errorf("%s: %+v, want %+v", name, ws, want[name])
+		}
+		delete(want, name)
+	}
+	if len(want) != 0 {
+		t.Errorf("%d series not read back", len(want))
+	}
+	rows, capacity := 0, 0
+	for b := range blocks {
+		rows, capacity = rows+len(b.lastT), capacity+cap(b.lastT)
+		if cap(b.lastT) > openBlockMax || cap(b.lastT) < openBlockMin {
+			t.Errorf("a block of %d rows", cap(b.lastT))
+		}
+		if b != c.cur && cap(b.lastT)-len(b.lastT) >= 9 {
+			t.Errorf("a full block has %d of %d rows free", cap(b.lastT)-len(b.lastT), cap(b.lastT))
+		}
+	}
+	if capacity-rows > openBlockMax+len(blocks)*9 {
+		t.Errorf("blocks hold %d rows for %d windows", capacity, rows)
 	}
 }

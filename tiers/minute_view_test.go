@@ -28,7 +28,6 @@ func (f *fakeOpen) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 		ws   []tiers.Window
 	}
 	var out []sel
-	total := 0
 	for _, s := range f.series {
 		ok := true
 		for _, m := range ms {
@@ -49,11 +48,9 @@ func (f *fakeOpen) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 		}
 		if len(ws) > 0 {
 			out = append(out, sel{s.Labels, ws})
-			total += len(ws)
 		}
 	}
-	sink.Reserve(len(out), total)
-	for _, s := range out {
+	for _, s := range slices.Backward(out) { // any order: the sink sorts
 		sink.Series(s.lbls, s.ws)
 	}
 }
