@@ -416,36 +416,7 @@ func benchWriteLoop(b *testing.B, h *Handler, ver protoVersion, reqs []*Request)
 // which a paced run showed did not lower the peak and kept 6-10 MiB more:
 // docs/bench.md, "what makes the paced peak").
 func BenchmarkServePacedGC(b *testing.B) {
-	const series = 10000
-	v1 := benchRequestV1(series, 1)
-	var bodies [][]byte
-	for g := 0; g < series; g += benchSamples {
-		wr := *v1
-		wr.Timeseries = v1.Timeseries[g : g+benchSamples]
-		data, err := wr.Marshal()
-		if err != nil {
-			b.Fatal(err)
-		}
-		bodies = append(bodies, snappy.Encode(nil, data))
-	}
-	h, err := NewHandler(DefaultConfig(), &nopAppendable{}, nil, nil, nil, func() time.Time { return base })
-	if err != nil {
-		b.Fatal(err)
-	}
-	serve := func(i int) {
-		body := bodies[i%len(bodies)]
-		r := httptest.NewRequest(http.MethodPost, "/api/v1/write", &sliceReader{b: body})
-		r.Header.Set("Content-Type", ctV1)
-		r.Header.Set("Content-Encoding", "snappy")
-		r.ContentLength = int64(len(body))
-		w := httptest.NewRecorder()
-		if h.ServeHTTP(w, r); w.Code != http.StatusNoContent {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
-		}
-	}
-	for i := range bodies { // the series enter the cache
-		serve(i)
-	}
+	serve := knownSeriesServer(b)
 	runtime.GC()
 	b.ReportAllocs()
 	i, requests := 0, 0
@@ -470,14 +441,11 @@ func BenchmarkServePacedGC(b *testing.B) {
 	b.ReportMetric(float64(requests)/float64(b.N), "requests/op")
 }
 
-// BenchmarkServeColdState serves requests of 2,000 known series (RW 1.0,
-// as BenchmarkServePacedGC) with the pooled request states dropped before
-// each (two collections: the pool's victim cache survives one), so every
-// request makes its state anew: B/op is what a state the collector dropped
-// costs to make again (its buffers as they grow to the request, and what
-// every request allocates), and held-B what the state keeps in the pool
-// afterwards.
-func BenchmarkServeColdState(b *testing.B) {
+// knownSeriesServer returns a handler's serve function over requests of
+// 2,000 series each (RW 1.0, 10,000 series in all, one sample each), every
+// series already in its cache; serve(i) sends request i modulo 5.
+func knownSeriesServer(b *testing.B) (serve func(i int)) {
+	b.Helper()
 	const series = 10000
 	v1 := benchRequestV1(series, 1)
 	var bodies [][]byte
@@ -494,7 +462,7 @@ func BenchmarkServeColdState(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	serve := func(i int) {
+	serve = func(i int) {
 		body := bodies[i%len(bodies)]
 		r := httptest.NewRequest(http.MethodPost, "/api/v1/write", &sliceReader{b: body})
 		r.Header.Set("Content-Type", ctV1)
@@ -508,6 +476,18 @@ func BenchmarkServeColdState(b *testing.B) {
 	for i := range bodies { // the series enter the cache
 		serve(i)
 	}
+	return serve
+}
+
+// BenchmarkServeColdState serves requests of 2,000 known series (RW 1.0,
+// as BenchmarkServePacedGC) with the pooled request states dropped before
+// each (two collections: the pool's victim cache survives one), so every
+// request makes its state anew: B/op is what a state the collector dropped
+// costs to make again (its buffers as they grow to the request, and what
+// every request allocates), and held-B what the state keeps in the pool
+// afterwards.
+func BenchmarkServeColdState(b *testing.B) {
+	serve := knownSeriesServer(b)
 	b.ReportAllocs()
 	var held float64
 	i := 0

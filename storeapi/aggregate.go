@@ -128,6 +128,22 @@ func (qs *QueryServer) aggregationExec(a pushedAggregation, ev evaluation, start
 	return qs.fusedExec(a, ev, start, end, step, evaluated)
 }
 
+// fallsBack reports whether a shared evaluation's error err sends a
+// request (first: the one that ran it) to its own fallback: the shared
+// path cannot answer it, or the evaluation stopped at the first request's
+// own timeout or cancellation, not this one's.
+func fallsBack(ctx context.Context, err error, first bool) bool {
+	var timeout promql.ErrQueryTimeout
+	var canceled promql.ErrQueryCanceled
+	switch {
+	case errors.Is(err, errNotAggregable), errors.Is(err, errGiveUp):
+		return true
+	case !first && ctx.Err() == nil && (errors.As(err, &timeout) || errors.As(err, &canceled)):
+		return true
+	}
+	return false
+}
+
 // evaluatedExec evaluates a pushed aggregation from its selector's shared
 // matrix, or with fallback where it cannot.
 func (qs *QueryServer) evaluatedExec(a pushedAggregation, ev evaluation, start, end time.Time, step time.Duration, fallback execFunc) execFunc {
@@ -148,13 +164,7 @@ func (qs *QueryServer) evaluatedExec(a pushedAggregation, ev evaluation, start, 
 		}
 		m, err := qs.evals.wait(ctx, e, first)
 		if err != nil {
-			var timeout promql.ErrQueryTimeout
-			var canceled promql.ErrQueryCanceled
-			switch {
-			case errors.Is(err, errNotAggregable), errors.Is(err, errGiveUp):
-				return fallback(ctx, q, opts)
-			case !first && ctx.Err() == nil && (errors.As(err, &timeout) || errors.As(err, &canceled)):
-				// The first request's own limit, not this one's.
+			if fallsBack(ctx, err, first) {
 				return fallback(ctx, q, opts)
 			}
 			return result{}, err

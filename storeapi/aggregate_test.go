@@ -106,24 +106,7 @@ func TestPushedAggregationsExact(t *testing.T) {
 	}
 	check := func(query string, got queryAnswer) {
 		t.Helper()
-		w := want(query)
-		if len(got.series) != len(w) {
-			t.Fatalf("%s: %d series, want %d", query, len(got.series), len(w))
-		}
-		for i, ws := range w {
-			g := got.series[i]
-			if gl := PromLabels(g.Labels); !labels.Equal(gl, ws.Metric) {
-				t.Fatalf("%s: series %d is %s, want %s", query, i, gl, ws.Metric)
-			}
-			if len(g.Samples) != len(ws.Floats) {
-				t.Fatalf("%s %s: %d samples, want %d", query, ws.Metric, len(g.Samples), len(ws.Floats))
-			}
-			for j, p := range ws.Floats {
-				if gs := g.Samples[j]; gs.Timestamp != p.T || !sameFloat(gs.Value, p.F) {
-					t.Fatalf("%s %s: sample %d is %v@%d, want %v@%d", query, ws.Metric, j, gs.Value, gs.Timestamp, p.F, p.T)
-				}
-			}
-		}
+		sameMatrix(t, query, got, want(query))
 	}
 	ask := func(query string) queryAnswer {
 		a, err := queryRange(t, c, &querypb.QueryRangeRequest{

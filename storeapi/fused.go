@@ -145,13 +145,7 @@ func (qs *QueryServer) fusedExec(a pushedAggregation, ev evaluation, start, end 
 			r, err = qs.fused.wait(ctx, e, first)
 		}
 		if err != nil {
-			var timeout promql.ErrQueryTimeout
-			var canceled promql.ErrQueryCanceled
-			switch {
-			case errors.Is(err, errNotAggregable), errors.Is(err, errGiveUp):
-				return fallback(ctx, q, opts)
-			case !first && ctx.Err() == nil && (errors.As(err, &timeout) || errors.As(err, &canceled)):
-				// The first request's own limit, not this one's.
+			if fallsBack(ctx, err, first) {
 				return fallback(ctx, q, opts)
 			}
 			return result{}, err
