@@ -65,6 +65,16 @@ type RawConfig struct {
 	// small-map size: in a paced run at 4,096 the head's lookups by
 	// reference took twice the CPU of 16,384's.
 	StripeSize int
+	// Isolation makes every commit (a remote-write request's samples) show
+	// in queries all at once or not at all, as in Prometheus, where a
+	// commit is one scrape. It is off by default, as in Cortex's and
+	// Mimir's ingesters: a remote-write sender cuts a scrape's samples
+	// into requests by series and sends them at once on several shards, so
+	// no commit here is a scrape, and the guarantee buys nothing. It costs
+	// every head series a ring of append IDs (64 bytes once the series has
+	// an append) and every commit and head read the bookkeeping
+	// (BenchmarkRawHeadIsolation).
+	Isolation bool
 }
 
 // DefaultRawConfig returns the raw tier's defaults: 24 h retention and a 10 minute
@@ -125,6 +135,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	opts.EnableExemplarStorage = true
 	opts.MaxExemplars = MaxExemplars
 	opts.EnableMetadataWALRecords = true
+	opts.IsolationDisabled = !cfg.Isolation
 	if cfg.StripeSize < 0 || cfg.StripeSize&(cfg.StripeSize-1) != 0 {
 		return nil, fmt.Errorf("raw tier stripe size must be a power of two, got %d", cfg.StripeSize)
 	}

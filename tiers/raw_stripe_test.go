@@ -25,6 +25,32 @@ import (
 // references), with a new series' append (its hash stripe) in the first
 // round only.
 func BenchmarkRawHeadStripes(b *testing.B) {
+	for _, stripes := range []int{16384, 8192, 4096, 2048, 1024} {
+		b.Run("stripes="+strconv.Itoa(stripes), func(b *testing.B) {
+			benchRawHead(b, func(cfg *tiers.RawConfig) { cfg.StripeSize = stripes })
+		})
+	}
+}
+
+// BenchmarkRawHeadIsolation measures what the TSDB's isolation costs
+// (RawConfig.Isolation: off by default, on in Prometheus), as
+// BenchmarkRawHeadStripes measures the stripes: the heap held per series
+// (each series' ring of append IDs) and the appends' time and CPU (the
+// append IDs each commit registers and clears).
+func BenchmarkRawHeadIsolation(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		b.Run("isolation="+strconv.FormatBool(on), func(b *testing.B) {
+			benchRawHead(b, func(cfg *tiers.RawConfig) { cfg.Isolation = on })
+		})
+	}
+}
+
+// benchRawHead opens a raw tier with the defaults that set changes, and
+// reports what 50,000 series cost it: held-B/series is the heap the open
+// tier holds after one sample of every series, in requests of 2,000, over
+// what the empty process held; the append figures are those of the five
+// rounds of appends by reference that follow.
+func benchRawHead(b *testing.B, set func(*tiers.RawConfig)) {
 	const series = 50_000
 	lsets := make([]labels.Labels, series)
 	for i := range lsets {
@@ -35,63 +61,59 @@ func BenchmarkRawHeadStripes(b *testing.B) {
 	// The appends by reference come in an order unrelated to the
 	// references, as a fleet's senders interleave the series.
 	order := rand.New(rand.NewPCG(1, 2)).Perm(series)
-	for _, stripes := range []int{16384, 8192, 4096, 2048, 1024} {
-		b.Run("stripes="+strconv.Itoa(stripes), func(b *testing.B) {
-			var held, appendNs, appendCPU float64
-			for b.Loop() {
-				var m0, m1 runtime.MemStats
-				runtime.GC()
-				runtime.GC()
-				runtime.ReadMemStats(&m0)
-				cfg := tiers.DefaultRawConfig(b.TempDir())
-				cfg.StripeSize = stripes
-				raw, err := tiers.OpenRaw(cfg, quietLogger(), nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				refs := make([]storage.SeriesRef, series)
-				ctx := context.Background()
-				for lo := 0; lo < series; lo += 2000 {
-					app := raw.AppenderV2(ctx)
-					for i := lo; i < lo+2000; i++ {
-						if refs[i], err = app.Append(0, lsets[i], 0, 1000, float64(i), nil, nil, storage.AppendV2Options{}); err != nil {
-							b.Fatal(err)
-						}
-					}
-					if err := app.Commit(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				runtime.GC()
-				runtime.GC()
-				runtime.ReadMemStats(&m1)
-				held += float64(m1.HeapAlloc) - float64(m0.HeapAlloc)
-				start, cpu0 := time.Now(), processCPU(b)
-				for round := int64(1); round <= 5; round++ {
-					for lo := 0; lo < series; lo += 2000 {
-						app := raw.AppenderV2(ctx)
-						for _, i := range order[lo : lo+2000] {
-							if _, err := app.Append(refs[i], lsets[i], 0, 1000+round*1000, float64(i), nil, nil, storage.AppendV2Options{}); err != nil {
-								b.Fatal(err)
-							}
-						}
-						if err := app.Commit(); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				appendNs += float64(time.Since(start))
-				appendCPU += float64(processCPU(b) - cpu0)
-				runtime.KeepAlive(refs)
-				if err := raw.Close(); err != nil {
+	var held, appendNs, appendCPU float64
+	for b.Loop() {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		cfg := tiers.DefaultRawConfig(b.TempDir())
+		set(&cfg)
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		refs := make([]storage.SeriesRef, series)
+		ctx := context.Background()
+		for lo := 0; lo < series; lo += 2000 {
+			app := raw.AppenderV2(ctx)
+			for i := lo; i < lo+2000; i++ {
+				if refs[i], err = app.Append(0, lsets[i], 0, 1000, float64(i), nil, nil, storage.AppendV2Options{}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(held/float64(b.N)/series, "held-B/series")
-			b.ReportMetric(appendNs/float64(b.N)/(5*series), "append-ns/sample")
-			b.ReportMetric(appendCPU/float64(b.N)/(5*series), "append-cpu-ns/sample")
-		})
+			if err := app.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		held += float64(m1.HeapAlloc) - float64(m0.HeapAlloc)
+		start, cpu0 := time.Now(), processCPU(b)
+		for round := int64(1); round <= 5; round++ {
+			for lo := 0; lo < series; lo += 2000 {
+				app := raw.AppenderV2(ctx)
+				for _, i := range order[lo : lo+2000] {
+					if _, err := app.Append(refs[i], lsets[i], 0, 1000+round*1000, float64(i), nil, nil, storage.AppendV2Options{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := app.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		appendNs += float64(time.Since(start))
+		appendCPU += float64(processCPU(b) - cpu0)
+		runtime.KeepAlive(refs)
+		if err := raw.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
+	b.ReportMetric(held/float64(b.N)/series, "held-B/series")
+	b.ReportMetric(appendNs/float64(b.N)/(5*series), "append-ns/sample")
+	b.ReportMetric(appendCPU/float64(b.N)/(5*series), "append-cpu-ns/sample")
 }
 
 // TestRawStripeSize: a stripe size that is not a power of two is refused

@@ -129,11 +129,13 @@ type ObjStoreConfig struct {
 	PendingWarnBytes ByteSize `yaml:"pending_warn_bytes"`
 }
 
-// RawTierConfig is the raw tier's retention and WAL compression.
+// RawTierConfig is the raw tier's retention, WAL compression and isolation.
 type RawTierConfig struct {
 	Retention model.Duration `yaml:"retention"`
 	// WALCompression: tiers.RawConfig.WALCompression (snappy, zstd or none).
 	WALCompression string `yaml:"wal_compression"`
+	// Isolation: tiers.RawConfig.Isolation.
+	Isolation bool `yaml:"isolation"`
 }
 
 // TierConfig is one tier's retention.
