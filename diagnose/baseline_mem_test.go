@@ -88,3 +88,36 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 	b.ReportMetric(hour, "hour-B/series")
 	b.ReportMetric(none, "none-B/series")
 }
+
+// BenchmarkTrackerFourWeeks is the heap the baseline tracker holds per
+// tracked series once it has seen every minute of 30 days (4w-B/series:
+// the hourly summaries' ring at its full length, the seasonal baselines,
+// this hour's minute values, the state), and the tracker's time per
+// minute over those days (ns/minute: the minute's values made, every
+// series observed, and at each hour's first minute the summaries written
+// and the baselines read from the ring). The signal labels are the
+// caller's and are not counted.
+func BenchmarkTrackerFourWeeks(b *testing.B) {
+	const n = 1_000
+	const minutes = 30 * 24 * 60
+	cfg := DefaultBaselineConfig()
+	vals := fleetSignals(n, tStart)
+	var perSeries float64
+	for b.Loop() {
+		before := heapLive()
+		tr := newTracker(cfg)
+		for i := range minutes {
+			ts := tStart + int64(i)*minute.Milliseconds()
+			for k, list := range vals {
+				for j := range list {
+					list[j].v = diurnal(ts, 10, uint64(j)<<8|uint64(len(k)))
+				}
+			}
+			tr.minute(ts, vals)
+		}
+		perSeries = float64(heapLive()-before) / float64(tr.len())
+		runtime.KeepAlive(tr)
+	}
+	b.ReportMetric(perSeries, "4w-B/series")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*minutes), "ns/minute")
+}
