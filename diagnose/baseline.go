@@ -119,39 +119,43 @@ type summary struct {
 }
 
 // hourRing is a series' hourly summaries: hour h in slot h % n, of lap
-// h / n, in pages of a day (ringPage slots) allocated when first written
-// (and the page table with the first page: a series' first hour writes
-// none). The history needs every slot once it is full (the hour of the
-// week over four weeks), but a series tracked for a day holds a day.
+// h / n, in pages of ringSlots hours allocated when first written (and the
+// page table with the first page: a series' first hour writes none). The
+// history needs every slot once it is full (the hour of the week over four
+// weeks), but a series tracked for a day holds a day.
 //
-// A page carries its lap once, in the page table, with a mask of the slots
-// written in that lap: 8 bytes a slot instead of 12 with each summary's
-// own hour (8.6 KB a series after four weeks: 6.2 KB). Writing a newer
-// lap into a page forgets what the page held of older laps, including
-// the hours a gap left unwritten in the last lap; those are at least
-// n - ringPage + 1 hours older than the hour written. So the ring is the
-// hours asked for plus ringPage - 2, rounded up to whole pages (676 to
-// 720: 30 pages), and every hour within the hours asked for before the
-// next one written reads back (TestHourRingGaps).
+// A page carries its lap once, with a mask of the slots written in that
+// lap: 8 bytes a summary instead of 12 with each summary's own hour (after
+// four weeks 6.0 KB a series instead of 8.6). Writing a newer lap into a
+// page forgets what the page held of older laps, including the hours a gap
+// left unwritten in the last lap; those are at least n - ringSlots + 1
+// hours older than the hour written. So the ring is the hours asked for
+// plus ringSlots - 2, rounded up to whole pages (676 to 702: 26 pages),
+// and every hour within the hours asked for before the next one written
+// reads back (TestHourRingGaps).
 type hourRing struct {
-	pages []ringPageRef
+	pages []*ringPage
 }
 
-const ringPage = 24
+// ringSlots is a page's hours: 27 summaries, the lap and the mask fill a
+// 224-byte size class (TestRingPageSize). Larger pages waste more of the
+// ring's rounding, smaller ones more page table.
+const ringSlots = 27
 
-// ringPageRef is a page of the ring and which lap its written slots are.
-type ringPageRef struct {
-	p    *[ringPage]summary
+// ringPage is ringSlots consecutive slots of the ring and which lap its
+// written slots are.
+type ringPage struct {
+	s    [ringSlots]summary
 	lap  int32
 	mask uint32 // slot i of the page was written in lap
 }
 
 // ringPages is the page table's length for a ring that must hold hours
 // hours (see hourRing).
-func ringPages(hours int) int { return (hours + 2*ringPage - 3) / ringPage }
+func ringPages(hours int) int { return (hours + 2*ringSlots - 3) / ringSlots }
 
 // len is the ring's number of slots (0 before the first write).
-func (r *hourRing) len() int64 { return int64(len(r.pages) * ringPage) }
+func (r *hourRing) len() int64 { return int64(len(r.pages) * ringSlots) }
 
 // at returns hour h's summary, false when it was never written or the
 // ring has moved past it.
@@ -161,11 +165,11 @@ func (r *hourRing) at(h int64) (summary, bool) {
 	}
 	n := r.len()
 	i := int(h % n)
-	pg := &r.pages[i/ringPage]
-	if int64(pg.lap) != h/n || pg.mask&(1<<(i%ringPage)) == 0 {
+	p := r.pages[i/ringSlots]
+	if p == nil || int64(p.lap) != h/n || p.mask&(1<<(i%ringSlots)) == 0 {
 		return summary{}, false
 	}
-	return pg.p[i%ringPage], true
+	return p.s[i%ringSlots], true
 }
 
 // set writes hour h's summary; hours is the history the ring must hold
@@ -173,19 +177,20 @@ func (r *hourRing) at(h int64) (summary, bool) {
 // are written in increasing order.
 func (r *hourRing) set(h int64, hours int, x summary) {
 	if r.pages == nil {
-		r.pages = make([]ringPageRef, ringPages(hours))
+		r.pages = make([]*ringPage, ringPages(hours))
 	}
 	n := r.len()
 	i := int(h % n)
-	pg := &r.pages[i/ringPage]
-	if pg.p == nil {
-		pg.p = new([ringPage]summary)
+	p := r.pages[i/ringSlots]
+	if p == nil {
+		p = new(ringPage)
+		r.pages[i/ringSlots] = p
 	}
-	if lap := int32(h / n); pg.lap != lap {
-		pg.lap, pg.mask = lap, 0
+	if lap := int32(h / n); p.lap != lap {
+		p.lap, p.mask = lap, 0
 	}
-	pg.p[i%ringPage] = x
-	pg.mask |= 1 << (i % ringPage)
+	p.s[i%ringSlots] = x
+	p.mask |= 1 << (i % ringSlots)
 }
 
 // seasonal is a series' seasonal baseline (before any level shift) at one

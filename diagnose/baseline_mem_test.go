@@ -102,15 +102,21 @@ func BenchmarkTrackerFourWeeks(b *testing.B) {
 	const minutes = 30 * 24 * 60
 	cfg := DefaultBaselineConfig()
 	vals := fleetSignals(n, tStart)
+	seeds := map[string][]uint64{}
+	for name, list := range vals {
+		for _, sa := range list {
+			seeds[name] = append(seeds[name], sa.lbls.Hash())
+		}
+	}
 	var perSeries float64
 	for b.Loop() {
 		before := heapLive()
 		tr := newTracker(cfg)
 		for i := range minutes {
 			ts := tStart + int64(i)*minute.Milliseconds()
-			for k, list := range vals {
+			for name, list := range vals {
 				for j := range list {
-					list[j].v = diurnal(ts, 10, uint64(j)<<8|uint64(len(k)))
+					list[j].v = diurnal(ts, 10, seeds[name][j])
 				}
 			}
 			tr.minute(ts, vals)

@@ -294,7 +294,7 @@ func TestEvidenceStrength(t *testing.T) {
 }
 
 // TestHourRingPages: only the pages written are allocated, and the page
-// table (30 pages for the default 676 hours) with the first of them.
+// table (26 pages for the default 676 hours) with the first of them.
 func TestHourRingPages(t *testing.T) {
 	var r hourRing
 	const h = 500_000
@@ -302,7 +302,7 @@ func TestHourRingPages(t *testing.T) {
 		t.Fatalf("a new ring reads hour %d, holds %d pages", h, len(r.pages))
 	}
 	r.set(h, 676, summary{m: 1, d: 2})
-	if len(r.pages) != 30 || r.len() != 720 {
+	if len(r.pages) != 26 || r.len() != 702 {
 		t.Fatalf("%d pages, %d slots for 676 hours", len(r.pages), r.len())
 	}
 	if got, ok := r.at(h); !ok || got != (summary{m: 1, d: 2}) {
@@ -312,8 +312,8 @@ func TestHourRingPages(t *testing.T) {
 		t.Error("an unwritten slot reads back")
 	}
 	allocated := 0
-	for _, pg := range r.pages {
-		if pg.p != nil {
+	for _, p := range r.pages {
+		if p != nil {
 			allocated++
 		}
 	}
@@ -327,10 +327,10 @@ func TestHourRingPages(t *testing.T) {
 // before the next write (the written hour and the hours-2 before it)
 // reads back exactly when it was written, with its summary, and no hour
 // reads back that was not written or was overwritten. The hours asked for
-// include those whose ring is the bound exactly (674: 696 slots) and one
-// hour more (675: 720).
+// include those whose ring is the bound exactly (677: 702 slots) and one
+// hour more (678: 729).
 func TestHourRingGaps(t *testing.T) {
-	for _, hours := range []int{676, 675, 674, 244, 28} {
+	for _, hours := range []int{676, 677, 678, 244, 28} {
 		t.Run(strconv.Itoa(hours), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(hours), 13))
 			var r hourRing
@@ -340,7 +340,7 @@ func TestHourRingGaps(t *testing.T) {
 				x := summary{m: float32(i), d: float32(h % 997)}
 				r.set(h, hours, x)
 				written[h] = x
-				for a := h - int64(r.len()) - ringPage; a <= h+ringPage; a++ {
+				for a := h - int64(r.len()) - ringSlots; a <= h+ringSlots; a++ {
 					got, ok := r.at(a)
 					want, was := written[a]
 					switch {
@@ -359,12 +359,21 @@ func TestHourRingGaps(t *testing.T) {
 				case p < 85:
 					h += 24 * (1 + rng.Int64N(6))
 				case p < 95: // about a lap: a page's slots of two laps
-					h += n - 2*ringPage + rng.Int64N(4*ringPage)
+					h += n - 2*ringSlots + rng.Int64N(4*ringSlots)
 				default:
-					h += n*(1+rng.Int64N(3)) + rng.Int64N(ringPage)
+					h += n*(1+rng.Int64N(3)) + rng.Int64N(ringSlots)
 				}
 			}
 		})
+	}
+}
+
+// TestRingPageSize: a page of the hourly ring fills its size class
+// (BenchmarkTrackerFourWeeks: 26 of them per tracked series after four
+// weeks).
+func TestRingPageSize(t *testing.T) {
+	if n := unsafe.Sizeof(ringPage{}); n != 224 {
+		t.Errorf("ringPage is %d bytes, not the 224-byte size class", n)
 	}
 }
 
