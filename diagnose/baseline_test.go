@@ -340,7 +340,7 @@ func TestHourRingGaps(t *testing.T) {
 				x := summary{m: float32(i), d: float32(h % 997)}
 				r.set(h, hours, x)
 				written[h] = x
-				for a := h - int64(r.len()) - ringSlots; a <= h+ringSlots; a++ {
+				for a := h - r.len() - ringSlots; a <= h+ringSlots; a++ {
 					got, ok := r.at(a)
 					want, was := written[a]
 					switch {
@@ -350,7 +350,7 @@ func TestHourRingGaps(t *testing.T) {
 						t.Fatalf("after hour %d: hour %d (%d back) reads %+v, written %+v, %v", h, a, h-a, got, want, was)
 					}
 				}
-				n := int64(r.len())
+				n := r.len()
 				switch p := rng.IntN(100); {
 				case p < 60:
 					h++
