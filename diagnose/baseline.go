@@ -113,57 +113,84 @@ const (
 
 // summary is one hour of one series: the median and MAD of its minute
 // values (float32: a few bytes per series and hour, so weeks of a large
-// fleet fit in memory). hour is the Unix hour it summarises (0: none).
+// fleet fit in memory). Which hour it summarises is its slot in the ring.
 type summary struct {
-	hour int32
 	m, d float32
 }
 
-// hourRing is a series' hourly summaries, hour h in slot h % n, in pages
-// of a day allocated when first written (and the page table with the
-// first page: a series' first hour writes none). The history needs every slot (the
-// hour of the week over four weeks: 676 slots, 8 KiB) once it is full, but
-// a series tracked for a day holds a day: allocated whole at a series'
-// first minute, the empty slots of the 9,700 series the engine tracks at
-// 50,000 active series took 79 MiB from the start (docs/rollups.md,
-// "Memory"). Its length n is the hours asked for at the first write
-// rounded up to whole pages (676 to 696: the same 29 pages), so that the
-// ring does not keep it: a summary carries its hour, and a slot holding
-// an older one reads as none.
+// hourRing is a series' hourly summaries: hour h in slot h % n, of lap
+// h / n, in pages of ringSlots hours allocated when first written (and the
+// page table with the first page: a series' first hour writes none). The
+// history needs every slot once it is full (the hour of the week over four
+// weeks), but a series tracked for a day holds a day.
+//
+// A page carries its lap once, with a mask of the slots written in that
+// lap: 8 bytes a summary instead of 12 with each summary's own hour (after
+// four weeks 6.0 KB a series instead of 8.6). Writing a newer lap into a
+// page forgets what the page held of older laps, including the hours a gap
+// left unwritten in the last lap; those are at least n - ringSlots + 1
+// hours older than the hour written. So the ring is the hours asked for
+// plus ringSlots - 2, rounded up to whole pages (676 to 702: 26 pages),
+// and every hour within the hours asked for before the next one written
+// reads back (TestHourRingGaps).
 type hourRing struct {
-	pages []*[ringPage]summary
+	pages []*ringPage
 }
 
-const ringPage = 24
+// ringSlots is a page's hours: 27 summaries, the lap and the mask fill a
+// 224-byte size class (TestRingPageSize). Larger pages waste more of the
+// ring's rounding, smaller ones more page table.
+const ringSlots = 27
+
+// ringPage is ringSlots consecutive slots of the ring and which lap its
+// written slots are.
+type ringPage struct {
+	s    [ringSlots]summary
+	lap  int32
+	mask uint32 // slot i of the page was written in lap
+}
+
+// ringPages is the page table's length for a ring that must hold hours
+// hours (see hourRing).
+func ringPages(hours int) int { return (hours + 2*ringSlots - 3) / ringSlots }
 
 // len is the ring's number of slots (0 before the first write).
-func (r *hourRing) len() int64 { return int64(len(r.pages) * ringPage) }
+func (r *hourRing) len() int64 { return int64(len(r.pages) * ringSlots) }
 
-// at returns slot h % n (the zero summary when never written).
-func (r *hourRing) at(h int64) summary {
+// at returns hour h's summary, false when it was never written or the
+// ring has moved past it.
+func (r *hourRing) at(h int64) (summary, bool) {
 	if r.pages == nil {
-		return summary{}
+		return summary{}, false
 	}
-	i := int(h % r.len())
-	if p := r.pages[i/ringPage]; p != nil {
-		return p[i%ringPage]
+	n := r.len()
+	i := int(h % n)
+	p := r.pages[i/ringSlots]
+	if p == nil || int64(p.lap) != h/n || p.mask&(1<<(i%ringSlots)) == 0 {
+		return summary{}, false
 	}
-	return summary{}
+	return p.s[i%ringSlots], true
 }
 
 // set writes hour h's summary; hours is the history the ring must hold
-// (fixed for a ring: it sizes the page table at the first write).
+// (fixed for a ring: it sizes the page table at the first write). Hours
+// are written in increasing order.
 func (r *hourRing) set(h int64, hours int, x summary) {
 	if r.pages == nil {
-		r.pages = make([]*[ringPage]summary, (hours+ringPage-1)/ringPage)
+		r.pages = make([]*ringPage, ringPages(hours))
 	}
-	i := int(h % r.len())
-	p := r.pages[i/ringPage]
+	n := r.len()
+	i := int(h % n)
+	p := r.pages[i/ringSlots]
 	if p == nil {
-		p = new([ringPage]summary)
-		r.pages[i/ringPage] = p
+		p = new(ringPage)
+		r.pages[i/ringSlots] = p
 	}
-	p[i%ringPage] = x
+	if lap := int32(h / n); p.lap != lap {
+		p.lap, p.mask = lap, 0
+	}
+	p.s[i%ringSlots] = x
+	p.mask |= 1 << (i % ringSlots)
 }
 
 // seasonal is a series' seasonal baseline (before any level shift) at one
@@ -348,17 +375,19 @@ func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
 func (s *bseries) finish(h int64, hours int) {
 	if len(s.cur) >= minHourPoints {
 		m := median(s.cur)
-		s.ring.set(h, hours, summary{hour: int32(h), m: float32(m), d: float32(mad(s.cur, m))})
+		s.ring.set(h, hours, summary{m: float32(m), d: float32(mad(s.cur, m))})
 	}
 	s.cur = s.cur[:0]
 }
 
-func (s *bseries) summaryAt(h int64) (summary, bool) {
-	if h <= 0 {
+// summaryAt is hour h's summary when h is not before from, the oldest hour
+// a baseline may use (readBack: what a replay reads back, so that a
+// tracker that has run for longer uses no more).
+func (s *bseries) summaryAt(h, from int64) (summary, bool) {
+	if h <= 0 || h < from {
 		return summary{}, false
 	}
-	x := s.ring.at(h)
-	return x, int64(x.hour) == h
+	return s.ring.at(h)
 }
 
 // hourBaseline computes series s's baseline for hour h from its summaries
@@ -369,10 +398,11 @@ func (s *bseries) summaryAt(h int64) (summary, bool) {
 // new normal.
 func (t *tracker) hourBaseline(s *bseries, h int64) {
 	cands := make([]summary, 0, max(t.weeks, sameHourDays))
+	from := h - int64(t.hours-1)
 	collect := func(step int64, n int) {
 		cands = cands[:0]
 		for i := 1; i <= n; i++ {
-			if x, ok := s.summaryAt(h - int64(i)*step); ok {
+			if x, ok := s.summaryAt(h-int64(i)*step, from); ok {
 				cands = append(cands, x)
 			}
 		}
@@ -412,7 +442,7 @@ func (t *tracker) hourBaseline(s *bseries, h int64) {
 	var diffs []float64
 	sign := 0
 	for j := 1; j <= t.shiftN; j++ {
-		x, ok := s.summaryAt(h - int64(j))
+		x, ok := s.summaryAt(h-int64(j), from)
 		b := s.seas[int((h-int64(j))%int64(len(s.seas)))]
 		if !ok || int64(b.hour) != h-int64(j) {
 			return

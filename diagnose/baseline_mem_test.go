@@ -88,3 +88,65 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 	b.ReportMetric(hour, "hour-B/series")
 	b.ReportMetric(none, "none-B/series")
 }
+
+// BenchmarkTrackerFourWeeks is the heap the baseline tracker holds per
+// tracked series once it has seen every minute of 30 days (4w-B/series:
+// the hourly summaries' ring at its full length, the seasonal baselines,
+// this hour's minute values, the state), and the process' CPU per minute
+// over those days (cpu-ns/minute: the minute's values made, every series
+// observed, and at each hour's first minute the summaries written and the
+// baselines read from the ring). The signal labels are the caller's and
+// are not counted.
+func BenchmarkTrackerFourWeeks(b *testing.B) {
+	const n = 1_000
+	const minutes = 30 * 24 * 60
+	cfg := DefaultBaselineConfig()
+	vals := fleetSignals(n, tStart)
+	seeds := map[string][]uint64{}
+	for name, list := range vals {
+		for _, sa := range list {
+			seeds[name] = append(seeds[name], sa.lbls.Hash())
+		}
+	}
+	var perSeries float64
+	cpu0 := processCPU(b)
+	for b.Loop() {
+		before := heapLive()
+		tr := newTracker(cfg)
+		for i := range minutes {
+			ts := tStart + int64(i)*minute.Milliseconds()
+			for name, list := range vals {
+				for j := range list {
+					list[j].v = diurnal(ts, 10, seeds[name][j])
+				}
+			}
+			tr.minute(ts, vals)
+		}
+		perSeries = float64(heapLive()-before) / float64(tr.len())
+		runtime.KeepAlive(tr)
+	}
+	b.ReportMetric(perSeries, "4w-B/series")
+	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N*minutes), "cpu-ns/minute")
+}
+
+// BenchmarkHourBaseline is one series' baseline of an hour computed from
+// a ring holding 30 days of summaries: the ring's reads (the same hour of
+// four weeks, the level shift's last hours) and the robust median.
+func BenchmarkHourBaseline(b *testing.B) {
+	tr := newTracker(DefaultBaselineConfig())
+	s := tr.get(podSeries("a", "m"))
+	h0 := floorDiv(tStart, hourMs)
+	const hours = 30 * 24
+	for h := h0; h < h0+hours; h++ {
+		for m := range int64(60) {
+			s.cur = append(s.cur, diurnal(h*hourMs+m*minute.Milliseconds(), 40, 1))
+		}
+		s.finish(h, tr.hours)
+	}
+	b.ReportAllocs()
+	i := int64(0)
+	for b.Loop() {
+		tr.hourBaseline(s, h0+hours+i%24)
+		i++
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -84,34 +85,49 @@ func steady(level float64, seed uint64) func(int64) (float64, bool) {
 	return func(ts int64) (float64, bool) { return diurnal(ts, level, seed), true }
 }
 
-// TestBaselineIndependentOfStart: a tracker that has run for twelve days
-// and one started at an odd minute of the twelfth day, after reading back
-// its history (as bootstrap does), give identical baselines at every
-// minute from then on: the baseline at T depends on the signal before T's
-// hour, not on where evaluation started.
+// TestBaselineIndependentOfStart: a tracker that has run for days and one
+// started at an odd minute of the last day, after reading back its history
+// (as bootstrap does), give identical baselines at every minute from then
+// on: the baseline at T depends on the signal before T's hour, not on
+// where evaluation started. With one day of history the same hour of the
+// last 7 days reaches further back than the history read back, and a
+// tracker that has run for longer may not use more.
 func TestBaselineIndependentOfStart(t *testing.T) {
-	cfg := testBaselineConfig()
-	series := map[string]func(int64) (float64, bool){"a": steady(40, 1), "b": steady(40, 2), "c": steady(40, 3)}
-	start := tStart + 11*24*hourMs + 7*hourMs + 17*minute.Milliseconds()
-	end := start + 26*hourMs
-	full := feed(newTracker(cfg), tStart, end, start, series)
-	late := newTracker(cfg)
-	from := floorDiv(start, hourMs)*hourMs - late.readBack().Milliseconds()
-	got := feed(late, from, end, start, series)
-	n := 0
-	for ts, want := range full {
-		for pod, w := range want {
-			if g := got[ts][pod]; g != w {
-				t.Fatalf("%s pod %s: started late %+v, ran from the beginning %+v", time.UnixMilli(ts).UTC(), pod, g, w)
+	oneDay := testBaselineConfig()
+	oneDay.History, oneDay.MinHistory = model.Duration(24*time.Hour), model.Duration(24*time.Hour)
+	for _, tc := range []struct {
+		name string
+		cfg  BaselineConfig
+		days int64 // the late tracker starts on day days+1
+		src  baselineSource
+	}{
+		{"ten days", testBaselineConfig(), 11, sourceHourOfWeek},
+		{"one day", oneDay, 4, sourceSameHour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			series := map[string]func(int64) (float64, bool){"a": steady(40, 1), "b": steady(40, 2), "c": steady(40, 3)}
+			start := tStart + tc.days*24*hourMs + 7*hourMs + 17*minute.Milliseconds()
+			end := start + 26*hourMs
+			full := feed(newTracker(tc.cfg), tStart, end, start, series)
+			late := newTracker(tc.cfg)
+			from := floorDiv(start, hourMs)*hourMs - late.readBack().Milliseconds()
+			got := feed(late, from, end, start, series)
+			n := 0
+			for ts, want := range full {
+				for pod, w := range want {
+					if g := got[ts][pod]; g != w {
+						t.Fatalf("%s pod %s: started late %+v, ran from the beginning %+v", time.UnixMilli(ts).UTC(), pod, g, w)
+					}
+					if !w.ok || w.src != tc.src {
+						t.Fatalf("%s pod %s: no %s baseline after %d days: %+v", time.UnixMilli(ts).UTC(), pod, tc.src, tc.days, w)
+					}
+					n++
+				}
 			}
-			if !w.ok || w.src != sourceHourOfWeek {
-				t.Fatalf("%s pod %s: no hour-of-week baseline after 11 days: %+v", time.UnixMilli(ts).UTC(), pod, w)
+			if n < 3*26*60 {
+				t.Fatalf("compared %d points", n)
 			}
-			n++
-		}
-	}
-	if n < 3*26*60 {
-		t.Fatalf("compared %d points", n)
+		})
 	}
 }
 
@@ -277,24 +293,23 @@ func TestEvidenceStrength(t *testing.T) {
 	}
 }
 
-// TestHourRingPages: a summary reads back from its hour's slot until the
-// slot is reused n hours later (the hours asked for, rounded up to whole
-// pages), and only the pages written are allocated.
+// TestHourRingPages: only the pages written are allocated, and the page
+// table (26 pages for the default 676 hours) with the first of them.
 func TestHourRingPages(t *testing.T) {
 	var r hourRing
 	const h = 500_000
-	if got := r.at(h); got != (summary{}) || r.pages != nil {
-		t.Fatalf("a new ring reads %+v, holds %d pages", got, len(r.pages))
+	if _, ok := r.at(h); ok || r.pages != nil {
+		t.Fatalf("a new ring reads hour %d, holds %d pages", h, len(r.pages))
 	}
-	r.set(h, 676, summary{hour: h, m: 1, d: 2})
-	if len(r.pages) != 29 || r.len() != 696 {
+	r.set(h, 676, summary{m: 1, d: 2})
+	if len(r.pages) != 26 || r.len() != 702 {
 		t.Fatalf("%d pages, %d slots for 676 hours", len(r.pages), r.len())
 	}
-	if got := r.at(h); got.hour != h || got.m != 1 || got.d != 2 {
-		t.Errorf("at(h) = %+v", got)
+	if got, ok := r.at(h); !ok || got != (summary{m: 1, d: 2}) {
+		t.Errorf("at(h) = %+v, %v", got, ok)
 	}
-	if got := r.at(h + 1); got != (summary{}) {
-		t.Errorf("an unwritten slot reads %+v", got)
+	if _, ok := r.at(h + 1); ok {
+		t.Error("an unwritten slot reads back")
 	}
 	allocated := 0
 	for _, p := range r.pages {
@@ -305,13 +320,60 @@ func TestHourRingPages(t *testing.T) {
 	if allocated != 1 {
 		t.Errorf("%d pages allocated after one write", allocated)
 	}
-	r.set(h+676, 676, summary{hour: h + 676, m: 3})
-	if got := r.at(h); got.hour != h || got.m != 1 {
-		t.Errorf("slot of hour h overwritten 676 hours later: %+v", got)
+}
+
+// TestHourRingGaps: over series that skip hours, days, about a lap and
+// several laps, after each write every hour of the hours asked for
+// before the next write (the written hour and the hours-2 before it)
+// reads back exactly when it was written, with its summary, and no hour
+// reads back that was not written or was overwritten. The hours asked for
+// include those whose ring is the bound exactly (677: 702 slots) and one
+// hour more (678: 729).
+func TestHourRingGaps(t *testing.T) {
+	for _, hours := range []int{676, 677, 678, 244, 28} {
+		t.Run(strconv.Itoa(hours), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(hours), 13))
+			var r hourRing
+			written := map[int64]summary{}
+			h := int64(500_000 + rng.IntN(1000))
+			for i := range 6000 {
+				x := summary{m: float32(i), d: float32(h % 997)}
+				r.set(h, hours, x)
+				written[h] = x
+				for a := h - r.len() - ringSlots; a <= h+ringSlots; a++ {
+					got, ok := r.at(a)
+					want, was := written[a]
+					switch {
+					case a > h-int64(hours)+1 && (ok != was || got != want):
+						t.Fatalf("after hour %d: hour %d (%d back) reads %+v, %v; written %+v, %v", h, a, h-a, got, ok, want, was)
+					case ok && (!was || got != want):
+						t.Fatalf("after hour %d: hour %d (%d back) reads %+v, written %+v, %v", h, a, h-a, got, want, was)
+					}
+				}
+				n := r.len()
+				switch p := rng.IntN(100); {
+				case p < 60:
+					h++
+				case p < 75:
+					h += 2 + rng.Int64N(30)
+				case p < 85:
+					h += 24 * (1 + rng.Int64N(6))
+				case p < 95: // about a lap: a page's slots of two laps
+					h += n - 2*ringSlots + rng.Int64N(4*ringSlots)
+				default:
+					h += n*(1+rng.Int64N(3)) + rng.Int64N(ringSlots)
+				}
+			}
+		})
 	}
-	r.set(h+696, 676, summary{hour: h + 696, m: 4})
-	if got := r.at(h); got.hour != h+696 || got.m != 4 {
-		t.Errorf("slot reused n hours later reads %+v", got)
+}
+
+// TestRingPageSize: a page of the hourly ring fills its size class
+// (BenchmarkTrackerFourWeeks: 26 of them per tracked series after four
+// weeks).
+func TestRingPageSize(t *testing.T) {
+	if n := unsafe.Sizeof(ringPage{}); n != 224 {
+		t.Errorf("ringPage is %d bytes, not the 224-byte size class", n)
 	}
 }
 
