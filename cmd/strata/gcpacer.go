@@ -26,9 +26,16 @@ import (
 // heapPacerWindow is how many collections the baseline is the minimum of.
 // A burst lasts a few collections; a lasting rise of the live heap (a new
 // fleet) raises the baseline once this many collections have seen it: in a
-// paced run a collection comes every 5-20 s, so within a few minutes, and
-// under heavy ingest every second or so.
+// paced run a collection comes every 4-7 s, so within two minutes.
 const heapPacerWindow = 16
+
+// heapPacerMinInterval is the pacer's CPU budget: it caps the goal only
+// while the collections of its window came at most one per this interval
+// on average. Under heavy ingest the collector already runs every second
+// or so, the live heap swings by a fifth with the requests in flight, and
+// a cap on it doubled the collections (docs/bench.md, issue 13, s11-gc);
+// there the goal is GOGC's. A paced fleet collects every 4-7 s.
+const heapPacerMinInterval = 3 * time.Second
 
 // heapPacerMargin is the share added above the baseline's goal: the runtime
 // aims 3% below the limit, and the steady heap's own goal must stay GOGC's.
@@ -44,26 +51,35 @@ const heapPacerMinHeadroomDiv = 2
 // heapPacerPeriod is how often the pacer reads the runtime's metrics.
 const heapPacerPeriod = time.Second
 
+// heapPacerRecord is what the pacer read after a collection.
+type heapPacerRecord struct {
+	at     time.Time
+	cycles uint64 // the runtime's count of completed collections
+	live   uint64
+}
+
 // heapPacer computes the soft memory limit from the live heaps the
 // collections found. It is not safe for concurrent use.
 type heapPacer struct {
 	gcPercent int   // GOGC in force
 	ceiling   int64 // the configured soft limit, math.MaxInt64 for none
-	lives     [heapPacerWindow]uint64
-	n         int    // collections recorded, up to heapPacerWindow
-	next      int    // where the next one goes in lives
-	cycles    uint64 // the collection count at the last record
+	recs      [heapPacerWindow]heapPacerRecord
+	n         int // collections recorded, up to heapPacerWindow
+	next      int // where the next one goes in recs
 }
 
 // observe records the live heap if a collection ran since the last call
 // (cycles is the runtime's count of completed collections) and returns the
 // limit to set and the baseline it came from. nonHeap is the runtime's
 // memory besides the heap's objects (stacks, metadata, buffers, the unused
-// bytes of the heap's spans), which the soft limit also counts. Before any collection the limit is the ceiling.
-func (p *heapPacer) observe(cycles, live, nonHeap uint64) (limit int64, baseline uint64) {
-	if cycles != p.cycles && live > 0 {
-		p.cycles = cycles
-		p.lives[p.next] = live
+// bytes of the heap's spans), which the soft limit also counts. The limit
+// is the ceiling until heapPacerWindow collections are recorded, and while
+// they came more often than heapPacerMinInterval.
+func (p *heapPacer) observe(now time.Time, cycles, live, nonHeap uint64) (limit int64, baseline uint64) {
+	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
+	if live > 0 && (p.n == 0 || cycles != latest.cycles) {
+		latest = heapPacerRecord{at: now, cycles: cycles, live: live}
+		p.recs[p.next] = latest
 		p.next = (p.next + 1) % heapPacerWindow
 		p.n = min(p.n+1, heapPacerWindow)
 	}
@@ -71,12 +87,15 @@ func (p *heapPacer) observe(cycles, live, nonHeap uint64) (limit int64, baseline
 		return p.ceiling, 0
 	}
 	baseline = math.MaxUint64
-	for _, l := range p.lives[:p.n] {
-		baseline = min(baseline, l)
+	for _, r := range p.recs[:p.n] {
+		baseline = min(baseline, r.live)
 	}
-	latest := p.lives[(p.next+heapPacerWindow-1)%heapPacerWindow]
+	oldest := p.recs[p.next] // the window is full when it matters
+	if p.n < heapPacerWindow || latest.at.Sub(oldest.at) < time.Duration(latest.cycles-oldest.cycles)*heapPacerMinInterval {
+		return p.ceiling, baseline
+	}
 	g := float64(p.gcPercent) / 100
-	heap := max(float64(baseline)*(1+g)*(1+heapPacerMargin), float64(latest)*(1+g/heapPacerMinHeadroomDiv))
+	heap := max(float64(baseline)*(1+g)*(1+heapPacerMargin), float64(latest.live)*(1+g/heapPacerMinHeadroomDiv))
 	l := heap + float64(nonHeap)
 	if l >= float64(p.ceiling) {
 		return p.ceiling, baseline
@@ -142,7 +161,7 @@ func runHeapPacer(ctx context.Context, gcPercent int, reg prometheus.Registerer)
 		if v[2] > heap {
 			nonHeap = v[2] - heap
 		}
-		limit, baseline := p.observe(v[0], v[1], nonHeap)
+		limit, baseline := p.observe(time.Now(), v[0], v[1], nonHeap)
 		baselineGauge.Set(float64(baseline))
 		limitGauge.Set(float64(limit))
 		if limit != set {

@@ -5,21 +5,46 @@ import (
 	"math"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 const mib = 1 << 20
 
-// feed gives the pacer one collection per live heap (in MiB) with 20 MiB
-// outside the heap, and returns the limits it chose, in MiB, rounded down.
-func feed(p *heapPacer, lives ...uint64) []int64 {
+// pacedCollections is how far apart a paced fleet's collections come.
+const pacedCollections = 5 * time.Second
+
+// testPacer is a heapPacer with its clock and collection count.
+type testPacer struct {
+	heapPacer
+	now    time.Time
+	cycles uint64
+}
+
+func newTestPacer(ceiling int64) *testPacer {
+	return &testPacer{heapPacer: heapPacer{gcPercent: 50, ceiling: ceiling}, now: time.Unix(0, 0)}
+}
+
+// feed gives the pacer one collection per live heap (in MiB), every
+// interval, with 20 MiB outside the heap, and returns the limits it chose,
+// in MiB, rounded down.
+func (p *testPacer) feed(interval time.Duration, lives ...uint64) []int64 {
 	limits := make([]int64, len(lives))
 	for i, l := range lives {
-		limit, _ := p.observe(p.cycles+1, l*mib, 20*mib)
+		p.now = p.now.Add(interval)
+		p.cycles++
+		limit, _ := p.observe(p.now, p.cycles, l*mib, 20*mib)
 		limits[i] = limit / mib
 	}
 	return limits
+}
+
+// steady feeds a window of collections that found live MiB.
+func (p *testPacer) steady(live uint64) {
+	for range heapPacerWindow {
+		p.feed(pacedCollections, live)
+	}
 }
 
 // steadyLimit is the limit for a steady live heap of live MiB at GOGC 50:
@@ -29,16 +54,12 @@ func steadyLimit(live float64) int64 {
 }
 
 func TestHeapPacerBurstsDoNotRaiseTheLimit(t *testing.T) {
-	p := &heapPacer{gcPercent: 50, ceiling: math.MaxInt64}
-	steady := make([]uint64, heapPacerWindow)
-	for i := range steady {
-		steady[i] = 200
-	}
-	feed(p, steady...)
+	p := newTestPacer(math.MaxInt64)
+	p.steady(200)
 	want := steadyLimit(200)
 	// A minute: quiet collections, a snapshot-sized burst, rule queries.
 	for minute := range 10 {
-		for i, got := range feed(p, 200, 225, 230, 200, 201, 215, 200, 199, 220, 200) {
+		for i, got := range p.feed(pacedCollections, 200, 225, 230, 200, 201, 215, 200, 199, 220, 200) {
 			if got > want {
 				t.Fatalf("minute %d, collection %d: limit %d MiB, want at most %d (the steady heap's)", minute, i, got, want)
 			}
@@ -46,56 +67,77 @@ func TestHeapPacerBurstsDoNotRaiseTheLimit(t *testing.T) {
 	}
 	// The steady heap's own goal (1.5 x 200 MiB) stays under the limit:
 	// between bursts the pacer does not make the collector run more often.
-	if lim, _ := p.observe(p.cycles+1, 200*mib, 20*mib); lim < 300*mib+20*mib {
-		t.Fatalf("limit %d below the steady heap's goal", lim)
+	if lim := p.feed(pacedCollections, 200)[0]; lim < 300+20 {
+		t.Fatalf("limit %d MiB below the steady heap's goal", lim)
 	}
 }
 
 func TestHeapPacerFollowsALastingRise(t *testing.T) {
-	p := &heapPacer{gcPercent: 50, ceiling: math.MaxInt64}
-	for range heapPacerWindow {
-		feed(p, 200)
-	}
+	p := newTestPacer(math.MaxInt64)
+	p.steady(200)
 	// A new fleet: the live heap doubles and stays. The limit never leaves
 	// the latest live heap less than a quarter of GOGC's headroom, and after
 	// heapPacerWindow collections it is the new heap's steady limit.
 	for i := range heapPacerWindow {
-		got := feed(p, 400)[0]
+		got := p.feed(pacedCollections, 400)[0]
 		if floor := int64(400*(1+0.5/heapPacerMinHeadroomDiv) + 20); got < floor {
 			t.Fatalf("collection %d after the rise: limit %d MiB below %d", i, got, floor)
 		}
 	}
-	if got, want := feed(p, 400)[0], steadyLimit(400); got != want {
+	if got, want := p.feed(pacedCollections, 400)[0], steadyLimit(400); got != want {
 		t.Fatalf("limit %d MiB %d collections after the rise, want %d", got, heapPacerWindow, want)
 	}
 	// A fall is followed at once: the baseline is a minimum.
-	if got, want := feed(p, 150)[0], steadyLimit(150); got != want {
+	if got, want := p.feed(pacedCollections, 150)[0], steadyLimit(150); got != want {
 		t.Fatalf("limit %d MiB after a fall, want %d", got, want)
 	}
 }
 
 func TestHeapPacerCeiling(t *testing.T) {
-	p := &heapPacer{gcPercent: 50, ceiling: 250 * mib}
-	if lim, base := p.observe(0, 0, 20*mib); lim != 250*mib || base != 0 {
+	p := newTestPacer(250 * mib)
+	if lim, base := p.observe(p.now, 0, 0, 20*mib); lim != 250*mib || base != 0 {
 		t.Fatalf("before any collection: limit %d baseline %d, want the ceiling and none", lim, base)
 	}
-	for i, got := range feed(p, 100, 200, 400) {
+	p.steady(100)
+	for i, got := range p.feed(pacedCollections, 100, 200, 400) {
 		if got > 250 {
 			t.Fatalf("collection %d: limit %d MiB above the configured 250", i, got)
 		}
 	}
-	if got := feed(p, 100)[0]; got != steadyLimit(100) {
+	p.steady(100)
+	if got := p.feed(pacedCollections, 100)[0]; got != steadyLimit(100) {
 		t.Fatalf("under the ceiling: limit %d MiB, want %d", got, steadyLimit(100))
+	}
+}
+
+// TestHeapPacerIdle: the limit is the ceiling until a window of collections
+// is recorded, and while they come more often than heapPacerMinInterval
+// (heavy ingest), bursts or not; it caps again once they slow down.
+func TestHeapPacerIdle(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	for i, got := range p.feed(pacedCollections, 100, 120, 140, 160, 180, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200) {
+		if got != math.MaxInt64/mib {
+			t.Fatalf("collection %d of the first window: limit %d MiB, want the ceiling", i, got)
+		}
+	}
+	p.steady(200)
+	for i, got := range p.feed(time.Second, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260) {
+		if i >= heapPacerWindow && got != math.MaxInt64/mib {
+			t.Fatalf("collection %d a second apart: limit %d MiB, want the ceiling", i, got)
+		}
+	}
+	if got := p.feed(heapPacerWindow*heapPacerMinInterval, 230)[0]; got != steadyLimit(200) {
+		t.Fatalf("collections slowed down: limit %d MiB, want %d", got, steadyLimit(200))
 	}
 }
 
 // TestHeapPacerSameCycle: reads between two collections record nothing, so
 // a window is always heapPacerWindow collections, however often it is read.
 func TestHeapPacerSameCycle(t *testing.T) {
-	p := &heapPacer{gcPercent: 50, ceiling: math.MaxInt64}
-	p.observe(1, 300*mib, 0)
+	p := newTestPacer(math.MaxInt64)
 	for range 3 * heapPacerWindow {
-		p.observe(1, 300*mib, 0)
+		p.now = p.now.Add(time.Second)
+		p.observe(p.now, 1, 300*mib, 0)
 	}
 	if p.n != 1 {
 		t.Fatalf("%d collections recorded from one", p.n)
