@@ -28,6 +28,7 @@ type memoryPolicy struct {
 	gogc      int     // --runtime.gogc; the GOGC environment variable wins
 	autoLimit bool    // --auto-gomemlimit
 	ratio     float64 // --auto-gomemlimit.ratio
+	pacer     bool    // --runtime.heap-pacer: runHeapPacer
 }
 
 // memorySources are the files the limit is read from, for tests.

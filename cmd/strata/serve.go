@@ -57,6 +57,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 	s.cmd.Flag("config.file", "Strata configuration file, read over the embedded default (see docs/configuration.md).").StringVar(&s.configFile)
 	s.cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
 		Default(strconv.Itoa(defaultGOGC)).IntVar(&s.memory.gogc)
+	s.cmd.Flag("runtime.heap-pacer", "Lower the Go runtime's soft memory limit to GOGC percent above the lowest live heap of the last 16 garbage collections, so that a collection during a burst (the diagnosis engine's minute, a rule's query) does not raise the heap's goal; never above GOMEMLIMIT or --auto-gomemlimit's limit.").
+		Default("true").BoolVar(&s.memory.pacer)
 	s.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment.").
 		Default("true").BoolVar(&s.memory.autoLimit)
 	s.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
@@ -143,6 +145,9 @@ func (s *serveCommand) run() error {
 	if err != nil {
 		return err
 	}
+	// After startServer: the remote-write handler's heap gate has read the
+	// configured limit, not the pacer's.
+	go s.memory.paceHeap(ctx, srv.reg)
 	return srv.serve(ctx)
 }
 

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// The garbage collector's heap goal is GOGC percent above the heap its last
+// collection marked live. A collection that runs while a burst is live (the
+// diagnosis engine's minute snapshot, a canonical rule's query in flight)
+// marks the burst too, and the goal it sets lets the heap grow by half of
+// the burst more than the steady heap needs; whatever allocates next fills
+// it, and that sets the peak RSS (docs/rollups.md, "Memory"). The heap pacer
+// caps the goal where the steady live heap puts it: it sets the runtime's
+// soft memory limit to GOGC percent above the lowest live heap of the last
+// few collections, plus the runtime's memory outside the heap. Between
+// bursts that limit sits just above GOGC's goal and changes nothing; during
+// one, the collector runs more often instead of letting the heap grow.
+
+// heapPacerWindow is how many collections the baseline is the minimum of.
+// A burst lasts a few collections; a lasting rise of the live heap (a new
+// fleet) raises the baseline once this many collections have seen it: in a
+// paced run a collection comes every 4-7 s, so within two minutes.
+const heapPacerWindow = 16
+
+// heapPacerMinInterval is the pacer's CPU budget: it caps the goal only
+// while the collections of its window came at most one per this interval
+// on average. Under heavy ingest the collector already runs every second
+// or so, the live heap swings by a fifth with the requests in flight, and
+// a cap on it doubled the collections (docs/bench.md, issue 13, s11-gc);
+// there the goal is GOGC's. A paced fleet collects every 4-7 s.
+const heapPacerMinInterval = 3 * time.Second
+
+// heapPacerMargin is the share added above the baseline's goal: the runtime
+// aims 3% below the limit, and the steady heap's own goal must stay GOGC's.
+const heapPacerMargin = 0.05
+
+// heapPacerMinHeadroomDiv bounds how often the limit can make the collector
+// run: the limit always leaves the latest live heap at least half of GOGC's
+// headroom, so a live heap that grows faster than the baseline follows
+// costs at most about twice the collections, never a death spiral (and
+// Go's limiter caps the collector at half the CPU anyway).
+const heapPacerMinHeadroomDiv = 2
+
+// heapPacerPeriod is how often the pacer reads the runtime's metrics.
+const heapPacerPeriod = time.Second
+
+// heapPacerRecord is what the pacer read after a collection.
+type heapPacerRecord struct {
+	at     time.Time
+	cycles uint64 // the runtime's count of completed collections
+	live   uint64
+}
+
+// heapPacer computes the soft memory limit from the live heaps the
+// collections found. It is not safe for concurrent use.
+type heapPacer struct {
+	gcPercent int   // GOGC in force
+	ceiling   int64 // the configured soft limit, math.MaxInt64 for none
+	recs      [heapPacerWindow]heapPacerRecord
+	n         int // collections recorded, up to heapPacerWindow
+	next      int // where the next one goes in recs
+}
+
+// observe records the live heap if a collection ran since the last call
+// (cycles is the runtime's count of completed collections) and returns the
+// limit to set and the baseline it came from. nonHeap is the runtime's
+// memory besides the heap's objects (stacks, metadata, buffers, the unused
+// bytes of the heap's spans), which the soft limit also counts. The limit
+// is the ceiling until heapPacerWindow collections are recorded, and while
+// they came more often than heapPacerMinInterval.
+func (p *heapPacer) observe(now time.Time, cycles, live, nonHeap uint64) (limit int64, baseline uint64) {
+	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
+	if live > 0 && (p.n == 0 || cycles != latest.cycles) {
+		latest = heapPacerRecord{at: now, cycles: cycles, live: live}
+		p.recs[p.next] = latest
+		p.next = (p.next + 1) % heapPacerWindow
+		p.n = min(p.n+1, heapPacerWindow)
+	}
+	if p.n == 0 {
+		return p.ceiling, 0
+	}
+	baseline = math.MaxUint64
+	for _, r := range p.recs[:p.n] {
+		baseline = min(baseline, r.live)
+	}
+	oldest := p.recs[p.next] // the window is full when it matters
+	if p.n < heapPacerWindow || latest.at.Sub(oldest.at) < time.Duration(latest.cycles-oldest.cycles)*heapPacerMinInterval {
+		return p.ceiling, baseline
+	}
+	g := float64(p.gcPercent) / 100
+	heap := max(float64(baseline)*(1+g)*(1+heapPacerMargin), float64(latest.live)*(1+g/heapPacerMinHeadroomDiv))
+	l := heap + float64(nonHeap)
+	if l >= float64(p.ceiling) {
+		return p.ceiling, baseline
+	}
+	// Rounded up to a MiB, so that the runtime's memory outside the heap
+	// moving by a few KiB does not reset the limit every period.
+	return (int64(l)>>20 + 1) << 20, baseline
+}
+
+// heapPacerMetrics are the runtime/metrics the pacer reads: the collection
+// count, the live heap, and what makes up the memory besides the heap's
+// objects as the runtime's limit counts it (the total mapped, less the
+// heap's released and free pages and its objects).
+var heapPacerMetrics = []string{
+	"/gc/cycles/total:gc-cycles",
+	"/gc/heap/live:bytes",
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/objects:bytes",
+}
+
+// paceHeap runs the heap pacer until ctx is done when --runtime.heap-pacer
+// is on and GOGC is not off.
+func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer) {
+	if gcPercent := gcPercentOrDefault(m.gogc); m.pacer && gcPercent > 0 {
+		runHeapPacer(ctx, gcPercent, reg)
+	}
+}
+
+// runHeapPacer sets the soft memory limit from a heapPacer every
+// heapPacerPeriod until ctx is done, then restores the configured limit.
+// It is started after the remote-write handler is created, which reads the
+// configured limit for its heap gate: the gate answers 429 on the
+// configured limit, never on the pacer's.
+func runHeapPacer(ctx context.Context, gcPercent int, reg prometheus.Registerer) {
+	configured := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(configured)
+	limitGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Name: "strata_gc_paced_memory_limit_bytes",
+		Help: "Soft memory limit the heap pacer set (GOGC percent above the baseline live heap, plus the runtime's memory outside the heap), at most the configured GOMEMLIMIT.",
+	})
+	baselineGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Name: "strata_gc_baseline_live_heap_bytes",
+		Help: "Lowest live heap of the last 16 garbage collections: the heap the pacer's limit follows.",
+	})
+	p := &heapPacer{gcPercent: gcPercent, ceiling: configured}
+	samples := make([]metrics.Sample, len(heapPacerMetrics))
+	for i, name := range heapPacerMetrics {
+		samples[i].Name = name
+	}
+	v := make([]uint64, len(samples))
+	set := int64(-1)
+	every(ctx, heapPacerPeriod, func() {
+		metrics.Read(samples)
+		for i, s := range samples {
+			if s.Value.Kind() == metrics.KindUint64 {
+				v[i] = s.Value.Uint64()
+			}
+		}
+		heap := v[3] + v[4] + v[5]
+		nonHeap := uint64(0)
+		if v[2] > heap {
+			nonHeap = v[2] - heap
+		}
+		limit, baseline := p.observe(time.Now(), v[0], v[1], nonHeap)
+		baselineGauge.Set(float64(baseline))
+		limitGauge.Set(float64(limit))
+		if limit != set {
+			debug.SetMemoryLimit(limit)
+			set = limit
+		}
+	})
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"math"
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const mib = 1 << 20
+
+// pacedCollections is how far apart a paced fleet's collections come.
+const pacedCollections = 5 * time.Second
+
+// testPacer is a heapPacer with its clock and collection count.
+type testPacer struct {
+	heapPacer
+	now    time.Time
+	cycles uint64
+}
+
+func newTestPacer(ceiling int64) *testPacer {
+	return &testPacer{heapPacer: heapPacer{gcPercent: 50, ceiling: ceiling}, now: time.Unix(0, 0)}
+}
+
+// feed gives the pacer one collection per live heap (in MiB), every
+// interval, with 20 MiB outside the heap, and returns the limits it chose,
+// in MiB, rounded down.
+func (p *testPacer) feed(interval time.Duration, lives ...uint64) []int64 {
+	limits := make([]int64, len(lives))
+	for i, l := range lives {
+		p.now = p.now.Add(interval)
+		p.cycles++
+		limit, _ := p.observe(p.now, p.cycles, l*mib, 20*mib)
+		limits[i] = limit / mib
+	}
+	return limits
+}
+
+// steady feeds a window of collections that found live MiB.
+func (p *testPacer) steady(live uint64) {
+	for range heapPacerWindow {
+		p.feed(pacedCollections, live)
+	}
+}
+
+// steadyLimit is the limit for a steady live heap of live MiB at GOGC 50:
+// 1.5 times it plus the margin, plus 20 MiB outside the heap, rounded up.
+func steadyLimit(live float64) int64 {
+	return int64(live*1.5*(1+heapPacerMargin)+20) + 1
+}
+
+func TestHeapPacerBurstsDoNotRaiseTheLimit(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.steady(200)
+	want := steadyLimit(200)
+	// A minute: quiet collections, a snapshot-sized burst, rule queries.
+	for minute := range 10 {
+		for i, got := range p.feed(pacedCollections, 200, 225, 230, 200, 201, 215, 200, 199, 220, 200) {
+			if got > want {
+				t.Fatalf("minute %d, collection %d: limit %d MiB, want at most %d (the steady heap's)", minute, i, got, want)
+			}
+		}
+	}
+	// The steady heap's own goal (1.5 x 200 MiB) stays under the limit:
+	// between bursts the pacer does not make the collector run more often.
+	if lim := p.feed(pacedCollections, 200)[0]; lim < 300+20 {
+		t.Fatalf("limit %d MiB below the steady heap's goal", lim)
+	}
+}
+
+func TestHeapPacerFollowsALastingRise(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.steady(200)
+	// A new fleet: the live heap doubles and stays. The limit never leaves
+	// the latest live heap less than a quarter of GOGC's headroom, and after
+	// heapPacerWindow collections it is the new heap's steady limit.
+	for i := range heapPacerWindow {
+		got := p.feed(pacedCollections, 400)[0]
+		if floor := int64(400*(1+0.5/heapPacerMinHeadroomDiv) + 20); got < floor {
+			t.Fatalf("collection %d after the rise: limit %d MiB below %d", i, got, floor)
+		}
+	}
+	if got, want := p.feed(pacedCollections, 400)[0], steadyLimit(400); got != want {
+		t.Fatalf("limit %d MiB %d collections after the rise, want %d", got, heapPacerWindow, want)
+	}
+	// A fall is followed at once: the baseline is a minimum.
+	if got, want := p.feed(pacedCollections, 150)[0], steadyLimit(150); got != want {
+		t.Fatalf("limit %d MiB after a fall, want %d", got, want)
+	}
+}
+
+func TestHeapPacerCeiling(t *testing.T) {
+	p := newTestPacer(250 * mib)
+	if lim, base := p.observe(p.now, 0, 0, 20*mib); lim != 250*mib || base != 0 {
+		t.Fatalf("before any collection: limit %d baseline %d, want the ceiling and none", lim, base)
+	}
+	p.steady(100)
+	for i, got := range p.feed(pacedCollections, 100, 200, 400) {
+		if got > 250 {
+			t.Fatalf("collection %d: limit %d MiB above the configured 250", i, got)
+		}
+	}
+	p.steady(100)
+	if got := p.feed(pacedCollections, 100)[0]; got != steadyLimit(100) {
+		t.Fatalf("under the ceiling: limit %d MiB, want %d", got, steadyLimit(100))
+	}
+}
+
+// TestHeapPacerIdle: the limit is the ceiling until a window of collections
+// is recorded, and while they come more often than heapPacerMinInterval
+// (heavy ingest), bursts or not; it caps again once they slow down.
+func TestHeapPacerIdle(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	for i, got := range p.feed(pacedCollections, 100, 120, 140, 160, 180, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200) {
+		if got != math.MaxInt64/mib {
+			t.Fatalf("collection %d of the first window: limit %d MiB, want the ceiling", i, got)
+		}
+	}
+	p.steady(200)
+	for i, got := range p.feed(time.Second, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260) {
+		if i >= heapPacerWindow && got != math.MaxInt64/mib {
+			t.Fatalf("collection %d a second apart: limit %d MiB, want the ceiling", i, got)
+		}
+	}
+	if got := p.feed(heapPacerWindow*heapPacerMinInterval, 230)[0]; got != steadyLimit(200) {
+		t.Fatalf("collections slowed down: limit %d MiB, want %d", got, steadyLimit(200))
+	}
+}
+
+// TestHeapPacerSameCycle: reads between two collections record nothing, so
+// a window is always heapPacerWindow collections, however often it is read.
+func TestHeapPacerSameCycle(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	for range 3 * heapPacerWindow {
+		p.now = p.now.Add(time.Second)
+		p.observe(p.now, 1, 300*mib, 0)
+	}
+	if p.n != 1 {
+		t.Fatalf("%d collections recorded from one", p.n)
+	}
+}
+
+// TestHeapPacerOff: --runtime.heap-pacer=false or GOGC=off leave the limit
+// alone and export no pacer metrics; on, the pacer restores the configured
+// limit when it stops.
+func TestHeapPacerOff(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(123 * mib))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	t.Setenv("GOGC", "")
+	for _, tc := range []struct {
+		name   string
+		policy memoryPolicy
+		gogc   string
+		on     bool
+	}{
+		{"on", memoryPolicy{gogc: 50, pacer: true}, "", true},
+		{"flag off", memoryPolicy{gogc: 50, pacer: false}, "", false},
+		{"GOGC=off", memoryPolicy{gogc: 50, pacer: true}, "off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOGC", tc.gogc)
+			reg := prometheus.NewRegistry()
+			tc.policy.paceHeap(ctx, reg)
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if on := len(mfs) > 0; on != tc.on {
+				t.Fatalf("pacer metrics exported: %v, want %v", on, tc.on)
+			}
+			if got := debug.SetMemoryLimit(-1); got != 123*mib {
+				t.Fatalf("limit %d after the pacer, want the configured 123 MiB", got)
+			}
+		})
+	}
+}
