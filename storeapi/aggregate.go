@@ -284,14 +284,8 @@ func aggregate(a pushedAggregation, mat promql.Matrix, start, end, step int64) p
 				g.value, g.comp = kahansum.Inc(f, g.value, g.comp)
 			case parser.COUNT:
 				g.count++
-			case parser.MAX:
-				if g.value < f || math.IsNaN(g.value) {
-					g.value = f
-				}
-			case parser.MIN:
-				if g.value > f || math.IsNaN(g.value) {
-					g.value = f
-				}
+			case parser.MAX, parser.MIN:
+				g.value = extremum(a.op, g.value, f)
 			}
 		}
 		for gi := range groups {
@@ -422,4 +416,14 @@ func (s *recordingSet) Next() bool {
 	s.r.orders[s.i] = append(s.r.orders[s.i], s.At().Labels())
 	s.r.mu.Unlock()
 	return true
+}
+
+// extremum is the max (op parser.MAX) or min (parser.MIN) of a group's
+// value cur and a series' value v, as the engine keeps it: a NaN gives
+// way to any value.
+func extremum(op parser.ItemType, cur, v float64) float64 {
+	if (op == parser.MAX && cur < v) || (op == parser.MIN && cur > v) || math.IsNaN(cur) {
+		return v
+	}
+	return cur
 }

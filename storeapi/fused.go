@@ -376,14 +376,8 @@ func (f *fuser) walk(it *storage.MemoizedSeriesIterator, p *fusedPart, acc []fus
 		switch f.family {
 		case parser.SUM:
 			c.value, c.comp = kahansum.Inc(v, c.value, c.comp)
-		case parser.MAX:
-			if c.value < v || math.IsNaN(c.value) {
-				c.value = v
-			}
-		case parser.MIN:
-			if c.value > v || math.IsNaN(c.value) {
-				c.value = v
-			}
+		case parser.MAX, parser.MIN:
+			c.value = extremum(f.family, c.value, v)
 		}
 	}
 	return nil
