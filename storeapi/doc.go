@@ -12,9 +12,10 @@
 // and sends only the result series. The engine sees each series with the
 // external labels added and the request's replica labels removed, as the
 // distributed engine needs to merge partial aggregates and deduplicate HA
-// pairs (docs/scale-out.md, "Two modes"). Requests running at once whose
-// selects read alike (the sum and the count a distributed Querier splits an
-// avg into) share one read of the tiers (shared.go), and range queries of
+// pairs (docs/scale-out.md, "Two modes"). Requests whose selects read alike
+// (the sum and the count a distributed Querier splits an avg into) share one
+// read of the tiers within a grace period, one request iterating it at a
+// time (shared.go), and range queries of
 // the form `sum|count|min|max by (labels) (selector)` evaluate the selector
 // once for all of them and aggregate its matrix as the engine would, to the
 // bit (aggregate.go).

@@ -19,9 +19,9 @@ import (
 // period. Failed work is not kept.
 type graceCache[K comparable, V any] struct {
 	grace time.Duration
-	max   int // entries at most; work past that is not shared
-	hits  prometheus.Counter
-	free  func(V) // releases a dropped entry's value (called under mu)
+	max   int                // entries at most; work past that is not shared
+	hits  prometheus.Counter // entries found (nil: not counted)
+	free  func(V)            // releases a dropped entry's value (called under mu)
 
 	mu      sync.Mutex
 	entries map[K]*graceEntry[K, V]
@@ -64,7 +64,9 @@ func (c *graceCache[K, V]) acquire(key K) (*graceEntry[K, V], bool) {
 			e.idle.Stop() // if it already fired, drop finds refs > 0 and keeps e
 			e.idle = nil
 		}
-		c.hits.Inc()
+		if c.hits != nil {
+			c.hits.Inc()
+		}
 		return e, false
 	}
 	if c.closed || len(c.entries) >= c.max {

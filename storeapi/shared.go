@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,13 +24,20 @@ import (
 // twice. sharedSelects lets requests whose selects are the same (matchers,
 // time range and the hints that choose the samples) read the tiers once:
 // the first runs the select, the others wait for it and iterate the same
-// series. A selection is kept while a request uses it and for a grace
-// period after the last one is done (the second half of a rewritten query
-// may arrive a little later), then dropped: it is never read again after
-// that, so it never serves data older than the grace period.
+// series, one request at a time: the series of a TSDB querier share its
+// chunk reader, whose cache of head chunks is not safe for concurrent use
+// (two requests iterating the raw tier's series of one selection at once
+// read each other's chunks), so a request that finds the selection in use
+// selects on its own (the halves of an avg running at once share their
+// evaluation or fused pass instead: aggregate.go, fused.go). A selection
+// is kept while a request holds it and for a grace period after the last
+// one is done (the second half of a rewritten query may arrive a little
+// later), then dropped: it is never read again after that, so it never
+// serves data older than the grace period.
 type sharedSelects struct {
 	q     storage.Queryable
 	cache *graceCache[selectKey, *selection]
+	hits  prometheus.Counter // selects served by another request's selection
 }
 
 // Defaults of the Query API's shared selects and evaluations.
@@ -39,7 +47,8 @@ const (
 )
 
 func newSharedSelects(q storage.Queryable, grace time.Duration, maxEntries int, hits prometheus.Counter) *sharedSelects {
-	return &sharedSelects{q: q, cache: newGraceCache[selectKey](grace, maxEntries, hits, closeSelection)}
+	// The cache counts no hits: a selection found in use is not shared.
+	return &sharedSelects{q: q, cache: newGraceCache[selectKey](grace, maxEntries, nil, closeSelection), hits: hits}
 }
 
 // selectKey is what makes two selects read the same series and samples.
@@ -107,6 +116,10 @@ type selection struct {
 	q        storage.Querier
 	series   []storage.Series
 	warnings annotations.Annotations
+
+	// inUse is held by the request iterating series, from its select to
+	// its querier's Close: one request at a time (sharedSelects).
+	inUse sync.Mutex
 }
 
 // Querier returns a querier whose selects are shared.
@@ -129,6 +142,7 @@ func (c *sharedSelects) run(ctx context.Context, mint, maxt int64, sortSeries bo
 		return sel, err // the querier is closed with the entry
 	}
 	sel.warnings = set.Warnings()
+	sel.inUse.Lock() // for the request that ran it, before others can see it
 	return sel, nil
 }
 
@@ -145,6 +159,7 @@ type sharedQuerier struct {
 	c          *sharedSelects
 	mint, maxt int64
 	held       []*graceEntry[selectKey, *selection]
+	using      []*selection    // the selections whose series it iterates (inUse held)
 	own        storage.Querier // for selects that are not shared
 }
 
@@ -165,6 +180,15 @@ func (q *sharedQuerier) Select(ctx context.Context, sortSeries bool, hints *stor
 		}
 		return storage.ErrSeriesSet(err)
 	}
+	if !first {
+		if !sel.inUse.TryLock() {
+			// Another request, or another select of this one, is
+			// iterating its series.
+			return q.ownSelect(ctx, sortSeries, hints, ms)
+		}
+		q.c.hits.Inc()
+	}
+	q.using = append(q.using, sel)
 	return seriesset.List(sel.series, maps.Clone(sel.warnings))
 }
 
@@ -206,6 +230,10 @@ func (q *sharedQuerier) ownQuerier() (storage.Querier, error) {
 
 // Close lets go of the request's selections and closes its own querier.
 func (q *sharedQuerier) Close() error {
+	for _, sel := range q.using {
+		sel.inUse.Unlock()
+	}
+	q.using = nil
 	for _, e := range q.held {
 		q.c.cache.release(e)
 	}
