@@ -88,8 +88,16 @@ func (p *Pipeline) spillSet(oldest int64) *spillSet {
 // holds reports whether every window of the series (id is its SeriesID)
 // in the open hours is in the spill.
 func (s *spillSet) holds(lset labels.Labels, id int64) bool {
+	held, _ := s.find(lset, id)
+	return held
+}
+
+// find is holds, and the tee's labels of the series (empty when it has no
+// slot for it): the raw tier's own (Pipeline.labelsOf), which a reader may
+// keep instead of a copy.
+func (s *spillSet) find(lset labels.Labels, id int64) (held bool, own labels.Labels) {
 	if s == nil {
-		return true
+		return true, labels.EmptyLabels()
 	}
 	i, _ := slices.BinarySearchFunc(s.entries, id, func(e spillSetEntry, id int64) int { return cmp.Compare(e.id, id) })
 	found := false
@@ -98,12 +106,13 @@ func (s *spillSet) holds(lset labels.Labels, id int64) bool {
 		if !labels.Equal(e.lset, lset) {
 			continue
 		}
+		own = e.lset
 		if e.sparse {
-			return false
+			return false, own
 		}
 		found = true
 	}
-	return found
+	return found, own
 }
 
 // needRaw reports whether minutes from `from` on may have windows that only
@@ -117,18 +126,21 @@ func (s *spillSet) needRaw(from int64) bool {
 // walkRawBacked computes from raw the minute windows in [from, to) of the
 // series matching ms (none: every series) that set does not hold, and calls
 // fn with each that has some. start, when set, gives each series' first
-// minute to compute (false: skip it); its labels are valid during the call.
+// minute to compute (false: skip it); its lset is valid during the call,
+// own is the tee's labels of the series (empty when the tee has no slot
+// for it), which stay valid.
 func walkRawBacked(ctx context.Context, q storage.Queryable, set *spillSet, from, to int64, kindOf KindFunc, ms []*labels.Matcher,
-	start func(lset labels.Labels) (int64, bool), fn func(lset labels.Labels, ws []tiers.Window),
+	start func(lset, own labels.Labels) (int64, bool), fn func(lset labels.Labels, ws []tiers.Window),
 ) (Stats, error) {
 	first := func(lset labels.Labels) (int64, bool) {
-		if set.holds(lset, tiers.SeriesID(lset)) {
+		held, own := set.find(lset, tiers.SeriesID(lset))
+		if held {
 			return 0, false
 		}
 		if start == nil {
 			return from, true
 		}
-		return start(lset)
+		return start(lset, own)
 	}
 	return walkWindows(ctx, q, MinuteRes, from, to, kindOf, ms, first, fn)
 }
