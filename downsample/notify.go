@@ -102,9 +102,28 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			ws = ws[:0]
 		}
 	})
-	// The series the spill does not hold whole, from raw: one read per open
-	// hour, for the minutes of [mint, maxt] in it. A series read from two
-	// hours is handed over once, its windows merged.
+	// The series the spill does not hold whole, from raw: one read per run
+	// of consecutive open hours, for the minutes of [mint, maxt] in it.
+	spans := p.rawSpans(mint, maxt, set, want)
+	if len(spans) == 1 {
+		// Each series is read once: handed over as it is read, as the
+		// spilled ones are. Held until the walk's end, every series'
+		// windows were 107 MB at 500,000 series read from raw, beside
+		// their labels (docs/bench.md).
+		var own labels.Labels
+		walkOpenRaw(p, set, spans[0], matchers, func(lset, o labels.Labels) (int64, bool) {
+			f, ok := want(lset)
+			if !ok {
+				return 0, false
+			}
+			own = keptLabels(lset, o)
+			return timegrid.Ceil(f, MinuteRes), true
+		}, func(_ labels.Labels, ws []tiers.Window) {
+			sink.Series(own, ws)
+		})
+		return
+	}
+	// A series read from two runs is handed over once, its windows merged.
 	type acc struct {
 		lset labels.Labels
 		from int64 // the sink's earliest start wanted
@@ -112,15 +131,10 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	}
 	var (
 		accs   []acc
-		byHash map[uint64][]int // accs by label hash, once a second hour is read
-		hours  int
+		byHash map[uint64][]int // accs by label hash, once a second run is read
 	)
-	for _, h := range slices.Sorted(maps.Keys(p.spills)) {
-		from, to := max(timegrid.Ceil(mint, MinuteRes), h), min(timegrid.Floor(maxt, MinuteRes)+MinuteRes, h+HourRes)
-		if from >= to || !set.needRaw(from) || !p.sparseWanted(set, from, want) {
-			continue
-		}
-		if hours++; hours == 2 {
+	for n, sp := range spans {
+		if n == 1 {
 			byHash = make(map[uint64][]int, len(accs))
 			for i := range accs {
 				k := accs[i].lset.Hash()
@@ -128,7 +142,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			}
 		}
 		cur := -1
-		_, err := walkRawBacked(context.Background(), p.src, set, from, to, p.cfg.KindOf, matchers,
+		walkOpenRaw(p, set, sp, matchers,
 			func(lset, own labels.Labels) (int64, bool) {
 				f, ok := want(lset)
 				if !ok {
@@ -143,14 +157,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 					}
 				}
 				if cur < 0 {
-					// The tee's labels, shared with the raw head: the
-					// engine's snapshot keeps every series' labels for
-					// its minute, and a copy of each was half its bytes
-					// at 500,000 series read from raw (docs/bench.md).
-					if own.IsEmpty() {
-						own = lset.Copy() // lset may point into a block's index
-					}
-					accs = append(accs, acc{lset: own, from: f})
+					accs = append(accs, acc{lset: keptLabels(lset, own), from: f})
 					cur = len(accs) - 1
 					if byHash != nil {
 						k := lset.Hash()
@@ -160,11 +167,8 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 				return timegrid.Ceil(accs[cur].from, MinuteRes), true
 			},
 			func(_ labels.Labels, ws []tiers.Window) {
-				accs[cur].ws = append(accs[cur].ws, ws...) // the hours ascend
+				accs[cur].ws = append(accs[cur].ws, ws...) // the runs ascend
 			})
-		if err != nil {
-			p.logger.Error("read open windows from raw", "hour", fmtTime(h), "err", err)
-		}
 	}
 	for i := range accs {
 		if len(accs[i].ws) > 0 {
@@ -172,6 +176,49 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 		}
 		accs[i].ws = nil // the sink's now: a collection while the rest is handed over need not keep it
 	}
+}
+
+// rawSpan is a run of consecutive open hours read from raw at once:
+// minutes [from, to).
+type rawSpan struct{ from, to int64 }
+
+// rawSpans returns the minutes of [mint, maxt] that VisitOpenWindows reads
+// from raw, by open hour, consecutive hours joined: a minute window never
+// spans two hours, so one walk over two hours computes the windows two
+// walks would, and meets each series once.
+func (p *Pipeline) rawSpans(mint, maxt int64, set *spillSet, want func(labels.Labels) (int64, bool)) []rawSpan {
+	var spans []rawSpan
+	for _, h := range slices.Sorted(maps.Keys(p.spills)) {
+		from, to := max(timegrid.Ceil(mint, MinuteRes), h), min(timegrid.Floor(maxt, MinuteRes)+MinuteRes, h+HourRes)
+		if from >= to || !set.needRaw(from) || !p.sparseWanted(set, from, want) {
+			continue
+		}
+		if n := len(spans); n > 0 && spans[n-1].to == from {
+			spans[n-1].to = to
+			continue
+		}
+		spans = append(spans, rawSpan{from: from, to: to})
+	}
+	return spans
+}
+
+// walkOpenRaw is walkRawBacked over a span, for VisitOpenWindows (its
+// errors logged: the reader gets what was read).
+func walkOpenRaw(p *Pipeline, set *spillSet, sp rawSpan, ms []*labels.Matcher, start func(lset, own labels.Labels) (int64, bool), fn func(labels.Labels, []tiers.Window)) {
+	if _, err := walkRawBacked(context.Background(), p.src, set, sp.from, sp.to, p.cfg.KindOf, ms, start, fn); err != nil {
+		p.logger.Error("read open windows from raw", "from", fmtTime(sp.from), "err", err)
+	}
+}
+
+// keptLabels returns labels equal to lset that a sink may keep: the tee's
+// (own, the raw head's: shared, where a copy of every series' was half the
+// engine's snapshot at 500,000 series read from raw), else a copy (lset
+// may point into a block's index).
+func keptLabels(lset, own labels.Labels) labels.Labels {
+	if own.IsEmpty() {
+		return lset.Copy()
+	}
+	return own
 }
 
 // visitSpilled merges the spill blocks with windows starting in [mint,

@@ -2,6 +2,7 @@ package downsample
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -184,5 +185,36 @@ func TestVisitOpenWindowsEachOnce(t *testing.T) {
 	}
 	if checks < 20 || crossed == 0 {
 		t.Fatalf("%d ranges checked, %d across an hour boundary", checks, crossed)
+	}
+}
+
+// TestRawSpans: VisitOpenWindows reads consecutive open hours from raw in
+// one walk (each series met once, handed over as read) and a gap between
+// open hours (a failed flush, a backfilled hour) in a walk of its own.
+func TestRawSpans(t *testing.T) {
+	const h = HourRes
+	h0 := timegrid.Floor(time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC).UnixMilli(), h)
+	set := &spillSet{teeFrom: math.MaxInt64} // before the tee: every hour is read from raw
+	want := func(labels.Labels) (int64, bool) { return 0, true }
+	for _, c := range []struct {
+		name       string
+		hours      []int64 // open hours, from h0
+		mint, maxt int64   // from h0
+		spans      []rawSpan
+	}{
+		{"one hour", []int64{0}, 10 * MinuteRes, 30 * MinuteRes, []rawSpan{{h0 + 10*MinuteRes, h0 + 31*MinuteRes}}},
+		{"two consecutive", []int64{0, h}, 50 * MinuteRes, h + 5*MinuteRes, []rawSpan{{h0 + 50*MinuteRes, h0 + h + 6*MinuteRes}}},
+		{"range within the later", []int64{0, h}, h + MinuteRes, h + 5*MinuteRes, []rawSpan{{h0 + h + MinuteRes, h0 + h + 6*MinuteRes}}},
+		{"a gap", []int64{0, 2 * h}, 50 * MinuteRes, 2*h + 5*MinuteRes, []rawSpan{{h0 + 50*MinuteRes, h0 + h}, {h0 + 2*h, h0 + 2*h + 6*MinuteRes}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &Pipeline{spills: map[int64]*hourSpill{}}
+			for _, o := range c.hours {
+				p.spills[h0+o] = nil
+			}
+			if got := p.rawSpans(h0+c.mint, h0+c.maxt, set, want); !slices.Equal(got, c.spans) {
+				t.Errorf("spans %v, want %v", got, c.spans)
+			}
+		})
 	}
 }
