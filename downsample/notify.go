@@ -54,7 +54,9 @@ func (p *Pipeline) publishMark() {
 // (each block's records are in key order), so a series' windows are handed
 // over as soon as its last record is read and what is held at once is one
 // series' windows, not every series' (which cost 180 bytes a window
-// allocated each minute, as much again as the sink's copy).
+// allocated each minute, as much again as the sink's copy). The series
+// computed from raw stream too, one read over the open hours, with the
+// tee's labels of them (rawSpans, keptLabels).
 func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink, matchers ...*labels.Matcher) {
 	maxt = min(maxt, p.pubMark.Load()-MinuteRes)
 	if mint > maxt {
