@@ -689,6 +689,8 @@ func (s *bseries) zscore(v float64) float64 { return (v - s.med) / s.sig }
 // sink receives the baseline series of a minute.
 type baselineSink interface {
 	appendDirect(t int64, hs []*scratchHandle, vs []float64)
+	// zscores reports whether the sink takes the z-score series too.
+	zscores() bool
 }
 
 // minute processes minute ts: vals are the tracked signals' values at ts
@@ -742,32 +744,45 @@ func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baseline
 
 func (t *tracker) write(ts int64, sinks []baselineSink) {
 	// Sized for the minute's series up front: grown by append, they were
-	// 2.2 MB of garbage a minute at 10,000 tracked series.
+	// 2.2 MB of garbage a minute at 10,000 tracked series. The z-scores
+	// come last, so that a sink that does not take them gets the head of
+	// the same slices.
 	n := 3*len(t.seen) + 1
 	hs, vs := make([]*scratchHandle, 0, n), make([]float64, 0, n)
+	zh, zv := make([]*scratchHandle, 0, len(t.seen)), make([]float64, 0, len(t.seen))
 	prev := ts - minute.Milliseconds()
 	for _, s := range t.seen {
 		if _, _, _, ok := s.current(); !ok {
 			continue
 		}
 		out := s.outputs()
-		hs = append(hs, &out[0], &out[1], &out[2])
-		vs = append(vs, s.med, s.sig, s.zscore(s.x))
+		hs = append(hs, &out[0], &out[1])
+		vs = append(vs, s.med, s.sig)
+		zh = append(zh, &out[2])
+		zv = append(zv, s.zscore(s.x))
 		s.lastOut = ts
 	}
 	stale := math.Float64frombits(value.StaleNaN)
 	for _, list := range t.byMetric {
 		for _, s := range list {
 			if s.lastOut == prev && s.out != nil {
-				hs = append(hs, &s.out[0], &s.out[1], &s.out[2])
-				vs = append(vs, stale, stale, stale)
+				hs = append(hs, &s.out[0], &s.out[1])
+				vs = append(vs, stale, stale)
+				zh = append(zh, &s.out[2])
+				zv = append(zv, stale)
 			}
 		}
 	}
 	hs = append(hs, t.kOut)
 	vs = append(vs, t.k)
+	lean := len(hs)
+	hs, vs = append(hs, zh...), append(vs, zv...)
 	for _, sk := range sinks {
-		sk.appendDirect(ts, hs, vs)
+		if sk.zscores() {
+			sk.appendDirect(ts, hs, vs)
+		} else {
+			sk.appendDirect(ts, hs[:lean], vs[:lean])
+		}
 	}
 }
 

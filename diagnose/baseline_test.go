@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -574,8 +575,8 @@ func TestNoBaselineWritesNothing(t *testing.T) {
 	if n, _ := sc.samples(); n != 1+3*3 {
 		t.Errorf("%d scratch series, want 10", n)
 	}
-	if len(store.labels) != 1+3*3 {
-		t.Errorf("%d series written back, want 10", len(store.labels))
+	if len(store.labels) != 1+3*2 { // median and sigma: no z-scores by default
+		t.Errorf("%d series written back, want 7", len(store.labels))
 	}
 	for _, s := range tr.byMetric[waiting] {
 		if _, _, _, _, ok := sc.baselineAt(s, ts); !ok {
@@ -583,6 +584,60 @@ func TestNoBaselineWritesNothing(t *testing.T) {
 		}
 		if _, _, _, _, ok := sc.baselineAt(s, tStart); ok {
 			t.Errorf("%s: a baseline at the first minute", s.lbls)
+		}
+	}
+}
+
+// namesSink counts the baseline series a sink is given, by name.
+type namesSink struct {
+	z     bool
+	names map[string]int
+}
+
+func (n *namesSink) appendDirect(_ int64, hs []*scratchHandle, _ []float64) {
+	for _, h := range hs {
+		n.names[h.lbls.Get(model.MetricNameLabel)]++
+	}
+}
+
+func (n *namesSink) zscores() bool { return n.z }
+
+// TestBaselineZScoreWriteBack: the engine's own store gets every baseline
+// series of a minute; the write-back gets the z-scores only with
+// diagnose.baseline.write_back_zscore, and the median, sigma and k always.
+func TestBaselineZScoreWriteBack(t *testing.T) {
+	series := map[string]func(int64) (float64, bool){"a": steady(10, 1), "b": steady(10, 2), "c": steady(10, 3)}
+	ts := tStart + 10*minute.Milliseconds()
+	for _, withZ := range []bool{false, true} {
+		tr := newTracker(testBaselineConfig())
+		feed(tr, tStart, ts, math.MaxInt64, series)
+		var vals []sampleAt
+		for pod, f := range series {
+			v, _ := f(ts)
+			vals = append(vals, sampleAt{podSeries(pod, "m"), v})
+		}
+		own := &namesSink{z: true, names: map[string]int{}}
+		store := &commitSizes{labels: map[string]float64{}}
+		cfg := DefaultConfig()
+		cfg.Baseline.WriteBackZScore = withZ
+		e := &Engine{cfg: cfg, o: Options{WriteBack: store, WriteBackDelay: time.Minute}, logger: slog.New(slog.DiscardHandler)}
+		tr.minute(ts, map[string][]sampleAt{waiting: vals}, own, writeBackSink{e})
+
+		want := map[string]int{BaselineMedianSeries: 3, BaselineSigmaSeries: 3, AnomalyZScoreSeries: 3, BaselineKSeries: 1}
+		if !maps.Equal(own.names, want) {
+			t.Fatalf("engine's store got %v, want %v", own.names, want)
+		}
+		if !withZ {
+			delete(want, AnomalyZScoreSeries)
+		}
+		back := map[string]int{}
+		for ls := range store.labels {
+			// The series' String(): {__name__="<name>", ...}.
+			name, _, _ := strings.Cut(strings.TrimPrefix(ls, `{__name__="`), `"`)
+			back[name]++
+		}
+		if !maps.Equal(back, want) {
+			t.Errorf("write_back_zscore %v: written back %v, want %v", withZ, back, want)
 		}
 	}
 }

@@ -124,7 +124,8 @@ func (e *Engine) baselineSinks() []baselineSink {
 }
 
 // writeBackSink writes the baseline series back to the store (live), at
-// T+WriteBackDelay like the ALERTS series.
+// T+WriteBackDelay like the ALERTS series: the median and sigma series and
+// strata:baseline:k, and the z-scores when configured.
 type writeBackSink struct{ e *Engine }
 
 // writeBackBatch is how many baseline samples one write-back commit holds.
@@ -138,6 +139,10 @@ type writeBackSink struct{ e *Engine }
 // (the paced 50,000-series benchmark's remote-write requests need 1 MB);
 // 1,000 make records no larger than a request's.
 const writeBackBatch = 1000
+
+// zscores: the z-scores are written back only with
+// diagnose.baseline.write_back_zscore.
+func (w writeBackSink) zscores() bool { return w.e.cfg.Baseline.WriteBackZScore }
 
 func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
 	ts := t + w.e.o.WriteBackDelay.Milliseconds()

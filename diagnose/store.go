@@ -388,6 +388,10 @@ func (s *scratch) valueOf(h *scratchHandle, t int64) (float64, bool) {
 	return e.vs[i], true
 }
 
+// zscores: the engine's own store keeps the z-scores, which the derived
+// anomaly rules read.
+func (s *scratch) zscores() bool { return true }
+
 // appendDirect writes samples at once (no Commit), under one lock.
 func (s *scratch) appendDirect(t int64, hs []*scratchHandle, vs []float64) {
 	s.mu.Lock()
