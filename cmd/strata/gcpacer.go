@@ -18,34 +18,49 @@ import (
 // the burst more than the steady heap needs; whatever allocates next fills
 // it, and that sets the peak RSS (docs/rollups.md, "Memory"). The heap pacer
 // caps the goal where the steady live heap puts it: it sets the runtime's
-// soft memory limit to GOGC percent above the lowest live heap of the last
-// few collections, plus the runtime's memory outside the heap. Between
-// bursts that limit sits just above GOGC's goal and changes nothing; during
-// one, the collector runs more often instead of letting the heap grow.
+// soft memory limit to a headroom above the lowest live heap of the last
+// few collections, plus the runtime's memory outside the heap. The headroom
+// (--runtime.heap-pacer.headroom) may be below GOGC's: a paced fleet
+// leaves the process CPU to spare, and a collection more often buys a
+// heap that stays closer to the live one. Where GOGC alone would collect
+// more often than heapPacerMinInterval (heavy ingest), the pacer steps
+// aside and the goal is GOGC's.
+
+// defaultPacerHeadroom is --runtime.heap-pacer.headroom's default. On a
+// paced 50,000-series fleet 0.35 took the peak RSS 26-34 MiB below GOGC
+// 50's headroom for 8-9 % more CPU; 0.25 cost twice that and left the peak
+// where it was, which the bursts set through the latest live heap's floor
+// (docs/bench.md, issue 13, s12-pacer).
+const defaultPacerHeadroom = 0.35
 
 // heapPacerWindow is how many collections the baseline is the minimum of.
 // A burst lasts a few collections; a lasting rise of the live heap (a new
 // fleet) raises the baseline once this many collections have seen it: in a
-// paced run a collection comes every 4-7 s, so within two minutes.
+// paced run a collection comes every 2-7 s, so within two minutes.
 const heapPacerWindow = 16
 
 // heapPacerMinInterval is the pacer's CPU budget: it caps the goal only
-// while the collections of its window came at most one per this interval
-// on average. Under heavy ingest the collector already runs every second
-// or so, the live heap swings by a fifth with the requests in flight, and
-// a cap on it doubled the collections (docs/bench.md, issue 13, s11-gc);
-// there the goal is GOGC's. A paced fleet collects every 4-7 s.
+// while GOGC alone would give collections at most one per this interval,
+// that is while the heap allocated over the window's time, spread over
+// GOGC's headroom above its mean live heap, takes this long to fill. Under
+// heavy ingest the collector already runs every second or so, the live
+// heap swings by a fifth with the requests in flight, and a cap on it
+// doubled the collections (docs/bench.md, issue 13, s11-gc); there the
+// goal is GOGC's. The decision reads the allocation rate, not how often
+// the collections came: a limit below GOGC's goal makes them come more
+// often by its own doing, and a decision on their pace would switch the
+// pacer off for what it did itself.
 const heapPacerMinInterval = 3 * time.Second
 
 // heapPacerMargin is the share added above the baseline's goal: the runtime
-// aims 3% below the limit, and the steady heap's own goal must stay GOGC's.
+// aims 3% below the limit.
 const heapPacerMargin = 0.05
 
 // heapPacerMinHeadroomDiv bounds how often the limit can make the collector
-// run: the limit always leaves the latest live heap at least half of GOGC's
-// headroom, so a live heap that grows faster than the baseline follows
-// costs at most about twice the collections, never a death spiral (and
-// Go's limiter caps the collector at half the CPU anyway).
+// run: the limit always leaves the latest live heap at least half of the
+// pacer's headroom, so a live heap that grows faster than the baseline
+// follows costs at most about twice the collections, never a death spiral
+// (and Go's limiter caps the collector at half the CPU anyway).
 const heapPacerMinHeadroomDiv = 2
 
 // heapPacerPeriod is how often the pacer reads the runtime's metrics.
@@ -56,29 +71,38 @@ type heapPacerRecord struct {
 	at     time.Time
 	cycles uint64 // the runtime's count of completed collections
 	live   uint64
+	allocs uint64 // bytes allocated since the process started
 }
 
 // heapPacer computes the soft memory limit from the live heaps the
 // collections found. It is not safe for concurrent use.
 type heapPacer struct {
-	gcPercent int   // GOGC in force
-	ceiling   int64 // the configured soft limit, math.MaxInt64 for none
+	gcPercent int     // GOGC in force
+	headroom  float64 // the paced goal's share above the baseline, at most GOGC's
+	ceiling   int64   // the configured soft limit, math.MaxInt64 for none
 	recs      [heapPacerWindow]heapPacerRecord
 	n         int // collections recorded, up to heapPacerWindow
 	next      int // where the next one goes in recs
 }
 
-// observe records the live heap if a collection ran since the last call
-// (cycles is the runtime's count of completed collections) and returns the
-// limit to set and the baseline it came from. nonHeap is the runtime's
-// memory besides the heap's objects (stacks, metadata, buffers, the unused
-// bytes of the heap's spans), which the soft limit also counts. The limit
-// is the ceiling until heapPacerWindow collections are recorded, and while
-// they came more often than heapPacerMinInterval.
-func (p *heapPacer) observe(now time.Time, cycles, live, nonHeap uint64) (limit int64, baseline uint64) {
+// heapReading is what the pacer reads from the runtime once a period.
+type heapReading struct {
+	cycles  uint64 // completed collections
+	live    uint64 // the live heap the latest collection marked
+	allocs  uint64 // bytes allocated since the process started
+	nonHeap uint64 // memory besides the heap's objects, as the limit counts it
+}
+
+// observe records the live heap if a collection ran since the last call and
+// returns the limit to set and the baseline it came from. r.nonHeap is the
+// runtime's memory besides the heap's objects (stacks, metadata, buffers,
+// the unused bytes of the heap's spans), which the soft limit also counts.
+// The limit is the ceiling until heapPacerWindow collections are recorded,
+// and while GOGC alone would collect more often than heapPacerMinInterval.
+func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline uint64) {
 	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
-	if live > 0 && (p.n == 0 || cycles != latest.cycles) {
-		latest = heapPacerRecord{at: now, cycles: cycles, live: live}
+	if r.live > 0 && (p.n == 0 || r.cycles != latest.cycles) {
+		latest = heapPacerRecord{at: now, cycles: r.cycles, live: r.live, allocs: r.allocs}
 		p.recs[p.next] = latest
 		p.next = (p.next + 1) % heapPacerWindow
 		p.n = min(p.n+1, heapPacerWindow)
@@ -87,16 +111,15 @@ func (p *heapPacer) observe(now time.Time, cycles, live, nonHeap uint64) (limit 
 		return p.ceiling, 0
 	}
 	baseline = math.MaxUint64
-	for _, r := range p.recs[:p.n] {
-		baseline = min(baseline, r.live)
+	for _, rec := range p.recs[:p.n] {
+		baseline = min(baseline, rec.live)
 	}
-	oldest := p.recs[p.next] // the window is full when it matters
-	if p.n < heapPacerWindow || latest.at.Sub(oldest.at) < time.Duration(latest.cycles-oldest.cycles)*heapPacerMinInterval {
+	if p.n < heapPacerWindow || !p.gogcCollectsSlowly() {
 		return p.ceiling, baseline
 	}
-	g := float64(p.gcPercent) / 100
-	heap := max(float64(baseline)*(1+g)*(1+heapPacerMargin), float64(latest.live)*(1+g/heapPacerMinHeadroomDiv))
-	l := heap + float64(nonHeap)
+	h := min(p.headroom, float64(p.gcPercent)/100)
+	heap := max(float64(baseline)*(1+h)*(1+heapPacerMargin), float64(latest.live)*(1+h/heapPacerMinHeadroomDiv))
+	l := heap + float64(r.nonHeap)
 	if l >= float64(p.ceiling) {
 		return p.ceiling, baseline
 	}
@@ -105,13 +128,32 @@ func (p *heapPacer) observe(now time.Time, cycles, live, nonHeap uint64) (limit 
 	return (int64(l)>>20 + 1) << 20, baseline
 }
 
+// gogcCollectsSlowly reports whether GOGC alone would collect at most once
+// per heapPacerMinInterval at the window's allocation rate: whether GOGC's
+// headroom above the window's mean live heap takes that long to allocate.
+// The mean, not the baseline: GOGC's goal follows each collection's live
+// heap, and on a paced fleet the minimum of a window is about a third
+// below its median (docs/bench.md, s11-gc). The window must be full.
+func (p *heapPacer) gogcCollectsSlowly() bool {
+	oldest := p.recs[p.next]
+	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
+	var sum float64
+	for _, rec := range p.recs {
+		sum += float64(rec.live)
+	}
+	headroom := sum / heapPacerWindow * float64(p.gcPercent) / 100
+	allocated := float64(latest.allocs - oldest.allocs)
+	return headroom*latest.at.Sub(oldest.at).Seconds() >= allocated*heapPacerMinInterval.Seconds()
+}
+
 // heapPacerMetrics are the runtime/metrics the pacer reads: the collection
-// count, the live heap, and what makes up the memory besides the heap's
+// count, the live heap, the bytes allocated, and what makes up the memory besides the heap's
 // objects as the runtime's limit counts it (the total mapped, less the
 // heap's released and free pages and its objects).
 var heapPacerMetrics = []string{
 	"/gc/cycles/total:gc-cycles",
 	"/gc/heap/live:bytes",
+	"/gc/heap/allocs:bytes",
 	"/memory/classes/total:bytes",
 	"/memory/classes/heap/released:bytes",
 	"/memory/classes/heap/free:bytes",
@@ -122,7 +164,7 @@ var heapPacerMetrics = []string{
 // is on and GOGC is not off.
 func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer) {
 	if gcPercent := gcPercentOrDefault(m.gogc); m.pacer && gcPercent > 0 {
-		runHeapPacer(ctx, gcPercent, reg)
+		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom}, reg)
 	}
 }
 
@@ -131,18 +173,18 @@ func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer) {
 // It is started after the remote-write handler is created, which reads the
 // configured limit for its heap gate: the gate answers 429 on the
 // configured limit, never on the pacer's.
-func runHeapPacer(ctx context.Context, gcPercent int, reg prometheus.Registerer) {
+func runHeapPacer(ctx context.Context, p *heapPacer, reg prometheus.Registerer) {
 	configured := debug.SetMemoryLimit(-1)
 	defer debug.SetMemoryLimit(configured)
+	p.ceiling = configured
 	limitGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "strata_gc_paced_memory_limit_bytes",
-		Help: "Soft memory limit the heap pacer set (GOGC percent above the baseline live heap, plus the runtime's memory outside the heap), at most the configured GOMEMLIMIT.",
+		Help: "Soft memory limit the heap pacer set (its headroom above the baseline live heap, plus the runtime's memory outside the heap), at most the configured GOMEMLIMIT.",
 	})
 	baselineGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "strata_gc_baseline_live_heap_bytes",
 		Help: "Lowest live heap of the last 16 garbage collections: the heap the pacer's limit follows.",
 	})
-	p := &heapPacer{gcPercent: gcPercent, ceiling: configured}
 	samples := make([]metrics.Sample, len(heapPacerMetrics))
 	for i, name := range heapPacerMetrics {
 		samples[i].Name = name
@@ -156,12 +198,11 @@ func runHeapPacer(ctx context.Context, gcPercent int, reg prometheus.Registerer)
 				v[i] = s.Value.Uint64()
 			}
 		}
-		heap := v[3] + v[4] + v[5]
-		nonHeap := uint64(0)
-		if v[2] > heap {
-			nonHeap = v[2] - heap
+		r := heapReading{cycles: v[0], live: v[1], allocs: v[2]}
+		if heap := v[4] + v[5] + v[6]; v[3] > heap {
+			r.nonHeap = v[3] - heap
 		}
-		limit, baseline := p.observe(time.Now(), v[0], v[1], nonHeap)
+		limit, baseline := p.observe(time.Now(), r)
 		baselineGauge.Set(float64(baseline))
 		limitGauge.Set(float64(limit))
 		if limit != set {

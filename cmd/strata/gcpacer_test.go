@@ -15,26 +15,45 @@ const mib = 1 << 20
 // pacedCollections is how far apart a paced fleet's collections come.
 const pacedCollections = 5 * time.Second
 
-// testPacer is a heapPacer with its clock and collection count.
+// testHeadroom is the paced headroom of the tests, below GOGC's 50 %.
+const testHeadroom = 0.25
+
+// Allocation rates in MiB a second: a paced fleet's, at which GOGC 50 alone
+// collects a 200 MiB live heap every 10 s (a 100 MiB one every 5 s), and
+// heavy ingest's, every second.
+const (
+	pacedAllocs = 10
+	heavyAllocs = 100
+)
+
+// testPacer is a heapPacer with its clock, collection count and allocation
+// counter.
 type testPacer struct {
 	heapPacer
 	now    time.Time
 	cycles uint64
+	allocs uint64
+	rate   uint64 // MiB allocated a second
 }
 
 func newTestPacer(ceiling int64) *testPacer {
-	return &testPacer{heapPacer: heapPacer{gcPercent: 50, ceiling: ceiling}, now: time.Unix(0, 0)}
+	return &testPacer{
+		heapPacer: heapPacer{gcPercent: 50, headroom: testHeadroom, ceiling: ceiling},
+		now:       time.Unix(0, 0),
+		rate:      pacedAllocs,
+	}
 }
 
 // feed gives the pacer one collection per live heap (in MiB), every
-// interval, with 20 MiB outside the heap, and returns the limits it chose,
-// in MiB, rounded down.
+// interval, allocating at p.rate, with 20 MiB outside the heap, and returns
+// the limits it chose, in MiB, rounded down.
 func (p *testPacer) feed(interval time.Duration, lives ...uint64) []int64 {
 	limits := make([]int64, len(lives))
 	for i, l := range lives {
 		p.now = p.now.Add(interval)
 		p.cycles++
-		limit, _ := p.observe(p.now, p.cycles, l*mib, 20*mib)
+		p.allocs += uint64(interval.Seconds() * float64(p.rate*mib))
+		limit, _ := p.observe(p.now, heapReading{cycles: p.cycles, live: l * mib, allocs: p.allocs, nonHeap: 20 * mib})
 		limits[i] = limit / mib
 	}
 	return limits
@@ -47,11 +66,14 @@ func (p *testPacer) steady(live uint64) {
 	}
 }
 
-// steadyLimit is the limit for a steady live heap of live MiB at GOGC 50:
-// 1.5 times it plus the margin, plus 20 MiB outside the heap, rounded up.
+// steadyLimit is the limit for a steady live heap of live MiB: the paced
+// headroom above it plus the margin, plus 20 MiB outside the heap, rounded
+// up.
 func steadyLimit(live float64) int64 {
-	return int64(live*1.5*(1+heapPacerMargin)+20) + 1
+	return int64(live*(1+testHeadroom)*(1+heapPacerMargin)+20) + 1
 }
+
+const ceilingMiB = math.MaxInt64 / mib
 
 func TestHeapPacerBurstsDoNotRaiseTheLimit(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
@@ -65,10 +87,10 @@ func TestHeapPacerBurstsDoNotRaiseTheLimit(t *testing.T) {
 			}
 		}
 	}
-	// The steady heap's own goal (1.5 x 200 MiB) stays under the limit:
-	// between bursts the pacer does not make the collector run more often.
-	if lim := p.feed(pacedCollections, 200)[0]; lim < 300+20 {
-		t.Fatalf("limit %d MiB below the steady heap's goal", lim)
+	// The steady heap's goal is the paced headroom's, below GOGC's
+	// (1.5 x 200 MiB).
+	if lim := p.feed(pacedCollections, 200)[0]; lim > want || lim >= 300+20 {
+		t.Fatalf("steady limit %d MiB, want at most %d, below GOGC's goal", lim, want)
 	}
 }
 
@@ -76,11 +98,11 @@ func TestHeapPacerFollowsALastingRise(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
 	p.steady(200)
 	// A new fleet: the live heap doubles and stays. The limit never leaves
-	// the latest live heap less than a quarter of GOGC's headroom, and after
+	// the latest live heap less than half the paced headroom, and after
 	// heapPacerWindow collections it is the new heap's steady limit.
 	for i := range heapPacerWindow {
 		got := p.feed(pacedCollections, 400)[0]
-		if floor := int64(400*(1+0.5/heapPacerMinHeadroomDiv) + 20); got < floor {
+		if floor := int64(400*(1+testHeadroom/heapPacerMinHeadroomDiv) + 20); got < floor {
 			t.Fatalf("collection %d after the rise: limit %d MiB below %d", i, got, floor)
 		}
 	}
@@ -95,7 +117,7 @@ func TestHeapPacerFollowsALastingRise(t *testing.T) {
 
 func TestHeapPacerCeiling(t *testing.T) {
 	p := newTestPacer(250 * mib)
-	if lim, base := p.observe(p.now, 0, 0, 20*mib); lim != 250*mib || base != 0 {
+	if lim, base := p.observe(p.now, heapReading{nonHeap: 20 * mib}); lim != 250*mib || base != 0 {
 		t.Fatalf("before any collection: limit %d baseline %d, want the ceiling and none", lim, base)
 	}
 	p.steady(100)
@@ -110,24 +132,53 @@ func TestHeapPacerCeiling(t *testing.T) {
 	}
 }
 
+// TestHeapPacerHeadroomAtMostGOGC: a headroom above GOGC's paces with
+// GOGC's, which then only caps the bursts.
+func TestHeapPacerHeadroomAtMostGOGC(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.headroom = 0.8
+	p.steady(200)
+	if got, want := p.feed(pacedCollections, 200)[0], int64(200*1.5*(1+heapPacerMargin)+20)+1; got != want {
+		t.Fatalf("headroom 0.8 at GOGC 50: limit %d MiB, want GOGC's %d", got, want)
+	}
+}
+
 // TestHeapPacerIdle: the limit is the ceiling until a window of collections
-// is recorded, and while they come more often than heapPacerMinInterval
-// (heavy ingest), bursts or not; it caps again once they slow down.
+// is recorded, and while the allocation rate would make GOGC alone collect
+// more often than heapPacerMinInterval (heavy ingest), bursts or not; it
+// caps again once the rate falls.
 func TestHeapPacerIdle(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
 	for i, got := range p.feed(pacedCollections, 100, 120, 140, 160, 180, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200) {
-		if got != math.MaxInt64/mib {
+		if got != ceilingMiB {
 			t.Fatalf("collection %d of the first window: limit %d MiB, want the ceiling", i, got)
 		}
 	}
 	p.steady(200)
+	p.rate = heavyAllocs
 	for i, got := range p.feed(time.Second, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260) {
-		if i >= heapPacerWindow && got != math.MaxInt64/mib {
-			t.Fatalf("collection %d a second apart: limit %d MiB, want the ceiling", i, got)
+		if i >= heapPacerWindow && got != ceilingMiB {
+			t.Fatalf("collection %d at %d MiB/s: limit %d MiB, want the ceiling", i, heavyAllocs, got)
 		}
 	}
-	if got := p.feed(heapPacerWindow*heapPacerMinInterval, 230)[0]; got != steadyLimit(200) {
-		t.Fatalf("collections slowed down: limit %d MiB, want %d", got, steadyLimit(200))
+	p.rate = pacedAllocs
+	lims := p.feed(pacedCollections, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230)
+	if got, want := lims[len(lims)-1], steadyLimit(230); got != want {
+		t.Fatalf("allocation slowed down: limit %d MiB, want %d", got, want)
+	}
+}
+
+// TestHeapPacerDoesNotSwitchItselfOff: the paced limit makes collections
+// come more often than heapPacerMinInterval; at the same allocation rate
+// the pacer stays on, and its limit stays put.
+func TestHeapPacerDoesNotSwitchItselfOff(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.steady(200)
+	want := steadyLimit(200)
+	for i := range 4 * heapPacerWindow {
+		if got := p.feed(time.Second, 200)[0]; got != want {
+			t.Fatalf("collection %d a second apart at %d MiB/s: limit %d MiB, want %d", i, pacedAllocs, got, want)
+		}
 	}
 }
 
@@ -137,7 +188,7 @@ func TestHeapPacerSameCycle(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
 	for range 3 * heapPacerWindow {
 		p.now = p.now.Add(time.Second)
-		p.observe(p.now, 1, 300*mib, 0)
+		p.observe(p.now, heapReading{cycles: 1, live: 300 * mib})
 	}
 	if p.n != 1 {
 		t.Fatalf("%d collections recorded from one", p.n)
@@ -158,9 +209,9 @@ func TestHeapPacerOff(t *testing.T) {
 		gogc   string
 		on     bool
 	}{
-		{"on", memoryPolicy{gogc: 50, pacer: true}, "", true},
+		{"on", memoryPolicy{gogc: 50, pacer: true, pacerHeadroom: testHeadroom}, "", true},
 		{"flag off", memoryPolicy{gogc: 50, pacer: false}, "", false},
-		{"GOGC=off", memoryPolicy{gogc: 50, pacer: true}, "off", false},
+		{"GOGC=off", memoryPolicy{gogc: 50, pacer: true, pacerHeadroom: testHeadroom}, "off", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("GOGC", tc.gogc)

@@ -29,6 +29,9 @@ type memoryPolicy struct {
 	autoLimit bool    // --auto-gomemlimit
 	ratio     float64 // --auto-gomemlimit.ratio
 	pacer     bool    // --runtime.heap-pacer: runHeapPacer
+	// --runtime.heap-pacer.headroom: the paced goal's share above the
+	// baseline live heap
+	pacerHeadroom float64
 }
 
 // memorySources are the files the limit is read from, for tests.
@@ -42,6 +45,9 @@ type memorySources struct {
 func (m memoryPolicy) apply(src memorySources, logger *slog.Logger) error {
 	if m.ratio <= 0 || m.ratio > 1 {
 		return fmt.Errorf("--auto-gomemlimit.ratio must be in (0, 1], got %g", m.ratio)
+	}
+	if m.pacer && m.pacerHeadroom <= 0 {
+		return fmt.Errorf("--runtime.heap-pacer.headroom must be above 0, got %g", m.pacerHeadroom)
 	}
 	gogc := gcPercentOrDefault(m.gogc)
 	if os.Getenv("GOGC") == "" {

@@ -107,4 +107,7 @@ func TestMemoryPolicyApply(t *testing.T) {
 	if err := (memoryPolicy{gogc: 60, autoLimit: true, ratio: 1.5}).apply(src, logger); err == nil {
 		t.Error("a ratio above 1 was accepted")
 	}
+	if err := (memoryPolicy{gogc: 60, ratio: 0.9, pacer: true}).apply(src, logger); err == nil {
+		t.Error("the heap pacer with no headroom was accepted")
+	}
 }
