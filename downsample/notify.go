@@ -113,7 +113,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 		// windows were 107 MB at 500,000 series read from raw, beside
 		// their labels (docs/bench.md).
 		var own labels.Labels
-		walkOpenRaw(p, set, spans[0], matchers, func(lset, o labels.Labels) (int64, bool) {
+		p.walkOpenRaw(set, spans[0], matchers, func(lset, o labels.Labels) (int64, bool) {
 			f, ok := want(lset)
 			if !ok {
 				return 0, false
@@ -144,7 +144,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			}
 		}
 		cur := -1
-		walkOpenRaw(p, set, sp, matchers,
+		p.walkOpenRaw(set, sp, matchers,
 			func(lset, own labels.Labels) (int64, bool) {
 				f, ok := want(lset)
 				if !ok {
@@ -206,7 +206,7 @@ func (p *Pipeline) rawSpans(mint, maxt int64, set *spillSet, want func(labels.La
 
 // walkOpenRaw is walkRawBacked over a span, for VisitOpenWindows (its
 // errors logged: the reader gets what was read).
-func walkOpenRaw(p *Pipeline, set *spillSet, sp rawSpan, ms []*labels.Matcher, start func(lset, own labels.Labels) (int64, bool), fn func(labels.Labels, []tiers.Window)) {
+func (p *Pipeline) walkOpenRaw(set *spillSet, sp rawSpan, ms []*labels.Matcher, start func(lset, own labels.Labels) (int64, bool), fn func(labels.Labels, []tiers.Window)) {
 	if _, err := walkRawBacked(context.Background(), p.src, set, sp.from, sp.to, p.cfg.KindOf, ms, start, fn); err != nil {
 		p.logger.Error("read open windows from raw", "from", fmtTime(sp.from), "err", err)
 	}
