@@ -1,12 +1,19 @@
 package diagnose
 
 import (
+	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/tiers"
 )
 
 // fleetSignals is one minute of n tracked signal series shaped like the
@@ -149,4 +156,79 @@ func BenchmarkHourBaseline(b *testing.B) {
 		tr.hourBaseline(s, h0+hours+i%24)
 		i++
 	}
+}
+
+// BenchmarkWriteBackSeriesBytes is the heap each written-back baseline
+// series costs in the raw tier and the rollup tee: n tracked series (all
+// with a baseline from their replicas) whose median and sigma go through
+// the live write-back (tracker.write, writeBackSink) into a tiers.Raw
+// behind the pipeline's tee, for a number of minutes, the pipeline ticking
+// each minute. B/series is the heap held after the last minute over the
+// heap before the first write-back, per series written back; the labels
+// are not in it (the tracker made them before, and the head and the tee
+// share them): labels-B/series is what they take.
+func BenchmarkWriteBackSeriesBytes(b *testing.B) {
+	const n = 10_000
+	for _, minutes := range []int{1, 10} {
+		b.Run(fmt.Sprint("minutes=", minutes), func(b *testing.B) {
+			var perSeries, lbls float64
+			for b.Loop() {
+				b.StopTimer()
+				perSeries, lbls = writeBackSeriesBytes(b, n, minutes)
+				b.StartTimer()
+			}
+			b.ReportMetric(perSeries, "B/series")
+			b.ReportMetric(lbls, "labels-B/series")
+		})
+	}
+}
+
+func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64) {
+	dir := b.TempDir()
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close() //nolint:errcheck // a benchmark's temporary tier
+	minuteTier, hourTier := openTiers(b, dir)
+	clock := time.UnixMilli(tStart)
+	pipe, err := downsample.New(downsample.DefaultConfig(), raw, minuteTier, hourTier, quietLogger(), prometheus.NewRegistry(),
+		func() time.Time { return clock })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pipe.Close() //nolint:errcheck // a benchmark's temporary pipeline
+	e := &Engine{cfg: DefaultConfig(), o: Options{WriteBack: pipe.Tee(raw), WriteBackDelay: 11 * time.Minute}, logger: quietLogger()}
+
+	tr := newTracker(DefaultBaselineConfig())
+	sc := newScratch()
+	tr.minute(tStart, fleetSignals(n, tStart), sc) // the baselines and their label sets
+	written := 0
+	var lblBytes uint64
+	for _, s := range tr.seen {
+		if s.out != nil {
+			written += 2
+			lblBytes += s.out[0].lbls.ByteSize() + s.out[1].lbls.ByteSize()
+		}
+	}
+	if written != 2*n {
+		b.Fatalf("%d series to write back, want %d", written, 2*n)
+	}
+	before := heapLive()
+	ctx := context.Background()
+	for i := range minutes {
+		ts := tStart + int64(i)*minute.Milliseconds()
+		tr.write(ts, []baselineSink{writeBackSink{e}})
+		clock = time.UnixMilli(ts + e.o.WriteBackDelay.Milliseconds())
+		if err := pipe.Tick(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perSeries = float64(heapLive()-before) / float64(written)
+	if got := raw.HeadSeries(); got != written+1 { // and strata:baseline:k
+		b.Fatalf("%d raw head series, want %d", got, written+1)
+	}
+	runtime.KeepAlive(tr)
+	runtime.KeepAlive(sc)
+	return perSeries, float64(lblBytes) / float64(written)
 }
