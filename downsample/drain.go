@@ -46,8 +46,8 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	p.tap.drained = max(p.tap.drained, to)
 	for s := range p.tap.series.n {
 		st := p.tap.series.at(s)
-		if st.b.open && !st.emitted && !st.tainted && st.b.start < to {
-			p.emit(s, st, st.b.current())
+		if b := p.tap.series.builder(st); b != nil && b.open && !st.emitted && !st.tainted && b.start < to {
+			p.emit(s, st, b.current())
 		}
 	}
 	pending := p.tap.pending
@@ -59,7 +59,7 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 		if r.from >= to {
 			return false
 		}
-		redo = append(redo, dirtyRange{slot: s, lset: st.lset, kind: st.b.kind, from: r.from, to: min(r.to+MinuteRes, to)})
+		redo = append(redo, dirtyRange{slot: s, lset: st.lset, kind: st.kind, from: r.from, to: min(r.to+MinuteRes, to)})
 		if r.to+MinuteRes <= to {
 			delete(p.tap.dirtyRanges, s)
 			st.listed = false
@@ -76,8 +76,12 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 	err := p.spillEntries(pending)
 	clear(pending)
 	p.tap.mu.Lock()
-	if p.tap.pending == nil {
-		p.tap.pending = pending[:0] // reuse the buffer
+	if p.tap.pending == nil && cap(pending) <= 2*int(p.tap.series.nb)+1024 {
+		// Reuse the buffer, unless it has room for many more windows
+		// than the dense series hand over: grown while every series
+		// was new (each starts dense), a 15 s fleet's would otherwise
+		// keep 72 bytes for each of its series.
+		p.tap.pending = pending[:0]
 	}
 	p.tap.mu.Unlock()
 	if err != nil {
@@ -295,6 +299,7 @@ func (p *Pipeline) registerMemoryMetrics(reg prometheus.Registerer) {
 		if pages := p.tap.series.pages.Load(); pages != nil {
 			n += int64(len(*pages)) * slotPageSize * seriesStateBytes
 		}
+		n += int64(len(p.tap.series.builders)) * slotPageSize * builderBytes
 		n += p.tap.series.byRef.bytes()
 		n += int64(cap(p.tap.pending)) * int64(unsafe.Sizeof(spillEntry{}))
 		n += int64(len(p.tap.dirtyRanges)) * int64(unsafe.Sizeof(minuteRange{})+8) // a map entry, about

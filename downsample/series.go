@@ -12,9 +12,13 @@ import (
 	"github.com/strata-dev/strata/tiers"
 )
 
-// seriesState is what the tee keeps per series: its labels and one window
-// builder, 136 bytes whatever the sample rate (docs/rollups.md,
-// "Memory").
+// seriesState is what the tee keeps per series: its labels, its newest
+// sample and, while the series is dense, a window builder kept aside in
+// seriesTable.builders: 56 bytes a slot, and 92 more for the builder and
+// its owner (docs/rollups.md, "Memory"). A sparse series' windows are
+// computed from raw by their readers (spillset.go), so it gives its
+// builder up when it becomes sparse: at 15 s, a whole fleet and every
+// series the diagnosis engine writes back (BenchmarkTeeBytesPerSeries).
 //
 // lset and id are set when the slot is assigned and not changed while any
 // open hour's spill refers to the slot, so readers of the spill read them
@@ -25,15 +29,17 @@ type seriesState struct {
 	id   int64         // tiers.SeriesID(lset): the partition order
 
 	ref   storage.SeriesRef
-	b     builder // the newest window with in-order samples
-	lastT int64   // newest sample folded (float or stale marker); math.MinInt64: none
+	lastT int64 // newest sample folded (float or stale marker); math.MinInt64: none
 	// lastHour is the newest hour this series has windows in, in hours
-	// since the epoch (hourIndex), math.MinInt32 when none: it shares a word
-	// with the flags.
+	// since the epoch (hourIndex), math.MinInt32 when none.
 	lastHour int32
-	emitted  bool // the open window, as it is, has been handed to the spill
-	tainted  bool // the open window misses an out-of-order sample: never emitted, recomputed
-	listed   bool // in teeState.dirty, its minutes to recompute in teeState.dirtyRanges
+	// bld is the series' builder in seriesTable.builders plus one (the
+	// newest window with in-order samples); 0 once the series is sparse.
+	bld     uint32
+	kind    Kind
+	emitted bool // the open window, as it is, has been handed to the spill
+	tainted bool // the open window misses an out-of-order sample: never emitted, recomputed
+	listed  bool // in teeState.dirty, its minutes to recompute in teeState.dirtyRanges
 	// sparse: the series' samples come Config.SparseInterval or more
 	// apart, and its windows are not spilled but recomputed from raw by
 	// their readers (spillset.go). Never cleared while the slot is held.
@@ -58,8 +64,12 @@ func hourIndex(t int64) int32 {
 	return int32(min(max(h, math.MinInt32+1), math.MaxInt32))
 }
 
-// seriesStateBytes is the size of one slot, for strata_downsample_tee_bytes.
-const seriesStateBytes = int64(unsafe.Sizeof(seriesState{}))
+// seriesStateBytes and builderBytes are the sizes of a slot and of a
+// dense series' builder with its owner, for strata_downsample_tee_bytes.
+const (
+	seriesStateBytes = int64(unsafe.Sizeof(seriesState{}))
+	builderBytes     = int64(unsafe.Sizeof(builderPage{}) / slotPageSize)
+)
 
 const (
 	slotPageBits = 10
@@ -67,6 +77,12 @@ const (
 )
 
 type slotPage [slotPageSize]seriesState
+
+// builderPage holds builders and the slot of each.
+type builderPage struct {
+	b     [slotPageSize]builder
+	owner [slotPageSize]uint32
+}
 
 // seriesTable holds the tee's series in slots: pages that never move, so
 // that a slot's address is stable, and a free list that reuses the slots of
@@ -77,6 +93,12 @@ type seriesTable struct {
 	n     uint32   // slots ever assigned
 	free  []uint32 // slots of forgotten series
 	byRef refIndex
+
+	// builders are the dense series' window builders, in pages that never
+	// move, and the free list of those given up. Guarded by teeState.mu.
+	builders []*builderPage
+	nb       uint32
+	freeBlds []uint32
 }
 
 // at returns slot s, which must have been assigned.
@@ -107,11 +129,12 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 			t.pages.Store(&grown)
 		}
 	}
-	*t.at(s) = seriesState{
-		lset: lset, id: tiers.SeriesID(lset), ref: ref,
-		b:     newBuilder(MinuteRes, kind),
+	st := t.at(s)
+	*st = seriesState{
+		lset: lset, id: tiers.SeriesID(lset), ref: ref, kind: kind,
 		lastT: math.MinInt64, lastHour: math.MinInt32,
 	}
+	t.newBuilder(s, st)
 	t.byRef.set(ref, s)
 	return s
 }
@@ -119,9 +142,57 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 // release forgets slot s: its series left the tee.
 func (t *seriesTable) release(s uint32) {
 	st := t.at(s)
+	t.dropBuilder(st)
 	t.byRef.del(st.ref)
 	*st = seriesState{}
 	t.free = append(t.free, s)
+}
+
+// builder returns st's window builder, nil when st is sparse.
+func (t *seriesTable) builder(st *seriesState) *builder {
+	if st.bld == 0 {
+		return nil
+	}
+	i := st.bld - 1
+	return &t.builders[i>>slotPageBits].b[i&(slotPageSize-1)]
+}
+
+// newBuilder gives slot s, at st, an empty builder of minute windows.
+func (t *seriesTable) newBuilder(s uint32, st *seriesState) {
+	i := t.nb
+	t.nb++
+	if int(i>>slotPageBits) == len(t.builders) {
+		t.builders = append(t.builders, new(builderPage))
+	}
+	p := t.builders[i>>slotPageBits]
+	p.b[i&(slotPageSize-1)] = newBuilder(MinuteRes, st.kind)
+	p.owner[i&(slotPageSize-1)] = s
+	st.bld = i + 1
+}
+
+// dropBuilder gives st's builder up, if it has one: the last builder in
+// use takes its place. A builder is only ever reached through its slot,
+// so no pointer to the moved one is held.
+func (t *seriesTable) dropBuilder(st *seriesState) {
+	if st.bld == 0 {
+		return
+	}
+	i, last := st.bld-1, t.nb-1
+	st.bld = 0
+	lp := t.builders[last>>slotPageBits]
+	if i != last {
+		p := t.builders[i>>slotPageBits]
+		owner := lp.owner[last&(slotPageSize-1)]
+		p.b[i&(slotPageSize-1)] = lp.b[last&(slotPageSize-1)]
+		p.owner[i&(slotPageSize-1)] = owner
+		t.at(owner).bld = i + 1
+	}
+	lp.b[last&(slotPageSize-1)] = builder{}
+	t.nb = last
+	if last&(slotPageSize-1) == 0 {
+		t.builders[len(t.builders)-1] = nil
+		t.builders = t.builders[:len(t.builders)-1]
+	}
 }
 
 // refIndex maps the raw tier's series references to slots. The TSDB numbers

@@ -2,12 +2,15 @@ package downsample
 
 import (
 	"context"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 )
 
@@ -93,4 +96,67 @@ func TestTeeForgetsIdleSeries(t *testing.T) {
 	if got := gauge("strata_downsample_series"); got != 2 {
 		t.Fatalf("strata_downsample_series %v after the newcomer, want 2", got)
 	}
+}
+
+// TestSeriesTableBuilders: the dense series' builders stay packed as
+// series become sparse and leave in any order: each dense slot keeps its
+// own builder (the one moved into a hole included), sparse slots have
+// none, and the pages are as many as the dense series need.
+func TestSeriesTableBuilders(t *testing.T) {
+	var tab seriesTable
+	rng := rand.New(rand.NewPCG(1, 2))
+	dense := map[uint32]int64{} // slot: the start its builder was given
+	next := int64(1)
+	check := func(step int) {
+		t.Helper()
+		if int(tab.nb) != len(dense) {
+			t.Fatalf("step %d: %d builders in use, want %d", step, tab.nb, len(dense))
+		}
+		if want := (len(dense) + slotPageSize - 1) / slotPageSize; len(tab.builders) != want {
+			t.Fatalf("step %d: %d builder pages for %d dense series, want %d", step, len(tab.builders), len(dense), want)
+		}
+		for s := range tab.n {
+			st := tab.at(s)
+			b := tab.builder(st)
+			start, ok := dense[s]
+			switch {
+			case ok && (b == nil || b.start != start):
+				t.Fatalf("step %d: slot %d lost its builder", step, s)
+			case !ok && b != nil:
+				t.Fatalf("step %d: slot %d has a builder, want none", step, s)
+			}
+		}
+	}
+	for step := range 12_000 {
+		switch op := rng.IntN(10); {
+		case op < 5 || tab.live() == 0: // a new series, dense
+			s := tab.assign(storage.SeriesRef(step+1), labels.FromStrings("s", strconv.Itoa(step)), KindGauge)
+			tab.builder(tab.at(s)).start = next
+			dense[s] = next
+			next++
+		case op < 8: // a series becomes sparse
+			s := uint32(rng.IntN(int(tab.n)))
+			if st := tab.at(s); !st.lset.IsEmpty() {
+				tab.dropBuilder(st)
+				delete(dense, s)
+			}
+		default: // a series leaves
+			s := uint32(rng.IntN(int(tab.n)))
+			if st := tab.at(s); !st.lset.IsEmpty() {
+				tab.release(s)
+				delete(dense, s)
+			}
+		}
+		if step%500 == 0 {
+			check(step)
+		}
+	}
+	check(12_000)
+	for s := range tab.n {
+		if st := tab.at(s); !st.lset.IsEmpty() {
+			tab.release(s)
+		}
+	}
+	clear(dense)
+	check(12_001)
 }

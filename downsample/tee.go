@@ -257,6 +257,10 @@ const (
 
 // fold adds a committed sample to slot s's builder. Called with tap.mu held.
 func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResult {
+	b := p.tap.series.builder(st)
+	if b == nil {
+		return p.foldSparse(st, t, v)
+	}
 	switch {
 	case t < p.tap.from:
 		// A minute before the tee: computed from raw, maybe already.
@@ -271,7 +275,7 @@ func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResul
 		// Stale of a window whose last sample is at most StaleLookahead
 		// before it.
 		p.markDirty(s, st, timegrid.Floor(t-StaleLookahead, MinuteRes), timegrid.Floor(t, MinuteRes))
-		if st.b.open && timegrid.Floor(t, MinuteRes) == st.b.start {
+		if b.open && timegrid.Floor(t, MinuteRes) == b.start {
 			st.tainted = true
 		}
 		return outOfOrder
@@ -279,33 +283,60 @@ func (p *Pipeline) fold(s uint32, st *seriesState, t int64, v float64) foldResul
 	st.lastT = t
 	if value.IsStaleNaN(v) {
 		// A stale marker right after the window's last sample marks it.
-		if st.b.open && !st.b.stale && t-st.b.lastT() <= StaleLookahead {
-			st.b.stale = true
-			p.changed(s, st)
+		if b.open && !b.stale && t-b.lastT() <= StaleLookahead {
+			b.stale = true
+			p.changed(s, st, b)
 		}
 		return foldedOther
 	}
-	if st.b.open && t >= st.b.start+MinuteRes {
-		if p.sparseAfter > 0 && !st.sparse && sparseRate(&st.b, t, p.sparseAfter) {
+	if b.open && t >= b.start+MinuteRes {
+		if p.sparseAfter > 0 && !st.sparse && sparseRate(b, t, p.sparseAfter) {
 			st.sparse = true
 		}
 		if !st.emitted && !st.tainted {
-			p.emit(s, st, st.b.current())
+			p.emit(s, st, b.current())
 		}
-		st.b.open, st.tainted = false, false
+		b.open, st.tainted = false, false
+		if st.sparse {
+			// Its readers compute its windows from raw from now on.
+			p.tap.series.dropBuilder(st)
+			st.sawWindow(timegrid.Floor(t, MinuteRes))
+			return foldedFloat
+		}
 	}
-	st.b.add(t, v)
-	p.changed(s, st)
+	b.add(t, v)
+	p.changed(s, st, b)
 	return foldedFloat
 }
 
-// changed notes that slot s's open window changed since it was emitted.
-func (p *Pipeline) changed(s uint32, st *seriesState) {
+// foldSparse takes a committed sample of a sparse series. Its windows are
+// computed from raw by their readers, out-of-order and late samples
+// included, so the tee keeps no builder for it: only its newest sample,
+// for the order of the next, and the hour it has windows in, for the
+// readers' spill set.
+func (p *Pipeline) foldSparse(st *seriesState, t int64, v float64) foldResult {
+	switch {
+	case t < p.tap.from || t < st.lastT:
+		return outOfOrder
+	case t == st.lastT:
+		return foldedOther
+	}
+	st.lastT = t
+	if value.IsStaleNaN(v) {
+		return foldedOther
+	}
+	st.sawWindow(timegrid.Floor(t, MinuteRes))
+	return foldedFloat
+}
+
+// changed notes that slot s's open window (in b) changed since it was
+// emitted.
+func (p *Pipeline) changed(s uint32, st *seriesState, b *builder) {
 	st.emitted = false
 	if st.tainted {
 		// It misses an out-of-order sample: recomputed from raw, again
 		// if it was already.
-		start := st.b.start
+		start := b.start
 		p.markDirty(s, st, start, start)
 	}
 }
@@ -318,10 +349,13 @@ func (p *Pipeline) emit(s uint32, st *seriesState, w tiers.Window) {
 		return // its readers recompute it from raw (spillset.go)
 	}
 	if n := len(p.tap.pending); n == cap(p.tap.pending) {
-		// Every series emits a window at each minute boundary: room for
-		// one each at once, not append's quarter more than the last
-		// growth, which the reused buffer would keep.
-		p.tap.pending = slices.Grow(p.tap.pending, max(p.tap.series.live()-n, n/8, 64))
+		// Every dense series emits a window at each minute boundary:
+		// room for one each at once, not append's quarter more than the
+		// last growth, which the reused buffer would keep. Not one for
+		// every series: a sparse one emits none, and a 15 s fleet's
+		// dense windows (Strata's self-scrape) made room for the whole
+		// fleet, 43 MB at 600,000 series.
+		p.tap.pending = slices.Grow(p.tap.pending, max(int(p.tap.series.nb)-n, n/8, 64))
 	}
 	p.tap.pending = append(p.tap.pending, newSpillEntry(s, w))
 }
