@@ -189,7 +189,7 @@ func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer raw.Close() //nolint:errcheck // a benchmark's temporary tier
+	b.Cleanup(func() { _ = raw.Close() })
 	minuteTier, hourTier := openTiers(b, dir)
 	clock := time.UnixMilli(tStart)
 	pipe, err := downsample.New(downsample.DefaultConfig(), raw, minuteTier, hourTier, quietLogger(), prometheus.NewRegistry(),
@@ -197,7 +197,7 @@ func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer pipe.Close() //nolint:errcheck // a benchmark's temporary pipeline
+	b.Cleanup(func() { _ = pipe.Close() })
 	e := &Engine{cfg: DefaultConfig(), o: Options{WriteBack: pipe.Tee(raw), WriteBackDelay: 11 * time.Minute}, logger: quietLogger()}
 
 	tr := newTracker(DefaultBaselineConfig())

@@ -94,11 +94,13 @@ type seriesTable struct {
 	free  []uint32 // slots of forgotten series
 	byRef refIndex
 
-	// builders are the dense series' window builders, in pages that never
-	// move, and the free list of those given up. Guarded by teeState.mu.
+	// builders are the dense series' window builders, the first nb of
+	// the pages' in use: one given up is replaced by the last, so that
+	// the pages are as many as the dense series need, not as many as the
+	// series that were ever new (every series starts dense). Guarded by
+	// teeState.mu.
 	builders []*builderPage
 	nb       uint32
-	freeBlds []uint32
 }
 
 // at returns slot s, which must have been assigned.
