@@ -28,10 +28,13 @@ const (
 )
 
 // windowBlock is windows in columns: only the columns a query needs (the
-// others are nil and read as zero). A window's start is its last sample's
-// time rounded down to the resolution.
+// others are nil, and a Window read from the block holds zero in them). A
+// window's start is its last sample's time rounded down to the resolution.
 type windowBlock struct {
-	res                                  int64
+	res int64
+	// cols is the columns the block holds (last_ts and the stale rows
+	// always): a reader that needs others must not read it (holds).
+	cols                                 colSet
 	firstT, lastT, count                 []int64
 	sum, min, max, first, last, increase []float64
 	resets                               []int32
@@ -41,7 +44,7 @@ type windowBlock struct {
 }
 
 func newWindowBlock(res int64, need colSet, capacity int) *windowBlock {
-	b := &windowBlock{res: res}
+	b := &windowBlock{res: res, cols: need | colLastT | colStale}
 	alloc(&b.firstT, need&colFirstT != 0, capacity)
 	alloc(&b.lastT, true, capacity)
 	alloc(&b.count, need&colCount != 0, capacity)
@@ -104,6 +107,9 @@ func (b *windowBlock) appendRows(src *windowBlock, lo, hi int) {
 		}
 	}
 }
+
+// holds reports whether b holds every column of need.
+func (b *windowBlock) holds(need colSet) bool { return b.cols&need == need }
 
 // isStale reports row i's Stale.
 func (b *windowBlock) isStale(i int) bool {
@@ -254,6 +260,25 @@ func (s *windowSeq) at(i int, hint *int, w *Window) {
 func (s *windowSeq) startAt(i int, hint *int) int64 {
 	b, row := s.locate(i, hint)
 	return b.startOf(b.lastT[row])
+}
+
+// holds reports whether every block of s holds every column of need.
+func (s *windowSeq) holds(need colSet) bool {
+	for _, b := range s.blocks {
+		if !b.holds(need) {
+			return false
+		}
+	}
+	return true
+}
+
+// cols is the columns every block of s holds.
+func (s *windowSeq) cols() colSet {
+	c := colAll
+	for _, b := range s.blocks {
+		c &= b.cols
+	}
+	return c
 }
 
 // appendTo appends every window to dst.
