@@ -289,9 +289,7 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 		return disk
 	}
 	slices.SortFunc(open.series, func(a, b openRows) int { return labels.Compare(a.lbls, b.lbls) })
-	// The open-only series' one-block sequences, from three allocations.
 	n := len(open.series)
-	blocks, ends, offs := make([]*windowBlock, n), make([]int, n), make([]int, n)
 	out := make([]selectedSeries, 0, len(disk)+n)
 	i, j := 0, 0
 	for i < len(disk) || j < n {
@@ -310,8 +308,9 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 			i++
 		case c > 0:
 			o := open.series[j]
-			blocks[j], ends[j], offs[j] = o.blk, o.n, o.off
-			out = append(out, selectedSeries{lbls: o.lbls, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
+			s := selectedSeries{lbls: o.lbls}
+			s.ws.add(o.blk, o.off, o.n)
+			out = append(out, s)
 			j++
 		default:
 			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.series[j])})
@@ -324,7 +323,8 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 
 // mergeSeq adds the open windows (rows o of o.blk) whose start the disk
 // sequence lacks; the ones after the disk's last window are read where they
-// are.
+// are. disk's slices may be extended in place: the disk series is not read
+// after.
 func mergeSeq(disk windowSeq, o openRows) windowSeq {
 	shared := o.blk
 	n := disk.Len()
@@ -359,21 +359,10 @@ func mergeSeq(disk windowSeq, o openRows) windowSeq {
 		slices.SortFunc(all, func(a, b Window) int { return cmp.Compare(a.Start, b.Start) })
 		return seqOf(blockFromWindows(shared.res, disk.cols()&shared.cols, all))
 	}
-	if after == 0 {
-		return disk
+	if after > 0 {
+		disk.add(shared, k, after)
 	}
-	out := windowSeq{blocks: slices.Clone(disk.blocks), ends: slices.Clone(disk.ends), offs: slices.Clone(disk.offs)}
-	if out.offs == nil {
-		out.offs = make([]int, len(out.blocks), len(out.blocks)+1)
-	}
-	out.offs = append(out.offs, k)
-	out.blocks = append(out.blocks, shared)
-	out.ends = append(out.ends, n+after)
-	return out
-}
-
-func seqOf(b *windowBlock) windowSeq {
-	return windowSeq{blocks: []*windowBlock{b}, ends: []int{len(b.lastT)}}
+	return disk
 }
 
 // blockFromWindows holds ws (ascending) in a block of the columns cols.

@@ -54,7 +54,7 @@ func TestMergeOpenSharedBlock(t *testing.T) {
 				t.Errorf("series %s window %d: %+v, want %+v", name, i, w, want[name][i])
 			}
 		}
-		last := s.ws.blocks[len(s.ws.blocks)-1]
+		last, _, _ := s.ws.block(s.ws.blocks() - 1)
 		if shared == nil {
 			shared = last
 		} else if last != shared {
@@ -96,10 +96,11 @@ func TestOpenCollectorBlocks(t *testing.T) {
 		if k > 0 && labels.Compare(got[k-1].lbls, s.lbls) >= 0 {
 			t.Fatalf("series %d (%s) not after %s", k, s.lbls, got[k-1].lbls)
 		}
-		if len(s.ws.blocks) != 1 {
-			t.Fatalf("%s: %d blocks", s.lbls, len(s.ws.blocks))
+		if s.ws.blocks() != 1 {
+			t.Fatalf("%s: %d blocks", s.lbls, s.ws.blocks())
 		}
-		blocks[s.ws.blocks[0]] = true
+		b, _, _ := s.ws.block(0)
+		blocks[b] = true
 		name := s.lbls.Get("s")
 		if ws := s.ws.appendTo(nil); !slices.Equal(ws, want[name]) {
 			t.Errorf("%s: %+v, want %+v", name, ws, want[name])

@@ -204,9 +204,7 @@ func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
 				out = append(out, selectedSeries{lbls: ls.lbls})
 			}
 			if n > 0 {
-				ws := &out[gi].ws
-				ws.blocks = append(ws.blocks, ls.blk)
-				ws.ends = append(ws.ends, ws.Len()+n)
+				out[gi].ws.add(ls.blk, 0, n)
 			}
 		}
 	}
