@@ -5,9 +5,11 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
@@ -179,4 +181,53 @@ func TestCanonicalRulesOverPrunedColumns(t *testing.T) {
 	if _, err := eval(pruned, `sum(sum_over_time(vllm:request_success_total[3m]))`); !errors.Is(err, tiers.ErrColumnNotLoaded) {
 		t.Errorf("a column not loaded: %v, want ErrColumnNotLoaded", err)
 	}
+}
+
+// BenchmarkEngineSnapshotFleet is the live engine's minute snapshot of a
+// fleet's open windows (18 nodes x 8 GPUs by default, see fleetNodes),
+// what it holds while the minute's rules evaluate: of each series the
+// windows its rules reach with every column (reach), or only the columns
+// the rules' functions read (reach+columns). B/op is what one snapshot
+// allocates, held-B what it holds once read (the live heap with it less
+// the live heap without it).
+func BenchmarkEngineSnapshotFleet(b *testing.B) {
+	fp := newFleetPipeline(b, fleetNodes(), 14)
+	e, err := New(DefaultConfig(), Options{Minute: fp.minute, Open: fp.pipe, Registerer: prometheus.NewRegistry(), Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	tm := fp.final.UnixMilli()
+	reads := e.reach.reads(tm)
+	for _, c := range []struct {
+		name  string
+		reads tiers.SnapshotReads
+	}{
+		{"reach", tiers.SnapshotReads{From: reads.From}},
+		{"reach+columns", reads},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var snap *tiers.MinuteSnapshot
+			for b.Loop() {
+				snap = nil
+				if snap, err = e.view.SnapshotFor(ctx, tm-e.need, tm, c.reads, e.readMatchers()...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			with := liveHeap()
+			b.ReportMetric(float64(snap.Series()), "series")
+			runtime.KeepAlive(snap)
+			snap = nil
+			b.ReportMetric(float64(with-liveHeap()), "held-B")
+		})
+	}
+}
+
+// liveHeap is the bytes of live heap objects after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
