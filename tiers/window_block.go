@@ -33,7 +33,8 @@ const (
 type windowBlock struct {
 	res int64
 	// cols is the columns the block holds (last_ts and the stale rows
-	// always): a reader that needs others must not read it (holds).
+	// always): a reader that needs others must not read it
+	// (windowSeq.holds).
 	cols                                 colSet
 	firstT, lastT, count                 []int64
 	sum, min, max, first, last, increase []float64
@@ -107,9 +108,6 @@ func (b *windowBlock) appendRows(src *windowBlock, lo, hi int) {
 		}
 	}
 }
-
-// holds reports whether b holds every column of need.
-func (b *windowBlock) holds(need colSet) bool { return b.cols&need == need }
 
 // isStale reports row i's Stale.
 func (b *windowBlock) isStale(i int) bool {
