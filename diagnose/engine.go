@@ -616,7 +616,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 		if p != nil {
 			<-p.done // never leave a read running
 		}
-		snap, err = e.view.SnapshotFrom(ctx, mint, maxt, e.reach.fromFunc(mint+e.need), e.readMatchers()...)
+		snap, err = e.view.SnapshotFor(ctx, mint, maxt, e.reach.reads(mint+e.need), e.readMatchers()...)
 	}
 	e.ahead = nil
 	if err != nil || e.chunk == 0 {
@@ -627,7 +627,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 	e.ahead = p
 	go func() {
 		defer close(p.done)
-		p.snap, p.err = e.view.SnapshotFrom(ctx, p.mint, p.maxt, e.reach.fromFunc(p.mint+e.need), e.readMatchers()...)
+		p.snap, p.err = e.view.SnapshotFor(ctx, p.mint, p.maxt, e.reach.reads(p.mint+e.need), e.readMatchers()...)
 	}()
 	return snap, nil
 }

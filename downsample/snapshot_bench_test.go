@@ -18,7 +18,8 @@ import (
 // flushed). B/op is what one snapshot allocates (the pipeline's reading and
 // the view's block), the bytes the engine's evaluation starts from: of
 // every window of the 9 minutes, or of those a rate over 3m or a plain
-// selector (the lookback, 5m) reaches.
+// selector (the lookback, 5m) reaches, with every column or only those the
+// function reads.
 func BenchmarkMinuteViewSnapshotPipeline(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
@@ -76,19 +77,24 @@ func benchSnapshotPipeline(b *testing.B, sparse time.Duration) {
 	v := tiers.NewMinuteView(minute, p)
 	mark, _ := p.Mark()
 	first := mark // the minute the snapshot is evaluated at
+	rate3m := func(string) int64 { return first - 3*MinuteRes }
+	lookback5m := func(string) int64 { return first - 5*MinuteRes }
 	for _, c := range []struct {
-		name string
-		from func(string) int64
+		name  string
+		reads tiers.SnapshotReads
 	}{
-		{"reach=all", nil}, // every window of the 9 minutes
-		{"reach=rate3m", func(string) int64 { return first - 3*MinuteRes }},
-		{"reach=lookback5m", func(string) int64 { return first - 5*MinuteRes }},
+		{"reach=all", tiers.SnapshotReads{}}, // every window of the 9 minutes
+		{"reach=rate3m", tiers.SnapshotReads{From: rate3m}},
+		{"reach=lookback5m", tiers.SnapshotReads{From: lookback5m}},
+		// Only the columns rate reads, or a plain selector.
+		{"reach=rate3m/cols=rate", tiers.SnapshotReads{From: rate3m, Columns: func(string) tiers.WindowColumns { return tiers.ColumnsForFunc("rate") }}},
+		{"reach=lookback5m/cols=plain", tiers.SnapshotReads{From: lookback5m, Columns: func(string) tiers.WindowColumns { return tiers.ColumnsForFunc("") }}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
-				s, err := v.SnapshotFrom(ctx, first-10*MinuteRes, first-MinuteRes, c.from)
+				s, err := v.SnapshotFor(ctx, first-10*MinuteRes, first-MinuteRes, c.reads)
 				if err != nil || s.Series() != series {
 					b.Fatal(s.Series(), err)
 				}

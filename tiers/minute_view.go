@@ -115,10 +115,46 @@ func (v *MinuteView) Snapshot(ctx context.Context, mint, maxt int64, matchers ..
 // are kept from mint (they share the disk's blocks). Queries that reach
 // before from find the series without those windows: the caller sizes from.
 func (v *MinuteView) SnapshotFrom(ctx context.Context, mint, maxt int64, from func(metricName string) int64, matchers ...*labels.Matcher) (*MinuteSnapshot, error) {
+	return v.SnapshotFor(ctx, mint, maxt, SnapshotReads{From: from}, matchers...)
+}
+
+// SnapshotReads is what a snapshot's reader reads of each metric name, so
+// that the snapshot holds no more (the diagnosis engine derives it from its
+// rules' expressions). The zero value reads everything.
+type SnapshotReads struct {
+	// From is the earliest window start read (nil: mint), as SnapshotFrom
+	// takes it. It is called from the goroutine reading the snapshot.
+	From func(metricName string) int64
+	// Columns is the window columns the selects of the name read (nil:
+	// every column): a snapshot select that needs another fails with
+	// ErrColumnNotLoaded rather than read it as zero. It must be safe for
+	// concurrent use (the minute tier's readers call it in parallel).
+	Columns func(metricName string) WindowColumns
+}
+
+// WindowColumns is a set of a window's aggregates, as a snapshot holds them.
+type WindowColumns colSet
+
+// AllWindowColumns is every column.
+const AllWindowColumns = WindowColumns(colAll)
+
+// ColumnsForFunc is the columns a select reads when its hints' Func is fn
+// (storage.SelectHints: the function or aggregation around the selector,
+// "" for none), as the minute view turns windows into samples for it.
+func ColumnsForFunc(fn string) WindowColumns { return WindowColumns(columnsFor(modeForFunc(fn))) }
+
+// ErrColumnNotLoaded is returned by a MinuteSnapshot's select whose
+// function reads a window column the snapshot did not load for a series
+// it finds (SnapshotReads.Columns left it out): the caller's columns are
+// wrong, and answering would read the column as zero.
+var ErrColumnNotLoaded = errors.New("query reads a window column the minute snapshot did not load")
+
+// SnapshotFor is Snapshot, holding only what reads says its reader reads.
+func (v *MinuteView) SnapshotFor(ctx context.Context, mint, maxt int64, reads SnapshotReads, matchers ...*labels.Matcher) (*MinuteSnapshot, error) {
 	if len(matchers) == 0 {
 		matchers = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
 	}
-	series, err := v.selectSeries(ctx, mint, maxt, matchers, from)
+	series, err := v.selectSeries(ctx, mint, maxt, matchers, reads)
 	if err != nil {
 		return nil, err
 	}
@@ -131,28 +167,33 @@ func (v *MinuteView) SnapshotFrom(ctx context.Context, mint, maxt int64, from fu
 }
 
 // selectSeries returns the matching series with windows starting in
-// [floor(mint), maxt], open windows merged in (from floor(from(name)) when
-// from is set), hidden names left out.
-func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, from func(string) int64) ([]selectedSeries, error) {
+// [floor(mint), maxt], open windows merged in (from floor(reads.From(name))
+// when set), of each only reads.Columns(name) when set, hidden names left
+// out.
+func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, reads SnapshotReads) ([]selectedSeries, error) {
 	res := v.Resolution()
 	lo := timegrid.Floor(mint, res)
 	if v.hidesAll(ms) {
 		return nil, nil
 	}
-	open := openCollector{res: res, lo: lo, hidden: v.hidden, from: from}
+	open := openCollector{res: res, lo: lo, hidden: v.hidden, from: reads.From, cols: reads.Columns}
 	if v.open != nil {
 		// The sizing hint is SnapshotFrom's (the diagnosis engine's
 		// minute, the same matchers every minute): other selects'
 		// matchers differ from one to the next.
-		if n := v.opened.Load(); n > 0 && from != nil {
+		if n := v.opened.Load(); n > 0 && reads.From != nil {
 			open.series = make([]openRows, 0, n+n/16)
 		}
 		v.open.VisitOpenWindows(lo, maxt, &open, ms...) // before the disk: see MinuteView
-		if from != nil {
+		if reads.From != nil {
 			v.opened.Store(int64(len(open.series)))
 		}
 	}
-	disk, err := v.minute.selectColumns(ctx, lo, maxt, ms, selectOptions{need: colAll})
+	opts := selectOptions{need: colAll}
+	if cols := reads.Columns; cols != nil {
+		opts.seriesNeed = func(l labels.Labels) colSet { return colSet(cols(l.Get(model.MetricNameLabel))) }
+	}
+	disk, err := v.minute.selectColumns(ctx, lo, maxt, ms, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +224,11 @@ type openCollector struct {
 	res, lo int64
 	hidden  func(metricName string) bool
 	from    func(metricName string) int64
-	cur     *windowBlock // the block being filled
-	series  []openRows   // as handed over; sorted by labels by mergeOpen
+	cols    func(metricName string) WindowColumns // nil: every column
+	// cur is the blocks being filled, one per set of columns (a snapshot's
+	// readers read a few sets).
+	cur    []*windowBlock
+	series []openRows // as handed over; sorted by labels by mergeOpen
 }
 
 // openRows is an open series' windows: rows [off, off+n) of blk.
@@ -217,15 +261,24 @@ func (c *openCollector) Series(lset labels.Labels, ws []Window) {
 	if len(ws) == 0 {
 		return
 	}
-	if c.cur == nil || len(c.cur.lastT)+len(ws) > cap(c.cur.lastT) {
-		n := openBlockMin
-		if c.cur != nil {
-			n = min(2*cap(c.cur.lastT), openBlockMax)
-		}
-		c.cur = newWindowBlock(c.res, colAll, max(n, len(ws)))
+	need := colAll
+	if c.cols != nil {
+		need = colSet(c.cols(lset.Get(model.MetricNameLabel))) | colLastT | colStale
 	}
-	c.series = append(c.series, openRows{lbls: lset, blk: c.cur, off: len(c.cur.lastT), n: len(ws)})
-	appendWindows(c.cur, ws)
+	k := slices.IndexFunc(c.cur, func(b *windowBlock) bool { return b.cols == need })
+	if k < 0 || len(c.cur[k].lastT)+len(ws) > cap(c.cur[k].lastT) {
+		n := openBlockMin
+		if k >= 0 {
+			n = min(2*cap(c.cur[k].lastT), openBlockMax)
+		} else {
+			k = len(c.cur)
+			c.cur = append(c.cur, nil)
+		}
+		c.cur[k] = newWindowBlock(c.res, need, max(n, len(ws)))
+	}
+	b := c.cur[k]
+	c.series = append(c.series, openRows{lbls: lset, blk: b, off: len(b.lastT), n: len(ws)})
+	appendWindows(b, ws)
 }
 
 // mergeOpen merges the open windows into the disk series (sorted by
@@ -236,9 +289,7 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 		return disk
 	}
 	slices.SortFunc(open.series, func(a, b openRows) int { return labels.Compare(a.lbls, b.lbls) })
-	// The open-only series' one-block sequences, from three allocations.
 	n := len(open.series)
-	blocks, ends, offs := make([]*windowBlock, n), make([]int, n), make([]int, n)
 	out := make([]selectedSeries, 0, len(disk)+n)
 	i, j := 0, 0
 	for i < len(disk) || j < n {
@@ -257,8 +308,9 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 			i++
 		case c > 0:
 			o := open.series[j]
-			blocks[j], ends[j], offs[j] = o.blk, o.n, o.off
-			out = append(out, selectedSeries{lbls: o.lbls, ws: windowSeq{blocks: blocks[j : j+1 : j+1], ends: ends[j : j+1 : j+1], offs: offs[j : j+1 : j+1]}})
+			s := selectedSeries{lbls: o.lbls}
+			s.ws.add(o.blk, o.off, o.n)
+			out = append(out, s)
 			j++
 		default:
 			out = append(out, selectedSeries{lbls: disk[i].lbls, ws: mergeSeq(disk[i].ws, open.series[j])})
@@ -271,7 +323,8 @@ func mergeOpen(disk []selectedSeries, open *openCollector) []selectedSeries {
 
 // mergeSeq adds the open windows (rows o of o.blk) whose start the disk
 // sequence lacks; the ones after the disk's last window are read where they
-// are.
+// are. disk's slices may be extended in place: the disk series is not read
+// after.
 func mergeSeq(disk windowSeq, o openRows) windowSeq {
 	shared := o.blk
 	n := disk.Len()
@@ -304,48 +357,44 @@ func mergeSeq(disk windowSeq, o openRows) windowSeq {
 			all = append(all, w)
 		}
 		slices.SortFunc(all, func(a, b Window) int { return cmp.Compare(a.Start, b.Start) })
-		return seqOf(blockFromWindows(shared.res, all))
+		return seqOf(blockFromWindows(shared.res, disk.cols()&shared.cols, all))
 	}
-	if after == 0 {
-		return disk
+	if after > 0 {
+		disk.add(shared, k, after)
 	}
-	out := windowSeq{blocks: slices.Clone(disk.blocks), ends: slices.Clone(disk.ends), offs: slices.Clone(disk.offs)}
-	if out.offs == nil {
-		out.offs = make([]int, len(out.blocks), len(out.blocks)+1)
-	}
-	out.offs = append(out.offs, k)
-	out.blocks = append(out.blocks, shared)
-	out.ends = append(out.ends, n+after)
-	return out
+	return disk
 }
 
-func seqOf(b *windowBlock) windowSeq {
-	return windowSeq{blocks: []*windowBlock{b}, ends: []int{len(b.lastT)}}
-}
-
-// blockFromWindows holds ws (ascending) in a block with every column.
-func blockFromWindows(res int64, ws []Window) *windowBlock {
-	b := newWindowBlock(res, colAll, len(ws))
+// blockFromWindows holds ws (ascending) in a block of the columns cols.
+func blockFromWindows(res int64, cols colSet, ws []Window) *windowBlock {
+	b := newWindowBlock(res, cols, len(ws))
 	appendWindows(b, ws)
 	return b
 }
 
-// appendWindows appends ws as rows of b (every column).
+// appendWindows appends ws as rows of b (the columns b holds).
 func appendWindows(b *windowBlock, ws []Window) {
 	for _, w := range ws {
-		b.firstT = append(b.firstT, w.FirstT)
 		b.lastT = append(b.lastT, w.LastT)
-		b.count = append(b.count, int64(w.Count))
-		b.sum = append(b.sum, w.Sum)
-		b.min = append(b.min, w.Min)
-		b.max = append(b.max, w.Max)
-		b.first = append(b.first, w.First)
-		b.last = append(b.last, w.Last)
-		b.increase = append(b.increase, w.Increase)
-		b.resets = append(b.resets, int32(min(w.Resets, 1<<31-1))) //nolint:gosec // clamped
+		appendIf(&b.firstT, w.FirstT)
+		appendIf(&b.count, int64(w.Count))
+		appendIf(&b.sum, w.Sum)
+		appendIf(&b.min, w.Min)
+		appendIf(&b.max, w.Max)
+		appendIf(&b.first, w.First)
+		appendIf(&b.last, w.Last)
+		appendIf(&b.increase, w.Increase)
+		appendIf(&b.resets, int32(min(w.Resets, 1<<31-1))) //nolint:gosec // clamped
 		if w.Stale {
 			b.staleRows = append(b.staleRows, int32(len(b.lastT)-1)) //nolint:gosec // block rows fit
 		}
+	}
+}
+
+// appendIf appends v to a column the block holds (a nil one it does not).
+func appendIf[T any](col *[]T, v T) {
+	if *col != nil {
+		*col = append(*col, v)
 	}
 }
 
@@ -387,7 +436,7 @@ func (q *minuteQuerier) Select(ctx context.Context, _ bool, hints *storage.Selec
 	if mint > maxt {
 		return storage.EmptySeriesSet()
 	}
-	series, err := q.v.selectSeries(ctx, mint, maxt, ms, nil)
+	series, err := q.v.selectSeries(ctx, mint, maxt, ms, SnapshotReads{})
 	if err != nil {
 		return storage.ErrSeriesSet(err)
 	}
@@ -398,7 +447,7 @@ func (q *minuteQuerier) labelSets(ctx context.Context, ms []*labels.Matcher) ([]
 	if len(ms) == 0 {
 		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+")}
 	}
-	series, err := q.v.selectSeries(ctx, q.mint, q.maxt, ms, nil)
+	series, err := q.v.selectSeries(ctx, q.mint, q.maxt, ms, SnapshotReads{})
 	if err != nil {
 		return nil, err
 	}
@@ -555,8 +604,17 @@ func (q *snapshotQuerier) Select(_ context.Context, _ bool, hints *storage.Selec
 			time.UnixMilli(mint).UTC().Format(time.RFC3339), time.UnixMilli(q.s.mint).UTC().Format(time.RFC3339)))
 	}
 	set := &snapshotSet{part: minutePart(windowSeq{}, q.s.res, hints, mint, satAdd(maxt, 1)), series: make([]snapshotSeries, len(found))}
+	need := columnsFor(set.part.mode)
 	for k, i := range found {
-		set.series[k] = snapshotSeries{sel: &q.s.series[i], part: &set.part}
+		sel := &q.s.series[i]
+		if !sel.ws.holds(need) {
+			fn := ""
+			if hints != nil {
+				fn = hints.Func
+			}
+			return storage.ErrSeriesSet(fmt.Errorf("%w: %s of %s", ErrColumnNotLoaded, cmp.Or(fn, "a plain selector"), sel.lbls.Get(model.MetricNameLabel)))
+		}
+		set.series[k] = snapshotSeries{sel: sel, part: &set.part}
 	}
 	return set
 }

@@ -319,7 +319,11 @@ func (fr *fileReader) flush() {
 		if ls.blk == nil {
 			// Sized for this density over the rest of the reader's range:
 			// exact for a series present throughout, grown by append else.
-			ls.blk = newWindowBlock(fr.q.res, fr.q.opts.need, int(r.hi-r.lo)*int(max(r.filesLeft, 1)))
+			need := fr.q.opts.need
+			if f := fr.q.opts.seriesNeed; f != nil {
+				need &= f(ls.lbls)
+			}
+			ls.blk = newWindowBlock(fr.q.res, need, int(r.hi-r.lo)*int(max(r.filesLeft, 1)))
 		}
 		ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
 	}
@@ -364,7 +368,7 @@ func (bp *batchPool) putBack(fr *fileReader) {
 // makes them) over b's buffers, emptied; a column b has no buffer for
 // gets one of capacity rows.
 func (b *windowBlock) view(res int64, need colSet, capacity int) *windowBlock {
-	v := &windowBlock{res: res, staleRows: b.staleRows[:0]}
+	v := &windowBlock{res: res, cols: need | colLastT | colStale, staleRows: b.staleRows[:0]}
 	take(&v.firstT, b.firstT, need&colFirstT != 0, capacity)
 	take(&v.lastT, b.lastT, true, capacity)
 	take(&v.count, b.count, need&colCount != 0, capacity)

@@ -94,6 +94,10 @@ func (r *Rollup) SelectLabels(ctx context.Context, mint, maxt int64, matchers ..
 
 type selectOptions struct {
 	need colSet // aggregate columns to decode (0: all); the others read as zero
+	// seriesNeed, when set, is the columns of need a series' block keeps
+	// (the minute snapshot's: only those its readers read of its metric
+	// name). Called from the readers' goroutines, once a series and reader.
+	seriesNeed func(lbls labels.Labels) colSet
 	// thinStep > 0 keeps, per series, only the latest window before each
 	// evaluation time thinOrigin + k*thinStep (plain selectors at a coarse
 	// step see no other).
@@ -200,9 +204,7 @@ func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
 				out = append(out, selectedSeries{lbls: ls.lbls})
 			}
 			if n > 0 {
-				ws := &out[gi].ws
-				ws.blocks = append(ws.blocks, ls.blk)
-				ws.ends = append(ws.ends, ws.Len()+n)
+				out[gi].ws.add(ls.blk, 0, n)
 			}
 		}
 	}

@@ -62,8 +62,7 @@ func TestWindowIterFastPaths(t *testing.T) {
 					b.staleRows = append(b.staleRows, int32(i)) //nolint:gosec // small
 				}
 			}
-			seq.blocks = append(seq.blocks, b)
-			seq.ends = append(seq.ends, hi)
+			seq.add(b, 0, hi-lo)
 			lo = hi
 		}
 		fill := []int64{res, res / 2, 2 * res, res - 1, res + 1}[r.IntN(5)]

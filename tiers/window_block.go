@@ -28,10 +28,14 @@ const (
 )
 
 // windowBlock is windows in columns: only the columns a query needs (the
-// others are nil and read as zero). A window's start is its last sample's
-// time rounded down to the resolution.
+// others are nil, and a Window read from the block holds zero in them). A
+// window's start is its last sample's time rounded down to the resolution.
 type windowBlock struct {
-	res                                  int64
+	res int64
+	// cols is the columns the block holds (last_ts and the stale rows
+	// always): a reader that needs others must not read it
+	// (windowSeq.holds).
+	cols                                 colSet
 	firstT, lastT, count                 []int64
 	sum, min, max, first, last, increase []float64
 	resets                               []int32
@@ -41,7 +45,7 @@ type windowBlock struct {
 }
 
 func newWindowBlock(res int64, need colSet, capacity int) *windowBlock {
-	b := &windowBlock{res: res}
+	b := &windowBlock{res: res, cols: need | colLastT | colStale}
 	alloc(&b.firstT, need&colFirstT != 0, capacity)
 	alloc(&b.lastT, true, capacity)
 	alloc(&b.count, need&colCount != 0, capacity)
@@ -195,53 +199,106 @@ func tail[T any](s []T, base int) []T {
 // trunc empties s keeping its capacity (nil stays nil).
 func trunc[T any](s []T) []T { return s[:0:cap(s)] }
 
-// windowSeq is one series' windows in ascending start order: whole blocks
-// (one per reader), read through an index. Its methods take a block hint
-// (the caller's cursor) so that sequential reads find their block in O(1).
+// windowSeq is one series' windows in ascending start order: rows of one
+// or more blocks (one per reader), read through an index. Its methods take
+// a block hint (the caller's cursor) so that sequential reads find their
+// block in O(1).
+//
+// A block may hold many series' windows one after the other: the minute
+// view's open windows share one block instead of a block per series, whose
+// column headers alone (300 bytes) outweighed the one or few windows each
+// held. Most sequences lie in one block (a series read only from the open
+// windows, or from one reader): they are held inline, 24 bytes, where the
+// block, end and offset slices of the general form took 96.
 type windowSeq struct {
-	blocks []*windowBlock
-	ends   []int // ends[k]: windows in blocks[:k+1]
-	// offs[k] is the row of blocks[k] where the sequence's windows start
-	// (nil: row 0 of every block). A block may hold many series' windows
-	// one after the other: the minute view's open windows share one block
-	// instead of a block per series, whose column headers alone (288
-	// bytes) outweighed the one or few windows each held.
-	offs []int
+	// blk's rows [off, off+n) are the windows when more is nil (blk nil:
+	// none).
+	blk    *windowBlock
+	off, n int32
+	more   *seqBlocks
 }
 
-// off is the first row of block k.
-func (s *windowSeq) off(k int) int {
-	if s.offs == nil {
-		return 0
-	}
-	return s.offs[k]
+// seqBlocks is a windowSeq over several blocks.
+type seqBlocks struct {
+	blocks []*windowBlock
+	ends   []int // ends[k]: windows in blocks[:k+1]
+	offs   []int // offs[k]: the row of blocks[k] where the windows start
+}
+
+// seqOf is the sequence of every row of b.
+func seqOf(b *windowBlock) windowSeq {
+	return windowSeq{blk: b, n: int32(len(b.lastT))} //nolint:gosec // block rows fit
 }
 
 // Len is the number of windows.
 func (s *windowSeq) Len() int {
-	if len(s.ends) == 0 {
-		return 0
+	if s.more == nil {
+		return int(s.n)
 	}
-	return s.ends[len(s.ends)-1]
+	return s.more.ends[len(s.more.ends)-1]
+}
+
+// blocks is the number of blocks the windows lie in.
+func (s *windowSeq) blocks() int {
+	switch {
+	case s.more != nil:
+		return len(s.more.blocks)
+	case s.blk != nil:
+		return 1
+	}
+	return 0
+}
+
+// block returns block k and the rows [off, off+n) of it the windows are.
+func (s *windowSeq) block(k int) (b *windowBlock, off, n int) {
+	if s.more == nil {
+		return s.blk, int(s.off), int(s.n)
+	}
+	m := s.more
+	if k > 0 {
+		n = -m.ends[k-1]
+	}
+	return m.blocks[k], m.offs[k], n + m.ends[k]
+}
+
+// add appends rows [off, off+n) of b (n > 0) after the windows. The
+// general form's slices are s's own: add extends them in place.
+func (s *windowSeq) add(b *windowBlock, off, n int) {
+	switch {
+	case s.more != nil:
+		m := s.more
+		m.blocks, m.offs, m.ends = append(m.blocks, b), append(m.offs, off), append(m.ends, m.ends[len(m.ends)-1]+n)
+	case s.blk == nil:
+		*s = windowSeq{blk: b, off: int32(off), n: int32(n)} //nolint:gosec // block rows fit
+	default:
+		first := int(s.n)
+		*s = windowSeq{more: &seqBlocks{
+			blocks: []*windowBlock{s.blk, b}, offs: []int{int(s.off), off}, ends: []int{first, first + n},
+		}}
+	}
 }
 
 // locate returns the block holding window i and its row, starting from the
 // block *hint and updating it.
 func (s *windowSeq) locate(i int, hint *int) (*windowBlock, int) {
+	if s.more == nil {
+		return s.blk, int(s.off) + i
+	}
+	m := s.more
 	k := *hint
-	if k >= len(s.blocks) || i >= s.ends[k] || (k > 0 && i < s.ends[k-1]) {
-		if k+1 < len(s.blocks) && i >= s.ends[k] && i < s.ends[k+1] {
+	if k >= len(m.blocks) || i >= m.ends[k] || (k > 0 && i < m.ends[k-1]) {
+		if k+1 < len(m.blocks) && i >= m.ends[k] && i < m.ends[k+1] {
 			k++
 		} else {
-			k = sort.SearchInts(s.ends, i+1)
+			k = sort.SearchInts(m.ends, i+1)
 		}
 		*hint = k
 	}
 	base := 0
 	if k > 0 {
-		base = s.ends[k-1]
+		base = m.ends[k-1]
 	}
-	return s.blocks[k], i - base + s.off(k)
+	return m.blocks[k], i - base + m.offs[k]
 }
 
 // at sets *w to window i (see windowBlock.window).
@@ -256,17 +313,28 @@ func (s *windowSeq) startAt(i int, hint *int) int64 {
 	return b.startOf(b.lastT[row])
 }
 
+// holds reports whether every block of s holds every column of need.
+func (s *windowSeq) holds(need colSet) bool { return s.cols()&need == need }
+
+// cols is the columns every block of s holds.
+func (s *windowSeq) cols() colSet {
+	c := colAll
+	for k := range s.blocks() {
+		b, _, _ := s.block(k)
+		c &= b.cols
+	}
+	return c
+}
+
 // appendTo appends every window to dst.
 func (s *windowSeq) appendTo(dst []Window) []Window {
-	base := 0
-	for k, b := range s.blocks {
-		off := s.off(k)
-		for row := off; row < off+s.ends[k]-base; row++ {
+	for k := range s.blocks() {
+		b, off, n := s.block(k)
+		for row := off; row < off+n; row++ {
 			var w Window
 			b.window(row, &w)
 			dst = append(dst, w)
 		}
-		base = s.ends[k]
 	}
 	return dst
 }
