@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/compression"
@@ -503,5 +504,53 @@ func TestRawWALCompressionChange(t *testing.T) {
 		if len(got) != 200 || got[0] != 0 || got[199] != 199 {
 			t.Fatalf("replayed under %s: %d samples (%v...), want 0..199", c, len(got), got[:min(3, len(got))])
 		}
+	}
+}
+
+// TestRawChunksForRemoteRead: the raw tier's own chunks are XOR2 by
+// default, and the stitched view (what strata serve's remote read and
+// StoreAPI answer from) hands out XOR chunks of the same samples, which
+// every remote-read client decodes, not only those that know XOR2.
+func TestRawChunksForRemoteRead(t *testing.T) {
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	const n = 300
+	app := raw.Appender(context.Background())
+	for i := range n {
+		if _, err := app.Append(0, labels.FromStrings("__name__", "m"), testT0+int64(i)*15_000, float64(i)/3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	encodings := func(q storage.ChunkQueryable) (map[chunkenc.Encoding]int, int) {
+		cq, err := q.ChunkQuerier(testT0, testT0+n*15_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cq.Close() }()
+		got, samples := map[chunkenc.Encoding]int{}, 0
+		ss := cq.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+		for ss.Next() {
+			it := ss.At().Iterator(nil)
+			for it.Next() {
+				got[it.At().Chunk.Encoding()]++
+				samples += it.At().Chunk.NumSamples()
+			}
+		}
+		if err := ss.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got, samples
+	}
+	if got, samples := encodings(raw); got[chunkenc.EncXOR2] == 0 || len(got) != 1 || samples != n {
+		t.Errorf("raw tier chunks: %v, %d samples; want XOR2 only, %d samples", got, samples, n)
+	}
+	if got, samples := encodings(tiers.NewStitched(raw, nil, nil)); got[chunkenc.EncXOR] == 0 || len(got) != 1 || samples != n {
+		t.Errorf("stitched view chunks: %v, %d samples; want XOR only, %d samples", got, samples, n)
 	}
 }
