@@ -49,7 +49,9 @@
 #
 # Each target's outdir gets du.txt, the bytes of every file and directory of
 # its store two levels down, taken when its load ends: where the disk bytes
-# per sample go.
+# per sample go. The report gives them per part of the store (see "parts"
+# below): Strata's raw tier beside Prometheus' whole store, the rollup tiers
+# apart.
 set -euo pipefail
 
 target=${1:-strata}
@@ -216,12 +218,21 @@ if [[ -z "$up" ]]; then
 	exit 1
 fi
 
-# Every directory present once the server is up is measured; "total" is the
-# whole store.
+# The store's parts, each that exists once the server is up: "total" is the
+# whole store. "raw" is what holds the raw samples (Strata's raw tier,
+# Prometheus' and VictoriaMetrics' whole store), so that the report sets
+# Strata's raw tier beside a peer's store and its rollup tiers ("minute",
+# "hour") apart; "wal" and "chunks_head" are the TSDB's write-ahead log and
+# head chunk files in Strata's raw tier and in Prometheus.
+case "$target" in
+strata) parts=(raw=raw wal=raw/wal chunks_head=raw/chunks_head minute=minute hour=hour) ;;
+prometheus) parts=(raw=. wal=wal chunks_head=chunks_head) ;;
+victoriametrics) parts=(raw=. data=data indexdb=indexdb) ;;
+esac
 dirs=(--tier-dir="total=$work/db")
-for t in raw minute hour wal data indexdb; do
-	if [[ -d "$work/db/$t" ]]; then
-		dirs+=(--tier-dir="$t=$work/db/$t")
+for p in "${parts[@]}"; do
+	if [[ -d "$work/db/${p#*=}" ]]; then
+		dirs+=(--tier-dir="${p%%=*}=$work/db/${p#*=}")
 	fi
 done
 args=()

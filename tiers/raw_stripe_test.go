@@ -45,6 +45,19 @@ func BenchmarkRawHeadIsolation(b *testing.B) {
 	}
 }
 
+// BenchmarkRawSampleRecords measures what the WAL's SamplesV2 records and
+// the XOR2 chunks they need cost (RawConfig.SampleRecordsV2: on by
+// default, off in Prometheus), as BenchmarkRawHeadStripes measures the
+// stripes: the heap held per series and the appends' time and CPU (the
+// records' encoding, the chunks' appends).
+func BenchmarkRawSampleRecords(b *testing.B) {
+	for _, v2 := range []bool{true, false} {
+		b.Run("v2="+strconv.FormatBool(v2), func(b *testing.B) {
+			benchRawHead(b, func(cfg *tiers.RawConfig) { cfg.SampleRecordsV2 = v2 })
+		})
+	}
+}
+
 // benchRawHead opens a raw tier with the defaults that set changes, and
 // reports what 50,000 series cost it: held-B/series is the heap the open
 // tier holds after one sample of every series, in requests of 2,000, over

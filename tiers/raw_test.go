@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/compression"
@@ -164,70 +165,88 @@ func TestRawBoundsOutOfOrderBlock(t *testing.T) {
 	}
 }
 
+// rawWALBytes appends series x steps samples (at 1 s, each series' value
+// value(series, step)) to a raw tier configured by cfg, checks that every
+// sample replays from the WAL after a restart, and returns the WAL's bytes.
+func rawWALBytes(t *testing.T, series, steps int, value func(s, step int) float64, cfg func(*tiers.RawConfig)) int64 {
+	t.Helper()
+	dir := t.TempDir()
+	c := tiers.DefaultRawConfig(dir)
+	cfg(&c)
+	raw, err := tiers.OpenRaw(c, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range steps {
+		app := raw.Appender(context.Background())
+		for i := range series {
+			ls := labels.FromStrings("__name__", "DCGM_FI_DEV_GPU_TEMP", "Hostname", "node-0042.cluster.example",
+				"gpu", strconv.Itoa(i%8), "pod", "vllm-engine-"+strconv.Itoa(i/8))
+			if _, err := app.Append(0, ls, testT0+int64(step)*1_000, value(i, step)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Replay: every sample comes back from the WAL.
+	raw, err = tiers.OpenRaw(c, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := countRawSamples(t, raw, "DCGM_FI_DEV_GPU_TEMP"); got != series*steps {
+		t.Fatalf("%d samples replayed, want %d", got, series*steps)
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	entries, err := os.ReadDir(filepath.Join(dir, "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+// countRawSamples counts the float samples of metric name in raw.
+func countRawSamples(t *testing.T, raw *tiers.Raw, name string) int {
+	t.Helper()
+	q, err := raw.Querier(0, 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", name))
+	for ss.Next() {
+		it := ss.At().Iterator(nil)
+		for it.Next() != chunkenc.ValNone {
+			got++
+		}
+	}
+	if err := errors.Join(ss.Err(), q.Close()); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // TestRawWALCompression: the default configuration compresses the WAL, as
 // Prometheus does by default; the same appends take far fewer WAL bytes than
 // with WALCompression off, zstd fewer than snappy, and a zstd WAL replays
 // every sample after a restart.
 func TestRawWALCompression(t *testing.T) {
-	const series, steps = 500, 20
+	const series, steps = 500, 100
+	temp := func(s, _ int) float64 { return float64(40 + s%7) }
 	walBytes := func(c compression.Type) int64 {
-		dir := t.TempDir()
-		cfg := tiers.DefaultRawConfig(dir)
-		cfg.WALCompression = c
-		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for ts := testT0; ts < testT0+steps*1_000; ts += 1_000 {
-			app := raw.Appender(context.Background())
-			for i := range series {
-				ls := labels.FromStrings("__name__", "DCGM_FI_DEV_GPU_TEMP", "Hostname", "node-0042.cluster.example",
-					"gpu", strconv.Itoa(i%8), "pod", "vllm-engine-"+strconv.Itoa(i/8))
-				if _, err := app.Append(0, ls, ts, float64(40+i%7)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := app.Commit(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := raw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		// Replay: every sample comes back from the WAL.
-		raw, err = tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := raw.Querier(testT0, testT0+steps*1_000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "DCGM_FI_DEV_GPU_TEMP"))
-		for ss.Next() {
-			it := ss.At().Iterator(nil)
-			for it.Next() != chunkenc.ValNone {
-				got++
-			}
-		}
-		if err := errors.Join(ss.Err(), q.Close(), raw.Close()); err != nil {
-			t.Fatal(err)
-		}
-		if got != series*steps {
-			t.Fatalf("WAL compression %q: %d samples replayed, want %d", c, got, series*steps)
-		}
-		var n int64
-		entries, err := os.ReadDir(filepath.Join(dir, "wal"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-				n += info.Size()
-			}
-		}
-		return n
+		return rawWALBytes(t, series, steps, temp, func(cfg *tiers.RawConfig) { cfg.WALCompression = c })
 	}
 	def, off := walBytes(tiers.DefaultRawConfig("").WALCompression), walBytes(compression.None)
 	snappy, zstd := walBytes(compression.Snappy), walBytes(compression.Zstd)
@@ -240,6 +259,90 @@ func TestRawWALCompression(t *testing.T) {
 	t.Logf("WAL bytes: %d default, %d snappy, %d zstd, %d uncompressed", def, snappy, zstd, off)
 	if _, err := tiers.OpenRaw(tiers.RawConfig{Dir: t.TempDir(), Retention: time.Hour, WALCompression: "lz4"}, quietLogger(), nil); err == nil {
 		t.Error("an unknown WAL compression was accepted")
+	}
+}
+
+// TestRawSampleRecordsV2: the default configuration writes the WAL's samples
+// as SamplesV2 records, which take fewer bytes than the original records
+// for the same appends (values a GPU exporter sends: whole numbers, and
+// power in W with mW resolution) and replay every sample.
+func TestRawSampleRecordsV2(t *testing.T) {
+	const series, steps = 500, 100
+	value := func(s, step int) float64 {
+		if s%2 == 0 {
+			return float64(40 + (s+step/30)%7)
+		}
+		return float64(250_000+(s*7919+step*104_729)%50_000) / 1000
+	}
+	walBytes := func(v2 bool) int64 {
+		return rawWALBytes(t, series, steps, value, func(cfg *tiers.RawConfig) { cfg.SampleRecordsV2 = v2 })
+	}
+	def, v1, v2 := walBytes(tiers.DefaultRawConfig("").SampleRecordsV2), walBytes(false), walBytes(true)
+	if def != v2 {
+		t.Errorf("WAL bytes: default %d, SamplesV2 %d: want the default to write SamplesV2 records", def, v2)
+	}
+	if v2*10 > v1*9 {
+		t.Fatalf("WAL bytes: SamplesV2 %d, Samples %d: want at most 90%%", v2, v1)
+	}
+	t.Logf("WAL bytes: %d SamplesV2, %d Samples (%.2fx)", v2, v1, float64(v2)/float64(v1))
+}
+
+// TestRawSampleRecordsChange: a raw tier written with the original sample
+// records and XOR chunks (WAL, head chunks and a block), then with
+// SamplesV2 records and XOR2 chunks, then opened with the original again,
+// as upgrading and going back do, reads every sample under either setting.
+func TestRawSampleRecordsChange(t *testing.T) {
+	dir := t.TempDir()
+	const series, perRun = 10, 300 // 300 samples: full chunks, head-chunk files
+	ls := func(s int) labels.Labels { return labels.FromStrings("__name__", "m", "s", strconv.Itoa(s)) }
+	steps := []bool{false, true, false}
+	for i, v2 := range steps {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.Retention = 30 * 24 * time.Hour
+		cfg.SampleRecordsV2 = v2
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := countRawSamples(t, raw, "m"), i*series*perRun; got != want {
+			t.Fatalf("run %d (SamplesV2 %v): %d samples read back, want %d", i, v2, got, want)
+		}
+		for j := range perRun {
+			app := raw.Appender(context.Background())
+			for s := range series {
+				ts := testT0 + int64(i*perRun+j)*15_000
+				if _, err := app.Append(0, ls(s), ts, float64(i*perRun+j)+float64(s)/1000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := app.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == 0 {
+			// A block of the first run's samples, in XOR chunks.
+			if err := raw.DB().CompactHead(tsdb.NewRangeHead(raw.DB().Head(), testT0, testT0+perRun*15_000/2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := raw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v2 := range []bool{false, true} {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.Retention = 30 * 24 * time.Hour
+		cfg.SampleRecordsV2 = v2
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := countRawSamples(t, raw, "m"), len(steps)*series*perRun; got != want {
+			t.Errorf("opened with SamplesV2 %v: %d samples, want %d", v2, got, want)
+		}
+		if err := raw.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -401,5 +504,53 @@ func TestRawWALCompressionChange(t *testing.T) {
 		if len(got) != 200 || got[0] != 0 || got[199] != 199 {
 			t.Fatalf("replayed under %s: %d samples (%v...), want 0..199", c, len(got), got[:min(3, len(got))])
 		}
+	}
+}
+
+// TestRawChunksForRemoteRead: the raw tier's own chunks are XOR2 by
+// default, and the stitched view (what strata serve's remote read and
+// StoreAPI answer from) hands out XOR chunks of the same samples, which
+// every remote-read client decodes, not only those that know XOR2.
+func TestRawChunksForRemoteRead(t *testing.T) {
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	const n = 300
+	app := raw.Appender(context.Background())
+	for i := range n {
+		if _, err := app.Append(0, labels.FromStrings("__name__", "m"), testT0+int64(i)*15_000, float64(i)/3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	encodings := func(q storage.ChunkQueryable) (map[chunkenc.Encoding]int, int) {
+		cq, err := q.ChunkQuerier(testT0, testT0+n*15_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cq.Close() }()
+		got, samples := map[chunkenc.Encoding]int{}, 0
+		ss := cq.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+		for ss.Next() {
+			it := ss.At().Iterator(nil)
+			for it.Next() {
+				got[it.At().Chunk.Encoding()]++
+				samples += it.At().Chunk.NumSamples()
+			}
+		}
+		if err := ss.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got, samples
+	}
+	if got, samples := encodings(raw); got[chunkenc.EncXOR2] == 0 || len(got) != 1 || samples != n {
+		t.Errorf("raw tier chunks: %v, %d samples; want XOR2 only, %d samples", got, samples, n)
+	}
+	if got, samples := encodings(tiers.NewStitched(raw, nil, nil)); got[chunkenc.EncXOR] == 0 || len(got) != 1 || samples != n {
+		t.Errorf("stitched view chunks: %v, %d samples; want XOR only, %d samples", got, samples, n)
 	}
 }

@@ -129,11 +129,15 @@ type ObjStoreConfig struct {
 	PendingWarnBytes ByteSize `yaml:"pending_warn_bytes"`
 }
 
-// RawTierConfig is the raw tier's retention, WAL compression and isolation.
+// RawTierConfig is the raw tier's retention, WAL compression and sample
+// records, and isolation.
 type RawTierConfig struct {
 	Retention model.Duration `yaml:"retention"`
 	// WALCompression: tiers.RawConfig.WALCompression (snappy, zstd or none).
 	WALCompression string `yaml:"wal_compression"`
+	// WALSampleRecords: v2 sets tiers.RawConfig.SampleRecordsV2, v1
+	// writes the TSDB's original sample records (Prometheus' default).
+	WALSampleRecords string `yaml:"wal_sample_records"`
 	// Isolation: tiers.RawConfig.Isolation.
 	Isolation bool `yaml:"isolation"`
 }
@@ -285,6 +289,11 @@ func (c Config) validate() error {
 	case "snappy", "zstd", "none":
 	default:
 		errs = append(errs, fmt.Errorf("storage.raw.wal_compression must be snappy, zstd or none, got %q", c.Storage.Raw.WALCompression))
+	}
+	switch c.Storage.Raw.WALSampleRecords {
+	case "v1", "v2":
+	default:
+		errs = append(errs, fmt.Errorf("storage.raw.wal_sample_records must be v1 or v2, got %q", c.Storage.Raw.WALSampleRecords))
 	}
 	if c.Storage.OutOfOrderWindow < 0 {
 		errs = append(errs, fmt.Errorf("storage.out_of_order_time_window must not be negative, got %s", c.Storage.OutOfOrderWindow))

@@ -87,6 +87,17 @@ func TestValidate(t *testing.T) {
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "wal_compression") {
 		t.Fatalf("validate = %v, want a WAL compression error", err)
 	}
+	cfg, err = loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Storage.Raw.WALSampleRecords != "v2" {
+		t.Fatalf("defaults: WAL sample records %q, want v2", cfg.Storage.Raw.WALSampleRecords)
+	}
+	cfg.Storage.Raw.WALSampleRecords = "v3"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "wal_sample_records") {
+		t.Fatalf("validate = %v, want a WAL sample records error", err)
+	}
 }
 
 func TestExternalLabelsAndGRPC(t *testing.T) {

@@ -73,6 +73,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *model.Duration { return &c.Storage.Raw.Retention })
 	o.string("storage.raw.wal-compression", "How the raw tier's write-ahead log is compressed: snappy, zstd or none. (default: snappy)",
 		func(c *Config) *string { return &c.Storage.Raw.WALCompression })
+	o.string("storage.raw.wal-sample-records", "How the raw tier's write-ahead log records samples: v2 (SamplesV2 records, XOR2 chunks; read by Prometheus 3.15 and later) or v1 (Prometheus' default). (default: v2)",
+		func(c *Config) *string { return &c.Storage.Raw.WALSampleRecords })
 	o.duration("storage.minute.retention", "How long minute rollups are kept. (default: 30d)",
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
 	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",

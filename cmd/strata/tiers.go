@@ -39,6 +39,7 @@ func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registere
 	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
 	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
 	rawCfg.WALCompression = cfg.Storage.Raw.WALCompression
+	rawCfg.SampleRecordsV2 = cfg.Storage.Raw.WALSampleRecords == "v2"
 	rawCfg.Isolation = cfg.Storage.Raw.Isolation
 	if t.raw, err = tiers.OpenRaw(rawCfg, logger, rawReg); err != nil {
 		return t, err
