@@ -304,6 +304,28 @@ func TestReplayStartDoesNotMatter(t *testing.T) {
 	}
 }
 
+// newestWholeSnapshot returns the newest final minute of lp's pipeline and
+// a snapshot of every window and column the engine's rules could read up
+// to it, failing t when the default rules have no reach (nothing would be
+// cut) or the pipeline no mark.
+func newestWholeSnapshot(t *testing.T, lp *livePipeline) (int64, *tiers.MinuteSnapshot) {
+	t.Helper()
+	e := lp.engine
+	if e.reach == nil {
+		t.Fatal("the default rules have no reach: every window and column is read")
+	}
+	mark, ok := lp.pipe.Mark()
+	if !ok {
+		t.Fatal("no mark")
+	}
+	tm := mark/minute.Milliseconds()*minute.Milliseconds() - minute.Milliseconds()
+	whole, err := e.view.Snapshot(context.Background(), tm-e.need, tm, e.readMatchers()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm, whole
+}
+
 // checkReachTrimmed: the signals evaluated over a snapshot of the
 // pipeline's open windows cut to the rules' reach (what the live engine
 // reads) equal those over the whole snapshot, bit for bit, at the newest
@@ -311,19 +333,8 @@ func TestReplayStartDoesNotMatter(t *testing.T) {
 func checkReachTrimmed(t *testing.T, lp *livePipeline) {
 	t.Helper()
 	e := lp.engine
-	if e.reach == nil {
-		t.Fatal("the default rules have no reach: every window is read")
-	}
-	mark, ok := lp.pipe.Mark()
-	if !ok {
-		t.Fatal("no mark")
-	}
-	tm := mark/minute.Milliseconds()*minute.Milliseconds() - minute.Milliseconds()
 	ctx := context.Background()
-	whole, err := e.view.Snapshot(ctx, tm-e.need, tm, e.readMatchers()...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tm, whole := newestWholeSnapshot(t, lp)
 	cut, err := e.view.SnapshotFrom(ctx, tm-e.need, tm, e.reach.fromFunc(tm), e.readMatchers()...)
 	if err != nil {
 		t.Fatal(err)

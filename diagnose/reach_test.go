@@ -126,19 +126,8 @@ func TestCanonicalRulesOverPrunedColumns(t *testing.T) {
 	lp := newLivePipeline(t, DefaultConfig(), start.Add(time.Hour))
 	lp.feed(t, scfg, start.Add(30*time.Minute))
 	e := lp.engine
-	if e.reach == nil {
-		t.Fatal("the default rules have no reach: nothing is pruned")
-	}
-	mark, ok := lp.pipe.Mark()
-	if !ok {
-		t.Fatal("no mark")
-	}
-	tm := mark/minute.Milliseconds()*minute.Milliseconds() - minute.Milliseconds()
 	ctx := context.Background()
-	whole, err := e.view.Snapshot(ctx, tm-e.need, tm, e.readMatchers()...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tm, whole := newestWholeSnapshot(t, lp)
 	pruned, err := e.view.SnapshotFor(ctx, tm-e.need, tm, e.reach.reads(tm), e.readMatchers()...)
 	if err != nil {
 		t.Fatal(err)
