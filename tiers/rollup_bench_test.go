@@ -417,6 +417,16 @@ func BenchmarkQueryHourTier365d(b *testing.B) {
 	benchmarkRangeQuery(b, s, `DCGM_FI_DEV_GPU_UTIL`, testT0+hourMs, testT0+365*dayMs, time.Hour, 1000)
 }
 
+// BenchmarkQueryHourTierMaxOverTime30d: max_over_time over a 1 h range at
+// 1 h steps for 30 days of 1,000 series in the hour tier, whose windows'
+// first samples lie on their starts (clock-aligned scrapes).
+func BenchmarkQueryHourTierMaxOverTime30d(b *testing.B) {
+	hour := openTestRollup(b, tiers.DefaultHourConfig(b.TempDir()), nil)
+	writeSyntheticTier(b, hour, 1000, 30, false)
+	s := tiers.NewStitched(nil, nil, hour)
+	benchmarkRangeQuery(b, s, `max_over_time(DCGM_FI_DEV_GPU_UTIL[1h])`, testT0+hourMs, testT0+30*dayMs, time.Hour, 1000)
+}
+
 // BenchmarkRollupSelectHourPartition: decoding one day of hour windows for 2,000 series.
 func BenchmarkRollupSelectHourPartition(b *testing.B) {
 	hour := openTestRollup(b, tiers.DefaultHourConfig(b.TempDir()), nil)

@@ -438,10 +438,27 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 		// to cover the range's edges, few enough to keep long ranges cheap.
 		interp = min(max(res*12/rng, 1), 12)
 	}
+	// The shortest range min/max_over_time's samples serve, over which a
+	// boundary First the previous window's extreme covers is left out: the
+	// query's range; none for a subquery's steps (a Step without a Range),
+	// which see the samples as instant values; a window for a StoreAPI
+	// request (neither), whose MAX (MIN) names max_over_time and max(...)
+	// alike and no range: that is what Thanos' own downsampled blocks
+	// serve, one sample a window (docs/scale-out.md).
+	var cover int64
+	if mode == modeMin || mode == modeMax {
+		switch {
+		case rng > 0:
+			cover = rng
+		case hints == nil || hints.Step == 0:
+			cover = res
+		}
+	}
 	out := make([]*stitchedSeries, 0, len(sel))
 	for _, s := range sel {
 		out = append(out, &stitchedSeries{lbls: s.lbls, parts: []seriesPart{{
 			windows: s.ws, mode: mode, res: res, fill: fill, fillStep: fillStep, fillOrigin: fillOrigin, lookback: lookback, interp: interp, lo: sg.lo, hi: sg.hi,
+			cover: cover,
 		}}})
 	}
 	return out, nil

@@ -72,7 +72,12 @@ type seriesPart struct {
 	// lookback after LastT sees Last anyway and needs no repeat.
 	lookback int64
 	interp   int64 // counter windows without resets: samples per window, interpolated (<= 1: ends only)
-	lo, hi   int64
+	// cover: the shortest range of the min/max_over_time the samples
+	// serve (0: any), over which a window's boundary First that the
+	// previous window's extreme covers is left out
+	// (windowIter.firstCovered).
+	cover  int64
+	lo, hi int64
 }
 
 type stitchedSeries struct {
@@ -313,7 +318,7 @@ func (w *windowIter) loadOne(i int) bool {
 			if p.mode != modeMin && p.mode != modeMax || ft < p.lo {
 				return false // two samples (splitsFirst), or one cut by lo
 			}
-			first = true
+			first = !w.firstCovered(i, b, row)
 		}
 	}
 	if p.fill > 0 && p.fillStep <= 0 {
@@ -370,6 +375,34 @@ func (w *windowIter) loadOne(i int) bool {
 	w.np = 1
 	w.ct, w.cv = t, v
 	return true
+}
+
+// firstCovered reports whether window i's First (row of b), emitted at
+// the window's start for min/max_over_time (boundaryFirst), can be left out
+// without changing any answer over ranges of at least p.cover. A range
+// holding First either ends at or after the window's LastT, and then holds
+// its Max (Min) too, which is at least First (at most); or it ends before
+// LastT, and then it holds the previous window's LastT, where that
+// window's Max (Min) is emitted, whenever the two LastTs are at most
+// p.cover apart. So First is left out where the previous window's extreme
+// covers it. Clock-aligned scrapes put First on every window's start: this
+// halves the samples a 30-day max_over_time reads, and those a StoreAPI
+// request's MAX (MIN) sends. NaN compares false: such a First stays.
+func (w *windowIter) firstCovered(i int, b *windowBlock, row int) bool {
+	p := w.p
+	if p.cover <= 0 || i == 0 {
+		return false
+	}
+	hint := w.run
+	pb, prow := p.windows.locate(i-1, &hint)
+	pt := pb.lastT[prow]
+	if pt < p.lo || b.lastT[row]-pt > p.cover || pb.isStale(prow) {
+		return false
+	}
+	if p.mode == modeMax {
+		return pb.max[prow] >= b.first[row]
+	}
+	return pb.min[prow] <= b.first[row]
 }
 
 func (w *windowIter) Next() chunkenc.ValueType {
