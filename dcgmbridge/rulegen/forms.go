@@ -24,9 +24,12 @@ import (
 type InternalForms struct {
 	mu         sync.RWMutex
 	byExported map[string]*internalForm
-	// shared holds the subexpressions (aggregations) that occur more than
-	// once in the set, by id, in their internal form.
+	// shared holds the subexpressions (aggregations) the memo evaluates, by
+	// id, in their internal form: those that occur more than once in the
+	// set, and those a fused pass computes; fused holds the pass of each
+	// (nil: the engine evaluates it).
 	shared []string
+	fused  []*fusedAgg
 
 	// pins holds, when PinIn was called, the query strings QueryFunc hands
 	// to the engine, pinned in its parser, with how many plans (or shared
@@ -173,11 +176,11 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 		m[exported.String()] = form
 		forms = append(forms, form)
 	}
-	shared := markShared(forms)
+	shared, fused := markShared(forms)
 	f.pin(shared...)
 	f.mu.Lock()
 	old, oldShared := f.byExported, f.shared
-	f.byExported, f.shared = m, shared
+	f.byExported, f.shared, f.fused = m, shared, fused
 	f.mu.Unlock()
 	f.unpin(oldShared...)
 	for _, form := range old {
@@ -191,11 +194,14 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 	return nil
 }
 
-// markShared finds the aggregations that occur more than once across forms
-// (the per-GPU rules' guards read one DCGM field in several places, p50 and
-// p99 of a histogram aggregate the same buckets), marks their outermost
-// occurrences in each form and returns them by id.
-func markShared(forms []*internalForm) []string {
+// markShared finds the aggregations the memo evaluates: those that occur
+// more than once across forms (the per-GPU rules' guards read one DCGM field
+// in several places, p50 and p99 of a histogram aggregate the same buckets),
+// and those a fused pass computes (fusable), which the memo evaluates
+// without the engine even when only one form reads them. It marks their
+// outermost occurrences in each form and returns them by id, with their
+// fused passes.
+func markShared(forms []*internalForm) ([]string, []*fusedAgg) {
 	count := map[string]int{}
 	for _, form := range forms {
 		parser.Inspect(form.expr, func(n parser.Node, _ []parser.Node) error {
@@ -206,17 +212,23 @@ func markShared(forms []*internalForm) []string {
 		})
 	}
 	ids := map[string]int{}
-	var shared []string
+	var (
+		shared []string
+		fused  []*fusedAgg
+	)
 	for _, form := range forms {
 		var walk func(parser.Node)
 		walk = func(n parser.Node) {
 			if a, ok := n.(*parser.AggregateExpr); ok && shareable(a) {
-				if s := a.String(); count[s] > 1 {
+				s := a.String()
+				fa := fusable(a)
+				if count[s] > 1 || fa != nil {
 					id, ok := ids[s]
 					if !ok {
 						id = len(shared)
 						ids[s] = id
 						shared = append(shared, s)
+						fused = append(fused, fa)
 					}
 					form.shared[a] = id
 					return
@@ -228,7 +240,7 @@ func markShared(forms []*internalForm) []string {
 		}
 		walk(form.expr)
 	}
-	return shared
+	return shared, fused
 }
 
 // shareable reports whether an aggregation reads only raw inputs, named
@@ -278,18 +290,18 @@ func literalNames(vs *parser.VectorSelector) bool {
 	return false
 }
 
-func (f *InternalForms) form(qs string) (*internalForm, []string, bool) {
+func (f *InternalForms) form(qs string) (*internalForm, []string, []*fusedAgg, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	form, ok := f.byExported[qs]
-	return form, f.shared, ok
+	return form, f.shared, f.fused, ok
 }
 
 // Internal returns the internal form of qs as a query string, or qs when it
 // is not one of the set: for a caller that evaluates the rules' queries
 // itself (the diagnosis engine's range queries) over RenamingQueryable.
 func (f *InternalForms) Internal(qs string) string {
-	if form, _, ok := f.form(qs); ok {
+	if form, _, _, ok := f.form(qs); ok {
 		return form.str
 	}
 	return qs
@@ -303,7 +315,9 @@ func (f *InternalForms) Internal(qs string) string {
 // rule group then writes the same staleness markers). Within a group
 // evaluation run by EvalIterationFunc, an aggregation that occurs in several
 // of the set's expressions is evaluated once, on its first use, and read by
-// the others from the evaluation's memo. Any other expression (the
+// the others from the evaluation's memo; there, too, an aggregation of one
+// selector or of its rate is computed in a fused pass (fused.go) instead
+// of by the engine, and read from the memo. Any other expression (the
 // operator's rules) runs as rules.EngineQueryFunc runs it. lookback must be
 // the engine's lookback delta (0: the engine default, 5m), so that the
 // lookup covers at least what the engine's selects read. Every query's
@@ -314,9 +328,12 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		lookback = 5 * time.Minute
 	}
 	rq := RenamingQueryable(q)
-	run := rules.EngineQueryFunc(engine, RenamingQueryable(newestFirst(q, lookback, NewestWindow)))
+	// The engine and the fused passes read the same storage, to read the
+	// same series in the same order.
+	eq := RenamingQueryable(newestFirst(q, lookback, NewestWindow))
+	run := rules.EngineQueryFunc(engine, eq)
 	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
-		form, shared, ok := f.form(qs)
+		form, shared, fused, ok := f.form(qs)
 		if !ok {
 			return run(ctx, qs, t)
 		}
@@ -333,7 +350,15 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 			return run(ctx, p.query, t)
 		}
 		for _, id := range p.ids {
-			if err := memo.fill(id, t, func() (promql.Vector, error) { return run(ctx, shared[id], t) }); err != nil {
+			if err := memo.fill(id, t, func() (promql.Vector, error) {
+				if fused[id] != nil {
+					v, err := fused[id].eval(ctx, eq, t, lookback)
+					if !errors.Is(err, errNotFused) {
+						return v, err
+					}
+				}
+				return run(ctx, shared[id], t)
+			}); err != nil {
 				return nil, err
 			}
 		}

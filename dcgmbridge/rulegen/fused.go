@@ -1,0 +1,363 @@
+package rulegen
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/util/kahansum"
+)
+
+// The fused pass. Most aggregations of the canonical rules are an
+// aggregation of one selector, `op by (labels) (sel)`, or of its rate,
+// `sum by (le, labels) (rate(sel[2m]))` under histogram_quantile. The engine
+// evaluates them node by node: the selector's matrix (every series' labels
+// and points), the rate's (every series' labels again, without the name),
+// then the aggregation's groups, outputs and maps, each sized to its input:
+// about 2 KB and 16 allocations per input series per node (docs/bench.md),
+// although most groups hold one or two series. A fused pass reads the
+// selector's series and adds each one's value straight into its group: per
+// series it allocates nothing but what storage hands out.
+//
+// It computes what the engine computes, to the bit: the series come from
+// the same select (the engine's hints, the same Queryable, in the same
+// order), each series' value is chosen as the engine's instant selector
+// chooses it (vectorSelectorSingle: the lookback, stale markers) or
+// computed as the engine's rate computes it (extrapolatedRate over the
+// range's float samples, stale markers dropped), and the groups take the
+// same values in the same order, in the engine's accumulators (aggregation:
+// Kahan sums, the mean that turns incremental on overflow, NaN in max and
+// min), ordered as the engine orders them (by the first series that has a
+// value). Not fused, and evaluated by the engine instead: a selector whose
+// series hold a native histogram in what the pass reads (errNotFused), and
+// every shape but the two above. The engine's sample limit is not applied:
+// a pass holds one sample at a time (the range of one series for a rate).
+//
+// The engine must not use start timestamps in rate (EngineOpts and
+// QueryOpts UseStartTimestamps: Strata never sets them), and the pass reads
+// each sample's value only.
+
+// errNotFused says a fused pass met what it does not compute (a native
+// histogram); the engine evaluates the aggregation instead.
+var errNotFused = errors.New("rulegen: not fusable")
+
+// fusedAgg is an aggregation the memo evaluates in a fused pass.
+type fusedAgg struct {
+	op       parser.ItemType
+	grouping []string // sorted, as the engine sorts it
+	vs       *parser.VectorSelector
+	// rateRange is the range of rate(vs[range]); 0: vs is an instant
+	// selector.
+	rateRange time.Duration
+}
+
+// fusable returns the fused pass for a, or nil when a is not one of its
+// shapes: sum, avg, min, max, count or group, by labels, of a plain
+// selector or of rate over one.
+func fusable(a *parser.AggregateExpr) *fusedAgg {
+	if a.Without || a.Param != nil {
+		return nil
+	}
+	switch a.Op {
+	case parser.SUM, parser.AVG, parser.MIN, parser.MAX, parser.COUNT, parser.GROUP:
+	default:
+		return nil
+	}
+	// The engine groups a rate by its labels without the name: a
+	// reserved label in the grouping would tell the two apart.
+	if slices.ContainsFunc(a.Grouping, func(l string) bool { return strings.HasPrefix(l, "__") }) {
+		return nil
+	}
+	f := &fusedAgg{op: a.Op, grouping: slices.Sorted(slices.Values(a.Grouping))}
+	switch n := unparen(a.Expr).(type) {
+	case *parser.VectorSelector:
+		f.vs = n
+	case *parser.Call:
+		if n.Func.Name != "rate" || len(n.Args) != 1 {
+			return nil
+		}
+		ms, ok := n.Args[0].(*parser.MatrixSelector)
+		if !ok {
+			return nil
+		}
+		if f.vs, ok = ms.VectorSelector.(*parser.VectorSelector); !ok {
+			return nil
+		}
+		f.rateRange = ms.Range
+	default:
+		return nil
+	}
+	vs := f.vs
+	if vs.OriginalOffset != 0 || vs.OriginalOffsetExpr != nil || vs.Timestamp != nil || vs.StartOrEnd != 0 || vs.Anchored || vs.Smoothed {
+		return nil
+	}
+	return f
+}
+
+// hints are the engine's for the selector of an instant query at ts
+// (populateSeries, getTimeRangesForSelector): what the storage underneath
+// (the stitched tiers) chooses its data by.
+func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints {
+	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping}
+	if f.rateRange > 0 {
+		h.Start = ts - f.rateRange.Milliseconds() + 1
+		h.Range = f.rateRange.Milliseconds()
+		h.Func = "rate"
+		return h
+	}
+	h.Start = ts - lookback.Milliseconds() + 1
+	return h
+}
+
+// group is one group's accumulator: the engine's groupedAggregation for
+// floats.
+type group struct {
+	lset                  labels.Labels
+	value, mean, kahanC   float64
+	count                 float64
+	incrementalMean, seen bool
+}
+
+// eval runs the fused pass at t over q, which must be what the engine reads
+// (RenamingQueryable over newestFirst), with the engine's lookback.
+func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration) (_ promql.Vector, err error) {
+	ts := t.UnixMilli()
+	hints := f.hints(ts, lookback)
+	querier, err := q.Querier(hints.Start, hints.End)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, querier.Close()) }()
+	set := querier.Select(ctx, false, hints, f.vs.LabelMatchers...)
+	var (
+		groups []group
+		index  = map[uint64]int{}
+		buf    = make([]byte, 0, 1024)
+		lb     = labels.NewBuilder(labels.EmptyLabels())
+		chk    chunkenc.Iterator
+		it     = storage.NewMemoizedEmptyIterator(lookback.Milliseconds())
+		points []fpoint
+	)
+	for set.Next() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s := set.At()
+		chk = s.Iterator(chk)
+		var (
+			v  float64
+			ok bool
+		)
+		if f.rateRange > 0 {
+			points, err = rangePoints(chk, ts-f.rateRange.Milliseconds(), ts, points[:0])
+			if err != nil {
+				return nil, err
+			}
+			v, ok = rate(points, ts, f.rateRange)
+		} else {
+			it.Reset(chk)
+			if v, ok, err = instantValue(it, ts, lookback.Milliseconds()); err != nil {
+				return nil, err
+			}
+		}
+		if !ok {
+			continue
+		}
+		lset := s.Labels()
+		var key uint64
+		key, buf = lset.HashForLabels(buf, f.grouping...)
+		gi, seen := index[key]
+		if !seen {
+			lb.Reset(lset)
+			lb.Keep(f.grouping...)
+			gi = len(groups)
+			index[key] = gi
+			groups = append(groups, group{lset: lb.Labels()})
+		}
+		f.add(&groups[gi], v)
+	}
+	if err := set.Err(); err != nil {
+		return nil, err
+	}
+	out := make(promql.Vector, len(groups))
+	for i := range groups {
+		out[i] = promql.Sample{Metric: groups[i].lset, T: ts, F: f.result(&groups[i])}
+	}
+	return out, nil
+}
+
+// add adds v to g as the engine's aggregation does for a float.
+func (f *fusedAgg) add(g *group, v float64) {
+	if !g.seen {
+		g.seen, g.value, g.mean, g.count = true, v, v, 1
+		if f.op == parser.GROUP {
+			g.value = 1
+		}
+		return
+	}
+	switch f.op {
+	case parser.SUM:
+		g.value, g.kahanC = kahansum.Inc(v, g.value, g.kahanC)
+	case parser.AVG:
+		g.count++
+		if !g.incrementalMean {
+			newV, newC := kahansum.Inc(v, g.value, g.kahanC)
+			if !math.IsInf(newV, 0) {
+				g.value, g.kahanC = newV, newC
+				break
+			}
+			// The sum would overflow: the engine turns to the
+			// incremental mean from here on.
+			g.incrementalMean = true
+			g.mean = g.value / (g.count - 1)
+			g.kahanC /= g.count - 1
+		}
+		q := (g.count - 1) / g.count
+		g.mean, g.kahanC = kahansum.Inc(v/g.count, q*g.mean, q*g.kahanC)
+	case parser.MAX:
+		if g.value < v || math.IsNaN(g.value) {
+			g.value = v
+		}
+	case parser.MIN:
+		if g.value > v || math.IsNaN(g.value) {
+			g.value = v
+		}
+	case parser.COUNT:
+		g.count++
+	}
+}
+
+// result is g's value as the engine's aggregation ends it.
+func (f *fusedAgg) result(g *group) float64 {
+	switch f.op {
+	case parser.AVG:
+		if g.incrementalMean {
+			return g.mean + g.kahanC
+		}
+		return g.value/g.count + g.kahanC/g.count
+	case parser.COUNT:
+		return g.count
+	case parser.SUM:
+		return g.value + g.kahanC
+	}
+	return g.value
+}
+
+// instantValue is the value the engine's instant selector takes of a series
+// at ts (vectorSelectorSingle), and whether it has one; errNotFused when
+// that is a native histogram.
+func instantValue(it *storage.MemoizedSeriesIterator, ts, lookback int64) (float64, bool, error) {
+	var (
+		t int64
+		v float64
+	)
+	switch it.Seek(ts) {
+	case chunkenc.ValNone:
+		if err := it.Err(); err != nil {
+			return 0, false, err
+		}
+		t = math.MaxInt64 // none at or after ts: the one before, if any
+	case chunkenc.ValFloat:
+		t, v = it.At()
+	default:
+		if t = it.AtT(); t <= ts {
+			return 0, false, errNotFused
+		}
+	}
+	if t > ts {
+		_, pt, pv, fh, ok := it.PeekPrev()
+		if !ok || pt <= ts-lookback {
+			return 0, false, nil
+		}
+		if fh != nil {
+			return 0, false, errNotFused
+		}
+		v = pv
+	}
+	if value.IsStaleNaN(v) {
+		return 0, false, nil
+	}
+	return v, true, nil
+}
+
+// fpoint is a float sample.
+type fpoint struct {
+	t int64
+	f float64
+}
+
+// rangePoints appends to points the float samples of it in (mint, maxt],
+// stale markers left out, as the engine's matrix selector reads them;
+// errNotFused when a native histogram is among them.
+func rangePoints(it chunkenc.Iterator, mint, maxt int64, points []fpoint) ([]fpoint, error) {
+	for vt := it.Seek(mint + 1); vt != chunkenc.ValNone; vt = it.Next() {
+		if it.AtT() > maxt {
+			break
+		}
+		if vt != chunkenc.ValFloat {
+			return nil, errNotFused
+		}
+		t, f := it.At()
+		if t <= mint || value.IsStaleNaN(f) {
+			continue
+		}
+		points = append(points, fpoint{t, f})
+	}
+	return points, it.Err()
+}
+
+// rate is the engine's rate of a counter's samples in the range r ending at
+// ts (extrapolatedRate, floats, no start timestamps), and whether there is
+// one (two samples or more).
+func rate(points []fpoint, ts int64, r time.Duration) (float64, bool) {
+	if len(points) < 2 {
+		return 0, false
+	}
+	var (
+		rangeStart         = ts - r.Milliseconds()
+		rangeEnd           = ts
+		numSamplesMinusOne = len(points) - 1
+		firstT             = points[0].t
+		lastT              = points[numSamplesMinusOne].t
+		resultFloat        = points[numSamplesMinusOne].f - points[0].f
+	)
+	for i, curr := range points[1:] {
+		if prev := points[i]; curr.f < prev.f {
+			resultFloat += prev.f
+		}
+	}
+	durationToStart := float64(firstT-rangeStart) / 1000
+	durationToEnd := float64(rangeEnd-lastT) / 1000
+	sampledInterval := float64(lastT-firstT) / 1000
+	averageDurationBetweenSamples := sampledInterval / float64(numSamplesMinusOne)
+	extrapolationThreshold := averageDurationBetweenSamples * 1.1
+	if durationToStart >= extrapolationThreshold {
+		durationToStart = averageDurationBetweenSamples / 2
+	}
+	// A counter is not extrapolated below zero.
+	durationToZero := durationToStart
+	if resultFloat > 0 && points[0].f >= 0 {
+		durationToZero = sampledInterval * (points[0].f / resultFloat)
+	}
+	if durationToZero < durationToStart {
+		durationToStart = durationToZero
+	}
+	if durationToEnd >= extrapolationThreshold {
+		durationToEnd = averageDurationBetweenSamples / 2
+	}
+	factor := 1.0
+	if sampledInterval != 0 {
+		factor = (sampledInterval + durationToStart + durationToEnd) / sampledInterval
+	}
+	factor /= r.Seconds()
+	return resultFloat * factor, true
+}
