@@ -37,8 +37,8 @@ const (
 	faultGap
 	faultPosInf
 	faultNegInf
-	faultEnd   // ends with a stale marker
-	faultLate  // starts late
+	faultEnd  // ends with a stale marker
+	faultLate // starts late
 	faults
 )
 
