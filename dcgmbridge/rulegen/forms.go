@@ -3,6 +3,7 @@ package rulegen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -121,6 +123,9 @@ type plan struct {
 	// evaluation's memo (SharedLabel selectors), which holds ids.
 	query, sharing string
 	ids            []int
+	// whole is set when sharing is nothing but the memo's result ids[0]:
+	// the memo answers without the engine.
+	whole bool
 }
 
 // strings returns what the plan hands to the engine.
@@ -362,6 +367,9 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 				return nil, err
 			}
 		}
+		if p.whole {
+			return memo.vector(p.ids[0])
+		}
 		return run(ctx, p.sharing, t)
 	}
 }
@@ -417,6 +425,8 @@ func (form *internalForm) plan(absent string) *plan {
 		p.query = pruned.String()
 		sharing, ids := form.readShared(pruned)
 		p.sharing, p.ids = sharing.String(), ids
+		_, p.whole = unparen(sharing).(*parser.VectorSelector)
+		p.whole = p.whole && len(ids) == 1
 	}
 	if form.plans == nil || len(form.plans) >= maxPlans {
 		for _, old := range form.plans {
@@ -519,6 +529,27 @@ func (m *sharedMemo) fill(id int, t time.Time, eval func() (promql.Vector, error
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// vector is what the engine returns for an instant query of nothing but
+// shared subexpression id's memo selector (see selectShared): a copy the
+// caller owns, which a recording rule relabels in place.
+func (m *sharedMemo) vector(id int) (promql.Vector, error) {
+	v, ok := m.get(id)
+	if !ok {
+		return nil, fmt.Errorf("rulegen: shared subexpression %d not evaluated", id)
+	}
+	out := make(promql.Vector, 0, len(v))
+	for _, s := range v {
+		if s.H == nil && value.IsStaleNaN(s.F) || s.H != nil && value.IsStaleNaN(s.H.Sum) {
+			continue // the engine's selector skips a stale marker
+		}
+		if s.H != nil {
+			s.H = s.H.Copy()
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func (m *sharedMemo) get(id int) (promql.Vector, bool) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -58,6 +59,9 @@ type fusedAgg struct {
 	// rateRange is the range of rate(vs[range]); 0: vs is an instant
 	// selector.
 	rateRange time.Duration
+	// groups is how many groups the last pass had: the next one's
+	// capacity, so that a pass does not grow its groups step by step.
+	groups atomic.Int64
 }
 
 // fusable returns the fused pass for a, or nil when a is not one of its
@@ -105,13 +109,17 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 
 // hints are the engine's for the selector of an instant query at ts
 // (populateSeries, getTimeRangesForSelector): what the storage underneath
-// (the stitched tiers) chooses its data by.
+// (the stitched tiers) chooses its data by. A rate's select is not trimmed
+// to its range: rangePoints keeps to it, and the head then hands out each
+// series without the deletion intervals that trim it (an allocation and an
+// iterator a series).
 func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints {
 	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping}
 	if f.rateRange > 0 {
 		h.Start = ts - f.rateRange.Milliseconds() + 1
 		h.Range = f.rateRange.Milliseconds()
 		h.Func = "rate"
+		h.DisableTrimming = true
 		return h
 	}
 	h.Start = ts - lookback.Milliseconds() + 1
@@ -138,9 +146,10 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 	}
 	defer func() { err = errors.Join(err, querier.Close()) }()
 	set := querier.Select(ctx, false, hints, f.vs.LabelMatchers...)
+	hint := int(f.groups.Load())
 	var (
-		groups []group
-		index  = map[uint64]int{}
+		groups = make([]group, 0, hint)
+		index  = make(map[uint64]int, hint)
 		buf    = make([]byte, 0, 1024)
 		lb     = labels.NewBuilder(labels.EmptyLabels())
 		chk    chunkenc.Iterator
@@ -188,6 +197,7 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 	if err := set.Err(); err != nil {
 		return nil, err
 	}
+	f.groups.Store(int64(len(groups)))
 	out := make(promql.Vector, len(groups))
 	for i := range groups {
 		out[i] = promql.Sample{Metric: groups[i].lset, T: ts, F: f.result(&groups[i])}
