@@ -29,9 +29,12 @@ type InternalForms struct {
 	// shared holds the subexpressions (aggregations) the memo evaluates, by
 	// id, in their internal form: those that occur more than once in the
 	// set, and those a fused pass computes; fused holds the pass of each
-	// (nil: the engine evaluates it).
+	// (nil: the engine evaluates it), and fresh whether it is evaluated
+	// anew at each use (it reads canonical series, which the rules of the
+	// evaluation write).
 	shared []string
 	fused  []*fusedAgg
+	fresh  []bool
 
 	// pins holds, when PinIn was called, the query strings QueryFunc hands
 	// to the engine, pinned in its parser, with how many plans (or shared
@@ -181,11 +184,11 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 		m[exported.String()] = form
 		forms = append(forms, form)
 	}
-	shared, fused := markShared(forms)
+	shared, fused, fresh := markShared(forms)
 	f.pin(shared...)
 	f.mu.Lock()
 	old, oldShared := f.byExported, f.shared
-	f.byExported, f.shared, f.fused = m, shared, fused
+	f.byExported, f.shared, f.fused, f.fresh = m, shared, fused, fresh
 	f.mu.Unlock()
 	f.unpin(oldShared...)
 	for _, form := range old {
@@ -203,10 +206,12 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 // more than once across forms (the per-GPU rules' guards read one DCGM field
 // in several places, p50 and p99 of a histogram aggregate the same buckets),
 // and those a fused pass computes (fusable), which the memo evaluates
-// without the engine even when only one form reads them. It marks their
-// outermost occurrences in each form and returns them by id, with their
-// fused passes.
-func markShared(forms []*internalForm) ([]string, []*fusedAgg) {
+// without the engine even when only one form reads them; a fused one that
+// reads canonical series is evaluated at each use (fresh), as the engine
+// would evaluate it in its place. It marks their outermost occurrences in
+// each form and returns them by id, with their fused passes and whether
+// each is fresh.
+func markShared(forms []*internalForm) ([]string, []*fusedAgg, []bool) {
 	count := map[string]int{}
 	for _, form := range forms {
 		parser.Inspect(form.expr, func(n parser.Node, _ []parser.Node) error {
@@ -220,20 +225,21 @@ func markShared(forms []*internalForm) ([]string, []*fusedAgg) {
 	var (
 		shared []string
 		fused  []*fusedAgg
+		fresh  []bool
 	)
 	for _, form := range forms {
 		var walk func(parser.Node)
 		walk = func(n parser.Node) {
-			if a, ok := n.(*parser.AggregateExpr); ok && shareable(a) {
-				s := a.String()
-				fa := fusable(a)
-				if count[s] > 1 || fa != nil {
+			if a, ok := n.(*parser.AggregateExpr); ok {
+				s, fa, reused := a.String(), fusable(a), shareable(a)
+				if reused && (count[s] > 1 || fa != nil) || !reused && fa != nil {
 					id, ok := ids[s]
 					if !ok {
 						id = len(shared)
 						ids[s] = id
 						shared = append(shared, s)
 						fused = append(fused, fa)
+						fresh = append(fresh, !reused)
 					}
 					form.shared[a] = id
 					return
@@ -245,7 +251,7 @@ func markShared(forms []*internalForm) ([]string, []*fusedAgg) {
 		}
 		walk(form.expr)
 	}
-	return shared, fused
+	return shared, fused, fresh
 }
 
 // shareable reports whether an aggregation reads only raw inputs, named
@@ -295,18 +301,26 @@ func literalNames(vs *parser.VectorSelector) bool {
 	return false
 }
 
-func (f *InternalForms) form(qs string) (*internalForm, []string, []*fusedAgg, bool) {
+// memoized is what the memo evaluates, by id (InternalForms.shared, fused
+// and fresh).
+type memoized struct {
+	shared []string
+	fused  []*fusedAgg
+	fresh  []bool
+}
+
+func (f *InternalForms) form(qs string) (*internalForm, memoized, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	form, ok := f.byExported[qs]
-	return form, f.shared, f.fused, ok
+	return form, memoized{f.shared, f.fused, f.fresh}, ok
 }
 
 // Internal returns the internal form of qs as a query string, or qs when it
 // is not one of the set: for a caller that evaluates the rules' queries
 // itself (the diagnosis engine's range queries) over RenamingQueryable.
 func (f *InternalForms) Internal(qs string) string {
-	if form, _, _, ok := f.form(qs); ok {
+	if form, _, ok := f.form(qs); ok {
 		return form.str
 	}
 	return qs
@@ -338,7 +352,7 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 	eq := RenamingQueryable(newestFirst(q, lookback, NewestWindow))
 	run := rules.EngineQueryFunc(engine, eq)
 	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
-		form, shared, fused, ok := f.form(qs)
+		form, mz, ok := f.form(qs)
 		if !ok {
 			return run(ctx, qs, t)
 		}
@@ -354,21 +368,33 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		if memo == nil || len(p.ids) == 0 {
 			return run(ctx, p.query, t)
 		}
+		// The fresh subexpressions go into a memo of this query's own.
+		qm := memo
 		for _, id := range p.ids {
-			if err := memo.fill(id, t, func() (promql.Vector, error) {
-				if fused[id] != nil {
-					v, err := fused[id].eval(ctx, eq, t, lookback)
+			if mz.fresh[id] && qm == memo {
+				qm = &sharedMemo{t: t, vecs: map[int]promql.Vector{}, parent: memo}
+				ctx = context.WithValue(ctx, memoKey{}, qm)
+			}
+		}
+		for _, id := range p.ids {
+			m := memo
+			if mz.fresh[id] {
+				m = qm
+			}
+			if err := m.fill(id, t, func() (promql.Vector, error) {
+				if fa := mz.fused[id]; fa != nil {
+					v, err := fa.eval(ctx, eq, t, lookback)
 					if !errors.Is(err, errNotFused) {
 						return v, err
 					}
 				}
-				return run(ctx, shared[id], t)
+				return run(ctx, mz.shared[id], t)
 			}); err != nil {
 				return nil, err
 			}
 		}
 		if p.whole {
-			return memo.vector(p.ids[0])
+			return qm.vector(p.ids[0])
 		}
 		return run(ctx, p.sharing, t)
 	}
@@ -492,11 +518,13 @@ const SharedLabel = "__strata_shared__"
 type memoKey struct{}
 
 // sharedMemo holds the shared subexpressions' results of one group
-// evaluation.
+// evaluation, or, with a parent (the group evaluation's), the fresh ones of
+// one query.
 type sharedMemo struct {
-	mu   sync.Mutex
-	t    time.Time
-	vecs map[int]promql.Vector
+	mu     sync.Mutex
+	t      time.Time
+	vecs   map[int]promql.Vector
+	parent *sharedMemo
 }
 
 // fill evaluates shared subexpression id at t unless the memo has it.
@@ -554,7 +582,10 @@ func (m *sharedMemo) vector(id int) (promql.Vector, error) {
 
 func (m *sharedMemo) get(id int) (promql.Vector, bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	v, ok := m.vecs[id]
+	m.mu.Unlock()
+	if !ok && m.parent != nil {
+		return m.parent.get(id)
+	}
 	return v, ok
 }
