@@ -348,9 +348,10 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 	}
 	rq := RenamingQueryable(q)
 	// The engine and the fused passes read the same storage, to read the
-	// same series in the same order.
-	eq := RenamingQueryable(newestFirst(q, lookback, NewestWindow))
-	run := rules.EngineQueryFunc(engine, eq)
+	// same series in the same order; the passes make the internal
+	// matchers' copies and bounds themselves.
+	nq := newestFirst(q, lookback, NewestWindow)
+	run := rules.EngineQueryFunc(engine, RenamingQueryable(nq))
 	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
 		form, mz, ok := f.form(qs)
 		if !ok {
@@ -383,7 +384,7 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 			}
 			if err := m.fill(id, t, func() (promql.Vector, error) {
 				if fa := mz.fused[id]; fa != nil {
-					v, err := fa.eval(ctx, eq, t, lookback)
+					v, err := fa.eval(ctx, nq, t, lookback)
 					if !errors.Is(err, errNotFused) {
 						return v, err
 					}

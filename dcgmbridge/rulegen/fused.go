@@ -2,12 +2,16 @@ package rulegen
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
@@ -54,8 +58,14 @@ var errNotFused = errors.New("rulegen: not fusable")
 // fusedAgg is an aggregation the memo evaluates in a fused pass.
 type fusedAgg struct {
 	op       parser.ItemType
-	grouping []string // sorted, as the engine sorts it
-	vs       *parser.VectorSelector
+	grouping []string // sorted, as the engine sorts it, without repeats
+	// matchers are the selector's, but for its internal ones (RenameLabel,
+	// BelowLabel): the pass does what RenamingQueryable does for them,
+	// copies (only into the grouping labels, and only to tell the groups
+	// apart) and below (NaN: none), without a label set a series.
+	matchers []*labels.Matcher
+	copies   []labelCopy
+	below    float64
 	// rateRange is the range of rate(vs[range]); 0: vs is an instant
 	// selector.
 	rateRange time.Duration
@@ -81,10 +91,11 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 	if slices.ContainsFunc(a.Grouping, func(l string) bool { return strings.HasPrefix(l, "__") }) {
 		return nil
 	}
-	f := &fusedAgg{op: a.Op, grouping: slices.Sorted(slices.Values(a.Grouping))}
+	f := &fusedAgg{op: a.Op, grouping: slices.Compact(slices.Sorted(slices.Values(a.Grouping))), below: math.NaN()}
+	var vs *parser.VectorSelector
 	switch n := unparen(a.Expr).(type) {
 	case *parser.VectorSelector:
-		f.vs = n
+		vs = n
 	case *parser.Call:
 		if n.Func.Name != "rate" || len(n.Args) != 1 {
 			return nil
@@ -93,16 +104,39 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 		if !ok {
 			return nil
 		}
-		if f.vs, ok = ms.VectorSelector.(*parser.VectorSelector); !ok {
+		if vs, ok = ms.VectorSelector.(*parser.VectorSelector); !ok {
 			return nil
 		}
 		f.rateRange = ms.Range
 	default:
 		return nil
 	}
-	vs := f.vs
 	if vs.OriginalOffset != 0 || vs.OriginalOffsetExpr != nil || vs.Timestamp != nil || vs.StartOrEnd != 0 || vs.Anchored || vs.Smoothed {
 		return nil
+	}
+	// The internal matchers as renamingQuerier.Select reads them; a
+	// selector it would answer with nothing is left to the engine.
+	for _, m := range vs.LabelMatchers {
+		switch {
+		case m.Name == SharedLabel:
+			return nil
+		case !isInternal(m):
+			f.matchers = append(f.matchers, m)
+		case m.Name == RenameLabel:
+			c, ok := parseCopies(m.Value)
+			if !ok {
+				return nil
+			}
+			f.copies = append(f.copies, c...)
+		default:
+			v, err := strconv.ParseFloat(m.Value, 64)
+			if err != nil || math.IsNaN(v) || f.rateRange > 0 {
+				return nil
+			}
+			if math.IsNaN(f.below) || v < f.below {
+				f.below = v
+			}
+		}
 	}
 	return f
 }
@@ -136,7 +170,7 @@ type group struct {
 }
 
 // eval runs the fused pass at t over q, which must be what the engine reads
-// (RenamingQueryable over newestFirst), with the engine's lookback.
+// under RenamingQueryable (newestFirst), with the engine's lookback.
 func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration) (_ promql.Vector, err error) {
 	ts := t.UnixMilli()
 	hints := f.hints(ts, lookback)
@@ -145,13 +179,15 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, querier.Close()) }()
-	set := querier.Select(ctx, false, hints, f.vs.LabelMatchers...)
+	set := querier.Select(ctx, false, hints, f.matchers...)
 	hint := int(f.groups.Load())
 	var (
 		groups = make([]group, 0, hint)
 		index  = make(map[uint64]int, hint)
 		buf    = make([]byte, 0, 1024)
-		lb     = labels.NewBuilder(labels.EmptyLabels())
+		vals   = make([]string, len(f.grouping))
+		over   []labels.Label
+		sb     = labels.NewScratchBuilder(len(f.grouping))
 		chk    chunkenc.Iterator
 		it     = storage.NewMemoizedEmptyIterator(lookback.Milliseconds())
 		points []fpoint
@@ -174,23 +210,31 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 			v, ok = rate(points, ts, f.rateRange)
 		} else {
 			it.Reset(chk)
-			if v, ok, err = instantValue(it, ts, lookback.Milliseconds()); err != nil {
+			if v, ok, err = instantValue(it, ts, lookback.Milliseconds(), f.below); err != nil {
 				return nil, err
 			}
 		}
 		if !ok {
 			continue
 		}
-		lset := s.Labels()
-		var key uint64
-		key, buf = lset.HashForLabels(buf, f.grouping...)
+		over = f.groupValues(s.Labels(), vals, over[:0])
+		buf = buf[:0]
+		for _, v := range vals {
+			buf = binary.AppendUvarint(buf, uint64(len(v)))
+			buf = append(buf, v...)
+		}
+		key := xxhash.Sum64(buf)
 		gi, seen := index[key]
 		if !seen {
-			lb.Reset(lset)
-			lb.Keep(f.grouping...)
+			sb.Reset()
+			for i, v := range vals {
+				if v != "" {
+					sb.Add(f.grouping[i], v)
+				}
+			}
 			gi = len(groups)
 			index[key] = gi
-			groups = append(groups, group{lset: lb.Labels()})
+			groups = append(groups, group{lset: sb.Labels()})
 		}
 		f.add(&groups[gi], v)
 	}
@@ -203,6 +247,32 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		out[i] = promql.Sample{Metric: groups[i].lset, T: ts, F: f.result(&groups[i])}
 	}
 	return out, nil
+}
+
+// groupValues sets vals to the values of f's grouping labels (empty:
+// absent) in the series lset once the copies are made, as
+// renamingSet.At makes them: each in turn, where its source is set and its
+// target differs. over holds the copies made (returned for reuse). The
+// engine tells groups apart by a hash of their labels, the pass by a hash of
+// these values: the same groups.
+func (f *fusedAgg) groupValues(lset labels.Labels, vals []string, over []labels.Label) []labels.Label {
+	get := func(name string) string {
+		for i := len(over) - 1; i >= 0; i-- {
+			if over[i].Name == name {
+				return over[i].Value
+			}
+		}
+		return lset.Get(name)
+	}
+	for _, c := range f.copies {
+		if v := get(c.From); v != "" && get(c.To) != v {
+			over = append(over, labels.Label{Name: c.To, Value: v})
+		}
+	}
+	for i, g := range f.grouping {
+		vals[i] = get(g)
+	}
+	return over
 }
 
 // add adds v to g as the engine's aggregation does for a float.
@@ -264,8 +334,10 @@ func (f *fusedAgg) result(g *group) float64 {
 
 // instantValue is the value the engine's instant selector takes of a series
 // at ts (vectorSelectorSingle), and whether it has one; errNotFused when
-// that is a native histogram.
-func instantValue(it *storage.MemoizedSeriesIterator, ts, lookback int64) (float64, bool, error) {
+// that is a native histogram. Unless below is NaN, a value not below it is
+// none, and so is a histogram (belowIterator reads both as stale markers).
+func instantValue(it *storage.MemoizedSeriesIterator, ts, lookback int64, below float64) (float64, bool, error) {
+	bounded := !math.IsNaN(below)
 	var (
 		t int64
 		v float64
@@ -280,6 +352,9 @@ func instantValue(it *storage.MemoizedSeriesIterator, ts, lookback int64) (float
 		t, v = it.At()
 	default:
 		if t = it.AtT(); t <= ts {
+			if bounded {
+				return 0, false, nil
+			}
 			return 0, false, errNotFused
 		}
 	}
@@ -289,11 +364,14 @@ func instantValue(it *storage.MemoizedSeriesIterator, ts, lookback int64) (float
 			return 0, false, nil
 		}
 		if fh != nil {
+			if bounded {
+				return 0, false, nil
+			}
 			return 0, false, errNotFused
 		}
 		v = pv
 	}
-	if value.IsStaleNaN(v) {
+	if value.IsStaleNaN(v) || bounded && !(v < below) {
 		return 0, false, nil
 	}
 	return v, true, nil

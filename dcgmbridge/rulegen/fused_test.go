@@ -149,7 +149,8 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lookback = 5 * time.Minute
-	q := RenamingQueryable(newestFirst(e.raw, lookback, NewestWindow))
+	nq := newestFirst(e.raw, lookback, NewestWindow)
+	q := RenamingQueryable(nq)
 	covered := map[string]int{} // shape -> non-empty results compared
 	for id, fa := range forms.fused {
 		if fa == nil {
@@ -160,7 +161,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 			shape += " of rate"
 		}
 		for _, ts := range faultyTimes {
-			got, err := fa.eval(t.Context(), q, ts, lookback)
+			got, err := fa.eval(t.Context(), nq, ts, lookback)
 			if err != nil {
 				t.Fatalf("%s at %s: %v", forms.shared[id], ts, err)
 			}
