@@ -26,15 +26,9 @@ import (
 type InternalForms struct {
 	mu         sync.RWMutex
 	byExported map[string]*internalForm
-	// shared holds the subexpressions (aggregations) the memo evaluates, by
-	// id, in their internal form: those that occur more than once in the
-	// set, and those a fused pass computes; fused holds the pass of each
-	// (nil: the engine evaluates it), and fresh whether it is evaluated
-	// anew at each use (it reads canonical series, which the rules of the
-	// evaluation write).
-	shared []string
-	fused  []*fusedAgg
-	fresh  []bool
+	// shared holds the subexpressions the memo evaluates, by id (see
+	// markShared).
+	shared []memoExpr
 
 	// pins holds, when PinIn was called, the query strings QueryFunc hands
 	// to the engine, pinned in its parser, with how many plans (or shared
@@ -106,9 +100,10 @@ type internalForm struct {
 	// evaluation; index maps each selector node to its position.
 	selectors []*parser.VectorSelector
 	index     map[*parser.VectorSelector]int
-	// shared maps the nodes of expr that are shared subexpressions to
+	// shared maps the nodes of expr (aggregations, histogram_quantile
+	// calls) that are shared subexpressions to
 	// their id in InternalForms.shared.
-	shared map[*parser.AggregateExpr]int
+	shared map[parser.Expr]int
 
 	mu    sync.Mutex
 	plans map[string]*plan // by which selectors matched nothing
@@ -166,7 +161,7 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 			return err
 		}
 		internal = PushDownRenames(internal)
-		form := &internalForm{owner: f, expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[*parser.AggregateExpr]int{}}
+		form := &internalForm{owner: f, expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[parser.Expr]int{}}
 		pos := map[string]int{}
 		parser.Inspect(internal, func(n parser.Node, _ []parser.Node) error {
 			if vs, ok := n.(*parser.VectorSelector); ok {
@@ -184,13 +179,13 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 		m[exported.String()] = form
 		forms = append(forms, form)
 	}
-	shared, fused, fresh := markShared(forms)
-	f.pin(shared...)
+	shared := markShared(forms)
+	f.pin(queries(shared)...)
 	f.mu.Lock()
 	old, oldShared := f.byExported, f.shared
-	f.byExported, f.shared, f.fused, f.fresh = m, shared, fused, fresh
+	f.byExported, f.shared = m, shared
 	f.mu.Unlock()
-	f.unpin(oldShared...)
+	f.unpin(queries(oldShared)...)
 	for _, form := range old {
 		form.mu.Lock()
 		for _, p := range form.plans {
@@ -202,16 +197,39 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 	return nil
 }
 
-// markShared finds the aggregations the memo evaluates: those that occur
-// more than once across forms (the per-GPU rules' guards read one DCGM field
-// in several places, p50 and p99 of a histogram aggregate the same buckets),
-// and those a fused pass computes (fusable), which the memo evaluates
-// without the engine even when only one form reads them; a fused one that
+// memoExpr is a subexpression the memo evaluates.
+type memoExpr struct {
+	// query is its internal form, for the engine.
+	query string
+	// fused computes it instead of the engine, or quantile from another
+	// one (nil: the engine evaluates it).
+	fused    *fusedAgg
+	quantile *fusedQuantile
+	// fresh is set when it is evaluated anew at each use: it reads
+	// canonical series, which the rules of the evaluation write.
+	fresh bool
+}
+
+// queries returns the query strings of ms.
+func queries(ms []memoExpr) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.query
+	}
+	return out
+}
+
+// markShared finds the subexpressions the memo evaluates: the aggregations
+// that occur more than once across forms (the per-GPU rules' guards read
+// one DCGM field in several places, p50 and p99 of a histogram aggregate the
+// same buckets), and those a fused pass computes (fusable), which the memo
+// evaluates without the engine even when only one form reads them, with
+// the histogram_quantile of one of those (fusedQuantile). A fused one that
 // reads canonical series is evaluated at each use (fresh), as the engine
 // would evaluate it in its place. It marks their outermost occurrences in
-// each form and returns them by id, with their fused passes and whether
-// each is fresh.
-func markShared(forms []*internalForm) ([]string, []*fusedAgg, []bool) {
+// each form (a quantile's aggregation too, for a plan that leaves the call
+// but not its aggregation whole) and returns them by id.
+func markShared(forms []*internalForm) []memoExpr {
 	count := map[string]int{}
 	for _, form := range forms {
 		parser.Inspect(form.expr, func(n parser.Node, _ []parser.Node) error {
@@ -222,26 +240,39 @@ func markShared(forms []*internalForm) ([]string, []*fusedAgg, []bool) {
 		})
 	}
 	ids := map[string]int{}
-	var (
-		shared []string
-		fused  []*fusedAgg
-		fresh  []bool
-	)
+	var shared []memoExpr
+	add := func(e memoExpr) int {
+		id, ok := ids[e.query]
+		if !ok {
+			id = len(shared)
+			ids[e.query] = id
+			shared = append(shared, e)
+		}
+		return id
+	}
+	// aggregation marks a if the memo evaluates it.
+	aggregation := func(form *internalForm, a *parser.AggregateExpr) (int, bool) {
+		s, fa, reused := a.String(), fusable(a), shareable(a)
+		if !(reused && (count[s] > 1 || fa != nil) || !reused && fa != nil) {
+			return 0, false
+		}
+		id := add(memoExpr{query: s, fused: fa, fresh: !reused})
+		form.shared[a] = id
+		return id, true
+	}
 	for _, form := range forms {
 		var walk func(parser.Node)
 		walk = func(n parser.Node) {
-			if a, ok := n.(*parser.AggregateExpr); ok {
-				s, fa, reused := a.String(), fusable(a), shareable(a)
-				if reused && (count[s] > 1 || fa != nil) || !reused && fa != nil {
-					id, ok := ids[s]
-					if !ok {
-						id = len(shared)
-						ids[s] = id
-						shared = append(shared, s)
-						fused = append(fused, fa)
-						fresh = append(fresh, !reused)
+			switch n := n.(type) {
+			case *parser.Call:
+				if q, a, ok := quantileCall(n); ok {
+					if of, ok := aggregation(form, a); ok && quantileOf(shared[of].fused) {
+						form.shared[n] = add(memoExpr{query: n.String(), quantile: &fusedQuantile{q: q, of: of}, fresh: shared[of].fresh})
+						return
 					}
-					form.shared[a] = id
+				}
+			case *parser.AggregateExpr:
+				if _, ok := aggregation(form, n); ok {
 					return
 				}
 			}
@@ -251,7 +282,7 @@ func markShared(forms []*internalForm) ([]string, []*fusedAgg, []bool) {
 		}
 		walk(form.expr)
 	}
-	return shared, fused, fresh
+	return shared
 }
 
 // shareable reports whether an aggregation reads only raw inputs, named
@@ -301,19 +332,11 @@ func literalNames(vs *parser.VectorSelector) bool {
 	return false
 }
 
-// memoized is what the memo evaluates, by id (InternalForms.shared, fused
-// and fresh).
-type memoized struct {
-	shared []string
-	fused  []*fusedAgg
-	fresh  []bool
-}
-
-func (f *InternalForms) form(qs string) (*internalForm, memoized, bool) {
+func (f *InternalForms) form(qs string) (*internalForm, []memoExpr, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	form, ok := f.byExported[qs]
-	return form, memoized{f.shared, f.fused, f.fresh}, ok
+	return form, f.shared, ok
 }
 
 // Internal returns the internal form of qs as a query string, or qs when it
@@ -353,7 +376,7 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 	nq := newestFirst(q, lookback, NewestWindow)
 	run := rules.EngineQueryFunc(engine, RenamingQueryable(nq))
 	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
-		form, mz, ok := f.form(qs)
+		form, shared, ok := f.form(qs)
 		if !ok {
 			return run(ctx, qs, t)
 		}
@@ -372,25 +395,38 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		// The fresh subexpressions go into a memo of this query's own.
 		qm := memo
 		for _, id := range p.ids {
-			if mz.fresh[id] && qm == memo {
+			if shared[id].fresh && qm == memo {
 				qm = &sharedMemo{t: t, vecs: map[int]promql.Vector{}, parent: memo}
 				ctx = context.WithValue(ctx, memoKey{}, qm)
 			}
 		}
-		for _, id := range p.ids {
-			m := memo
-			if mz.fresh[id] {
+		var fill func(id int) error
+		fill = func(id int) error {
+			e, m := shared[id], memo
+			if e.fresh {
 				m = qm
 			}
-			if err := m.fill(id, t, func() (promql.Vector, error) {
-				if fa := mz.fused[id]; fa != nil {
-					v, err := fa.eval(ctx, nq, t, lookback)
+			return m.fill(id, t, func() (promql.Vector, error) {
+				switch {
+				case e.fused != nil:
+					v, err := e.fused.eval(ctx, nq, t, lookback)
 					if !errors.Is(err, errNotFused) {
 						return v, err
 					}
+				case e.quantile != nil:
+					if err := fill(e.quantile.of); err != nil {
+						return nil, err
+					}
+					of, _ := qm.get(e.quantile.of)
+					if v, ok := e.quantile.eval(of); ok {
+						return v, nil
+					}
 				}
-				return run(ctx, mz.shared[id], t)
-			}); err != nil {
+				return run(ctx, e.query, t)
+			})
+		}
+		for _, id := range p.ids {
+			if err := fill(id); err != nil {
 				return nil, err
 			}
 		}
@@ -476,12 +512,12 @@ func (form *internalForm) readShared(e parser.Expr) (parser.Expr, []int) {
 	var ids []int
 	var rewrite func(parser.Expr) parser.Expr
 	rewrite = func(e parser.Expr) parser.Expr {
+		if id, ok := form.shared[e]; ok {
+			ids = append(ids, id)
+			return &parser.VectorSelector{LabelMatchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, SharedLabel, strconv.Itoa(id))}}
+		}
 		switch n := e.(type) {
 		case *parser.AggregateExpr:
-			if id, ok := form.shared[n]; ok {
-				ids = append(ids, id)
-				return &parser.VectorSelector{LabelMatchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, SharedLabel, strconv.Itoa(id))}}
-			}
 			c := *n
 			c.Expr = rewrite(n.Expr)
 			return &c

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/common/model"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
@@ -448,4 +449,81 @@ func rate(points []fpoint, ts int64, r time.Duration) (float64, bool) {
 	}
 	factor /= r.Seconds()
 	return resultFloat * factor, true
+}
+
+// fusedQuantile is histogram_quantile(q, a) of classic buckets, where a
+// is a fused `sum by (le, ...)` the memo holds (of, its id): the bucket sums
+// the engine would read back from the memo, grouped by their labels but le
+// as funcHistogramQuantile groups them (the same buckets in the same
+// order), and each group's quantile from the engine's own BucketQuantile.
+// The engine orders its result by a map's iteration; this one orders it by
+// the groups' first buckets, one of the engine's orders.
+type fusedQuantile struct {
+	q  float64
+	of int
+}
+
+// quantileCall matches histogram_quantile(<number>, <aggregation>).
+func quantileCall(c *parser.Call) (float64, *parser.AggregateExpr, bool) {
+	if c.Func.Name != "histogram_quantile" || len(c.Args) != 2 {
+		return 0, nil, false
+	}
+	q, ok := unparen(c.Args[0]).(*parser.NumberLiteral)
+	if !ok {
+		return 0, nil, false
+	}
+	a, ok := unparen(c.Args[1]).(*parser.AggregateExpr)
+	return q.Val, a, ok
+}
+
+// quantileOf reports whether a fusedQuantile can read f's result: sums by
+// le of floats.
+func quantileOf(f *fusedAgg) bool {
+	return f != nil && f.op == parser.SUM && slices.Contains(f.grouping, model.BucketLabel)
+}
+
+// eval is the quantile of the bucket sums in, and false where in holds a
+// native histogram (the engine's evaluation of a, where the fused pass
+// could not) and the engine must answer.
+func (fq *fusedQuantile) eval(in promql.Vector) (promql.Vector, bool) {
+	type histogram struct {
+		metric  labels.Labels
+		buckets promql.Buckets
+	}
+	var (
+		order []*histogram
+		index = map[string]*histogram{}
+		buf   []byte
+		lb    = labels.NewBuilder(labels.EmptyLabels())
+	)
+	for _, s := range in {
+		if s.H != nil {
+			return nil, false
+		}
+		le := s.Metric.Get(model.BucketLabel)
+		upperBound, err := strconv.ParseFloat(le, 64)
+		if err != nil || math.IsNaN(upperBound) {
+			continue // the engine warns and skips it
+		}
+		buf = s.Metric.BytesWithoutLabels(buf, model.BucketLabel)
+		h, ok := index[string(buf)]
+		if !ok {
+			lb.Reset(s.Metric)
+			lb.Del(model.BucketLabel)
+			h = &histogram{metric: lb.Labels()}
+			index[string(buf)] = h
+			order = append(order, h)
+		}
+		h.buckets = append(h.buckets, promql.Bucket{UpperBound: upperBound, Count: s.F})
+	}
+	out := make(promql.Vector, len(order))
+	for i, h := range order {
+		v, _, _, _, _, _ := promql.BucketQuantile(fq.q, h.buckets)
+		var ts int64
+		if len(in) > 0 {
+			ts = in[0].T
+		}
+		out[i] = promql.Sample{Metric: h.metric, T: ts, F: v}
+	}
+	return out, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,7 +131,9 @@ func (e *evalEnv) appendFaultyFleet(fleet []fleetSeries) {
 // TestFusedPassMatchesEngine evaluates every aggregation of the canonical
 // rules that a fused pass computes both ways, the pass and the engine, over
 // the same storage at each of faultyTimes, and requires the same series in
-// the same order with the same values to the bit.
+// the same order with the same values to the bit; and the same for every
+// histogram_quantile of fused bucket sums (in any order: the engine's is a
+// map's).
 func TestFusedPassMatchesEngine(t *testing.T) {
 	e := newEvalEnv(t)
 	e.appendFaultyFleet(mixedFleet(t, e, 8000))
@@ -152,7 +155,8 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 	nq := newestFirst(e.raw, lookback, NewestWindow)
 	q := RenamingQueryable(nq)
 	covered := map[string]int{} // shape -> non-empty results compared
-	for id, fa := range forms.fused {
+	for id, m := range forms.shared {
+		fa := m.fused
 		if fa == nil {
 			continue
 		}
@@ -163,18 +167,46 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 		for _, ts := range faultyTimes {
 			got, err := fa.eval(t.Context(), nq, ts, lookback)
 			if err != nil {
-				t.Fatalf("%s at %s: %v", forms.shared[id], ts, err)
+				t.Fatalf("%s at %s: %v", forms.shared[id].query, ts, err)
 			}
-			want := e.queryOver(q, forms.shared[id], ts)
+			want := e.queryOver(q, forms.shared[id].query, ts)
 			if g, w := vectorBits(got), vectorBits(want); g != w {
-				t.Errorf("%s at %s:\nfused  %s\nengine %s", forms.shared[id], ts, g, w)
+				t.Errorf("%s at %s:\nfused  %s\nengine %s", forms.shared[id].query, ts, g, w)
 			}
 			if len(want) > 0 {
 				covered[shape]++
 			}
 		}
 	}
-	for _, shape := range []string{"avg", "max", "sum", "sum of rate"} {
+	// The quantiles of fused bucket sums, in the engine's order (a map's:
+	// compared sorted).
+	for _, m := range forms.shared {
+		fq := m.quantile
+		if fq == nil {
+			continue
+		}
+		for _, ts := range faultyTimes {
+			in, err := forms.shared[fq.of].fused.eval(t.Context(), nq, ts, lookback)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := fq.eval(in)
+			if !ok {
+				t.Fatalf("%s at %s: left to the engine", m.query, ts)
+			}
+			want := e.queryOver(q, m.query, ts)
+			for _, v := range []promql.Vector{got, want} {
+				slices.SortFunc(v, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
+			}
+			if g, w := vectorBits(got), vectorBits(want); g != w {
+				t.Errorf("%s at %s:\nfused  %s\nengine %s", m.query, ts, g, w)
+			}
+			if len(want) > 0 {
+				covered["histogram_quantile"]++
+			}
+		}
+	}
+	for _, shape := range []string{"avg", "max", "sum", "sum of rate", "histogram_quantile"} {
 		if covered[shape] < 5 {
 			t.Errorf("%s: %d non-empty results compared: the fleet does not exercise it", shape, covered[shape])
 		}
