@@ -67,6 +67,10 @@ type fusedAgg struct {
 	matchers []*labels.Matcher
 	copies   []labelCopy
 	below    float64
+	// names are the label names the pass reads of a series, sorted: the
+	// grouping's and the copies', at the indices in at.
+	names []string
+	at    struct{ grouping, from, to []int }
 	// rateRange is the range of rate(vs[range]); 0: vs is an instant
 	// selector.
 	rateRange time.Duration
@@ -139,6 +143,19 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 			}
 		}
 	}
+	f.names = slices.Clone(f.grouping)
+	for _, c := range f.copies {
+		f.names = append(f.names, c.From, c.To)
+	}
+	slices.Sort(f.names)
+	f.names = slices.Compact(f.names)
+	index := func(name string) int { i, _ := slices.BinarySearch(f.names, name); return i }
+	for _, g := range f.grouping {
+		f.at.grouping = append(f.at.grouping, index(g))
+	}
+	for _, c := range f.copies {
+		f.at.from, f.at.to = append(f.at.from, index(c.From)), append(f.at.to, index(c.To))
+	}
 	return f
 }
 
@@ -187,7 +204,7 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		index  = make(map[uint64]int, hint)
 		buf    = make([]byte, 0, 1024)
 		vals   = make([]string, len(f.grouping))
-		over   []labels.Label
+		read   = make([]string, len(f.names))
 		sb     = labels.NewScratchBuilder(len(f.grouping))
 		chk    chunkenc.Iterator
 		it     = storage.NewMemoizedEmptyIterator(lookback.Milliseconds())
@@ -218,7 +235,7 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		if !ok {
 			continue
 		}
-		over = f.groupValues(s.Labels(), vals, over[:0])
+		f.groupValues(s.Labels(), read, vals)
 		buf = buf[:0]
 		for _, v := range vals {
 			buf = binary.AppendUvarint(buf, uint64(len(v)))
@@ -251,29 +268,30 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 }
 
 // groupValues sets vals to the values of f's grouping labels (empty:
-// absent) in the series lset once the copies are made, as
-// renamingSet.At makes them: each in turn, where its source is set and its
-// target differs. over holds the copies made (returned for reuse). The
-// engine tells groups apart by a hash of their labels, the pass by a hash of
-// these values: the same groups.
-func (f *fusedAgg) groupValues(lset labels.Labels, vals []string, over []labels.Label) []labels.Label {
-	get := func(name string) string {
-		for i := len(over) - 1; i >= 0; i-- {
-			if over[i].Name == name {
-				return over[i].Value
-			}
+// absent) in the series lset once the copies are made, as renamingSet.At
+// makes them: each in turn, where its source is set and its target differs.
+// read is a buffer for the values of f.names. The engine tells groups apart
+// by a hash of their labels, the pass by a hash of these values: the same
+// groups.
+func (f *fusedAgg) groupValues(lset labels.Labels, read, vals []string) {
+	clear(read)
+	j := 0
+	lset.Range(func(l labels.Label) {
+		for j < len(f.names) && f.names[j] < l.Name {
+			j++
 		}
-		return lset.Get(name)
-	}
-	for _, c := range f.copies {
-		if v := get(c.From); v != "" && get(c.To) != v {
-			over = append(over, labels.Label{Name: c.To, Value: v})
+		if j < len(f.names) && f.names[j] == l.Name {
+			read[j] = l.Value
+		}
+	})
+	for i := range f.copies {
+		if v := read[f.at.from[i]]; v != "" && read[f.at.to[i]] != v {
+			read[f.at.to[i]] = v
 		}
 	}
-	for i, g := range f.grouping {
-		vals[i] = get(g)
+	for i, k := range f.at.grouping {
+		vals[i] = read[k]
 	}
-	return over
 }
 
 // add adds v to g as the engine's aggregation does for a float.
