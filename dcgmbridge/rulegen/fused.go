@@ -13,7 +13,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/common/model"
-
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
@@ -35,8 +34,10 @@ import (
 // series it allocates nothing but what storage hands out.
 //
 // It computes what the engine computes, to the bit: the series come from
-// the same select (the engine's hints, the same Queryable, in the same
-// order), each series' value is chosen as the engine's instant selector
+// the same select (the engine's hints, the same Queryable under the
+// internal form's RenamingQueryable, whose label copies and bound the pass
+// applies itself, in the same order), each series' value is chosen as the
+// engine's instant selector
 // chooses it (vectorSelectorSingle: the lookback, stale markers) or
 // computed as the engine's rate computes it (extrapolatedRate over the
 // range's float samples, stale markers dropped), and the groups take the
@@ -47,6 +48,8 @@ import (
 // series hold a native histogram in what the pass reads (errNotFused), and
 // every shape but the two above. The engine's sample limit is not applied:
 // a pass holds one sample at a time (the range of one series for a rate).
+// A histogram_quantile of a fused bucket sum is computed from it too
+// (fusedQuantile).
 //
 // The engine must not use start timestamps in rate (EngineOpts and
 // QueryOpts UseStartTimestamps: Strata never sets them), and the pass reads
