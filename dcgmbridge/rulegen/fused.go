@@ -167,7 +167,11 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 // (the stitched tiers) chooses its data by. A rate's select is not trimmed
 // to its range: rangePoints keeps to it, and the head then hands out each
 // series without the deletion intervals that trim it (an allocation and an
-// iterator a series).
+// iterator a series). Untrimmed, a select reads no sample another tier
+// serves in the query's range: the stitched view bounds a raw part it
+// stitches to a rollup tier itself (rawPartIter), and a range the raw tier
+// serves alone starts at the query's start or at the raw tier's oldest
+// sample (Stitched.plan).
 func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints {
 	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping}
 	if f.rateRange > 0 {
