@@ -253,7 +253,8 @@ func markShared(forms []*internalForm) []memoExpr {
 	// aggregation marks a if the memo evaluates it.
 	aggregation := func(form *internalForm, a *parser.AggregateExpr) (int, bool) {
 		s, fa, reused := a.String(), fusable(a), shareable(a)
-		if !(reused && (count[s] > 1 || fa != nil) || !reused && fa != nil) {
+		// Fused, or shared by several forms and reading raw inputs only.
+		if fa == nil && (!reused || count[s] < 2) {
 			return 0, false
 		}
 		id := add(memoExpr{query: s, fused: fa, fresh: !reused})
