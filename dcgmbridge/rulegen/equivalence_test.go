@@ -99,12 +99,19 @@ func TestSharedNativeHistograms(t *testing.T) {
 	sameRecorded(t, got[0], got[1])
 }
 
-// recorded returns every canonical sample in the raw tier, keyed by series
-// and timestamp, with the value's bits.
+// recorded returns every canonical sample in the raw tier from the first of
+// fleetTimes to the last, keyed by series and timestamp, with the value's
+// bits.
 func (e *evalEnv) recorded() map[string]string {
 	e.t.Helper()
+	return e.recordedBetween(fleetTimes[0], fleetTimes[len(fleetTimes)-1])
+}
+
+// recordedBetween is recorded from from to to.
+func (e *evalEnv) recordedBetween(from, to time.Time) map[string]string {
+	e.t.Helper()
 	out := map[string]string{}
-	q, err := e.raw.Querier(fleetTimes[0].UnixMilli(), fleetTimes[len(fleetTimes)-1].UnixMilli())
+	q, err := e.raw.Querier(from.UnixMilli(), to.UnixMilli())
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -197,7 +197,13 @@ func (g ruleGroup) eval(ts time.Time) {
 
 func (e *evalEnv) query(q string, ts time.Time) promql.Vector {
 	e.t.Helper()
-	qry, err := e.engine.NewInstantQuery(context.Background(), e.raw, nil, q, ts)
+	return e.queryOver(e.raw, q, ts)
+}
+
+// queryOver is query reading from sq.
+func (e *evalEnv) queryOver(sq storage.Queryable, q string, ts time.Time) promql.Vector {
+	e.t.Helper()
+	qry, err := e.engine.NewInstantQuery(context.Background(), sq, nil, q, ts)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package rulegen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -24,9 +26,9 @@ import (
 type InternalForms struct {
 	mu         sync.RWMutex
 	byExported map[string]*internalForm
-	// shared holds the subexpressions (aggregations) that occur more than
-	// once in the set, by id, in their internal form.
-	shared []string
+	// shared holds the subexpressions the memo evaluates, by id (see
+	// markShared).
+	shared []memoExpr
 
 	// pins holds, when PinIn was called, the query strings QueryFunc hands
 	// to the engine, pinned in its parser, with how many plans (or shared
@@ -98,9 +100,10 @@ type internalForm struct {
 	// evaluation; index maps each selector node to its position.
 	selectors []*parser.VectorSelector
 	index     map[*parser.VectorSelector]int
-	// shared maps the nodes of expr that are shared subexpressions to
+	// shared maps the nodes of expr (aggregations, histogram_quantile
+	// calls) that are shared subexpressions to
 	// their id in InternalForms.shared.
-	shared map[*parser.AggregateExpr]int
+	shared map[parser.Expr]int
 
 	mu    sync.Mutex
 	plans map[string]*plan // by which selectors matched nothing
@@ -118,6 +121,9 @@ type plan struct {
 	// evaluation's memo (SharedLabel selectors), which holds ids.
 	query, sharing string
 	ids            []int
+	// whole is set when sharing is nothing but the memo's result ids[0]:
+	// the memo answers without the engine.
+	whole bool
 }
 
 // strings returns what the plan hands to the engine.
@@ -155,7 +161,7 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 			return err
 		}
 		internal = PushDownRenames(internal)
-		form := &internalForm{owner: f, expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[*parser.AggregateExpr]int{}}
+		form := &internalForm{owner: f, expr: internal, str: internal.String(), index: map[*parser.VectorSelector]int{}, shared: map[parser.Expr]int{}}
 		pos := map[string]int{}
 		parser.Inspect(internal, func(n parser.Node, _ []parser.Node) error {
 			if vs, ok := n.(*parser.VectorSelector); ok {
@@ -174,12 +180,12 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 		forms = append(forms, form)
 	}
 	shared := markShared(forms)
-	f.pin(shared...)
+	f.pin(queries(shared)...)
 	f.mu.Lock()
 	old, oldShared := f.byExported, f.shared
 	f.byExported, f.shared = m, shared
 	f.mu.Unlock()
-	f.unpin(oldShared...)
+	f.unpin(queries(oldShared)...)
 	for _, form := range old {
 		form.mu.Lock()
 		for _, p := range form.plans {
@@ -191,11 +197,39 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 	return nil
 }
 
-// markShared finds the aggregations that occur more than once across forms
-// (the per-GPU rules' guards read one DCGM field in several places, p50 and
-// p99 of a histogram aggregate the same buckets), marks their outermost
-// occurrences in each form and returns them by id.
-func markShared(forms []*internalForm) []string {
+// memoExpr is a subexpression the memo evaluates.
+type memoExpr struct {
+	// query is its internal form, for the engine.
+	query string
+	// fused computes it instead of the engine, or quantile from another
+	// one (nil: the engine evaluates it).
+	fused    *fusedAgg
+	quantile *fusedQuantile
+	// fresh is set when it is evaluated anew at each use: it reads
+	// canonical series, which the rules of the evaluation write.
+	fresh bool
+}
+
+// queries returns the query strings of ms.
+func queries(ms []memoExpr) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.query
+	}
+	return out
+}
+
+// markShared finds the subexpressions the memo evaluates: the aggregations
+// that occur more than once across forms (the per-GPU rules' guards read
+// one DCGM field in several places, p50 and p99 of a histogram aggregate the
+// same buckets), and those a fused pass computes (fusable), which the memo
+// evaluates without the engine even when only one form reads them, with
+// the histogram_quantile of one of those (fusedQuantile). A fused one that
+// reads canonical series is evaluated at each use (fresh), as the engine
+// would evaluate it in its place. It marks their outermost occurrences in
+// each form (a quantile's aggregation too, for a plan that leaves the call
+// but not its aggregation whole) and returns them by id.
+func markShared(forms []*internalForm) []memoExpr {
 	count := map[string]int{}
 	for _, form := range forms {
 		parser.Inspect(form.expr, func(n parser.Node, _ []parser.Node) error {
@@ -206,19 +240,40 @@ func markShared(forms []*internalForm) []string {
 		})
 	}
 	ids := map[string]int{}
-	var shared []string
+	var shared []memoExpr
+	add := func(e memoExpr) int {
+		id, ok := ids[e.query]
+		if !ok {
+			id = len(shared)
+			ids[e.query] = id
+			shared = append(shared, e)
+		}
+		return id
+	}
+	// aggregation marks a if the memo evaluates it.
+	aggregation := func(form *internalForm, a *parser.AggregateExpr) (int, bool) {
+		s, fa, reused := a.String(), fusable(a), shareable(a)
+		// Fused, or shared by several forms and reading raw inputs only.
+		if fa == nil && (!reused || count[s] < 2) {
+			return 0, false
+		}
+		id := add(memoExpr{query: s, fused: fa, fresh: !reused})
+		form.shared[a] = id
+		return id, true
+	}
 	for _, form := range forms {
 		var walk func(parser.Node)
 		walk = func(n parser.Node) {
-			if a, ok := n.(*parser.AggregateExpr); ok && shareable(a) {
-				if s := a.String(); count[s] > 1 {
-					id, ok := ids[s]
-					if !ok {
-						id = len(shared)
-						ids[s] = id
-						shared = append(shared, s)
+			switch n := n.(type) {
+			case *parser.Call:
+				if q, a, ok := quantileCall(n); ok {
+					if of, ok := aggregation(form, a); ok && quantileOf(shared[of].fused) {
+						form.shared[n] = add(memoExpr{query: n.String(), quantile: &fusedQuantile{q: q, of: of}, fresh: shared[of].fresh})
+						return
 					}
-					form.shared[a] = id
+				}
+			case *parser.AggregateExpr:
+				if _, ok := aggregation(form, n); ok {
 					return
 				}
 			}
@@ -278,7 +333,7 @@ func literalNames(vs *parser.VectorSelector) bool {
 	return false
 }
 
-func (f *InternalForms) form(qs string) (*internalForm, []string, bool) {
+func (f *InternalForms) form(qs string) (*internalForm, []memoExpr, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	form, ok := f.byExported[qs]
@@ -303,7 +358,9 @@ func (f *InternalForms) Internal(qs string) string {
 // rule group then writes the same staleness markers). Within a group
 // evaluation run by EvalIterationFunc, an aggregation that occurs in several
 // of the set's expressions is evaluated once, on its first use, and read by
-// the others from the evaluation's memo. Any other expression (the
+// the others from the evaluation's memo; there, too, an aggregation of one
+// selector or of its rate is computed in a fused pass (fused.go) instead
+// of by the engine, and read from the memo. Any other expression (the
 // operator's rules) runs as rules.EngineQueryFunc runs it. lookback must be
 // the engine's lookback delta (0: the engine default, 5m), so that the
 // lookup covers at least what the engine's selects read. Every query's
@@ -314,7 +371,11 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		lookback = 5 * time.Minute
 	}
 	rq := RenamingQueryable(q)
-	run := rules.EngineQueryFunc(engine, RenamingQueryable(newestFirst(q, lookback, NewestWindow)))
+	// The engine and the fused passes read the same storage, to read the
+	// same series in the same order; the passes make the internal
+	// matchers' copies and bounds themselves.
+	nq := newestFirst(q, lookback, NewestWindow)
+	run := rules.EngineQueryFunc(engine, RenamingQueryable(nq))
 	return func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
 		form, shared, ok := f.form(qs)
 		if !ok {
@@ -332,10 +393,46 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		if memo == nil || len(p.ids) == 0 {
 			return run(ctx, p.query, t)
 		}
+		// The fresh subexpressions go into a memo of this query's own.
+		qm := memo
 		for _, id := range p.ids {
-			if err := memo.fill(id, t, func() (promql.Vector, error) { return run(ctx, shared[id], t) }); err != nil {
+			if shared[id].fresh && qm == memo {
+				qm = &sharedMemo{t: t, vecs: map[int]promql.Vector{}, parent: memo}
+				ctx = context.WithValue(ctx, memoKey{}, qm)
+			}
+		}
+		var fill func(id int) error
+		fill = func(id int) error {
+			e, m := shared[id], memo
+			if e.fresh {
+				m = qm
+			}
+			return m.fill(id, t, func() (promql.Vector, error) {
+				switch {
+				case e.fused != nil:
+					v, err := e.fused.eval(ctx, nq, t, lookback)
+					if !errors.Is(err, errNotFused) {
+						return v, err
+					}
+				case e.quantile != nil:
+					if err := fill(e.quantile.of); err != nil {
+						return nil, err
+					}
+					of, _ := qm.get(e.quantile.of)
+					if v, ok := e.quantile.eval(of); ok {
+						return v, nil
+					}
+				}
+				return run(ctx, e.query, t)
+			})
+		}
+		for _, id := range p.ids {
+			if err := fill(id); err != nil {
 				return nil, err
 			}
+		}
+		if p.whole {
+			return qm.vector(p.ids[0])
 		}
 		return run(ctx, p.sharing, t)
 	}
@@ -392,6 +489,8 @@ func (form *internalForm) plan(absent string) *plan {
 		p.query = pruned.String()
 		sharing, ids := form.readShared(pruned)
 		p.sharing, p.ids = sharing.String(), ids
+		_, p.whole = unparen(sharing).(*parser.VectorSelector)
+		p.whole = p.whole && len(ids) == 1
 	}
 	if form.plans == nil || len(form.plans) >= maxPlans {
 		for _, old := range form.plans {
@@ -414,12 +513,12 @@ func (form *internalForm) readShared(e parser.Expr) (parser.Expr, []int) {
 	var ids []int
 	var rewrite func(parser.Expr) parser.Expr
 	rewrite = func(e parser.Expr) parser.Expr {
+		if id, ok := form.shared[e]; ok {
+			ids = append(ids, id)
+			return &parser.VectorSelector{LabelMatchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, SharedLabel, strconv.Itoa(id))}}
+		}
 		switch n := e.(type) {
 		case *parser.AggregateExpr:
-			if id, ok := form.shared[n]; ok {
-				ids = append(ids, id)
-				return &parser.VectorSelector{LabelMatchers: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, SharedLabel, strconv.Itoa(id))}}
-			}
 			c := *n
 			c.Expr = rewrite(n.Expr)
 			return &c
@@ -457,11 +556,13 @@ const SharedLabel = "__strata_shared__"
 type memoKey struct{}
 
 // sharedMemo holds the shared subexpressions' results of one group
-// evaluation.
+// evaluation, or, with a parent (the group evaluation's), the fresh ones of
+// one query.
 type sharedMemo struct {
-	mu   sync.Mutex
-	t    time.Time
-	vecs map[int]promql.Vector
+	mu     sync.Mutex
+	t      time.Time
+	vecs   map[int]promql.Vector
+	parent *sharedMemo
 }
 
 // fill evaluates shared subexpression id at t unless the memo has it.
@@ -496,9 +597,33 @@ func (m *sharedMemo) fill(id int, t time.Time, eval func() (promql.Vector, error
 	return nil
 }
 
+// vector is what the engine returns for an instant query of nothing but
+// shared subexpression id's memo selector (see selectShared): a copy the
+// caller owns, which a recording rule relabels in place.
+func (m *sharedMemo) vector(id int) (promql.Vector, error) {
+	v, ok := m.get(id)
+	if !ok {
+		return nil, fmt.Errorf("rulegen: shared subexpression %d not evaluated", id)
+	}
+	out := make(promql.Vector, 0, len(v))
+	for _, s := range v {
+		if s.H == nil && value.IsStaleNaN(s.F) || s.H != nil && value.IsStaleNaN(s.H.Sum) {
+			continue // the engine's selector skips a stale marker
+		}
+		if s.H != nil {
+			s.H = s.H.Copy()
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 func (m *sharedMemo) get(id int) (promql.Vector, bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	v, ok := m.vecs[id]
+	m.mu.Unlock()
+	if !ok && m.parent != nil {
+		return m.parent.get(id)
+	}
 	return v, ok
 }

@@ -195,8 +195,10 @@ func selectShared(ctx context.Context, sortSeries bool, idStr string) storage.Se
 		return storage.ErrSeriesSet(fmt.Errorf("rulegen: shared subexpression %d not evaluated", id))
 	}
 	series := make([]storage.Series, len(v))
+	ss := make([]sharedSeries, len(v))
 	for i := range v {
-		series[i] = &sharedSeries{s: &v[i]}
+		ss[i].s = &v[i]
+		series[i] = &ss[i]
 	}
 	if sortSeries {
 		slices.SortFunc(series, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })

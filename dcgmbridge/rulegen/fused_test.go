@@ -1,0 +1,270 @@
+package rulegen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// faultyScrapes is how many 15 s scrapes appendFaultyFleet appends, from t0.
+const faultyScrapes = 13
+
+// faultyTimes are evaluation times over appendFaultyFleet's fleet: on
+// scrapes, between them, and after the last one (within the lookback, at its
+// edge, past it).
+var faultyTimes = []time.Time{
+	t0.Add(time.Minute), t0.Add(90 * time.Second), t0.Add(127 * time.Second), t0.Add(3 * time.Minute),
+	t0.Add(4 * time.Minute), t0.Add(8 * time.Minute), t0.Add(8*time.Minute + time.Millisecond),
+}
+
+// The faults of appendFaultyFleet's series, in the order each family's
+// series take them.
+const (
+	faultNone     = iota
+	faultOverflow // near the largest float: an average of two overflows
+	faultNaN
+	faultStale // a stale marker, then a gap, then samples again
+	faultReset // a counter reset
+	faultGap
+	faultPosInf
+	faultNegInf
+	faultEnd  // ends with a stale marker
+	faultLate // starts late
+	faults
+)
+
+// appendFaultyFleet appends a 15 s scrape sequence of fleet from t0 in
+// which the series of each family take every fault in turn. Every serving
+// series gets a second data-parallel rank (engine label "1") with the next
+// fault (or an overflow too), so sums, averages and maxima add several
+// series per group, faulty ones among clean ones.
+func (e *evalEnv) appendFaultyFleet(fleet []fleetSeries) {
+	e.t.Helper()
+	type faulty struct {
+		fleetSeries
+		fault int
+	}
+	var all []faulty
+	seen := map[string]int{}
+	for _, s := range fleet {
+		name := s.lset.Get("__name__")
+		fault := seen[name] % faults
+		seen[name]++
+		all = append(all, faulty{s, fault})
+		if s.lset.Has("model_name") {
+			b := labels.NewBuilder(s.lset)
+			b.Set("engine", "1")
+			next := (fault + 1) % faults
+			if fault == faultOverflow {
+				next = faultOverflow
+			}
+			all = append(all, faulty{fleetSeries{lset: b.Labels(), from: s.from*1.37 + 1e-3, to: s.to*1.37 + 0.1}, next})
+		}
+	}
+	stale := math.Float64frombits(value.StaleNaN)
+	for k := range faultyScrapes {
+		ts := t0.Add(time.Duration(k) * 15 * time.Second).UnixMilli()
+		app := e.raw.Appender(context.Background())
+		for _, s := range all {
+			v := s.from + (s.to-s.from)*float64(k)/(faultyScrapes-1)
+			switch s.fault {
+			case faultOverflow:
+				if k >= 10 {
+					v = 1.7e308
+				}
+			case faultNaN:
+				if k == 4 || k == faultyScrapes-1 {
+					v = math.NaN()
+				}
+			case faultStale:
+				switch {
+				case k == 5:
+					v = stale
+				case k > 5 && k < 8:
+					continue
+				}
+			case faultReset:
+				if k >= 6 {
+					v *= 0.1
+				}
+			case faultGap:
+				if k >= 3 && k <= 6 {
+					continue
+				}
+			case faultPosInf:
+				if k == 7 {
+					v = math.Inf(1)
+				}
+			case faultNegInf:
+				if k == 2 {
+					v = math.Inf(-1)
+				}
+			case faultEnd:
+				if k == faultyScrapes-1 {
+					v = stale
+				}
+			case faultLate:
+				if k < 9 {
+					continue
+				}
+			}
+			if _, err := app.Append(0, s.lset, ts, v); err != nil {
+				e.t.Fatalf("append %s: %v", s.lset, err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// TestFusedPassMatchesEngine evaluates every aggregation of the canonical
+// rules that a fused pass computes both ways, the pass and the engine, over
+// the same storage at each of faultyTimes, and requires the same series in
+// the same order with the same values to the bit; and the same for every
+// histogram_quantile of fused bucket sums (in any order: the engine's is a
+// map's).
+func TestFusedPassMatchesEngine(t *testing.T) {
+	e := newEvalEnv(t)
+	e.appendFaultyFleet(mixedFleet(t, e, 8000))
+	cfg := DefaultConfig()
+	cfg.RateWindow = time.Minute
+	rs, err := RecordingRules(e.cat, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forms := NewInternalForms()
+	exprs := make([]string, len(rs))
+	for i, r := range rs {
+		exprs[i] = r.Query().String()
+	}
+	if err := forms.Set(parser.NewParser(parser.Options{}), exprs); err != nil {
+		t.Fatal(err)
+	}
+	const lookback = 5 * time.Minute
+	nq := newestFirst(e.raw, lookback, NewestWindow)
+	q := RenamingQueryable(nq)
+	covered := map[string]int{} // shape -> non-empty results compared
+	for id, m := range forms.shared {
+		fa := m.fused
+		if fa == nil {
+			continue
+		}
+		shape := fa.op.String()
+		if fa.rateRange > 0 {
+			shape += " of rate"
+		}
+		for _, ts := range faultyTimes {
+			got, err := fa.eval(t.Context(), nq, ts, lookback)
+			if err != nil {
+				t.Fatalf("%s at %s: %v", forms.shared[id].query, ts, err)
+			}
+			want := e.queryOver(q, forms.shared[id].query, ts)
+			if g, w := vectorBits(got), vectorBits(want); g != w {
+				t.Errorf("%s at %s:\nfused  %s\nengine %s", forms.shared[id].query, ts, g, w)
+			}
+			if len(want) > 0 {
+				covered[shape]++
+			}
+		}
+	}
+	// The quantiles of fused bucket sums, in the engine's order (a map's:
+	// compared sorted).
+	for _, m := range forms.shared {
+		fq := m.quantile
+		if fq == nil {
+			continue
+		}
+		for _, ts := range faultyTimes {
+			in, err := forms.shared[fq.of].fused.eval(t.Context(), nq, ts, lookback)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := fq.eval(in)
+			if !ok {
+				t.Fatalf("%s at %s: left to the engine", m.query, ts)
+			}
+			want := e.queryOver(q, m.query, ts)
+			for _, v := range []promql.Vector{got, want} {
+				slices.SortFunc(v, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
+			}
+			if g, w := vectorBits(got), vectorBits(want); g != w {
+				t.Errorf("%s at %s:\nfused  %s\nengine %s", m.query, ts, g, w)
+			}
+			if len(want) > 0 {
+				covered["histogram_quantile"]++
+			}
+		}
+	}
+	for _, shape := range []string{"avg", "max", "sum", "sum of rate", "histogram_quantile"} {
+		if covered[shape] < 5 {
+			t.Errorf("%s: %d non-empty results compared: the fleet does not exercise it", shape, covered[shape])
+		}
+	}
+}
+
+// TestFusedPassLeavesHistograms: a selector whose series hold native
+// histograms is left to the engine.
+func TestFusedPassLeavesHistograms(t *testing.T) {
+	e := newEvalEnv(t)
+	appendNHCB(t, e, "vllm_v1_t0_healthy.prom", t0)
+	appendNHCB(t, e, "vllm_v1_t1_kv_storm.prom", t1)
+	expr, err := parser.NewParser(parser.Options{}).ParseExpr(`sum by (pod) (rate(vllm:time_to_first_token_seconds[2m]))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := fusable(expr.(*parser.AggregateExpr))
+	if fa == nil {
+		t.Fatal("not fusable")
+	}
+	if _, err := fa.eval(t.Context(), e.raw, t1, 5*time.Minute); !errors.Is(err, errNotFused) {
+		t.Fatalf("got %v, want errNotFused", err)
+	}
+}
+
+// TestFusedRulesMatchExported evaluates the canonical rule group as a
+// Prometheus does (the exported form, every node by the engine) and as
+// `strata serve` does (internal forms, the memo, the fused passes) over the
+// faulty fleet at each of faultyTimes, and requires the same recorded
+// series, values (to the bit) and stale markers.
+func TestFusedRulesMatchExported(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RateWindow = time.Minute
+	var got [2]map[string]string
+	for i, internal := range []bool{false, true} {
+		e := newEvalEnv(t)
+		e.internal = internal
+		e.appendFaultyFleet(mixedFleet(t, e, 8000))
+		for _, ts := range faultyTimes {
+			e.evalRules(cfg, ts)
+		}
+		got[i] = e.recordedBetween(faultyTimes[0], faultyTimes[len(faultyTimes)-1])
+	}
+	if len(got[0]) < 1000 {
+		t.Fatalf("only %d recorded samples: the fleet does not exercise the rules", len(got[0]))
+	}
+	sameRecorded(t, got[0], got[1])
+}
+
+// vectorBits prints a vector's samples in order with their values' bits.
+func vectorBits(v promql.Vector) string {
+	var b strings.Builder
+	for _, s := range v {
+		fmt.Fprintf(&b, "%s@%d=%x", s.Metric, s.T, math.Float64bits(s.F))
+		if s.H != nil {
+			fmt.Fprintf(&b, "+histogram %s", s.H)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
