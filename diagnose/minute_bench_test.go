@@ -293,7 +293,10 @@ func benchEngineMinuteGoal(b *testing.B, fp *fleetPipeline, pace float64) {
 // rule's query and the baselines, collects and reads the heap instead of
 // sleeping. Per minute: MB-<stage> is what the stage allocates, live-*-MB
 // the live heap before the minute, at its highest after a step, and after
-// the minute. The collections make its time meaningless:
+// the minute; live-at-alloc-MB is the live heap after each step weighted
+// by the bytes the step allocated: what a collection, which allocation
+// triggers, finds live on average (less what the step holds only while it
+// runs). The collections make its time meaningless:
 // BenchmarkEngineMinuteFleet has the CPU. -benchtime 6x or fewer.
 func BenchmarkEngineMinuteStages(b *testing.B) {
 	for _, read := range []string{readSpilled, readRaw} {
@@ -340,7 +343,7 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 	}
 	allocated := map[string]float64{}
 	var step int
-	var last, peak float64
+	var last, peak, weighted float64
 	e.pace.budget = time.Hour
 	e.pace.wait = func(context.Context, time.Duration) {
 		a, l := heap()
@@ -348,19 +351,20 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 			allocated[stages[step]] += a - last
 		}
 		step++
+		weighted += (a - last) * l
 		last, peak = a, max(peak, l)
 	}
-	var before, highest, end float64
+	var before, highest, end, total float64
 	n := 0
 	for b.Loop() {
 		if t.After(fp.final) {
 			b.Fatalf("no final minute left at %s: run with -benchtime %dx or fewer", t.Format(time.RFC3339), n)
 		}
 		open.mark.Store(t.Add(time.Minute).UnixMilli())
-		var l0 float64
+		var a0, l0 float64
 		step = 0
-		last, l0 = heap()
-		peak = l0
+		a0, l0 = heap()
+		last, peak = a0, l0
 		if err := e.EvalMinute(ctx, t); err != nil {
 			b.Fatal(err)
 		}
@@ -369,6 +373,8 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 		}
 		a, l := heap()
 		allocated["rest"] += a - last
+		weighted += (a - last) * l
+		total += a - a0
 		before, highest, end = before+l0, highest+peak, end+l
 		t = t.Add(time.Minute)
 		n++
@@ -380,4 +386,5 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 	b.ReportMetric(before/float64(n)/mb, "live-before-MB")
 	b.ReportMetric(highest/float64(n)/mb, "live-peak-MB")
 	b.ReportMetric(end/float64(n)/mb, "live-end-MB")
+	b.ReportMetric(weighted/total/mb, "live-at-alloc-MB")
 }
