@@ -117,7 +117,7 @@ type Engine struct {
 	// minute data (-1: none; len(groups): the assembly may read it too).
 	// Live, the snapshot is dropped after it (evalMinute).
 	lastData int
-	ahead    *prefetched // the next chunk, being read (replay)
+	ahead    *prefetched       // the next chunk, being read (replay)
 	reads    *labels.Matcher   // the metric names the rules read (nil: all)
 	reach    *readReach        // how far back they read each (nil: e.need)
 	query    storage.Queryable // minute data + scratch, for the minute being evaluated
