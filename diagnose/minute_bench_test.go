@@ -291,7 +291,9 @@ func benchEngineMinuteGoal(b *testing.B, fp *fleetPipeline, pace float64) {
 // assembly, the diagnoses' write-back, the sinks). The engine paces the
 // minute (markedOpen), and the pacer's wait, run after the snapshot, each
 // rule's query and the baselines, collects and reads the heap instead of
-// sleeping. Per minute: MB-<stage> is what the stage allocates, live-*-MB
+// sleeping. Per minute: MB-<stage> is what the stage allocates,
+// cpu-ms-<stage> the process' CPU time during it (the collector's
+// background work included, the forced collections not), live-*-MB
 // the live heap before the minute, at its highest after a step, and after
 // the minute; live-at-alloc-MB is the live heap after each step weighted
 // by the bytes the step allocated: what a collection, which allocation
@@ -341,15 +343,19 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 		metrics.Read(ms)
 		return float64(ms[0].Value.Uint64()), float64(ms[1].Value.Uint64())
 	}
-	allocated := map[string]float64{}
+	allocated, cpu := map[string]float64{}, map[string]time.Duration{}
+	var cpu0 time.Duration
 	var step int
 	var last, peak, weighted float64
 	e.pace.budget = time.Hour
 	e.pace.wait = func(context.Context, time.Duration) {
+		c := processCPU(b)
 		a, l := heap()
 		if step < len(stages) {
 			allocated[stages[step]] += a - last
+			cpu[stages[step]] += c - cpu0
 		}
+		cpu0 = processCPU(b)
 		step++
 		weighted += (a - last) * l
 		last, peak = a, max(peak, l)
@@ -365,12 +371,14 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 		step = 0
 		a0, l0 = heap()
 		last, peak = a0, l0
+		cpu0 = processCPU(b)
 		if err := e.EvalMinute(ctx, t); err != nil {
 			b.Fatal(err)
 		}
 		if step != len(stages) {
 			b.Fatalf("%d pacer steps, want %d: a rule queries more than once", step, len(stages))
 		}
+		cpu["rest"] += processCPU(b) - cpu0
 		a, l := heap()
 		allocated["rest"] += a - last
 		weighted += (a - last) * l
@@ -382,6 +390,7 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 	const mb = 1e6
 	for s, v := range allocated {
 		b.ReportMetric(v/float64(n)/mb, "MB-"+s)
+		b.ReportMetric(float64(cpu[s].Milliseconds())/float64(n), "cpu-ms-"+s)
 	}
 	b.ReportMetric(before/float64(n)/mb, "live-before-MB")
 	b.ReportMetric(highest/float64(n)/mb, "live-peak-MB")
