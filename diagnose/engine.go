@@ -113,6 +113,10 @@ type Engine struct {
 	warmup   time.Duration
 	lookback time.Duration
 	snap     *tiers.MinuteSnapshot
+	// lastData is the index in groups of the last group that reads the
+	// minute data (-1: none; len(groups): the assembly may read it too).
+	// Live, the snapshot is dropped after it (evalMinute).
+	lastData int
 	ahead    *prefetched       // the next chunk, being read (replay)
 	reads    *labels.Matcher   // the metric names the rules read (nil: all)
 	reach    *readReach        // how far back they read each (nil: e.need)
@@ -353,7 +357,61 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 		kept[n] = true
 	}
 	e.keep = newScratchKeep(engineExprs(files), kept, e.lookback, time.Duration(e.cfg.ScratchRetention))
+	e.lastData = e.lastDataGroup(files)
 	return nil
+}
+
+// lastDataGroup is the index of the last group (in files' order, which is
+// the groups') with a rule that reads the minute data: a selector whose
+// name the minute view does not hide, or of no one name. It is
+// len(e.groups) when an evidence query (which the assembly evaluates after
+// the groups) may read it, or a template may query anything.
+func (e *Engine) lastDataGroup(files []ruleFile) int {
+	p := newParser()
+	reads := func(q string) bool {
+		expr, err := p.ParseExpr(q)
+		if err != nil {
+			return true
+		}
+		data := false
+		walkSelectors(expr, func(vs *parser.VectorSelector, _ time.Duration, _ bool) {
+			data = data || vs.Name == "" || !e.isHidden(vs.Name)
+		})
+		return data
+	}
+	last, i := -1, 0
+	for _, f := range files {
+		for _, g := range f.groups {
+			for _, r := range g.Rules {
+				if templateQueries(r.Labels) || templateQueries(r.Annotations) {
+					return len(e.groups)
+				}
+				for _, ev := range parseEvidence(r.Annotations["evidence"]) {
+					// Template actions stand in label values (engineExprs).
+					if q := templateAction.ReplaceAllString(ev.Query, "x"); q != "" && reads(q) {
+						return len(e.groups)
+					}
+				}
+				if reads(r.Expr) {
+					last = i
+				}
+			}
+			i++
+		}
+	}
+	return last
+}
+
+// templateQueries reports whether a template among ts may run a query.
+func templateQueries(ts map[string]string) bool {
+	for _, t := range ts {
+		for _, a := range templateAction.FindAllString(t, -1) {
+			if strings.Contains(a, "query") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // reach walks an expression's selectors: how far back each reads (range +
@@ -479,7 +537,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 			}
 		}
 	}
-	for _, g := range e.groups {
+	for i, g := range e.groups {
 		if e.precomp != nil && e.precomp.ready && !g.HasAlertingRules() {
 			// Replay's fast path wrote this group's results for the whole
 			// chunk, exactly as its evaluation would (fastpath.go).
@@ -488,6 +546,13 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		// Group.Eval, plus the group's last-evaluation bookkeeping that
 		// /api/v1/rules shows.
 		e.evalGroup(ctx, g, t)
+		if i == e.lastData && e.chunk == 0 {
+			// Live: the baselines, the groups after this one and the
+			// assembly read the scratch store alone, so that the snapshot
+			// (40-70 MB at 500,000 series) is not live at the collections
+			// their allocation triggers.
+			e.snap, e.query = nil, e.scratch
+		}
 		if g == e.signalsGroup && e.base != nil {
 			e.baselineMinute(tm) // a no-op when the fast path did it
 			e.pace.step(ctx)

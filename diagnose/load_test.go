@@ -222,3 +222,51 @@ func TestEngineRulesPinned(t *testing.T) {
 		t.Fatal("the default engine has no rules")
 	}
 }
+
+// TestLastDataGroup: the live minute drops its snapshot after the last
+// group that reads the minute data; a later group, an evidence query or a
+// template's query that reads it keeps the snapshot for them.
+func TestLastDataGroup(t *testing.T) {
+	minute, _ := openTiers(t, t.TempDir())
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const own = "groups:\n  - name: own\n    rules:\n      - record: own:x\n        expr: strata:gpu_power_watts * 2\n"
+	for _, c := range []struct {
+		name, file string
+		want       func(e *Engine) int
+	}{
+		{"default pack: the signals", "", func(*Engine) int { return 0 }},
+		{"a group of recorded series only", own, func(*Engine) int { return 0 }},
+		{"a group reading the minute data", "groups:\n  - name: raw\n    rules:\n      - record: own:temp\n        expr: max(DCGM_FI_DEV_GPU_TEMP)\n",
+			func(e *Engine) int { return len(e.groups) - 1 }},
+		{"a selector of no one name", "groups:\n  - name: any\n    rules:\n      - record: own:any\n        expr: count({__name__=~\"strata:.+\"})\n",
+			func(e *Engine) int { return len(e.groups) - 1 }},
+		{"evidence reading the minute data", "groups:\n  - name: ev\n    rules:\n      - alert: A\n        expr: strata:gpu_power_watts > 1000\n        annotations:\n          evidence: |\n            - metric: t\n              query: 'max(DCGM_FI_DEV_GPU_TEMP{gpu=\"{{ $labels.gpu }}\"})'\n",
+			func(e *Engine) int { return len(e.groups) }},
+		{"a template's query", "groups:\n  - name: tq\n    rules:\n      - alert: A\n        expr: strata:gpu_power_watts > 1000\n        annotations:\n          summary: '{{ with query \"up\" }}{{ . }}{{ end }}'\n",
+			func(e *Engine) int { return len(e.groups) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if c.file != "" {
+				cfg.RuleFiles = []string{write(strings.ReplaceAll(c.name, " ", "_")+".yml", c.file)}
+			}
+			e, err := New(cfg, Options{Minute: minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.groups[0] != e.signalsGroup {
+				t.Fatalf("first group %s, want the signals", e.groups[0].Name())
+			}
+			if want := c.want(e); e.lastData != want {
+				t.Errorf("last group reading the minute data %d, want %d (%d groups)", e.lastData, want, len(e.groups))
+			}
+		})
+	}
+}

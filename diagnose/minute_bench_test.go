@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,8 +23,8 @@ import (
 )
 
 // fleetPipeline is a live data path at a fleet's size: a raw tier, the
-// rollup pipeline fed through its tee (every series spilled, as a 1 Hz
-// fleet's are) and minutes of the simulator's fleet in its open windows.
+// rollup pipeline fed through its tee and minutes of the simulator's fleet
+// in its open windows.
 type fleetPipeline struct {
 	pipe   *downsample.Pipeline
 	app    storage.AppendableV2
@@ -32,10 +33,20 @@ type fleetPipeline struct {
 	final  time.Time // the last minute whose windows are final
 }
 
+// Where a fleet pipeline's open windows come from.
+const (
+	// readSpilled spills every series' windows, as a 1 Hz fleet's are.
+	readSpilled = "spilled"
+	// readRaw keeps the pipeline's default: the fleet's 15 s series are
+	// sparse and their windows are computed from the raw tier, as a
+	// 15 s fleet's are live (the 500,000-series paced runs).
+	readRaw = "raw"
+)
+
 // newFleetPipeline feeds minutes of a sim cluster of nodes x 8 GPUs (about
 // 2,750 series a node) at 15 s steps through the tee, ticking the pipeline
-// every simulated minute.
-func newFleetPipeline(b *testing.B, nodes int, minutes int) *fleetPipeline {
+// every simulated minute; read is readSpilled or readRaw.
+func newFleetPipeline(b *testing.B, nodes int, minutes int, read string) *fleetPipeline {
 	b.Helper()
 	dir := b.TempDir()
 	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
@@ -47,7 +58,9 @@ func newFleetPipeline(b *testing.B, nodes int, minutes int) *fleetPipeline {
 	fp := &fleetPipeline{minute: minute}
 	var clock time.Time
 	dcfg := downsample.DefaultConfig()
-	dcfg.SparseInterval = -1 // a 1 Hz fleet's series are spilled, not read back from raw
+	if read == readSpilled {
+		dcfg.SparseInterval = -1
+	}
 	fp.pipe, err = downsample.New(dcfg, raw, minute, hour, quietLogger(), prometheus.NewRegistry(), func() time.Time { return clock })
 	if err != nil {
 		b.Fatal(err)
@@ -116,14 +129,18 @@ func fleetNodes() int {
 //
 // STRATA_DIAGNOSE_FLEET_NODES sizes the fleet (default 18 nodes x 8 GPUs,
 // about 49,500 series). The pipeline holds 36 minutes, of which the engine
-// warms up over 14 untimed: run with -benchtime 8x or fewer.
+// warms up over 14 untimed: run with -benchtime 8x or fewer. read=spilled
+// reads every series' windows from the spill (a 1 Hz fleet), read=raw the
+// sparse series' from the raw tier (a 15 s fleet, as the fleet is).
 func BenchmarkEngineMinuteFleet(b *testing.B) {
-	for _, mode := range []string{BaselineStatic, BaselineSeasonal} {
-		b.Run("mode="+mode, func(b *testing.B) {
-			// A fleet of its own: the other engine's write-back (in the
-			// raw tier) is not in it.
-			benchEngineMinuteFleet(b, newFleetPipeline(b, fleetNodes(), 36), modeConfig(mode))
-		})
+	for _, read := range []string{readSpilled, readRaw} {
+		for _, mode := range []string{BaselineStatic, BaselineSeasonal} {
+			b.Run("read="+read+"/mode="+mode, func(b *testing.B) {
+				// A fleet of its own: the other engine's write-back (in
+				// the raw tier) is not in it.
+				benchEngineMinuteFleet(b, newFleetPipeline(b, fleetNodes(), 36, read), modeConfig(mode))
+			})
+		}
 	}
 }
 
@@ -188,7 +205,7 @@ func BenchmarkEngineMinuteGoal(b *testing.B) {
 	for _, pace := range []float64{1, DefaultPace} {
 		b.Run(fmt.Sprint("pace=", pace), func(b *testing.B) {
 			// A fleet of its own: the other engine's write-back is not in it.
-			benchEngineMinuteGoal(b, newFleetPipeline(b, fleetNodes(), 36), pace)
+			benchEngineMinuteGoal(b, newFleetPipeline(b, fleetNodes(), 36, readSpilled), pace)
 		})
 	}
 }
@@ -264,4 +281,119 @@ func benchEngineMinuteGoal(b *testing.B, fp *fleetPipeline, pace float64) {
 	// minutes with no collection, which raise no goal: the heap around
 	// the fleet had room for the whole minute.
 	b.ReportMetric(float64(cycles[0].Value.Uint64()-cycles0)/float64(n)-1, "gc/minute")
+}
+
+// BenchmarkEngineMinuteStages is where one live minute's bytes go and what
+// it holds, by stage: the snapshot, each rule group (the default pack's
+// and the signals' and SLOs' groups, without the strata_diagnose_ prefix),
+// the baselines (the tracker and its write-back into the scratch store
+// and the raw tier), and the rest (the scratch store's truncation, the
+// assembly, the diagnoses' write-back, the sinks). The engine paces the
+// minute (markedOpen), and the pacer's wait, run after the snapshot, each
+// rule's query and the baselines, collects and reads the heap instead of
+// sleeping. Per minute: MB-<stage> is what the stage allocates,
+// cpu-ms-<stage> the process' CPU time during it (the collector's
+// background work included, the forced collections not), live-*-MB
+// the live heap before the minute, at its highest after a step, and after
+// the minute; live-at-alloc-MB is the live heap after each step weighted
+// by the bytes the step allocated: what a collection, which allocation
+// triggers, finds live on average (less what the step holds only while it
+// runs). The collections make its time meaningless:
+// BenchmarkEngineMinuteFleet has the CPU. -benchtime 6x or fewer.
+func BenchmarkEngineMinuteStages(b *testing.B) {
+	for _, read := range []string{readSpilled, readRaw} {
+		b.Run("read="+read, func(b *testing.B) {
+			benchEngineMinuteStages(b, newFleetPipeline(b, fleetNodes(), 36, read))
+		})
+	}
+}
+
+func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
+	open := &markedOpen{p: fp.pipe}
+	open.mark.Store(fp.final.Add(time.Minute).UnixMilli()) // the warm-up catches up: not paced
+	e, err := New(modeConfig(BaselineSeasonal), Options{
+		Minute: fp.minute, Open: open, WriteBack: fp.app, WriteBackDelay: 11 * time.Minute,
+		Registerer: prometheus.NewRegistry(), Logger: quietLogger(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	t := simStart.Add(time.Minute)
+	for range 14 {
+		if err := e.EvalMinute(ctx, t); err != nil {
+			b.Fatal(err)
+		}
+		t = t.Add(time.Minute)
+	}
+	// The pacer's steps in order: the snapshot, one a rule's query, the
+	// baselines after the signals group.
+	stages := []string{"snapshot"}
+	for _, g := range e.groups {
+		for range g.Rules() {
+			stages = append(stages, strings.TrimPrefix(g.Name(), "strata_diagnose_"))
+		}
+		if g == e.signalsGroup {
+			stages = append(stages, "baselines")
+		}
+	}
+	ms := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	heap := func() (allocs, live float64) {
+		runtime.GC()
+		metrics.Read(ms)
+		return float64(ms[0].Value.Uint64()), float64(ms[1].Value.Uint64())
+	}
+	allocated, cpu := map[string]float64{}, map[string]time.Duration{}
+	var cpu0 time.Duration
+	var step int
+	var last, peak, weighted float64
+	e.pace.budget = time.Hour
+	e.pace.wait = func(context.Context, time.Duration) {
+		c := processCPU(b)
+		a, l := heap()
+		if step < len(stages) {
+			allocated[stages[step]] += a - last
+			cpu[stages[step]] += c - cpu0
+		}
+		cpu0 = processCPU(b)
+		step++
+		weighted += (a - last) * l
+		last, peak = a, max(peak, l)
+	}
+	var before, highest, end, total float64
+	n := 0
+	for b.Loop() {
+		if t.After(fp.final) {
+			b.Fatalf("no final minute left at %s: run with -benchtime %dx or fewer", t.Format(time.RFC3339), n)
+		}
+		open.mark.Store(t.Add(time.Minute).UnixMilli())
+		var a0, l0 float64
+		step = 0
+		a0, l0 = heap()
+		last, peak = a0, l0
+		cpu0 = processCPU(b)
+		if err := e.EvalMinute(ctx, t); err != nil {
+			b.Fatal(err)
+		}
+		if step != len(stages) {
+			b.Fatalf("%d pacer steps, want %d: a rule queries more than once", step, len(stages))
+		}
+		cpu["rest"] += processCPU(b) - cpu0
+		a, l := heap()
+		allocated["rest"] += a - last
+		weighted += (a - last) * l
+		total += a - a0
+		before, highest, end = before+l0, highest+peak, end+l
+		t = t.Add(time.Minute)
+		n++
+	}
+	const mb = 1e6
+	for s, v := range allocated {
+		b.ReportMetric(v/float64(n)/mb, "MB-"+s)
+		b.ReportMetric(float64(cpu[s].Milliseconds())/float64(n), "cpu-ms-"+s)
+	}
+	b.ReportMetric(before/float64(n)/mb, "live-before-MB")
+	b.ReportMetric(highest/float64(n)/mb, "live-peak-MB")
+	b.ReportMetric(end/float64(n)/mb, "live-end-MB")
+	b.ReportMetric(weighted/total/mb, "live-at-alloc-MB")
 }

@@ -176,11 +176,17 @@ func TestCanonicalRulesOverPrunedColumns(t *testing.T) {
 // fleet's open windows (18 nodes x 8 GPUs by default, see fleetNodes),
 // what it holds while the minute's rules evaluate: of each series the
 // windows its rules reach with every column (reach), or only the columns
-// the rules' functions read (reach+columns). B/op is what one snapshot
+// the rules' functions read (reach+columns), read from the spill or from
+// the raw tier (read=, see newFleetPipeline). B/op is what one snapshot
 // allocates, held-B what it holds once read (the live heap with it less
 // the live heap without it).
 func BenchmarkEngineSnapshotFleet(b *testing.B) {
-	fp := newFleetPipeline(b, fleetNodes(), 14)
+	for _, read := range []string{readSpilled, readRaw} {
+		b.Run("read="+read, func(b *testing.B) { benchEngineSnapshotFleet(b, newFleetPipeline(b, fleetNodes(), 14, read)) })
+	}
+}
+
+func benchEngineSnapshotFleet(b *testing.B, fp *fleetPipeline) {
 	e, err := New(DefaultConfig(), Options{Minute: fp.minute, Open: fp.pipe, Registerer: prometheus.NewRegistry(), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)

@@ -483,7 +483,8 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	// one array: a handful of allocations a select instead of three per
 	// series (a rule's select of every tracked signal series is 13,600 of
 	// them at 50,000 active series, in the engine's minute, whose burst of
-	// garbage sets the collector's heap goal).
+	// garbage sets the collector's heap goal). A regular series' timestamps
+	// are not copied: its first one says them all.
 	q.s.mu.RLock()
 	type span struct {
 		e      *scratchSeries
@@ -491,7 +492,7 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	}
 	cands := q.candidates(ms)
 	spans := make([]span, 0, len(cands))
-	total := 0
+	total, nts := 0, 0
 	for _, e := range cands {
 		if !matchAll(e.lbls, ms) {
 			continue
@@ -503,22 +504,28 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 		}
 		spans = append(spans, span{e, lo, hi})
 		total += hi - lo
+		if ets != nil {
+			nts += hi - lo
+		}
 	}
-	ts := make([]int64, 0, total)
+	var ts []int64
+	if nts > 0 {
+		ts = make([]int64, 0, nts)
+	}
 	vs := make([]float64, 0, total)
 	list := make([]listSeries, len(spans))
 	for i, sp := range spans {
-		a := len(ts)
-		if ets := q.s.times(sp.e); ets != nil {
-			ts = append(ts, ets[sp.lo:sp.hi]...)
-		} else {
-			for j := sp.lo; j < sp.hi; j++ {
-				ts = append(ts, sp.e.at(nil, j))
-			}
-		}
+		a := len(vs)
 		vs = append(vs, sp.e.vs[sp.lo:sp.hi]...)
 		// Full slice expressions: no series can grow into the next one's.
-		list[i] = listSeries{lbls: sp.e.lbls, ts: ts[a:len(ts):len(ts)], vs: vs[a:len(vs):len(vs)]}
+		list[i] = listSeries{lbls: sp.e.lbls, vs: vs[a:len(vs):len(vs)]}
+		if ets := q.s.times(sp.e); ets != nil {
+			b := len(ts)
+			ts = append(ts, ets[sp.lo:sp.hi]...)
+			list[i].ts = ts[b:len(ts):len(ts)]
+		} else {
+			list[i].t0 = sp.e.at(nil, sp.lo)
+		}
 	}
 	q.s.mu.RUnlock()
 	slices.SortFunc(list, func(a, b listSeries) int { return labels.Compare(a.lbls, b.lbls) })
@@ -579,13 +586,24 @@ func (s *listSet) At() storage.Series                { return &s.series[s.i-1] }
 func (s *listSet) Err() error                        { return nil }
 func (s *listSet) Warnings() annotations.Annotations { return nil }
 
+// listSeries is a selected series' samples: the i-th at ts[i], or at
+// t0 + i·scratchStep when ts is nil (a regular series).
 type listSeries struct {
 	lbls labels.Labels
+	t0   int64
 	ts   []int64
 	vs   []float64
 }
 
 func (s *listSeries) Labels() labels.Labels { return s.lbls }
+
+// at is the timestamp of sample i.
+func (s *listSeries) at(i int) int64 {
+	if s.ts == nil {
+		return s.t0 + int64(i)*scratchStep
+	}
+	return s.ts[i]
+}
 
 // Iterator reuses it when it is one of ours, as PromQL passes the previous
 // series' iterator for each series of a select.
@@ -603,8 +621,8 @@ type listIter struct {
 }
 
 func (it *listIter) Next() chunkenc.ValueType {
-	if it.i+1 >= len(it.s.ts) {
-		it.i = len(it.s.ts)
+	if it.i+1 >= len(it.s.vs) {
+		it.i = len(it.s.vs)
 		return chunkenc.ValNone
 	}
 	it.i++
@@ -612,29 +630,30 @@ func (it *listIter) Next() chunkenc.ValueType {
 }
 
 func (it *listIter) Seek(t msTime) chunkenc.ValueType {
-	if it.i >= len(it.s.ts) {
+	n := len(it.s.vs)
+	if it.i >= n {
 		return chunkenc.ValNone
 	}
-	if it.i >= 0 && it.s.ts[it.i] >= t {
+	if it.i >= 0 && it.s.at(it.i) >= t {
 		return chunkenc.ValFloat
 	}
-	j := sort.Search(len(it.s.ts), func(k int) bool { return it.s.ts[k] >= t })
+	j := sort.Search(n, func(k int) bool { return it.s.at(k) >= t })
 	it.i = max(it.i, j)
-	if it.i >= len(it.s.ts) {
+	if it.i >= n {
 		return chunkenc.ValNone
 	}
 	return chunkenc.ValFloat
 }
 
-func (it *listIter) At() (int64, float64) { return it.s.ts[it.i], it.s.vs[it.i] }
+func (it *listIter) At() (int64, float64) { return it.s.at(it.i), it.s.vs[it.i] }
 func (it *listIter) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
-	return it.s.ts[it.i], nil
+	return it.s.at(it.i), nil
 }
 
 func (it *listIter) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
-	return it.s.ts[it.i], nil
+	return it.s.at(it.i), nil
 }
-func (it *listIter) AtT() int64  { return it.s.ts[it.i] }
+func (it *listIter) AtT() int64  { return it.s.at(it.i) }
 func (it *listIter) AtST() int64 { return 0 }
 func (it *listIter) Err() error  { return nil }
 

@@ -65,10 +65,8 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// want reports whether the matchers select lset and the sink wants
 	// it, and the earliest start wanted.
 	want := func(lset labels.Labels) (int64, bool) {
-		for _, m := range matchers {
-			if !m.Matches(lset.Get(m.Name)) {
-				return 0, false
-			}
+		if !matchesAll(lset, matchers) {
+			return 0, false
 		}
 		from, ok := sink.Want(lset)
 		if !ok || from > maxt {
@@ -85,7 +83,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// Which series the spill holds whole; the others are computed from
 	// raw below (spillset.go). Taken after the mark was read: every
 	// window before it was spilled by the tick that published it.
-	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)))
+	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)), matchers...)
 	var (
 		ws  []orderedWindow
 		buf []tiers.Window

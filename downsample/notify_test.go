@@ -149,6 +149,26 @@ func TestVisitOpenWindowsEachOnce(t *testing.T) {
 			return back[k]
 		}}
 		p.VisitOpenWindows(mint, maxt, sink)
+		// With a matcher, the matching series' windows alone (the spill
+		// set holds only those).
+		odd := labels.MustNewMatcher(labels.MatchRegexp, "series", ".*[13579]")
+		some := &strictSink{t: t, got: map[string]tiers.SeriesWindows{}, from: sink.from}
+		p.VisitOpenWindows(mint, maxt, some, odd)
+		matched := 0
+		for k, s := range sink.got {
+			if !odd.Matches(s.Labels.Get("series")) {
+				continue
+			}
+			matched++
+			got, found := some.got[k]
+			if !found {
+				t.Fatalf("mark %s: series %s not handed over with a matcher", fmtTime(mark), k)
+			}
+			checkSeries(t, "open windows of "+k+" with a matcher", []tiers.SeriesWindows{got}, []tiers.SeriesWindows{s})
+		}
+		if len(some.got) != matched {
+			t.Fatalf("mark %s: %d series handed over with a matcher, %d match", fmtTime(mark), len(some.got), matched)
+		}
 		lo, hi := max(mint, hours[0]), min(maxt, mark-MinuteRes)
 		if lo > hi {
 			continue

@@ -59,11 +59,12 @@ type spillSetEntry struct {
 	sparse bool
 }
 
-// spillSet returns, for readers of the hours from oldest on, which series
-// the spill holds whole; nil without the tee (the spill then holds every
-// series). Its labels are the slots', copied under the tee's lock: a
-// sparse series' slot may be reused while the set is read.
-func (p *Pipeline) spillSet(oldest int64) *spillSet {
+// spillSet returns, for readers of the hours from oldest on of the series
+// matching ms, which series the spill holds whole; nil without the tee
+// (the spill then holds every series). Its labels are the slots', copied
+// under the tee's lock: a sparse series' slot may be reused while the set
+// is read. A series not matching ms is not in the set: readers pass it by.
+func (p *Pipeline) spillSet(oldest int64, ms ...*labels.Matcher) *spillSet {
 	p.tap.mu.Lock()
 	defer p.tap.mu.Unlock()
 	if !p.tap.enabled {
@@ -71,18 +72,37 @@ func (p *Pipeline) spillSet(oldest int64) *spillSet {
 	}
 	// Sized once: the set is built for every flush and every minute the
 	// diagnosis engine reads, and growing it by appends at 60,000 series
-	// allocated about 13 MB a minute (docs/bench.md, s10-minute).
-	s := &spillSet{teeFrom: p.tap.from, entries: make([]spillSetEntry, 0, p.tap.series.live())}
+	// allocated about 13 MB a minute (docs/bench.md, s10-minute). Every
+	// slot's entry, for the engine's names alone, was 25 MB a minute
+	// (and its sort) at 785,000 tee series: a set for matchers is sized
+	// as the last one was.
+	size := p.tap.series.live()
+	if len(ms) > 0 {
+		size = min(size, p.tap.matched+p.tap.matched/8)
+	}
+	s := &spillSet{teeFrom: p.tap.from, entries: make([]spillSetEntry, 0, size)}
 	for i := range p.tap.series.n {
 		st := p.tap.series.at(i)
-		if st.lset.IsEmpty() || !st.hasWindowsFrom(oldest) {
+		if st.lset.IsEmpty() || !st.hasWindowsFrom(oldest) || !matchesAll(st.lset, ms) {
 			continue
 		}
 		s.entries = append(s.entries, spillSetEntry{id: st.id, lset: st.lset, sparse: st.sparse})
 		s.sparse = s.sparse || st.sparse
 	}
+	if len(ms) > 0 {
+		p.tap.matched = len(s.entries)
+	}
 	slices.SortFunc(s.entries, func(a, b spillSetEntry) int { return cmp.Compare(a.id, b.id) })
 	return s
+}
+
+func matchesAll(lset labels.Labels, ms []*labels.Matcher) bool {
+	for _, m := range ms {
+		if !m.Matches(lset.Get(m.Name)) {
+			return false
+		}
+	}
+	return true
 }
 
 // holds reports whether every window of the series (id is its SeriesID)

@@ -68,6 +68,9 @@ type teeState struct {
 	// so not a field of every slot.
 	dirtyRanges map[uint32]minuteRange
 	batches     sync.Pool
+	// matched is how many entries the last spill set built for matchers
+	// had: the next one's size (spillSet).
+	matched int
 }
 
 type teeSample struct {
