@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
@@ -20,6 +17,8 @@ import (
 	"github.com/prometheus/prometheus/util/kahansum"
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
 	"github.com/thanos-io/thanos/pkg/store/storepb/prompb"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // The fused path. Evaluating a pushed aggregation's selector (aggregate.go)
@@ -331,39 +330,15 @@ func (f *fuser) pass(ctx context.Context, q storage.Querier, sortSeries bool, hi
 func (f *fuser) walk(it *storage.MemoizedSeriesIterator, p *fusedPart, acc []fusedAcc, firstT int64) error {
 	ts := firstT
 	for k := range acc {
-		var (
-			t int64
-			v float64
-		)
-		switch it.Seek(ts) {
-		case chunkenc.ValNone:
-			if err := it.Err(); err != nil {
-				return err
-			}
-			t = math.MaxInt64 // none at or after ts: the previous one, if any
-		case chunkenc.ValFloat:
-			t, v = it.At()
-		default: // a histogram: selected unless after ts
-			if t = it.AtT(); t <= ts {
-				return errNotAggregable
-			}
-		}
-		if t > ts {
-			var (
-				fh *histogram.FloatHistogram
-				ok bool
-			)
-			_, t, v, fh, ok = it.PeekPrev()
-			if !ok || t <= ts-f.lookback {
-				ts += f.step
-				continue
-			}
-			if fh != nil {
-				return errNotAggregable
-			}
+		v, ok, hist, err := seriesset.Instant(it, ts, f.lookback)
+		switch {
+		case err != nil:
+			return err
+		case hist:
+			return errNotAggregable
 		}
 		ts += f.step
-		if value.IsStaleNaN(v) {
+		if !ok {
 			continue
 		}
 		p.points++

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/kahansum"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // The fused pass. Most aggregations of the canonical rules are an
@@ -363,41 +365,14 @@ func (f *fusedAgg) result(g *group) float64 {
 // that is a native histogram. Unless below is NaN, a value not below it is
 // none, and so is a histogram (belowIterator reads both as stale markers).
 func instantValue(it *storage.MemoizedSeriesIterator, ts, lookback int64, below float64) (float64, bool, error) {
+	v, ok, hist, err := seriesset.Instant(it, ts, lookback)
 	bounded := !math.IsNaN(below)
-	var (
-		t int64
-		v float64
-	)
-	switch it.Seek(ts) {
-	case chunkenc.ValNone:
-		if err := it.Err(); err != nil {
-			return 0, false, err
-		}
-		t = math.MaxInt64 // none at or after ts: the one before, if any
-	case chunkenc.ValFloat:
-		t, v = it.At()
-	default:
-		if t = it.AtT(); t <= ts {
-			if bounded {
-				return 0, false, nil
-			}
-			return 0, false, errNotFused
-		}
-	}
-	if t > ts {
-		_, pt, pv, fh, ok := it.PeekPrev()
-		if !ok || pt <= ts-lookback {
-			return 0, false, nil
-		}
-		if fh != nil {
-			if bounded {
-				return 0, false, nil
-			}
-			return 0, false, errNotFused
-		}
-		v = pv
-	}
-	if value.IsStaleNaN(v) || bounded && !(v < below) {
+	switch {
+	case err != nil:
+		return 0, false, err
+	case hist && !bounded:
+		return 0, false, errNotFused
+	case !ok || bounded && !(v < below):
 		return 0, false, nil
 	}
 	return v, true, nil

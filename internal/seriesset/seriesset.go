@@ -1,6 +1,7 @@
-// Package seriesset holds the storage.SeriesSet helpers Strata's queryable
-// wrappers share: a set over series already read, and the sort a wrapper
-// owes its caller when it changes the series' labels.
+// Package seriesset holds the storage helpers Strata's queryable wrappers
+// and fused passes share: a set over series already read, the sort a
+// wrapper owes its caller when it changes the series' labels, and the
+// sample the engine's instant selector takes of a series (Instant).
 package seriesset
 
 import (
