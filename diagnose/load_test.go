@@ -28,13 +28,7 @@ func emptyMinute(t *testing.T) *tiers.Rollup {
 // an error naming the file and, where rulefmt knows it, the line.
 func TestBadRulesAreClearErrors(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return writeRuleFile(t, dir, name, body) }
 	cases := []struct {
 		name string
 		cfg  func(*Config)
@@ -229,13 +223,7 @@ func TestEngineRulesPinned(t *testing.T) {
 func TestLastDataGroup(t *testing.T) {
 	minute, _ := openTiers(t, t.TempDir())
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return writeRuleFile(t, dir, name, body) }
 	const own = "groups:\n  - name: own\n    rules:\n      - record: own:x\n        expr: strata:gpu_power_watts * 2\n"
 	for _, c := range []struct {
 		name, file string
@@ -269,4 +257,14 @@ func TestLastDataGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeRuleFile writes body to dir/name and returns its path.
+func writeRuleFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

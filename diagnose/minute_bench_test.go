@@ -211,23 +211,8 @@ func BenchmarkEngineMinuteGoal(b *testing.B) {
 }
 
 func benchEngineMinuteGoal(b *testing.B, fp *fleetPipeline, pace float64) {
-	open := &markedOpen{p: fp.pipe}
-	open.mark.Store(fp.final.Add(time.Minute).UnixMilli()) // the warm-up catches up: no wait
-	e, err := New(DefaultConfig(), Options{
-		Minute: fp.minute, Open: open, WriteBack: fp.app, WriteBackDelay: 11 * time.Minute,
-		Registerer: prometheus.NewRegistry(), Logger: quietLogger(), Pace: pace,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	open, e, t := warmFleetEngine(b, fp, DefaultConfig(), pace)
 	ctx := context.Background()
-	t := simStart.Add(time.Minute)
-	for range 14 {
-		if err := e.EvalMinute(ctx, t); err != nil {
-			b.Fatal(err)
-		}
-		t = t.Add(time.Minute)
-	}
 	defer debug.SetGCPercent(debug.SetGCPercent(50))
 	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
 	var highest atomic.Uint64
@@ -309,23 +294,8 @@ func BenchmarkEngineMinuteStages(b *testing.B) {
 }
 
 func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
-	open := &markedOpen{p: fp.pipe}
-	open.mark.Store(fp.final.Add(time.Minute).UnixMilli()) // the warm-up catches up: not paced
-	e, err := New(modeConfig(BaselineSeasonal), Options{
-		Minute: fp.minute, Open: open, WriteBack: fp.app, WriteBackDelay: 11 * time.Minute,
-		Registerer: prometheus.NewRegistry(), Logger: quietLogger(),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	open, e, t := warmFleetEngine(b, fp, modeConfig(BaselineSeasonal), 0)
 	ctx := context.Background()
-	t := simStart.Add(time.Minute)
-	for range 14 {
-		if err := e.EvalMinute(ctx, t); err != nil {
-			b.Fatal(err)
-		}
-		t = t.Add(time.Minute)
-	}
 	// The pacer's steps in order: the snapshot, one a rule's query, the
 	// baselines after the signals group.
 	stages := []string{"snapshot"}
@@ -396,4 +366,28 @@ func benchEngineMinuteStages(b *testing.B, fp *fleetPipeline) {
 	b.ReportMetric(highest/float64(n)/mb, "live-peak-MB")
 	b.ReportMetric(end/float64(n)/mb, "live-end-MB")
 	b.ReportMetric(weighted/total/mb, "live-at-alloc-MB")
+}
+
+// warmFleetEngine is a live engine over fp, with its write-back, that has
+// evaluated 14 minutes (the warm-up catches up: the mark is past them, so
+// no minute waits), and the next minute to evaluate.
+func warmFleetEngine(b *testing.B, fp *fleetPipeline, cfg Config, pace float64) (*markedOpen, *Engine, time.Time) {
+	b.Helper()
+	open := &markedOpen{p: fp.pipe}
+	open.mark.Store(fp.final.Add(time.Minute).UnixMilli())
+	e, err := New(cfg, Options{
+		Minute: fp.minute, Open: open, WriteBack: fp.app, WriteBackDelay: 11 * time.Minute,
+		Registerer: prometheus.NewRegistry(), Logger: quietLogger(), Pace: pace,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := simStart.Add(time.Minute)
+	for range 14 {
+		if err := e.EvalMinute(context.Background(), t); err != nil {
+			b.Fatal(err)
+		}
+		t = t.Add(time.Minute)
+	}
+	return open, e, t
 }

@@ -48,23 +48,7 @@ func TestWindowIterFirstCovered(t *testing.T) {
 			w.Min, w.Max = min(w.Min, w.First), max(w.Max, w.First) // NaN leaves them
 			ws = append(ws, w)
 		}
-		seq := windowSeq{}
-		for lo := 0; lo < len(ws); {
-			hi := min(len(ws), lo+1+r.IntN(len(ws)))
-			b := newWindowBlock(res, columnsFor(mode), hi-lo)
-			for i, w := range ws[lo:hi] {
-				b.lastT = append(b.lastT, w.LastT)
-				b.firstT = append(b.firstT, w.FirstT)
-				b.first = append(b.first, w.First)
-				b.min = append(b.min, w.Min)
-				b.max = append(b.max, w.Max)
-				if w.Stale {
-					b.staleRows = append(b.staleRows, int32(i)) //nolint:gosec // small
-				}
-			}
-			seq.add(b, 0, hi-lo)
-			lo = hi
-		}
+		seq := randomBlocks(r, ws, res, mode)
 		cover := []int64{res, res / 2, 2 * res, res + 1, 3 * res}[r.IntN(5)]
 		p := &seriesPart{windows: seq, mode: mode, res: res, lo: math.MinInt64, hi: math.MaxInt64}
 		if r.IntN(3) == 0 {

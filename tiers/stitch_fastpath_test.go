@@ -43,28 +43,7 @@ func TestWindowIterFastPaths(t *testing.T) {
 			v := r.NormFloat64()
 			ws = append(ws, Window{Start: start, FirstT: first, LastT: last, Count: 60, Sum: 60 * v, Min: v - 1, Max: v + 1, First: r.NormFloat64(), Last: v, Stale: r.IntN(10) == 0})
 		}
-		seq := windowSeq{}
-		for lo := 0; lo < len(ws); {
-			hi := min(len(ws), lo+1+r.IntN(len(ws)))
-			b := newWindowBlock(res, columnsFor(mode), hi-lo)
-			for i, w := range ws[lo:hi] {
-				b.lastT = append(b.lastT, w.LastT)
-				switch mode {
-				case modeLast:
-					b.last = append(b.last, w.Last)
-				default:
-					b.firstT = append(b.firstT, w.FirstT)
-					b.first = append(b.first, w.First)
-					b.min = append(b.min, w.Min)
-					b.max = append(b.max, w.Max)
-				}
-				if w.Stale {
-					b.staleRows = append(b.staleRows, int32(i)) //nolint:gosec // small
-				}
-			}
-			seq.add(b, 0, hi-lo)
-			lo = hi
-		}
+		seq := randomBlocks(r, ws, res, mode)
 		fill := []int64{res, res / 2, 2 * res, res - 1, res + 1}[r.IntN(5)]
 		if mode != modeLast {
 			fill = 0 // only plain selectors repeat Last
@@ -126,4 +105,32 @@ func TestWindowIterFastPaths(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomBlocks holds ws in a windowSeq of blocks of random lengths, with
+// the columns mode reads (Last, or First, Min and Max).
+func randomBlocks(r *rand.Rand, ws []Window, res int64, mode aggMode) windowSeq {
+	seq := windowSeq{}
+	for lo := 0; lo < len(ws); {
+		hi := min(len(ws), lo+1+r.IntN(len(ws)))
+		b := newWindowBlock(res, columnsFor(mode), hi-lo)
+		for i, w := range ws[lo:hi] {
+			b.lastT = append(b.lastT, w.LastT)
+			switch mode {
+			case modeLast:
+				b.last = append(b.last, w.Last)
+			default:
+				b.firstT = append(b.firstT, w.FirstT)
+				b.first = append(b.first, w.First)
+				b.min = append(b.min, w.Min)
+				b.max = append(b.max, w.Max)
+			}
+			if w.Stale {
+				b.staleRows = append(b.staleRows, int32(i)) //nolint:gosec // small
+			}
+		}
+		seq.add(b, 0, hi-lo)
+		lo = hi
+	}
+	return seq
 }
