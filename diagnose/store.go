@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // scratch is the engine's own in-memory store of the series its rules
@@ -494,7 +496,7 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	spans := make([]span, 0, len(cands))
 	total, nts := 0, 0
 	for _, e := range cands {
-		if !matchAll(e.lbls, ms) {
+		if !seriesset.MatchAll(e.lbls, ms) {
 			continue
 		}
 		ets := q.s.times(e)
@@ -532,21 +534,12 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	return &listSet{series: list}
 }
 
-func matchAll(l labels.Labels, ms []*labels.Matcher) bool {
-	for _, m := range ms {
-		if !m.Matches(l.Get(m.Name)) {
-			return false
-		}
-	}
-	return true
-}
-
 func (q *scratchQuerier) LabelValues(_ context.Context, name string, _ *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
 	q.s.mu.RLock()
 	defer q.s.mu.RUnlock()
 	seen := map[string]struct{}{}
 	for _, e := range q.candidates(ms) {
-		if v := e.lbls.Get(name); v != "" && matchAll(e.lbls, ms) {
+		if v := e.lbls.Get(name); v != "" && seriesset.MatchAll(e.lbls, ms) {
 			seen[v] = struct{}{}
 		}
 	}
@@ -558,7 +551,7 @@ func (q *scratchQuerier) LabelNames(_ context.Context, _ *storage.LabelHints, ms
 	defer q.s.mu.RUnlock()
 	seen := map[string]struct{}{}
 	for _, e := range q.candidates(ms) {
-		if matchAll(e.lbls, ms) {
+		if seriesset.MatchAll(e.lbls, ms) {
 			e.lbls.Range(func(l labels.Label) { seen[l.Name] = struct{}{} })
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/strata-dev/strata/internal/seriesset"
 	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
@@ -65,7 +66,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// want reports whether the matchers select lset and the sink wants
 	// it, and the earliest start wanted.
 	want := func(lset labels.Labels) (int64, bool) {
-		if !matchesAll(lset, matchers) {
+		if !seriesset.MatchAll(lset, matchers) {
 			return 0, false
 		}
 		from, ok := sink.Want(lset)

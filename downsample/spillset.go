@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/strata-dev/strata/internal/seriesset"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -83,7 +84,7 @@ func (p *Pipeline) spillSet(oldest int64, ms ...*labels.Matcher) *spillSet {
 	s := &spillSet{teeFrom: p.tap.from, entries: make([]spillSetEntry, 0, size)}
 	for i := range p.tap.series.n {
 		st := p.tap.series.at(i)
-		if st.lset.IsEmpty() || !st.hasWindowsFrom(oldest) || !matchesAll(st.lset, ms) {
+		if st.lset.IsEmpty() || !st.hasWindowsFrom(oldest) || !seriesset.MatchAll(st.lset, ms) {
 			continue
 		}
 		s.entries = append(s.entries, spillSetEntry{id: st.id, lset: st.lset, sparse: st.sparse})
@@ -94,15 +95,6 @@ func (p *Pipeline) spillSet(oldest int64, ms ...*labels.Matcher) *spillSet {
 	}
 	slices.SortFunc(s.entries, func(a, b spillSetEntry) int { return cmp.Compare(a.id, b.id) })
 	return s
-}
-
-func matchesAll(lset labels.Labels, ms []*labels.Matcher) bool {
-	for _, m := range ms {
-		if !m.Matches(lset.Get(m.Name)) {
-			return false
-		}
-	}
-	return true
 }
 
 // holds reports whether every window of the series (id is its SeriesID)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/annotations"
 
+	"github.com/strata-dev/strata/internal/seriesset"
 	"github.com/strata-dev/strata/internal/timegrid"
 )
 
@@ -554,7 +555,7 @@ func (q *snapshotQuerier) matching(ms []*labels.Matcher) []int32 {
 	}
 	var out []int32
 	check := func(i int) {
-		if matchesAll(q.s.series[i].lbls, ms) {
+		if seriesset.MatchAll(q.s.series[i].lbls, ms) {
 			out = append(out, int32(i)) //nolint:gosec // a snapshot's series fit
 		}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/seriesset"
 )
 
 // localSeries is a series one file reader found.
@@ -521,7 +523,7 @@ func (fr *fileReader) admit(key string) (int32, error) {
 		return -1, err
 	}
 	si := int32(-1)
-	if matchesAll(lbls, fr.q.matchers) {
+	if seriesset.MatchAll(lbls, fr.q.matchers) {
 		si = int32(len(fr.series)) //nolint:gosec // bounded by the number of series
 		fr.series = append(fr.series, localSeries{key: key, lbls: lbls})
 	}

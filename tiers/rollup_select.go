@@ -310,12 +310,3 @@ func (q *rollupQuery) keepRows(keep []int32, lastT []int64, lo, hi int, thin boo
 	}
 	return append(keep, int32(hi-1)) //nolint:gosec // as above
 }
-
-func matchesAll(lbls labels.Labels, ms []*labels.Matcher) bool {
-	for _, m := range ms {
-		if !m.Matches(lbls.Get(m.Name)) {
-			return false
-		}
-	}
-	return true
-}

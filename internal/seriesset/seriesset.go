@@ -42,3 +42,14 @@ func (s *list) Next() bool                        { s.i++; return s.i < len(s.se
 func (s *list) At() storage.Series                { return s.series[s.i] }
 func (s *list) Err() error                        { return nil }
 func (s *list) Warnings() annotations.Annotations { return s.warnings }
+
+// MatchAll reports whether lset satisfies every matcher of ms, as a
+// select's series must (a missing label matches as the empty value).
+func MatchAll(lset labels.Labels, ms []*labels.Matcher) bool {
+	for _, m := range ms {
+		if !m.Matches(lset.Get(m.Name)) {
+			return false
+		}
+	}
+	return true
+}
