@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -174,8 +175,8 @@ func (r *hourRing) at(h int64) (summary, bool) {
 
 // set writes hour h's summary; hours is the history the ring must hold
 // (fixed for a ring: it sizes the page table at the first write). Hours
-// are written in increasing order.
-func (r *hourRing) set(h int64, hours int, x summary) {
+// are written in increasing order. New pages come from a (nil: the heap).
+func (r *hourRing) set(h int64, hours int, x summary, a *pageArena) {
 	if r.pages == nil {
 		r.pages = make([]*ringPage, ringPages(hours))
 	}
@@ -183,7 +184,7 @@ func (r *hourRing) set(h int64, hours int, x summary) {
 	i := int(h % n)
 	p := r.pages[i/ringSlots]
 	if p == nil {
-		p = new(ringPage)
+		p = a.page()
 		r.pages[i/ringSlots] = p
 	}
 	if lap := int32(h / n); p.lap != lap {
@@ -272,10 +273,14 @@ type tracker struct {
 	kOut    *scratchHandle
 	booted  bool
 	lastGC  int64
+	// arena holds the rings' pages out of the heap (nil: on the heap).
+	arena *pageArena
 }
 
-func newTracker(cfg BaselineConfig) *tracker {
-	t := &tracker{
+// newTracker makes a tracker whose rings' pages are kept in arena (nil:
+// on the heap); the arena is closed once the tracker is unreachable.
+func newTracker(cfg BaselineConfig, arena *pageArena) *tracker {
+	t := &tracker{arena: arena,
 		cfg: cfg, k: cfg.K, floors: map[string]float64{},
 		series: map[uint64]*bseries{}, byMetric: map[string][]*bseries{}, peers: map[string]string{},
 		weeks:  int(time.Duration(cfg.History) / (week * time.Hour)),
@@ -300,6 +305,9 @@ func newTracker(cfg BaselineConfig) *tracker {
 			}
 		}
 	})
+	if arena != nil {
+		runtime.AddCleanup(t, (*pageArena).close, arena)
+	}
 	return t
 }
 
@@ -359,8 +367,9 @@ func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
 	s := t.get(lbls)
 	h := floorDiv(ts, hourMs)
 	if h != s.hour {
+		t.arena.touch()
 		if s.hour != 0 {
-			s.finish(s.hour, t.hours)
+			s.finish(s.hour, t.hours, t.arena)
 		}
 		s.hour = h
 		t.hourBaseline(s, h)
@@ -371,11 +380,11 @@ func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
 }
 
 // finish turns the values of hour h into its summary (in a ring of at
-// least hours slots).
-func (s *bseries) finish(h int64, hours int) {
+// least hours slots, whose new pages come from a).
+func (s *bseries) finish(h int64, hours int, a *pageArena) {
 	if len(s.cur) >= minHourPoints {
 		m := median(s.cur)
-		s.ring.set(h, hours, summary{m: float32(m), d: float32(mad(s.cur, m))})
+		s.ring.set(h, hours, summary{m: float32(m), d: float32(mad(s.cur, m))}, a)
 	}
 	s.cur = s.cur[:0]
 }
@@ -740,6 +749,7 @@ func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baseline
 		t.gc(ts)
 		t.lastGC = ts
 	}
+	t.arena.release()
 }
 
 func (t *tracker) write(ts int64, sinks []baselineSink) {
@@ -800,7 +810,13 @@ func (t *tracker) write(ts int64, sinks []baselineSink) {
 func (t *tracker) gc(ts int64) {
 	cut := ts - int64(t.hours)*hourMs
 	for name, list := range t.byMetric {
-		t.byMetric[name] = slices.DeleteFunc(list, func(s *bseries) bool { return s.lastT < cut })
+		t.byMetric[name] = slices.DeleteFunc(list, func(s *bseries) bool {
+			if s.lastT < cut {
+				t.arena.put(s.ring.pages)
+				return true
+			}
+			return false
+		})
 		if len(t.byMetric[name]) == 0 {
 			delete(t.byMetric, name)
 		}

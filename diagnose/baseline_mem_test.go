@@ -58,7 +58,7 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 		pairs := fleetSignalsOf(n, 2, tStart)
 		b.StartTimer()
 		before := heapLive()
-		tr := newTracker(cfg)
+		tr := fileTracker(b, cfg)
 		sc := newScratch()
 		tr.minute(tStart, pairs, sc)
 		none = float64(heapLive()-before) / n
@@ -76,7 +76,7 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 			AnomalyZScoreSeries: 9 * minute.Milliseconds(), BaselineKSeries: 6 * minute.Milliseconds()}
 		b.StartTimer()
 		before = heapLive()
-		tr = newTracker(cfg)
+		tr = fileTracker(b, cfg)
 		sc = newScratch()
 		for i, vals := range minutes {
 			ts := tStart + int64(i)*minute.Milliseconds()
@@ -103,8 +103,16 @@ func BenchmarkTrackerSeriesBytes(b *testing.B) {
 // over those days (cpu-ns/minute: the minute's values made, every series
 // observed, and at each hour's first minute the summaries written and the
 // baselines read from the ring). The signal labels are the caller's and
-// are not counted.
+// are not counted. ring=file keeps the rings' pages in a ring file, as the
+// engine does (4w-file-B/series: the file's bytes, in the page cache, not
+// the heap), ring=heap on the heap.
 func BenchmarkTrackerFourWeeks(b *testing.B) {
+	for _, where := range []string{"heap", "file"} {
+		b.Run("ring="+where, func(b *testing.B) { benchTrackerFourWeeks(b, where == "file") })
+	}
+}
+
+func benchTrackerFourWeeks(b *testing.B, ringFile bool) {
 	const n = 1_000
 	const minutes = 30 * 24 * 60
 	cfg := DefaultBaselineConfig()
@@ -115,11 +123,14 @@ func BenchmarkTrackerFourWeeks(b *testing.B) {
 			seeds[name] = append(seeds[name], sa.lbls.Hash())
 		}
 	}
-	var perSeries float64
+	var perSeries, fileBytes float64
 	cpu0 := processCPU(b)
 	for b.Loop() {
 		before := heapLive()
-		tr := newTracker(cfg)
+		tr := newTracker(cfg, nil)
+		if ringFile {
+			tr = fileTracker(b, cfg)
+		}
 		for i := range minutes {
 			ts := tStart + int64(i)*minute.Milliseconds()
 			for name, list := range vals {
@@ -130,9 +141,13 @@ func BenchmarkTrackerFourWeeks(b *testing.B) {
 			tr.minute(ts, vals)
 		}
 		perSeries = float64(heapLive()-before) / float64(tr.len())
+		if tr.arena != nil {
+			fileBytes = float64(tr.arena.inFile.Load()) * float64(ringPageBytes) / float64(tr.len())
+		}
 		runtime.KeepAlive(tr)
 	}
 	b.ReportMetric(perSeries, "4w-B/series")
+	b.ReportMetric(fileBytes, "4w-file-B/series")
 	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N*minutes), "cpu-ns/minute")
 }
 
@@ -140,7 +155,7 @@ func BenchmarkTrackerFourWeeks(b *testing.B) {
 // a ring holding 30 days of summaries: the ring's reads (the same hour of
 // four weeks, the level shift's last hours) and the robust median.
 func BenchmarkHourBaseline(b *testing.B) {
-	tr := newTracker(DefaultBaselineConfig())
+	tr := fileTracker(b, DefaultBaselineConfig())
 	s := tr.get(podSeries("a", "m"))
 	h0 := floorDiv(tStart, hourMs)
 	const hours = 30 * 24
@@ -148,7 +163,7 @@ func BenchmarkHourBaseline(b *testing.B) {
 		for m := range int64(60) {
 			s.cur = append(s.cur, diurnal(h*hourMs+m*minute.Milliseconds(), 40, 1))
 		}
-		s.finish(h, tr.hours)
+		s.finish(h, tr.hours, tr.arena)
 	}
 	b.ReportAllocs()
 	i := int64(0)
@@ -200,7 +215,7 @@ func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64
 	b.Cleanup(func() { _ = pipe.Close() })
 	e := &Engine{cfg: DefaultConfig(), o: Options{WriteBack: pipe.Tee(raw), WriteBackDelay: 11 * time.Minute}, logger: quietLogger()}
 
-	tr := newTracker(DefaultBaselineConfig())
+	tr := fileTracker(b, DefaultBaselineConfig())
 	sc := newScratch()
 	tr.minute(tStart, fleetSignals(n, tStart), sc) // the baselines and their label sets
 	written := 0

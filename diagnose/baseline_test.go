@@ -109,8 +109,8 @@ func TestBaselineIndependentOfStart(t *testing.T) {
 			series := map[string]func(int64) (float64, bool){"a": steady(40, 1), "b": steady(40, 2), "c": steady(40, 3)}
 			start := tStart + tc.days*24*hourMs + 7*hourMs + 17*minute.Milliseconds()
 			end := start + 26*hourMs
-			full := feed(newTracker(tc.cfg), tStart, end, start, series)
-			late := newTracker(tc.cfg)
+			full := feed(fileTracker(t, tc.cfg), tStart, end, start, series)
+			late := fileTracker(t, tc.cfg)
 			from := floorDiv(start, hourMs)*hourMs - late.readBack().Milliseconds()
 			got := feed(late, from, end, start, series)
 			n := 0
@@ -138,7 +138,7 @@ func TestBaselineIndependentOfStart(t *testing.T) {
 func TestBaselineFollowsTheDailyCycle(t *testing.T) {
 	series := map[string]func(int64) (float64, bool){"a": steady(40, 1)}
 	trough := tStart + 8*24*hourMs + 4*hourMs
-	got := feed(newTracker(testBaselineConfig()), tStart, trough+hourMs, trough, series)
+	got := feed(fileTracker(t, testBaselineConfig()), tStart, trough+hourMs, trough, series)
 	p := got[trough+30*minute.Milliseconds()]["a"]
 	if !p.ok || math.Abs(p.z) > 2 {
 		t.Fatalf("the trough deviates: %+v", p)
@@ -165,8 +165,8 @@ func TestBaselineLeavesIncidentsOut(t *testing.T) {
 		return v, true
 	}}
 	probe := at + 5*minute.Milliseconds()
-	c := feed(newTracker(cfg), tStart, probe+minute.Milliseconds(), probe, clean)[probe]["a"]
-	i := feed(newTracker(cfg), tStart, probe+minute.Milliseconds(), probe, incident)[probe]["a"]
+	c := feed(fileTracker(t, cfg), tStart, probe+minute.Milliseconds(), probe, clean)[probe]["a"]
+	i := feed(fileTracker(t, cfg), tStart, probe+minute.Milliseconds(), probe, incident)[probe]["a"]
 	if c.src != sourceSameHour || i.src != sourceSameHour {
 		t.Fatalf("sources %s, %s", c.src, i.src)
 	}
@@ -188,7 +188,7 @@ func TestBaselineAdoptsALevelShift(t *testing.T) {
 		}
 		return v, true
 	}}
-	got := feed(newTracker(cfg), tStart, shift+6*hourMs, shift, series)
+	got := feed(fileTracker(t, cfg), tStart, shift+6*hourMs, shift, series)
 	if p := got[shift+90*minute.Milliseconds()]["a"]; p.z < cfg.K {
 		t.Fatalf("90 minutes after the shift: z = %.1f, want beyond k", p.z)
 	}
@@ -210,7 +210,7 @@ func TestBaselineFallbacks(t *testing.T) {
 		// A replica of another model only says nothing about model m's.
 		"lone": steady(40, 4),
 	}
-	tr := newTracker(cfg)
+	tr := fileTracker(t, cfg)
 	end := tStart + 8*24*hourMs
 	got := feed(tr, tStart, end, tStart, series)
 	for _, c := range []struct {
@@ -230,7 +230,7 @@ func TestBaselineFallbacks(t *testing.T) {
 
 	// Alone (no replica of its model), a young series has no baseline in
 	// its first hour and its last hours' one after.
-	lone := newTracker(cfg)
+	lone := fileTracker(t, cfg)
 	got = feed(lone, tStart, tStart+3*hourMs, tStart, map[string]func(int64) (float64, bool){"x": steady(40, 5)})
 	if p := got[tStart+30*minute.Milliseconds()]["x"]; p.ok {
 		t.Errorf("a baseline in the series' first hour: %+v", p)
@@ -302,7 +302,7 @@ func TestHourRingPages(t *testing.T) {
 	if _, ok := r.at(h); ok || r.pages != nil {
 		t.Fatalf("a new ring reads hour %d, holds %d pages", h, len(r.pages))
 	}
-	r.set(h, 676, summary{m: 1, d: 2})
+	r.set(h, 676, summary{m: 1, d: 2}, nil)
 	if len(r.pages) != 26 || r.len() != 702 {
 		t.Fatalf("%d pages, %d slots for 676 hours", len(r.pages), r.len())
 	}
@@ -330,42 +330,54 @@ func TestHourRingPages(t *testing.T) {
 // reads back that was not written or was overwritten. The hours asked for
 // include those whose ring is the bound exactly (677: 702 slots) and one
 // hour more (678: 729).
+// The pages come from the heap and from a ring file.
 func TestHourRingGaps(t *testing.T) {
 	for _, hours := range []int{676, 677, 678, 244, 28} {
-		t.Run(strconv.Itoa(hours), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(hours), 13))
-			var r hourRing
-			written := map[int64]summary{}
-			h := int64(500_000 + rng.IntN(1000))
-			for i := range 6000 {
-				x := summary{m: float32(i), d: float32(h % 997)}
-				r.set(h, hours, x)
-				written[h] = x
-				for a := h - r.len() - ringSlots; a <= h+ringSlots; a++ {
-					got, ok := r.at(a)
-					want, was := written[a]
-					switch {
-					case a > h-int64(hours)+1 && (ok != was || got != want):
-						t.Fatalf("after hour %d: hour %d (%d back) reads %+v, %v; written %+v, %v", h, a, h-a, got, ok, want, was)
-					case ok && (!was || got != want):
-						t.Fatalf("after hour %d: hour %d (%d back) reads %+v, written %+v, %v", h, a, h-a, got, want, was)
-					}
-				}
-				n := r.len()
-				switch p := rng.IntN(100); {
-				case p < 60:
-					h++
-				case p < 75:
-					h += 2 + rng.Int64N(30)
-				case p < 85:
-					h += 24 * (1 + rng.Int64N(6))
-				case p < 95: // about a lap: a page's slots of two laps
-					h += n - 2*ringSlots + rng.Int64N(4*ringSlots)
-				default:
-					h += n*(1+rng.Int64N(3)) + rng.Int64N(ringSlots)
-				}
+		for _, where := range []string{"heap", "file"} {
+			t.Run(strconv.Itoa(hours)+"/"+where, func(t *testing.T) { testHourRingGaps(t, hours, where == "file") })
+		}
+	}
+}
+
+func testHourRingGaps(t *testing.T, hours int, file bool) {
+	var arena *pageArena
+	if file {
+		arena = testArena(t)
+	}
+	rng := rand.New(rand.NewPCG(uint64(hours), 13))
+	var r hourRing
+	written := map[int64]summary{}
+	h := int64(500_000 + rng.IntN(1000))
+	for i := range 6000 {
+		x := summary{m: float32(i), d: float32(h % 997)}
+		r.set(h, hours, x, arena)
+		if i%50 == 0 {
+			arena.release() // the file's pages read back from the page cache
+		}
+		written[h] = x
+		for a := h - r.len() - ringSlots; a <= h+ringSlots; a++ {
+			got, ok := r.at(a)
+			want, was := written[a]
+			switch {
+			case a > h-int64(hours)+1 && (ok != was || got != want):
+				t.Fatalf("after hour %d: hour %d (%d back) reads %+v, %v; written %+v, %v", h, a, h-a, got, ok, want, was)
+			case ok && (!was || got != want):
+				t.Fatalf("after hour %d: hour %d (%d back) reads %+v, written %+v, %v", h, a, h-a, got, want, was)
 			}
-		})
+		}
+		n := r.len()
+		switch p := rng.IntN(100); {
+		case p < 60:
+			h++
+		case p < 75:
+			h += 2 + rng.Int64N(30)
+		case p < 85:
+			h += 24 * (1 + rng.Int64N(6))
+		case p < 95: // about a lap: a page's slots of two laps
+			h += n - 2*ringSlots + rng.Int64N(4*ringSlots)
+		default:
+			h += n*(1+rng.Int64N(3)) + rng.Int64N(ringSlots)
+		}
 	}
 }
 
@@ -417,7 +429,7 @@ func TestReplicasEqualTheDirectMedian(t *testing.T) {
 	}
 	const ts = int64(60_000)
 	for round := range 300 {
-		tr := newTracker(testBaselineConfig())
+		tr := fileTracker(t, testBaselineConfig())
 		var seen []*bseries
 		groups := 1 + next(4)
 		for i := range 1 + next(40) {
@@ -514,7 +526,7 @@ func TestBaselineWriteBackInBatches(t *testing.T) {
 // TestTrackerHashCollisions: tracked series whose labels share a hash are
 // each found, and gc forgets exactly the ones not seen for the history.
 func TestTrackerHashCollisions(t *testing.T) {
-	tr := newTracker(testBaselineConfig())
+	tr := fileTracker(t, testBaselineConfig())
 	const h = 7
 	var ss []*bseries
 	for _, pod := range []string{"a", "b", "c"} {
@@ -545,7 +557,7 @@ func TestTrackerHashCollisions(t *testing.T) {
 // back, and no label sets for them; its replicas' series are written once
 // a third replica appears.
 func TestNoBaselineWritesNothing(t *testing.T) {
-	tr := newTracker(testBaselineConfig())
+	tr := fileTracker(t, testBaselineConfig())
 	sc := newScratch()
 	store := &commitSizes{labels: map[string]float64{}}
 	e := &Engine{o: Options{WriteBack: store, WriteBackDelay: time.Minute}, logger: slog.New(slog.DiscardHandler)}
@@ -609,7 +621,7 @@ func TestBaselineZScoreWriteBack(t *testing.T) {
 	series := map[string]func(int64) (float64, bool){"a": steady(10, 1), "b": steady(10, 2), "c": steady(10, 3)}
 	ts := tStart + 10*minute.Milliseconds()
 	for _, withZ := range []bool{false, true} {
-		tr := newTracker(testBaselineConfig())
+		tr := fileTracker(t, testBaselineConfig())
 		feed(tr, tStart, ts, math.MaxInt64, series)
 		var vals []sampleAt
 		for pod, f := range series {

@@ -67,7 +67,11 @@ type Options struct {
 	// Pace spreads a live minute's work (see pacer): the share of wall
 	// time its evaluation may take, in (0, 1]; 0 is DefaultPace, 1 does
 	// not pace. Replay and the warm-up never wait.
-	Pace       float64
+	Pace float64
+	// ScratchDir holds the baselines' hourly summaries in a scratch file
+	// (unlinked when opened; see pageArena) instead of the heap; empty is
+	// the temporary directory. Live mode gives the storage directory.
+	ScratchDir string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -217,7 +221,12 @@ func New(cfg Config, o Options) (*Engine, error) {
 		return nil, err
 	}
 	if cfg.Baseline.Mode == BaselineSeasonal {
-		e.base = newTracker(cfg.Baseline)
+		arena, err := newPageArena(o.ScratchDir)
+		if err != nil {
+			e.logger.Warn("keeping the baselines' hourly summaries on the heap", "err", err)
+		}
+		e.base = newTracker(cfg.Baseline, arena)
+		registerRingBytes(o.Registerer, arena)
 	}
 	if err := e.buildGroups(files); err != nil {
 		return nil, err

@@ -171,7 +171,7 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		Minute: s.minute, Open: s.rollup, Signals: signals, Archive: s.arc.archive(),
 		WriteBack: s.rawApp, WriteBackDelay: time.Duration(s.cfg.Storage.OutOfOrderWindow) + time.Minute,
 		Sinks: sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
-		Logger: logger, Registerer: s.reg,
+		ScratchDir: s.cfg.Storage.Path, Logger: logger, Registerer: s.reg,
 	})
 	if err != nil {
 		return err
