@@ -225,6 +225,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 		if err != nil {
 			e.logger.Warn("keeping the baselines' hourly summaries on the heap", "err", err)
 		}
+		arena.logger = e.logger
 		e.base = newTracker(cfg.Baseline, arena)
 		registerRingBytes(o.Registerer, arena)
 	}

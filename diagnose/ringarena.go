@@ -3,6 +3,7 @@ package diagnose
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -40,6 +41,7 @@ type pageArena struct {
 	free    []*ringPage
 	touched bool // a page was read or written since the last release
 	err     error
+	logger  *slog.Logger // told when the file stops growing (nil: nobody)
 	// inFile and inHeap are the pages held by rings, in the file and (the
 	// arena failed, or none) on the heap.
 	inFile, inHeap atomic.Int64
@@ -103,7 +105,9 @@ func (a *pageArena) page() *ringPage {
 		return p
 	}
 	if a.err == nil && (len(a.chunks) == 0 || a.next*ringPageBytes+ringPageBytes > arenaChunk) {
-		a.err = a.grow()
+		if a.err = a.grow(); a.err != nil && a.logger != nil {
+			a.logger.Warn("keeping new baseline summaries on the heap", "err", a.err)
+		}
 	}
 	if a.err != nil {
 		a.inHeap.Add(1)
