@@ -8,8 +8,16 @@ import (
 
 // testArena is a ring file in tb's temporary directory, as the engine
 // keeps one in the storage directory (nil where the platform has none:
-// the heap).
+// the heap), closed when the test ends.
 func testArena(tb testing.TB) *pageArena {
+	a := openTestArena(tb)
+	if a != nil {
+		tb.Cleanup(a.close)
+	}
+	return a
+}
+
+func openTestArena(tb testing.TB) *pageArena {
 	a, err := newPageArena(tb.TempDir())
 	if errors.Is(err, errNoArena) {
 		return nil
@@ -17,13 +25,13 @@ func testArena(tb testing.TB) *pageArena {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(a.close)
 	return a
 }
 
-// fileTracker is newTracker with its rings in a ring file (testArena).
+// fileTracker is newTracker with its rings in a ring file, which the
+// tracker closes once it is unreachable (as the engine's does).
 func fileTracker(tb testing.TB, cfg BaselineConfig) *tracker {
-	return newTracker(cfg, testArena(tb))
+	return newTracker(cfg, openTestArena(tb))
 }
 
 // TestPageArena: pages come from the file, zeroed, across chunks; what
