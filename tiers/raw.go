@@ -86,6 +86,12 @@ type RawConfig struct {
 	// an append) and every commit and head read the bookkeeping
 	// (BenchmarkRawHeadIsolation).
 	Isolation bool
+	// SamplesPerChunk is the number of samples the head aims to put in a
+	// chunk (0: the TSDB's 120). Each chunk the head cuts leaves a
+	// reference in memory (40 bytes) until the head compacts, up to 3 h
+	// later: at one sample a second, 120 makes 90 of them a series; more
+	// samples per chunk make fewer, and a longer open chunk.
+	SamplesPerChunk int
 }
 
 // DefaultRawConfig returns the raw tier's defaults: 24 h retention and a 10 minute
@@ -166,6 +172,9 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 		opts.WALCompression = cfg.WALCompression
 	default:
 		return nil, fmt.Errorf("raw tier WAL compression %q: want %s, %s or %s", cfg.WALCompression, compression.Snappy, compression.Zstd, compression.None)
+	}
+	if cfg.SamplesPerChunk > 0 {
+		opts.SamplesPerChunk = cfg.SamplesPerChunk
 	}
 	if cfg.SampleRecordsV2 {
 		opts.EnableSTStorage = true

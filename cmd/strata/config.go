@@ -140,6 +140,8 @@ type RawTierConfig struct {
 	WALSampleRecords string `yaml:"wal_sample_records"`
 	// Isolation: tiers.RawConfig.Isolation.
 	Isolation bool `yaml:"isolation"`
+	// SamplesPerChunk: tiers.RawConfig.SamplesPerChunk.
+	SamplesPerChunk int `yaml:"samples_per_chunk"`
 }
 
 // TierConfig is one tier's retention.
@@ -289,6 +291,9 @@ func (c Config) validate() error {
 	case "snappy", "zstd", "none":
 	default:
 		errs = append(errs, fmt.Errorf("storage.raw.wal_compression must be snappy, zstd or none, got %q", c.Storage.Raw.WALCompression))
+	}
+	if n := c.Storage.Raw.SamplesPerChunk; n < 10 || n > 10_000 {
+		errs = append(errs, fmt.Errorf("storage.raw.samples_per_chunk must be from 10 to 10000, got %d", n))
 	}
 	switch c.Storage.Raw.WALSampleRecords {
 	case "v1", "v2":

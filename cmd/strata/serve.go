@@ -75,6 +75,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *string { return &c.Storage.Raw.WALCompression })
 	o.string("storage.raw.wal-sample-records", "How the raw tier's write-ahead log records samples: v2 (SamplesV2 records, XOR2 chunks; read by Prometheus 3.15 and later) or v1 (Prometheus' default). (default: v2)",
 		func(c *Config) *string { return &c.Storage.Raw.WALSampleRecords })
+	o.int("storage.raw.samples-per-chunk", "Samples the raw tier's head aims to put in a chunk (Prometheus' --storage.tsdb.samples-per-chunk). (default: 120)",
+		func(c *Config) *int { return &c.Storage.Raw.SamplesPerChunk })
 	o.duration("storage.minute.retention", "How long minute rollups are kept. (default: 30d)",
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
 	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",

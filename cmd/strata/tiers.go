@@ -41,6 +41,7 @@ func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registere
 	rawCfg.WALCompression = cfg.Storage.Raw.WALCompression
 	rawCfg.SampleRecordsV2 = cfg.Storage.Raw.WALSampleRecords == "v2"
 	rawCfg.Isolation = cfg.Storage.Raw.Isolation
+	rawCfg.SamplesPerChunk = cfg.Storage.Raw.SamplesPerChunk
 	if t.raw, err = tiers.OpenRaw(rawCfg, logger, rawReg); err != nil {
 		return t, err
 	}
