@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
@@ -151,5 +152,55 @@ func TestRawStripeSize(t *testing.T) {
 		if err := raw.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRawSamplesPerChunk: RawConfig.SamplesPerChunk reaches the head: ten
+// minutes of one sample a second make chunks of about that many samples
+// (the TSDB's 120 by default, the same as 0), so 300 make under half as
+// many chunks as 120.
+func TestRawSamplesPerChunk(t *testing.T) {
+	got := map[int]int{}
+	for _, perChunk := range []int{0, 120, 300} {
+		cfg := tiers.DefaultRawConfig(t.TempDir())
+		cfg.SamplesPerChunk = perChunk
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lbls := labels.FromStrings("__name__", "x")
+		t0 := time.Now().Add(-time.Hour).Truncate(2 * time.Hour).UnixMilli()
+		app := raw.Appender(context.Background())
+		var ref storage.SeriesRef
+		for i := range int64(600) {
+			if ref, err = app.Append(ref, lbls, t0+i*1000, float64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		q, err := raw.ChunkQuerier(t0, t0+600_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "x"))
+		chunks := 0
+		for set.Next() {
+			for it := set.At().Iterator(nil); it.Next(); {
+				chunks++
+			}
+		}
+		if err := set.Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = q.Close()
+		if err := raw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got[perChunk] = chunks
+	}
+	if got[0] != got[120] || got[0] < 4 || 2*got[300] >= got[120] {
+		t.Errorf("600 samples of 1 Hz, chunks by samples a chunk: %v", got)
 	}
 }
