@@ -166,21 +166,24 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 
 // hints are the engine's for the selector of an instant query at ts
 // (populateSeries, getTimeRangesForSelector): what the storage underneath
-// (the stitched tiers) chooses its data by. A rate's select is not trimmed
-// to its range: rangePoints keeps to it, and the head then hands out each
-// series without the deletion intervals that trim it (an allocation and an
-// iterator a series). Untrimmed, a select reads no sample another tier
-// serves in the query's range: the stitched view bounds a raw part it
-// stitches to a rollup tier itself (rawPartIter), and a range the raw tier
-// serves alone starts at the query's start or at the raw tier's oldest
-// sample (Stitched.plan).
+// (the stitched tiers) chooses its data by. The select is not trimmed to
+// its range: rangePoints keeps to a rate's range, and instantValue reads
+// the newest sample at or before ts and rejects one not newer than
+// ts-lookback, as the trimmed range would. Untrimmed, the head hands out
+// each series without the deletion intervals that trim it (its open chunk
+// always reaches past ts, its first one mostly before the lookback): two
+// allocations a series fewer, and a chunk iterator read directly instead of
+// through the intervals' iterator. Untrimmed, a select reads no sample
+// another tier serves in the query's range: the stitched view bounds a raw
+// part it stitches to a rollup tier itself (rawPartIter), and a range the
+// raw tier serves alone starts at the query's start or at the raw tier's
+// oldest sample (Stitched.plan).
 func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints {
-	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping}
+	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping, DisableTrimming: true}
 	if f.rateRange > 0 {
 		h.Start = ts - f.rateRange.Milliseconds() + 1
 		h.Range = f.rateRange.Milliseconds()
 		h.Func = "rate"
-		h.DisableTrimming = true
 		return h
 	}
 	h.Start = ts - lookback.Milliseconds() + 1
