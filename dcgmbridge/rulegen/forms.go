@@ -122,8 +122,10 @@ type plan struct {
 	query, sharing string
 	ids            []int
 	// whole is set when sharing is nothing but the memo's result ids[0]:
-	// the memo answers without the engine.
+	// the memo answers without the engine. Else local, when not nil,
+	// evaluates sharing over the memo without the engine (local.go).
 	whole bool
+	local localNode
 }
 
 // strings returns what the plan hands to the engine.
@@ -434,6 +436,11 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		if p.whole {
 			return qm.vector(p.ids[0])
 		}
+		if p.local != nil {
+			if v, ok := p.local.eval(qm, t.UnixMilli()); ok {
+				return v, nil
+			}
+		}
 		return run(ctx, p.sharing, t)
 	}
 }
@@ -491,6 +498,9 @@ func (form *internalForm) plan(absent string) *plan {
 		p.sharing, p.ids = sharing.String(), ids
 		_, p.whole = unparen(sharing).(*parser.VectorSelector)
 		p.whole = p.whole && len(ids) == 1
+		if !p.whole {
+			p.local = form.local(pruned)
+		}
 	}
 	if form.plans == nil || len(form.plans) >= maxPlans {
 		for _, old := range form.plans {
