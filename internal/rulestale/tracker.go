@@ -1,6 +1,7 @@
 package rulestale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,10 @@ type Tracker struct {
 	lastID  uint64
 	pending map[uint64]*result    // returned to a rule, not yet appended
 	sets    map[uint64]*seriesSet // committed: a rule evaluation's output
-	iters   map[string]*iteration // group key -> the evaluation in progress
+	// last is each rule's latest committed set (one of sets), whose
+	// label sets its next result reuses (QueryFunc).
+	last  map[*rules.RecordingRule]*seriesSet
+	iters map[string]*iteration // group key -> the evaluation in progress
 	// hash is labels.Labels.Hash; tests make it collide.
 	hash func(labels.Labels) uint64
 }
@@ -49,6 +53,7 @@ func New() *Tracker {
 	return &Tracker{
 		pending: map[uint64]*result{},
 		sets:    map[uint64]*seriesSet{},
+		last:    map[*rules.RecordingRule]*seriesSet{},
 		iters:   map[string]*iteration{},
 		hash:    labels.Labels.Hash,
 	}
@@ -73,6 +78,8 @@ type seriesSet struct {
 	// them.
 	refs  []storage.SeriesRef
 	scope *refScope
+	// rule is the rule that wrote it.
+	rule *rules.RecordingRule
 	// logger is the group's, for stale markers written after the rule was
 	// removed (Group.cleanupStaleSeries logs with it).
 	logger *slog.Logger
@@ -81,7 +88,9 @@ type seriesSet struct {
 // result is a recording rule's output, held from its QueryFunc call until
 // Group.Eval appends its placeholder.
 type result struct {
-	vec   promql.Vector
+	vec promql.Vector
+	h   []uint64 // the hash of each sample's labels
+
 	rule  *rules.RecordingRule
 	index int // in the group, for the log lines Group.Eval writes
 	group *rules.Group
@@ -186,8 +195,18 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 		if err != nil {
 			return nil, err
 		}
-		// What RecordingRule.Eval does with the query's result.
-		lb := labels.NewBuilder(labels.EmptyLabels())
+		tr.mu.Lock()
+		prev := tr.last[rr]
+		tr.mu.Unlock()
+		// What RecordingRule.Eval does with the query's result; a series
+		// the rule wrote last time keeps that label set, which the
+		// storage holds, instead of a new copy.
+		var (
+			lb  = labels.NewBuilder(labels.EmptyLabels())
+			sb  = labels.NewScratchBuilder(0)
+			tmp labels.Labels
+			hs  = make([]uint64, len(vec))
+		)
 		for i := range vec {
 			sample := &vec[i]
 			lb.Reset(sample.Metric)
@@ -195,7 +214,16 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			rr.Labels().Range(func(l labels.Label) {
 				lb.Set(l.Name, l.Value)
 			})
-			sample.Metric = lb.Labels()
+			sb.Reset()
+			lb.Range(func(l labels.Label) { sb.Add(l.Name, l.Value) })
+			sb.Sort()
+			sb.Overwrite(&tmp) // valid until the next Overwrite
+			hs[i] = tr.hash(tmp)
+			if l, ok := prev.find(hs[i], tmp); ok {
+				sample.Metric = l
+			} else {
+				sample.Metric = tmp.Copy()
+			}
 		}
 		if vec.ContainsSameLabelset() {
 			return nil, rules.ErrDuplicateRecordingLabelSet
@@ -206,7 +234,7 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 		tr.mu.Lock()
 		tr.lastID++
 		id := tr.lastID
-		tr.pending[id] = &result{vec: vec, rule: rr, index: index, group: it.g}
+		tr.pending[id] = &result{vec: vec, h: hs, rule: rr, index: index, group: it.g}
 		it.delta += len(vec) - 1
 		tr.mu.Unlock()
 		it.mu.Lock()
@@ -327,9 +355,13 @@ func (a *appender) Commit() error {
 	a.tr.mu.Lock()
 	for i, ad := range a.adds {
 		a.tr.sets[ad.id] = made[i]
+		a.tr.last[ad.res.rule] = made[i]
 	}
 	for _, e := range a.ends {
 		delete(a.tr.sets, e.id)
+		if a.tr.last[e.set.rule] == e.set {
+			delete(a.tr.last, e.set.rule)
+		}
 	}
 	a.tr.mu.Unlock()
 	return nil
@@ -363,8 +395,8 @@ func (a *appender) write(ad *addition) *seriesSet {
 	// each sample's series (-1: not there), by one merge of the two
 	// sorted lists.
 	order := make([]ref, len(vec))
-	for i, s := range vec {
-		order[i] = ref{h: a.tr.hash(s.Metric), i: int32(i)}
+	for i := range vec {
+		order[i] = ref{h: res.h[i], i: int32(i)}
 	}
 	slices.SortFunc(order, func(x, y ref) int {
 		switch {
@@ -434,7 +466,7 @@ func (a *appender) write(ad *addition) *seriesSet {
 	for _, w := range ok {
 		n += bits.OnesCount64(w)
 	}
-	set := &seriesSet{entries: make([]entry, 0, n), logger: res.group.Logger()}
+	set := &seriesSet{entries: make([]entry, 0, n), logger: res.group.Logger(), rule: rule}
 	if refs != nil {
 		set.refs, set.scope = make([]storage.SeriesRef, 0, n), a.scope
 	}
@@ -472,6 +504,21 @@ func (a *appender) ref(s *seriesSet, j int) storage.SeriesRef {
 		return 0
 	}
 	return s.refs[j]
+}
+
+// find returns the label set of s equal to l, whose hash is h (s may be
+// nil).
+func (s *seriesSet) find(h uint64, l labels.Labels) (labels.Labels, bool) {
+	if s == nil {
+		return labels.EmptyLabels(), false
+	}
+	j, _ := slices.BinarySearchFunc(s.entries, h, func(e entry, h uint64) int { return cmp.Compare(e.h, h) })
+	for ; j < len(s.entries) && s.entries[j].h == h; j++ {
+		if labels.Equal(s.entries[j].l, l) {
+			return s.entries[j].l, true
+		}
+	}
+	return labels.EmptyLabels(), false
 }
 
 // ref is a sample of a result: its labels' hash and its index.

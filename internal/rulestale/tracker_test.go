@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -423,6 +424,11 @@ func TestSameAsPrometheus(t *testing.T) {
 				}
 				if len(b.tr.sets) > 6 {
 					t.Fatalf("%d sets held for 6 recording rules", len(b.tr.sets))
+				}
+				for r, set := range b.tr.last {
+					if !slices.Contains(slices.Collect(maps.Values(b.tr.sets)), set) {
+						t.Fatalf("rule %s: its last set is no longer held", r.Name())
+					}
 				}
 			})
 		}
