@@ -412,7 +412,9 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 			return m.fill(id, t, func() (promql.Vector, error) {
 				switch {
 				case e.fused != nil:
-					v, err := e.fused.eval(ctx, nq, t, lookback)
+					sc := memo.takeScratch()
+					v, err := e.fused.eval(ctx, nq, t, lookback, sc)
+					memo.putScratch(sc)
 					if !errors.Is(err, errNotFused) {
 						return v, err
 					}
@@ -573,6 +575,28 @@ type sharedMemo struct {
 	t      time.Time
 	vecs   map[int]promql.Vector
 	parent *sharedMemo
+	// passes is the fused passes' scratch, between passes (takeScratch).
+	passes *passScratch
+}
+
+// takeScratch returns the scratch the last fused pass of the evaluation
+// put back (putScratch), or a new one: passes that run at once (a group's
+// rules are evaluated one at a time, so they never do) each get their own.
+func (m *sharedMemo) takeScratch() *passScratch {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sc := m.passes
+	m.passes = nil
+	if sc == nil {
+		sc = &passScratch{}
+	}
+	return sc
+}
+
+func (m *sharedMemo) putScratch(sc *passScratch) {
+	m.mu.Lock()
+	m.passes = sc
+	m.mu.Unlock()
 }
 
 // fill evaluates shared subexpression id at t unless the memo has it.

@@ -193,15 +193,24 @@ func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints 
 // group is one group's accumulator: the engine's groupedAggregation for
 // floats.
 type group struct {
-	lset                  labels.Labels
 	value, mean, kahanC   float64
 	count                 float64
 	incrementalMean, seen bool
 }
 
+// passScratch holds what a fused pass needs only while it runs, its groups'
+// accumulators and their index, for the next pass of the same group
+// evaluation (sharedMemo.scratch): the passes of one evaluation, about fifty,
+// then allocate them once instead of each.
+type passScratch struct {
+	groups []group
+	index  map[uint64]int
+}
+
 // eval runs the fused pass at t over q, which must be what the engine reads
-// under RenamingQueryable (newestFirst), with the engine's lookback.
-func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration) (_ promql.Vector, err error) {
+// under RenamingQueryable (newestFirst), with the engine's lookback. sc,
+// when not nil, is reused for the pass's groups.
+func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration, sc *passScratch) (_ promql.Vector, err error) {
 	ts := t.UnixMilli()
 	hints := f.hints(ts, lookback)
 	querier, err := q.Querier(hints.Start, hints.End)
@@ -211,9 +220,19 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 	defer func() { err = errors.Join(err, querier.Close()) }()
 	set := querier.Select(ctx, false, hints, f.matchers...)
 	hint := int(f.groups.Load())
+	if sc == nil {
+		sc = &passScratch{}
+	}
+	if sc.index == nil {
+		sc.index = make(map[uint64]int, hint)
+	}
+	clear(sc.index)
 	var (
-		groups = make([]group, 0, hint)
-		index  = make(map[uint64]int, hint)
+		// out holds each group's labels as it is found, its value at
+		// the end.
+		out    = make(promql.Vector, 0, hint)
+		groups = slices.Grow(sc.groups[:0], hint)
+		index  = sc.index
 		buf    = make([]byte, 0, 1024)
 		vals   = make([]string, len(f.grouping))
 		read   = make([]string, len(f.names))
@@ -264,17 +283,18 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 			}
 			gi = len(groups)
 			index[key] = gi
-			groups = append(groups, group{lset: sb.Labels()})
+			groups = append(groups, group{})
+			out = append(out, promql.Sample{Metric: sb.Labels(), T: ts})
 		}
 		f.add(&groups[gi], v)
 	}
+	sc.groups = groups
 	if err := set.Err(); err != nil {
 		return nil, err
 	}
 	f.groups.Store(int64(len(groups)))
-	out := make(promql.Vector, len(groups))
 	for i := range groups {
-		out[i] = promql.Sample{Metric: groups[i].lset, T: ts, F: f.result(&groups[i])}
+		out[i].F = f.result(&groups[i])
 	}
 	return out, nil
 }

@@ -155,6 +155,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 	nq := newestFirst(e.raw, lookback, NewestWindow)
 	q := RenamingQueryable(nq)
 	covered := map[string]int{} // shape -> non-empty results compared
+	sc := &passScratch{}        // every pass reuses the last one's scratch, as in an evaluation
 	for id, m := range forms.shared {
 		fa := m.fused
 		if fa == nil {
@@ -165,7 +166,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 			shape += " of rate"
 		}
 		for _, ts := range faultyTimes {
-			got, err := fa.eval(t.Context(), nq, ts, lookback)
+			got, err := fa.eval(t.Context(), nq, ts, lookback, sc)
 			if err != nil {
 				t.Fatalf("%s at %s: %v", forms.shared[id].query, ts, err)
 			}
@@ -186,7 +187,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 			continue
 		}
 		for _, ts := range faultyTimes {
-			in, err := forms.shared[fq.of].fused.eval(t.Context(), nq, ts, lookback)
+			in, err := forms.shared[fq.of].fused.eval(t.Context(), nq, ts, lookback, sc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +259,7 @@ func TestFusedPassUntrimmed(t *testing.T) {
 		}
 		for _, at := range []time.Duration{time.Minute, 2 * time.Minute, 6 * time.Minute, 6*time.Minute + time.Millisecond, 7*time.Minute - time.Millisecond, 7 * time.Minute, 7*time.Minute + time.Millisecond, 8 * time.Minute, 11*time.Minute - time.Millisecond, 11 * time.Minute, 12*time.Minute - time.Millisecond} {
 			ts := t0.Add(at)
-			got, err := fa.eval(t.Context(), nq, ts, lookback)
+			got, err := fa.eval(t.Context(), nq, ts, lookback, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -288,7 +289,7 @@ func TestFusedPassLeavesHistograms(t *testing.T) {
 	if fa == nil {
 		t.Fatal("not fusable")
 	}
-	if _, err := fa.eval(t.Context(), e.raw, t1, 5*time.Minute); !errors.Is(err, errNotFused) {
+	if _, err := fa.eval(t.Context(), e.raw, t1, 5*time.Minute, nil); !errors.Is(err, errNotFused) {
 		t.Fatalf("got %v, want errNotFused", err)
 	}
 }
