@@ -364,8 +364,9 @@ func (f *InternalForms) Internal(qs string) string {
 // selector or of its rate is computed in a fused pass (fused.go) instead
 // of by the engine, and read from the memo, and what is left of the plan,
 // when it only combines memo results by set operations, a number and
-// label_replace, is evaluated over the memo without the engine (local.go). Any other expression (the
-// operator's rules) runs as rules.EngineQueryFunc runs it. lookback must be
+// label_replace, is evaluated over the memo without the engine (local.go).
+// Any other expression (the operator's rules) runs as
+// rules.EngineQueryFunc runs it. lookback must be
 // the engine's lookback delta (0: the engine default, 5m), so that the
 // lookup covers at least what the engine's selects read. Every query's
 // instant selectors read the newest NewestWindow of each series first

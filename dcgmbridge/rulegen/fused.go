@@ -200,8 +200,8 @@ type group struct {
 
 // passScratch holds what a fused pass needs only while it runs, its groups'
 // accumulators and their index, for the next pass of the same group
-// evaluation (sharedMemo.scratch): the passes of one evaluation, about fifty,
-// then allocate them once instead of each.
+// evaluation (sharedMemo.takeScratch): the passes of one evaluation, about
+// fifty, then allocate them once instead of each.
 type passScratch struct {
 	groups []group
 	index  map[uint64]int

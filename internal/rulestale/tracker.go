@@ -88,9 +88,8 @@ type seriesSet struct {
 // result is a recording rule's output, held from its QueryFunc call until
 // Group.Eval appends its placeholder.
 type result struct {
-	vec promql.Vector
-	h   []uint64 // the hash of each sample's labels
-
+	vec   promql.Vector
+	h     []uint64 // the hash of each sample's labels
 	rule  *rules.RecordingRule
 	index int // in the group, for the log lines Group.Eval writes
 	group *rules.Group
