@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -125,5 +126,22 @@ func countNodes(n localNode, m *sharedMemo, ts int64, covered map[string]int) {
 			covered["label_replace"]++
 		}
 		countNodes(n.in, m, ts, covered)
+	}
+}
+
+// TestLocalLeavesHistograms: a memo result holding a histogram (a native
+// histogram's aggregation, which the engine evaluated) leaves the plan to
+// the engine.
+func TestLocalLeavesHistograms(t *testing.T) {
+	m := &sharedMemo{vecs: map[int]promql.Vector{
+		0: {{Metric: labels.FromStrings("pod", "a"), F: 1}},
+		1: {{Metric: labels.FromStrings("pod", "b"), H: &histogram.FloatHistogram{Count: 1, Sum: 1}}},
+	}}
+	or := setOp{op: parser.LOR, lhs: memoRead{id: 0}, rhs: memoRead{id: 1}, sig: signature(&parser.VectorMatching{Card: parser.CardManyToMany, On: true, MatchingLabels: []string{"pod"}})}
+	if v, ok := or.eval(m, 0); ok {
+		t.Fatalf("evaluated over a histogram: %v", v)
+	}
+	if v, ok := (memoRead{id: 0}).eval(m, 0); !ok || len(v) != 1 {
+		t.Fatalf("floats alone: %v, %v", v, ok)
 	}
 }
