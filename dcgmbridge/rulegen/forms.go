@@ -122,8 +122,10 @@ type plan struct {
 	query, sharing string
 	ids            []int
 	// whole is set when sharing is nothing but the memo's result ids[0]:
-	// the memo answers without the engine.
+	// the memo answers without the engine. Else local, when not nil,
+	// evaluates sharing over the memo without the engine (local.go).
 	whole bool
+	local localNode
 }
 
 // strings returns what the plan hands to the engine.
@@ -360,8 +362,11 @@ func (f *InternalForms) Internal(qs string) string {
 // of the set's expressions is evaluated once, on its first use, and read by
 // the others from the evaluation's memo; there, too, an aggregation of one
 // selector or of its rate is computed in a fused pass (fused.go) instead
-// of by the engine, and read from the memo. Any other expression (the
-// operator's rules) runs as rules.EngineQueryFunc runs it. lookback must be
+// of by the engine, and read from the memo, and what is left of the plan,
+// when it only combines memo results by set operations, a number and
+// label_replace, is evaluated over the memo without the engine (local.go).
+// Any other expression (the operator's rules) runs as
+// rules.EngineQueryFunc runs it. lookback must be
 // the engine's lookback delta (0: the engine default, 5m), so that the
 // lookup covers at least what the engine's selects read. Every query's
 // instant selectors read the newest NewestWindow of each series first
@@ -410,7 +415,9 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 			return m.fill(id, t, func() (promql.Vector, error) {
 				switch {
 				case e.fused != nil:
-					v, err := e.fused.eval(ctx, nq, t, lookback)
+					sc := memo.takeScratch()
+					v, err := e.fused.eval(ctx, nq, t, lookback, sc)
+					memo.putScratch(sc)
 					if !errors.Is(err, errNotFused) {
 						return v, err
 					}
@@ -433,6 +440,11 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		}
 		if p.whole {
 			return qm.vector(p.ids[0])
+		}
+		if p.local != nil {
+			if v, ok := p.local.eval(qm, t.UnixMilli()); ok {
+				return v, nil
+			}
 		}
 		return run(ctx, p.sharing, t)
 	}
@@ -491,6 +503,9 @@ func (form *internalForm) plan(absent string) *plan {
 		p.sharing, p.ids = sharing.String(), ids
 		_, p.whole = unparen(sharing).(*parser.VectorSelector)
 		p.whole = p.whole && len(ids) == 1
+		if !p.whole {
+			p.local = form.local(pruned)
+		}
 	}
 	if form.plans == nil || len(form.plans) >= maxPlans {
 		for _, old := range form.plans {
@@ -563,6 +578,28 @@ type sharedMemo struct {
 	t      time.Time
 	vecs   map[int]promql.Vector
 	parent *sharedMemo
+	// passes is the fused passes' scratch, between passes (takeScratch).
+	passes *passScratch
+}
+
+// takeScratch returns the scratch the last fused pass of the evaluation
+// put back (putScratch), or a new one: passes that run at once (a group's
+// rules are evaluated one at a time, so they never do) each get their own.
+func (m *sharedMemo) takeScratch() *passScratch {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sc := m.passes
+	m.passes = nil
+	if sc == nil {
+		sc = &passScratch{}
+	}
+	return sc
+}
+
+func (m *sharedMemo) putScratch(sc *passScratch) {
+	m.mu.Lock()
+	m.passes = sc
+	m.mu.Unlock()
 }
 
 // fill evaluates shared subexpression id at t unless the memo has it.

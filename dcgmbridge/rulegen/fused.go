@@ -166,21 +166,24 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 
 // hints are the engine's for the selector of an instant query at ts
 // (populateSeries, getTimeRangesForSelector): what the storage underneath
-// (the stitched tiers) chooses its data by. A rate's select is not trimmed
-// to its range: rangePoints keeps to it, and the head then hands out each
-// series without the deletion intervals that trim it (an allocation and an
-// iterator a series). Untrimmed, a select reads no sample another tier
-// serves in the query's range: the stitched view bounds a raw part it
-// stitches to a rollup tier itself (rawPartIter), and a range the raw tier
-// serves alone starts at the query's start or at the raw tier's oldest
-// sample (Stitched.plan).
+// (the stitched tiers) chooses its data by. The select is not trimmed to
+// its range: rangePoints keeps to a rate's range, and instantValue reads
+// the newest sample at or before ts and rejects one not newer than
+// ts-lookback, as the trimmed range would. Untrimmed, the head hands out
+// each series without the deletion intervals that trim it (its open chunk
+// always reaches past ts, its first one mostly before the lookback): two
+// allocations a series fewer, and a chunk iterator read directly instead of
+// through the intervals' iterator. Untrimmed, a select reads no sample
+// another tier serves in the query's range: the stitched view bounds a raw
+// part it stitches to a rollup tier itself (rawPartIter), and a range the
+// raw tier serves alone starts at the query's start or at the raw tier's
+// oldest sample (Stitched.plan).
 func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints {
-	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping}
+	h := &storage.SelectHints{End: ts, Func: f.op.String(), By: true, Grouping: f.grouping, DisableTrimming: true}
 	if f.rateRange > 0 {
 		h.Start = ts - f.rateRange.Milliseconds() + 1
 		h.Range = f.rateRange.Milliseconds()
 		h.Func = "rate"
-		h.DisableTrimming = true
 		return h
 	}
 	h.Start = ts - lookback.Milliseconds() + 1
@@ -190,15 +193,24 @@ func (f *fusedAgg) hints(ts int64, lookback time.Duration) *storage.SelectHints 
 // group is one group's accumulator: the engine's groupedAggregation for
 // floats.
 type group struct {
-	lset                  labels.Labels
 	value, mean, kahanC   float64
 	count                 float64
 	incrementalMean, seen bool
 }
 
+// passScratch holds what a fused pass needs only while it runs, its groups'
+// accumulators and their index, for the next pass of the same group
+// evaluation (sharedMemo.takeScratch): the passes of one evaluation, about
+// fifty, then allocate them once instead of each.
+type passScratch struct {
+	groups []group
+	index  map[uint64]int
+}
+
 // eval runs the fused pass at t over q, which must be what the engine reads
-// under RenamingQueryable (newestFirst), with the engine's lookback.
-func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration) (_ promql.Vector, err error) {
+// under RenamingQueryable (newestFirst), with the engine's lookback. sc,
+// when not nil, is reused for the pass's groups.
+func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration, sc *passScratch) (_ promql.Vector, err error) {
 	ts := t.UnixMilli()
 	hints := f.hints(ts, lookback)
 	querier, err := q.Querier(hints.Start, hints.End)
@@ -208,9 +220,19 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 	defer func() { err = errors.Join(err, querier.Close()) }()
 	set := querier.Select(ctx, false, hints, f.matchers...)
 	hint := int(f.groups.Load())
+	if sc == nil {
+		sc = &passScratch{}
+	}
+	if sc.index == nil {
+		sc.index = make(map[uint64]int, hint)
+	}
+	clear(sc.index)
 	var (
-		groups = make([]group, 0, hint)
-		index  = make(map[uint64]int, hint)
+		// out holds each group's labels as it is found, its value at
+		// the end.
+		out    = make(promql.Vector, 0, hint)
+		groups = slices.Grow(sc.groups[:0], hint)
+		index  = sc.index
 		buf    = make([]byte, 0, 1024)
 		vals   = make([]string, len(f.grouping))
 		read   = make([]string, len(f.names))
@@ -261,17 +283,18 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 			}
 			gi = len(groups)
 			index[key] = gi
-			groups = append(groups, group{lset: sb.Labels()})
+			groups = append(groups, group{})
+			out = append(out, promql.Sample{Metric: sb.Labels(), T: ts})
 		}
 		f.add(&groups[gi], v)
 	}
+	sc.groups = groups
 	if err := set.Err(); err != nil {
 		return nil, err
 	}
 	f.groups.Store(int64(len(groups)))
-	out := make(promql.Vector, len(groups))
 	for i := range groups {
-		out[i] = promql.Sample{Metric: groups[i].lset, T: ts, F: f.result(&groups[i])}
+		out[i].F = f.result(&groups[i])
 	}
 	return out, nil
 }

@@ -155,6 +155,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 	nq := newestFirst(e.raw, lookback, NewestWindow)
 	q := RenamingQueryable(nq)
 	covered := map[string]int{} // shape -> non-empty results compared
+	sc := &passScratch{}        // every pass reuses the last one's scratch, as in an evaluation
 	for id, m := range forms.shared {
 		fa := m.fused
 		if fa == nil {
@@ -165,7 +166,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 			shape += " of rate"
 		}
 		for _, ts := range faultyTimes {
-			got, err := fa.eval(t.Context(), nq, ts, lookback)
+			got, err := fa.eval(t.Context(), nq, ts, lookback, sc)
 			if err != nil {
 				t.Fatalf("%s at %s: %v", forms.shared[id].query, ts, err)
 			}
@@ -186,7 +187,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 			continue
 		}
 		for _, ts := range faultyTimes {
-			in, err := forms.shared[fq.of].fused.eval(t.Context(), nq, ts, lookback)
+			in, err := forms.shared[fq.of].fused.eval(t.Context(), nq, ts, lookback, sc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,6 +214,67 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 	}
 }
 
+// TestFusedPassUntrimmed: a fused pass selects untrimmed, so the head hands
+// it samples outside the range the engine reads (before the lookback, after
+// the evaluation time); it must still take what the engine takes. Series
+// whose gap is longer than the lookback, evaluated inside the gap, at its
+// edges and a millisecond either side of a sample.
+func TestFusedPassUntrimmed(t *testing.T) {
+	e := newEvalEnv(t)
+	const lookback = 5 * time.Minute
+	// pod a: every 15 s for a minute, nothing for ten, every 15 s again;
+	// pod b: the same a minute later; pod c: one sample only.
+	app := e.raw.Appender(context.Background())
+	for _, s := range []struct {
+		pod   string
+		start time.Duration
+	}{{"a", 0}, {"b", time.Minute}} {
+		for _, d := range []time.Duration{0, 15 * time.Second, 30 * time.Second, 45 * time.Second, time.Minute, 11 * time.Minute, 11*time.Minute + 15*time.Second} {
+			ts := t0.Add(s.start + d)
+			for _, name := range []string{"gauge", "counter_total"} {
+				if _, err := app.Append(0, labels.FromStrings("__name__", name, "pod", s.pod), ts.UnixMilli(), float64(d/time.Second)+1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if _, err := app.Append(0, labels.FromStrings("__name__", "gauge", "pod", "c"), t0.Add(3*time.Minute).UnixMilli(), 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	p := parser.NewParser(parser.Options{})
+	nq := newestFirst(e.raw, lookback, NewestWindow)
+	q := RenamingQueryable(nq)
+	nonEmpty := 0
+	for _, qs := range []string{`sum by (pod) (gauge)`, `max by (pod) (gauge)`, `sum by (pod) (rate(counter_total[2m]))`} {
+		expr, err := p.ParseExpr(qs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fa := fusable(expr.(*parser.AggregateExpr))
+		if fa == nil {
+			t.Fatalf("%s: not fusable", qs)
+		}
+		for _, at := range []time.Duration{time.Minute, 2 * time.Minute, 6 * time.Minute, 6*time.Minute + time.Millisecond, 7*time.Minute - time.Millisecond, 7 * time.Minute, 7*time.Minute + time.Millisecond, 8 * time.Minute, 11*time.Minute - time.Millisecond, 11 * time.Minute, 12*time.Minute - time.Millisecond} {
+			ts := t0.Add(at)
+			got, err := fa.eval(t.Context(), nq, ts, lookback, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := e.queryOver(q, qs, ts)
+			if g, w := vectorBits(got), vectorBits(want); g != w {
+				t.Errorf("%s at +%s:\nfused  %s\nengine %s", qs, at, g, w)
+			}
+			nonEmpty += len(want)
+		}
+	}
+	if nonEmpty < 20 {
+		t.Fatalf("only %d samples compared", nonEmpty)
+	}
+}
+
 // TestFusedPassLeavesHistograms: a selector whose series hold native
 // histograms is left to the engine.
 func TestFusedPassLeavesHistograms(t *testing.T) {
@@ -227,7 +289,7 @@ func TestFusedPassLeavesHistograms(t *testing.T) {
 	if fa == nil {
 		t.Fatal("not fusable")
 	}
-	if _, err := fa.eval(t.Context(), e.raw, t1, 5*time.Minute); !errors.Is(err, errNotFused) {
+	if _, err := fa.eval(t.Context(), e.raw, t1, 5*time.Minute, nil); !errors.Is(err, errNotFused) {
 		t.Fatalf("got %v, want errNotFused", err)
 	}
 }

@@ -146,6 +146,9 @@ func (n newestQuerier) Select(ctx context.Context, sortSeries bool, hints *stora
 	}
 	nh := *hints
 	nh.Start = hints.End - n.n.recent + 1
+	// Trimmed to the recent window whatever the caller asked: a series
+	// counts as read from it only for a sample in it.
+	nh.DisableTrimming = false
 	// The recent select first: a series created between the two is then in
 	// the whole one only, and read from it.
 	recent := n.Querier.Select(ctx, sortSeries, &nh, ms...)

@@ -10,7 +10,10 @@
 // series). That state is unexported and has no setter, so it cannot be
 // replaced; a Tracker instead makes it hold one placeholder series per
 // recording rule, and keeps the real set itself, 24 bytes per series (a
-// label hash and the label set the storage already holds).
+// label hash and the label set the storage already holds), 32 where the
+// storage resolves series references (storage.GetRef: the raw tier): the
+// reference it returned, by which the series is appended next time instead
+// of by a lookup of its labels.
 //
 // The mechanism, in rules.Group's own terms. The Tracker wraps the group's
 // QueryFunc, AppendableV2, EvalIterationFunc and Metrics:

@@ -1,6 +1,7 @@
 package rulestale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,10 @@ type Tracker struct {
 	lastID  uint64
 	pending map[uint64]*result    // returned to a rule, not yet appended
 	sets    map[uint64]*seriesSet // committed: a rule evaluation's output
-	iters   map[string]*iteration // group key -> the evaluation in progress
+	// last is each rule's latest committed set (one of sets), whose
+	// label sets its next result reuses (QueryFunc).
+	last  map[*rules.RecordingRule]*seriesSet
+	iters map[string]*iteration // group key -> the evaluation in progress
 	// hash is labels.Labels.Hash; tests make it collide.
 	hash func(labels.Labels) uint64
 }
@@ -49,6 +53,7 @@ func New() *Tracker {
 	return &Tracker{
 		pending: map[uint64]*result{},
 		sets:    map[uint64]*seriesSet{},
+		last:    map[*rules.RecordingRule]*seriesSet{},
 		iters:   map[string]*iteration{},
 		hash:    labels.Labels.Hash,
 	}
@@ -65,6 +70,16 @@ type entry struct {
 // keeps in its seriesInPreviousEval map), sorted by hash.
 type seriesSet struct {
 	entries []entry
+	// refs are, for an appendable whose appenders resolve references
+	// (byRef), the reference each entry's series was appended under, in
+	// entries' order: the next evaluation appends by it instead of
+	// looking the labels up again. Nil otherwise. scope is the
+	// Appendable they were returned by: only its appenders are handed
+	// them.
+	refs  []storage.SeriesRef
+	scope *refScope
+	// rule is the rule that wrote it.
+	rule *rules.RecordingRule
 	// logger is the group's, for stale markers written after the rule was
 	// removed (Group.cleanupStaleSeries logs with it).
 	logger *slog.Logger
@@ -74,6 +89,7 @@ type seriesSet struct {
 // Group.Eval appends its placeholder.
 type result struct {
 	vec   promql.Vector
+	h     []uint64 // the hash of each sample's labels
 	rule  *rules.RecordingRule
 	index int // in the group, for the log lines Group.Eval writes
 	group *rules.Group
@@ -178,8 +194,18 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 		if err != nil {
 			return nil, err
 		}
-		// What RecordingRule.Eval does with the query's result.
-		lb := labels.NewBuilder(labels.EmptyLabels())
+		tr.mu.Lock()
+		prev := tr.last[rr]
+		tr.mu.Unlock()
+		// What RecordingRule.Eval does with the query's result; a series
+		// the rule wrote last time keeps that label set, which the
+		// storage holds, instead of a new copy.
+		var (
+			lb  = labels.NewBuilder(labels.EmptyLabels())
+			sb  = labels.NewScratchBuilder(0)
+			tmp labels.Labels
+			hs  = make([]uint64, len(vec))
+		)
 		for i := range vec {
 			sample := &vec[i]
 			lb.Reset(sample.Metric)
@@ -187,7 +213,16 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			rr.Labels().Range(func(l labels.Label) {
 				lb.Set(l.Name, l.Value)
 			})
-			sample.Metric = lb.Labels()
+			sb.Reset()
+			lb.Range(func(l labels.Label) { sb.Add(l.Name, l.Value) })
+			sb.Sort()
+			sb.Overwrite(&tmp) // valid until the next Overwrite
+			hs[i] = tr.hash(tmp)
+			if l, ok := prev.find(hs[i], tmp); ok {
+				sample.Metric = l
+			} else {
+				sample.Metric = tmp.Copy()
+			}
 		}
 		if vec.ContainsSameLabelset() {
 			return nil, rules.ErrDuplicateRecordingLabelSet
@@ -198,7 +233,7 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 		tr.mu.Lock()
 		tr.lastID++
 		id := tr.lastID
-		tr.pending[id] = &result{vec: vec, rule: rr, index: index, group: it.g}
+		tr.pending[id] = &result{vec: vec, h: hs, rule: rr, index: index, group: it.g}
 		it.delta += len(vec) - 1
 		tr.mu.Unlock()
 		it.mu.Lock()
@@ -215,16 +250,23 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 // results and stale markers they stand for; everything else is appended as
 // it comes.
 func (tr *Tracker) Appendable(inner storage.AppendableV2) storage.AppendableV2 {
-	return appendable{tr: tr, inner: inner}
+	return appendable{tr: tr, inner: inner, scope: &refScope{}}
 }
 
 type appendable struct {
 	tr    *Tracker
 	inner storage.AppendableV2
+	scope *refScope
 }
 
+// refScope tells apart the Appendables of one Tracker: a reference one
+// storage returned means nothing to another.
+type refScope struct{ _ byte }
+
 func (a appendable) AppenderV2(ctx context.Context) storage.AppenderV2 {
-	return &appender{tr: a.tr, app: a.inner.AppenderV2(ctx)}
+	app := a.inner.AppenderV2(ctx)
+	_, byRef := app.(storage.GetRef)
+	return &appender{tr: a.tr, app: app, byRef: byRef, scope: a.scope}
 }
 
 type appender struct {
@@ -232,6 +274,15 @@ type appender struct {
 	app  storage.AppenderV2
 	adds []addition
 	ends []ending
+	// byRef is set when app resolves series references (it implements
+	// storage.GetRef, as the raw tier's and the rollup tee's appenders
+	// do): the series a rule wrote last time are appended by the
+	// reference app returned then, which the head finds by id instead of
+	// hashing and comparing the labels. An appender that ignores
+	// references (the diagnosis engine's scratch store) keeps none, and no
+	// bytes for them.
+	byRef bool
+	scope *refScope
 }
 
 // addition is a placeholder appended: its result is written at Commit.
@@ -303,9 +354,13 @@ func (a *appender) Commit() error {
 	a.tr.mu.Lock()
 	for i, ad := range a.adds {
 		a.tr.sets[ad.id] = made[i]
+		a.tr.last[ad.res.rule] = made[i]
 	}
 	for _, e := range a.ends {
 		delete(a.tr.sets, e.id)
+		if a.tr.last[e.set.rule] == e.set {
+			delete(a.tr.last, e.set.rule)
+		}
 	}
 	a.tr.mu.Unlock()
 	return nil
@@ -339,8 +394,8 @@ func (a *appender) write(ad *addition) *seriesSet {
 	// each sample's series (-1: not there), by one merge of the two
 	// sorted lists.
 	order := make([]ref, len(vec))
-	for i, s := range vec {
-		order[i] = ref{h: a.tr.hash(s.Metric), i: int32(i)}
+	for i := range vec {
+		order[i] = ref{h: res.h[i], i: int32(i)}
 	}
 	slices.SortFunc(order, func(x, y ref) int {
 		switch {
@@ -356,8 +411,13 @@ func (a *appender) write(ad *addition) *seriesSet {
 		at[k] = a.ends[k].set.match(order, vec)
 	}
 	ok := make([]uint64, (len(vec)+63)/64)
+	var refs []storage.SeriesRef // by sample, when byRef
+	if a.byRef {
+		refs = make([]storage.SeriesRef, len(vec))
+	}
 	for i, s := range vec {
-		_, err := a.app.Append(0, a.labelsFor(at, vec, i), 0, s.T, s.F, nil, s.H, ad.opts)
+		lset, ref := a.seriesFor(at, vec, i)
+		ref, err := a.app.Append(ref, lset, 0, s.T, s.F, nil, s.H, ad.opts)
 		if err != nil {
 			rule.SetHealth(rules.HealthBad)
 			rule.SetLastError(err)
@@ -381,6 +441,9 @@ func (a *appender) write(ad *addition) *seriesSet {
 			continue
 		}
 		ok[i/64] |= 1 << (i % 64)
+		if refs != nil {
+			refs[i] = ref
+		}
 		for k := range at {
 			if j := at[k][i]; j >= 0 {
 				a.ends[k].matched[j/64] |= 1 << (j % 64)
@@ -402,26 +465,59 @@ func (a *appender) write(ad *addition) *seriesSet {
 	for _, w := range ok {
 		n += bits.OnesCount64(w)
 	}
-	out := make([]entry, 0, n)
+	set := &seriesSet{entries: make([]entry, 0, n), logger: res.group.Logger(), rule: rule}
+	if refs != nil {
+		set.refs, set.scope = make([]storage.SeriesRef, 0, n), a.scope
+	}
 	for _, r := range order {
 		if ok[r.i/64]&(1<<(r.i%64)) == 0 {
 			continue
 		}
-		out = append(out, entry{h: r.h, l: a.labelsFor(at, vec, int(r.i))})
-	}
-	return &seriesSet{entries: out, logger: res.group.Logger()}
-}
-
-// labelsFor returns the labels sample i of vec is appended with: those an
-// ending's set holds for its series (at: write's match of vec against each
-// ending's set), else its own.
-func (a *appender) labelsFor(at [][]int32, vec promql.Vector, i int) labels.Labels {
-	for k := range at {
-		if j := at[k][i]; j >= 0 {
-			return a.ends[k].set.entries[j].l
+		lset, _ := a.seriesFor(at, vec, int(r.i))
+		set.entries = append(set.entries, entry{h: r.h, l: lset})
+		if refs != nil {
+			set.refs = append(set.refs, refs[r.i])
 		}
 	}
-	return vec[i].Metric
+	return set
+}
+
+// seriesFor returns the labels sample i of vec is appended with, and the
+// reference to append it by (0: none): those an ending's set holds for its
+// series (at: write's match of vec against each ending's set), else its
+// own labels.
+func (a *appender) seriesFor(at [][]int32, vec promql.Vector, i int) (labels.Labels, storage.SeriesRef) {
+	for k := range at {
+		if j := at[k][i]; j >= 0 {
+			set := a.ends[k].set
+			return set.entries[j].l, a.ref(set, int(j))
+		}
+	}
+	return vec[i].Metric, 0
+}
+
+// ref is the reference entry j of s was appended under, if a's appendable
+// returned it; else 0.
+func (a *appender) ref(s *seriesSet, j int) storage.SeriesRef {
+	if s.refs == nil || s.scope != a.scope {
+		return 0
+	}
+	return s.refs[j]
+}
+
+// find returns the label set of s equal to l, whose hash is h (s may be
+// nil).
+func (s *seriesSet) find(h uint64, l labels.Labels) (labels.Labels, bool) {
+	if s == nil {
+		return labels.EmptyLabels(), false
+	}
+	j, _ := slices.BinarySearchFunc(s.entries, h, func(e entry, h uint64) int { return cmp.Compare(e.h, h) })
+	for ; j < len(s.entries) && s.entries[j].h == h; j++ {
+		if labels.Equal(s.entries[j].l, l) {
+			return s.entries[j].l, true
+		}
+	}
+	return labels.EmptyLabels(), false
 }
 
 // ref is a sample of a result: its labels' hash and its index.
@@ -478,7 +574,7 @@ func (a *appender) stale(e *ending, eval bool) {
 		if e.matched[j/64]&(1<<(j%64)) != 0 {
 			continue
 		}
-		_, err := a.app.Append(0, en.l, 0, e.t, math.Float64frombits(value.StaleNaN), nil, nil, e.opts)
+		_, err := a.app.Append(a.ref(e.set, j), en.l, 0, e.t, math.Float64frombits(value.StaleNaN), nil, nil, e.opts)
 		unwrappedErr := errors.Unwrap(err)
 		if unwrappedErr == nil {
 			unwrappedErr = err

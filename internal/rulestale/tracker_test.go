@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -51,28 +52,84 @@ type store struct {
 	failAppend func(step int, l labels.Labels, v float64) error
 	failCommit func(step, n int) bool
 	sawPlace   bool
+	// refs, when set, makes the store resolve series references as the
+	// head does: its appenders implement storage.GetRef, hand out a
+	// reference per series and store a sample appended by a known
+	// reference in that reference's series, whatever the labels passed.
+	refs *refTable
 }
 
-func (s *store) AppenderV2(context.Context) storage.AppenderV2 { return &storeApp{s: s} }
+// refTable is a refs store's references: series by reference (ref-1),
+// references by series. forget makes every reference handed out unknown,
+// as the head's garbage collection does; a series then gets a new one.
+type refTable struct {
+	series []string
+	known  []bool
+	byName map[string]storage.SeriesRef
+	// byRef counts the appends whose reference was known.
+	byRef int
+}
+
+func newRefTable() *refTable { return &refTable{byName: map[string]storage.SeriesRef{}} }
+
+func (r *refTable) resolve(ref storage.SeriesRef, l labels.Labels) (string, storage.SeriesRef) {
+	if ref > 0 && int(ref) <= len(r.series) && r.known[ref-1] {
+		r.byRef++
+		return r.series[ref-1], ref
+	}
+	name := l.String()
+	if ref, ok := r.byName[name]; ok {
+		return name, ref
+	}
+	r.series, r.known = append(r.series, name), append(r.known, true)
+	ref = storage.SeriesRef(len(r.series))
+	r.byName[name] = ref
+	return name, ref
+}
+
+func (r *refTable) forget() {
+	clear(r.known)
+	clear(r.byName)
+}
+
+func (s *store) AppenderV2(context.Context) storage.AppenderV2 {
+	if s.refs != nil {
+		return &refStoreApp{storeApp{s: s}}
+	}
+	return &storeApp{s: s}
+}
 
 type storeApp struct {
 	s   *store
 	buf []sample
 }
 
-func (a *storeApp) Append(_ storage.SeriesRef, l labels.Labels, _, t int64, v float64, _ *histogram.Histogram, _ *histogram.FloatHistogram, _ storage.AppendV2Options) (storage.SeriesRef, error) {
+func (a *storeApp) Append(ref storage.SeriesRef, l labels.Labels, _, t int64, v float64, _ *histogram.Histogram, _ *histogram.FloatHistogram, _ storage.AppendV2Options) (storage.SeriesRef, error) {
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
 	if v := l.Get(PlaceholderLabel); v != "" && v != "x" {
 		a.s.sawPlace = true
+	}
+	series := l.String()
+	if a.s.refs != nil {
+		series, ref = a.s.refs.resolve(ref, l)
 	}
 	if a.s.failAppend != nil {
 		if err := a.s.failAppend(a.s.step, l, v); err != nil {
 			return 0, err
 		}
 	}
-	a.buf = append(a.buf, sample{l.String(), t, math.Float64bits(v)})
-	return 1, nil
+	a.buf = append(a.buf, sample{series, t, math.Float64bits(v)})
+	return max(ref, 1), nil
+}
+
+// refStoreApp is a refs store's appender.
+type refStoreApp struct{ storeApp }
+
+func (a *refStoreApp) GetRef(l labels.Labels, _ uint64) (storage.SeriesRef, labels.Labels) {
+	a.s.mu.Lock()
+	defer a.s.mu.Unlock()
+	return a.s.refs.byName[l.String()], l
 }
 
 func (a *storeApp) Commit() error {
@@ -260,7 +317,9 @@ func metricValue(m *dto.Metric) string {
 // with Prometheus' own rules.Group state and with a Tracker, and compares
 // every committed transaction (so every stale marker, with its timestamp),
 // the rules' health and errors, the alerts and the rule metrics after every
-// evaluation. The Tracker's label hash is made to collide in half the runs.
+// evaluation. The Tracker's label hash is made to collide in half the runs;
+// in the other half the storage resolves series references (the Tracker
+// then appends by them), and forgets them every ten steps.
 func TestSameAsPrometheus(t *testing.T) {
 	for seed := range 16 {
 		for _, collide := range []bool{false, true} {
@@ -304,7 +363,11 @@ func TestSameAsPrometheus(t *testing.T) {
 					}
 				}
 				a := newSide(t, false, sc, mkStore(), limit)
-				b := newSide(t, true, sc, mkStore(), limit)
+				bs := mkStore()
+				if !collide {
+					bs.refs = newRefTable()
+				}
+				b := newSide(t, true, sc, bs, limit)
 				if collide {
 					b.tr.hash = func(l labels.Labels) uint64 { return l.Hash() % 3 }
 				}
@@ -319,6 +382,11 @@ func TestSameAsPrometheus(t *testing.T) {
 						}
 					}
 					ts := time.Unix(int64(step)*60, 0)
+					if bs.refs != nil && step%10 == 0 {
+						bs.mu.Lock()
+						bs.refs.forget()
+						bs.mu.Unlock()
+					}
 					for _, s := range []*side{a, b} {
 						s.st.setStep(step)
 						s.iter(ctx, s.g, ts)
@@ -344,6 +412,9 @@ func TestSameAsPrometheus(t *testing.T) {
 				if stales == 0 {
 					t.Fatal("the script wrote no stale marker")
 				}
+				if bs.refs != nil && bs.refs.byRef < 100 {
+					t.Fatalf("only %d appends by reference", bs.refs.byRef)
+				}
 				// Only the rules evaluated by Prometheus (rec:f) and the
 				// rules' last outputs are held.
 				b.tr.mu.Lock()
@@ -353,6 +424,11 @@ func TestSameAsPrometheus(t *testing.T) {
 				}
 				if len(b.tr.sets) > 6 {
 					t.Fatalf("%d sets held for 6 recording rules", len(b.tr.sets))
+				}
+				for r, set := range b.tr.last {
+					if !slices.Contains(slices.Collect(maps.Values(b.tr.sets)), set) {
+						t.Fatalf("rule %s: its last set is no longer held", r.Name())
+					}
 				}
 			})
 		}
@@ -550,3 +626,44 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func writeFile(p, body string) error { return os.WriteFile(p, []byte(body), 0o600) }
+
+// TestRefsStayWithTheirStorage: a group whose state moves (CopyState) to a
+// group appending to another storage, through another Appendable of the
+// same Tracker, appends the series by their labels there, never by the
+// references the first storage returned (which name other series in the
+// second).
+func TestRefsStayWithTheirStorage(t *testing.T) {
+	sc := script{seed: 3}
+	tr := New()
+	first, second := &store{refs: newRefTable()}, &store{refs: newRefTable()}
+	for i := range 40 { // the second storage's references name other series
+		second.refs.resolve(0, labels.FromStrings("__name__", "other", "i", fmt.Sprint(i)))
+	}
+	opts := func(st *store) *rules.ManagerOptions {
+		return &rules.ManagerOptions{QueryFunc: tr.QueryFunc(sc.query), AppendableV2: tr.Appendable(st), Context: context.Background(),
+			NotifyFunc: func(context.Context, string, ...*rules.Alert) {}, Metrics: tr.Metrics(prometheus.NewRegistry())}
+	}
+	newGroup := func(st *store) *rules.Group {
+		return rules.NewGroup(rules.GroupOptions{Name: "g", File: "f", Interval: time.Minute, Rules: ruleSet(t, 0), Opts: opts(st)})
+	}
+	iter := tr.EvalIterationFunc(nil)
+	g := newGroup(first)
+	for step := 1; step <= 3; step++ {
+		iter(context.Background(), g, time.Unix(int64(step)*60, 0))
+	}
+	moved := newGroup(second)
+	moved.CopyState(g)
+	for step := 4; step <= 6; step++ {
+		iter(context.Background(), moved, time.Unix(int64(step)*60, 0))
+	}
+	if len(second.commits) == 0 {
+		t.Fatal("nothing written to the second storage")
+	}
+	for _, c := range second.commits {
+		for _, s := range c {
+			if strings.HasPrefix(s.series, `{__name__="other"`) {
+				t.Fatalf("a rule sample went into another series (appended by the first storage's reference): %s", s)
+			}
+		}
+	}
+}
