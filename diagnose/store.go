@@ -364,6 +364,37 @@ func (s *scratch) valuesAt(name string, t int64) []sampleAt {
 	return out
 }
 
+// eachLatest calls fn, under the store's read lock, with the labels of
+// every series whose name keep accepts; when fn returns a non-nil
+// function, that is called with the series' last sample in [mint, maxt],
+// if it has one and it is not NaN (a stale marker is one): what an
+// instant selection of the series reads at maxt with a lookback of
+// maxt-mint, without copying their samples. Asked by labels first, the
+// caller reads the samples of only the series it wants (their arrays were
+// most of the time of a pass over every series). The labels are the
+// store's own: fn must not modify them, nor either function call into s.
+func (s *scratch) eachLatest(mint, maxt int64, keep func(name string) bool, fn func(lbls labels.Labels) func(v float64)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for name, list := range s.byName {
+		if !keep(name) {
+			continue
+		}
+		for _, e := range list {
+			take := fn(e.lbls)
+			if take == nil {
+				continue
+			}
+			ts := s.times(e)
+			hi := e.after(ts, maxt)
+			if hi == 0 || e.at(ts, hi-1) < mint || math.IsNaN(e.vs[hi-1]) {
+				continue
+			}
+			take(e.vs[hi-1])
+		}
+	}
+}
+
 // scratchHandle appends to one series without hashing its labels every
 // time (the baselines write thousands of samples a minute).
 type scratchHandle struct {
