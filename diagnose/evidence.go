@@ -38,10 +38,12 @@ func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 	fps := make([]Fingerprint, len(ents))
 	found := make([][]sampleAt, len(ents))
 	want := map[entityKey][]int{}
+	keyed := make([]bool, len(ents))
 	for i, ent := range ents {
 		fps[i].Signals = map[string]float64{}
 		if k, ok := fingerprintKey(ent); ok {
 			want[k] = append(want[k], i)
+			keyed[i] = true
 		}
 	}
 	if len(want) > 0 {
@@ -85,8 +87,8 @@ func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 			}
 			fps[i].Signals[name] = s.v
 		}
-		e.deviations(&fps[i], ents[i], tm)
 	}
+	e.deviations(fps, ents, keyed, tm)
 	return fps
 }
 
@@ -115,29 +117,43 @@ func fingerprinted(name string) bool {
 	return len(name) > len("strata:") && strings.HasPrefix(name, "strata:") && !strings.HasPrefix(name, "strata:slo:")
 }
 
-// deviations fills the fingerprint's robust deviations: each tracked
+// deviations fills the fingerprints' robust deviations: each tracked
 // signal's z-score on the entity at minute tm (the largest in size when
 // the entity has several series of it, e.g. a pod on two GPUs), and per
-// dimension the largest |z| among its signals.
-func (e *Engine) deviations(fp *Fingerprint, ent Entities, tm int64) {
+// dimension the largest |z| among its signals. keyed says which entities
+// have a fingerprint key (the others get none). One pass over the tracked
+// series serves every entity: a series' entities are read once, not once
+// an incident (91,000 tracked series at 500,000 series of 15 s).
+func (e *Engine) deviations(fps []Fingerprint, ents []Entities, keyed []bool, tm int64) {
 	if e.base == nil {
 		return
 	}
 	for _, n := range e.base.names {
-		for _, s := range e.base.lookup(n, ent) {
-			_, _, z, _, ok := e.scratch.baselineAt(s, tm)
-			if !ok {
-				continue
-			}
-			if fp.Deviations == nil {
-				fp.Deviations, fp.Dimensions = map[string]float64{}, map[string]float64{}
-			}
-			z = math.Round(z*1000) / 1000
-			if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
-				fp.Deviations[n] = z
-			}
-			if dim := s.lbls.Get("strata_cause"); dim != "" && math.Abs(z) > fp.Dimensions[dim] {
-				fp.Dimensions[dim] = math.Abs(z)
+		for _, s := range e.base.byMetric[n] {
+			se := entitiesOf(s.lbls)
+			read, ok := false, false
+			var z float64
+			for i, ent := range ents {
+				if !keyed[i] || !seriesOnEntity(se, ent) {
+					continue
+				}
+				if !read {
+					_, _, z, _, ok = e.scratch.baselineAt(s, tm)
+					z, read = math.Round(z*1000)/1000, true
+				}
+				if !ok {
+					break
+				}
+				fp := &fps[i]
+				if fp.Deviations == nil {
+					fp.Deviations, fp.Dimensions = map[string]float64{}, map[string]float64{}
+				}
+				if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
+					fp.Deviations[n] = z
+				}
+				if dim := s.lbls.Get("strata_cause"); dim != "" && math.Abs(z) > fp.Dimensions[dim] {
+					fp.Dimensions[dim] = math.Abs(z)
+				}
 			}
 		}
 	}

@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/dcgmbridge/sim"
 )
 
 // fingerprintBySelect is the fingerprint as the engine read it before
@@ -61,8 +64,34 @@ func fingerprintBySelect(ctx context.Context, e *Engine, ent Entities, t time.Ti
 		}
 		fp.Signals[name] = last
 	}
-	e.deviations(&fp, ent, tm)
+	deviationsOf(e, &fp, ent, tm)
 	return fp
+}
+
+// deviationsOf is Engine.deviations as it was, for one entity: the
+// reference of fingerprintBySelect.
+func deviationsOf(e *Engine, fp *Fingerprint, ent Entities, tm int64) {
+	if e.base == nil {
+		return
+	}
+	for _, n := range e.base.names {
+		for _, s := range e.base.lookup(n, ent) {
+			_, _, z, _, ok := e.scratch.baselineAt(s, tm)
+			if !ok {
+				continue
+			}
+			if fp.Deviations == nil {
+				fp.Deviations, fp.Dimensions = map[string]float64{}, map[string]float64{}
+			}
+			z = math.Round(z*1000) / 1000
+			if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
+				fp.Deviations[n] = z
+			}
+			if dim := s.lbls.Get("strata_cause"); dim != "" && math.Abs(z) > fp.Dimensions[dim] {
+				fp.Dimensions[dim] = math.Abs(z)
+			}
+		}
+	}
 }
 
 // fingerprintHosts are host names that are regular-expression syntax, or
@@ -199,15 +228,23 @@ func equalSignals(a, b map[string]float64) bool {
 }
 
 // BenchmarkFingerprints is the cost of the fingerprints of a minute's new
-// incidents over a scratch store of many strata:* series: how=select is
-// the select an incident the engine ran before (fingerprintBySelect),
-// how=pass the one pass it runs now.
+// incidents over a scratch store of many strata:* series, about a third of them
+// tracked (their entities are matched; they have no baseline, so no
+// deviation is read): how=select is the select and the tracked series'
+// scan an incident the engine ran before (fingerprintBySelect), how=pass
+// the one pass of each it runs now.
 func BenchmarkFingerprints(b *testing.B) {
 	at := simStart.Add(3 * time.Hour)
 	for _, units := range []int{3_000, 12_000} {
 		sc, ents := fingerprintFleet(b, rand.New(rand.NewPCG(1, 1)), units, at)
 		series, _ := sc.samples()
-		e := &Engine{scratch: sc, lookback: 5 * time.Minute}
+		tr := &tracker{names: []string{"strata:gpu_sm_active:ratio", "strata:ttft_seconds:p99", "strata:network_latency_seconds:p99"}, byMetric: map[string][]*bseries{}}
+		for _, n := range tr.names {
+			for _, s := range sc.byName[n] {
+				tr.byMetric[n] = append(tr.byMetric[n], &bseries{metric: n, lbls: s.lbls})
+			}
+		}
+		e := &Engine{scratch: sc, lookback: 5 * time.Minute, base: tr}
 		for _, n := range []int{1, 10, 50} {
 			opened := make([]Entities, n) // spread over the kinds of entity
 			for i := range opened {
@@ -228,5 +265,46 @@ func BenchmarkFingerprints(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestFingerprintsMatchSelectTracked: over a seasonal engine's own scratch
+// store and tracker, the fingerprints of every entity its tracked series
+// name (each pod, GPU and host, and each host alone), read at once, are
+// those each one's select and deviations read: signals, deviations and
+// dimensions.
+func TestFingerprintsMatchSelectTracked(t *testing.T) {
+	cfg := sim.Config{Seed: 3, Start: simStart, Nodes: 2, GPUsPerNode: 2}
+	end := simStart.Add(25 * time.Minute)
+	cfg.Faults = sim.GenerateFaults(cfg, simStart.Add(5*time.Minute), end, 3, 5)
+	e, err := New(modeConfig(BaselineSeasonal), Options{Minute: simHistory(t, cfg, end), Registerer: prometheus.NewRegistry(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := simStart.Add(time.Minute)
+	for ; at.Before(end.Add(-time.Minute)); at = at.Add(time.Minute) {
+		if err := e.EvalMinute(context.Background(), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at = at.Add(-time.Minute)
+	var ents []Entities
+	for _, list := range e.base.byMetric {
+		for _, s := range list {
+			se := entitiesOf(s.lbls)
+			ents = append(ents, se, Entities{Host: se.Host})
+		}
+	}
+	got := e.fingerprints(ents, at)
+	deviations := 0
+	for i, ent := range ents {
+		want := fingerprintBySelect(context.Background(), e, ent, at)
+		deviations += len(want.Deviations)
+		if !equalSignals(got[i].Signals, want.Signals) || !equalSignals(got[i].Deviations, want.Deviations) || !equalSignals(got[i].Dimensions, want.Dimensions) {
+			t.Fatalf("%+v: %+v, want %+v", ent, got[i], want)
+		}
+	}
+	if deviations < len(ents) {
+		t.Fatalf("%d deviations for %d entities: the engine tracks too little to compare", deviations, len(ents))
 	}
 }
