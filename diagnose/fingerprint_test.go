@@ -274,8 +274,8 @@ func BenchmarkFingerprints(b *testing.B) {
 // those each one's select and deviations read: signals, deviations and
 // dimensions.
 func TestFingerprintsMatchSelectTracked(t *testing.T) {
-	cfg := sim.Config{Seed: 3, Start: simStart, Nodes: 2, GPUsPerNode: 2}
-	end := simStart.Add(25 * time.Minute)
+	cfg := sim.Config{Seed: 3, Start: simStart, Nodes: 1, GPUsPerNode: 4}
+	end := simStart.Add(15 * time.Minute)
 	cfg.Faults = sim.GenerateFaults(cfg, simStart.Add(5*time.Minute), end, 3, 5)
 	e, err := New(modeConfig(BaselineSeasonal), Options{Minute: simHistory(t, cfg, end), Registerer: prometheus.NewRegistry(), Logger: quietLogger()})
 	if err != nil {

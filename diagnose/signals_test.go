@@ -20,7 +20,7 @@ import (
 // store is compared).
 func TestSignalsFusedMatchEngine(t *testing.T) {
 	cfg := sim.Config{Seed: 7, Start: simStart, Nodes: 1, GPUsPerNode: 4}
-	end := simStart.Add(40 * time.Minute)
+	end := simStart.Add(30 * time.Minute)
 	cfg.Faults = sim.GenerateFaults(cfg, simStart.Add(10*time.Minute), end, 4, 3)
 	minute := simHistory(t, cfg, end)
 	engine := func() *Engine {
