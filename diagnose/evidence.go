@@ -38,15 +38,17 @@ func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 	fps := make([]Fingerprint, len(ents))
 	found := make([][]sampleAt, len(ents))
 	want := map[entityKey][]int{}
+	by := map[string]bool{} // the label names of want's keys: only those are read
 	keyed := make([]bool, len(ents))
 	for i, ent := range ents {
 		fps[i].Signals = map[string]float64{}
 		if k, ok := fingerprintKey(ent); ok {
 			want[k] = append(want[k], i)
-			keyed[i] = true
+			by[k.name], keyed[i] = true, true
 		}
 	}
 	if len(want) > 0 {
+		pods, uuids, hosts := by["pod"], by["UUID"], by["instance"]
 		var of []int
 		var lbls labels.Labels
 		take := func(v float64) {
@@ -56,15 +58,16 @@ func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 		}
 		e.scratch.eachLatest(tm-e.lookback.Milliseconds(), tm, fingerprinted, func(l labels.Labels) func(float64) {
 			of, lbls = of[:0], l
-			if p := l.Get("pod"); p != "" {
-				of = append(of, want[entityKey{"pod", p}]...)
+			if pods {
+				of = append(of, want[entityKey{"pod", l.Get("pod")}]...)
 			}
-			if u := l.Get("UUID"); u != "" {
-				of = append(of, want[entityKey{"UUID", u}]...)
+			if uuids {
+				of = append(of, want[entityKey{"UUID", l.Get("UUID")}]...)
 			}
 			// The host of instance "h:9400" is h; a host's name may hold
 			// colons itself, so every prefix before one is a candidate.
-			if inst := l.Get("instance"); inst != "" {
+			if hosts {
+				inst := l.Get("instance")
 				of = append(of, want[entityKey{"instance", inst}]...)
 				for j := range len(inst) {
 					if inst[j] == ':' {
