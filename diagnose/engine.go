@@ -138,9 +138,11 @@ type Engine struct {
 	// selector in fused passes), with the same results to the bit.
 	evalSignals  rules.GroupEvalIterationFunc
 	signalsQuery rules.QueryFunc
-	lastEval     time.Time
-	evaluated    bool
-	pace         pacer
+	// andPlans are the and-chain rules' plans, by query string (andchain.go).
+	andPlans  map[string]*andPlan
+	lastEval  time.Time
+	evaluated bool
+	pace      pacer
 
 	mu    sync.RWMutex
 	diags []Diagnosis // every diagnosis, by open order
@@ -287,6 +289,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 	}
 	opts.Metrics = stale.Metrics(opts.Registerer)
 	e.hidden = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true, DiagnosisSeries: true}
+	e.andPlans = map[string]*andPlan{}
 	var maxRange, maxReach, maxScratch, maxHold time.Duration
 	reached := map[string]time.Duration{}
 	recorded := map[string]bool{}
@@ -319,6 +322,8 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 					// it); queries run the internal form (docs/metrics.md)
 					// through rulegen.RenamingQueryable.
 					signals = append(signals, r.Expr)
+				} else if plan := planAnd(expr); plan != nil {
+					e.andPlans[expr.String()] = plan
 				}
 				direct, total, scratchRange := reach(expr, reached, recorded)
 				maxRange, maxReach, maxScratch = max(maxRange, direct), max(maxReach, total), max(maxScratch, scratchRange)
@@ -486,6 +491,9 @@ func (e *Engine) pinRules() {
 			e.pinned.Pin(e.forms.Internal(r.Query().String()))
 		}
 	}
+	for _, p := range e.andPlans {
+		e.pinned.Pin(p.first)
+	}
 }
 
 func (e *Engine) isHidden(name string) bool {
@@ -509,6 +517,9 @@ func (e *Engine) queryFunc(ctx context.Context, qs string, t time.Time) (promql.
 	defer e.pace.step(ctx)
 	if signals, _ := ctx.Value(signalsKey{}).(bool); signals {
 		return e.signalsQuery(ctx, qs, t)
+	}
+	if p := e.andPlans[qs]; p != nil {
+		return e.queryAnd(ctx, p, qs, t)
 	}
 	return rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(e.query))(ctx, e.forms.Internal(qs), t)
 }

@@ -11,14 +11,16 @@ import (
 	"github.com/strata-dev/strata/dcgmbridge/sim"
 )
 
-// TestSignalsFusedMatchEngine: the signals group evaluated as the
-// canonical group is (a memo of shared subexpressions, aggregations of one
-// selector in fused passes: evalSignals) records the same series with the
-// same values, to the bit, as the engine evaluating each rule's internal
-// form, minute after minute over a fleet with faults; so, through them,
-// do the baselines and the default pack's groups (the whole scratch
-// store is compared).
-func TestSignalsFusedMatchEngine(t *testing.T) {
+// TestMinuteMatchesEngine: the signals group evaluated as the canonical
+// group is (a memo of shared subexpressions, aggregations of one selector
+// in fused passes: evalSignals), and the and-chain rules with their
+// operands narrowed to the first one's series (andchain.go), record the
+// same series with the same values, to the bit, as the PromQL engine
+// evaluating each rule's query whole, minute after minute over a fleet
+// with faults; so, through them, do the baselines and the default pack's
+// other groups (the whole scratch store is compared, and the anomaly rules
+// must have recorded something).
+func TestMinuteMatchesEngine(t *testing.T) {
 	cfg := sim.Config{Seed: 7, Start: simStart, Nodes: 1, GPUsPerNode: 4}
 	end := simStart.Add(30 * time.Minute)
 	cfg.Faults = sim.GenerateFaults(cfg, simStart.Add(10*time.Minute), end, 4, 3)
@@ -31,9 +33,12 @@ func TestSignalsFusedMatchEngine(t *testing.T) {
 		return e
 	}
 	fused, plain := engine(), engine()
-	plain.evalSignals = plain.evalGroup
+	plain.evalSignals, plain.andPlans = plain.evalGroup, nil
+	if len(fused.andPlans) == 0 {
+		t.Fatal("no and-chain rule in the default pack")
+	}
 	ctx := context.Background()
-	compared := 0
+	compared, anomalies := 0, 0
 	for at := simStart.Add(time.Minute); at.Before(end.Add(-time.Minute)); at = at.Add(time.Minute) {
 		for _, e := range []*Engine{fused, plain} {
 			if err := e.EvalMinute(ctx, at); err != nil {
@@ -41,9 +46,13 @@ func TestSignalsFusedMatchEngine(t *testing.T) {
 			}
 		}
 		compared += sameScratch(t, at, fused.scratch, plain.scratch)
+		anomalies = max(anomalies, len(fused.scratch.byName["strata:anomaly:high"])+len(fused.scratch.byName["strata:anomaly:low"]))
 	}
 	if compared < 10_000 {
 		t.Fatalf("%d samples compared: the fleet records too little to compare", compared)
+	}
+	if anomalies < 2 {
+		t.Fatalf("the anomaly rules recorded %d series: the fleet has too few anomalies to compare", anomalies)
 	}
 }
 

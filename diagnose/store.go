@@ -506,6 +506,12 @@ func (q *scratchQuerier) candidates(ms []*labels.Matcher) []*scratchSeries {
 }
 
 func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	return q.selectWhere(hints, nil, ms...)
+}
+
+// selectWhere is Select of the series keep accepts besides the matchers
+// (nil: every one): the others' samples are not copied.
+func (q *scratchQuerier) selectWhere(hints *storage.SelectHints, keep func(labels.Labels) bool, ms ...*labels.Matcher) storage.SeriesSet {
 	mint, maxt := q.mint, q.maxt
 	if hints != nil {
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
@@ -527,7 +533,7 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	spans := make([]span, 0, len(cands))
 	total, nts := 0, 0
 	for _, e := range cands {
-		if !seriesset.MatchAll(e.lbls, ms) {
+		if !seriesset.MatchAll(e.lbls, ms) || keep != nil && !keep(e.lbls) {
 			continue
 		}
 		ets := q.s.times(e)
