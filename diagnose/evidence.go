@@ -91,7 +91,9 @@ func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 			fps[i].Signals[name] = s.v
 		}
 	}
-	e.deviations(fps, ents, keyed, tm)
+	if len(want) > 0 {
+		e.deviations(fps, ents, keyed, tm)
+	}
 	return fps
 }
 
