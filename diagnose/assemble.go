@@ -312,6 +312,7 @@ func (in *incidents) assemble(ctx context.Context, t time.Time) []Diagnosis {
 		members []*alertInfo
 	}
 	var order []string
+	var opened []*incident
 	updates := map[string]*update{}
 	for _, g := range groups {
 		key := g.root.key
@@ -336,8 +337,9 @@ func (in *incidents) assemble(ctx context.Context, t time.Time) []Diagnosis {
 		if u == nil {
 			inc := in.open[key]
 			if inc == nil {
-				inc = in.openIncident(ctx, g.root, t)
+				inc = in.openIncident(g.root)
 				in.open[key] = inc
+				opened = append(opened, inc)
 			}
 			u = &update{inc: inc}
 			updates[key] = u
@@ -350,6 +352,7 @@ func (in *incidents) assemble(ctx context.Context, t time.Time) []Diagnosis {
 		}
 		u.members = append(u.members, g.members...)
 	}
+	in.fingerprint(opened, t)
 	var changed []Diagnosis
 	seen := map[string]bool{}
 	for _, key := range order {
@@ -411,7 +414,7 @@ func (in *incidents) superseded(inc *incident, groups []*rootGroup) bool {
 	return false
 }
 
-func (in *incidents) openIncident(ctx context.Context, root *alertInfo, t time.Time) *incident {
+func (in *incidents) openIncident(root *alertInfo) *incident {
 	inc := &incident{root: root.key, rootInfo: root}
 	d := &inc.d
 	d.State, d.Start, d.Entities = StateFiring, root.active, root.ent
@@ -424,9 +427,24 @@ func (in *incidents) openIncident(ctx context.Context, root *alertInfo, t time.T
 		d.Summary = "Cause unknown: " + root.ann.Get("summary")
 	}
 	d.ID = diagnosisID(d.Cause, d.Entities, d.Start)
-	inc.fp = in.e.fingerprint(ctx, root.ent, t)
-	d.SimilarCases = in.e.o.Archive.Similar(inc.fp, 3)
 	return inc
+}
+
+// fingerprint reads the fingerprints of the incidents opened at t (in one
+// pass: Engine.fingerprints) and finds each one's similar cases, in the
+// order they opened.
+func (in *incidents) fingerprint(opened []*incident, t time.Time) {
+	if len(opened) == 0 {
+		return
+	}
+	ents := make([]Entities, len(opened))
+	for i, inc := range opened {
+		ents[i] = inc.rootInfo.ent
+	}
+	for i, fp := range in.e.fingerprints(ents, t) {
+		opened[i].fp = fp
+		opened[i].d.SimilarCases = in.e.o.Archive.Similar(fp, 3)
+	}
 }
 
 // update refreshes an open diagnosis from its root and members at t.

@@ -135,6 +135,15 @@ type Engine struct {
 	// evalGroup is rules.DefaultEvalIterationFunc with the recording rules'
 	// stale-marker state kept by a rulestale.Tracker (buildGroups).
 	evalGroup rules.GroupEvalIterationFunc
+	// evalSignals evaluates signalsGroup as evalGroup does, its queries
+	// through signalsQuery: the canonical rules' internal forms as the
+	// canonical group evaluates them (rulegen.InternalForms.QueryFunc: a
+	// memo of the subexpressions several rules share, aggregations of one
+	// selector in fused passes), with the same results to the bit.
+	evalSignals  rules.GroupEvalIterationFunc
+	signalsQuery rules.QueryFunc
+	// andPlans are the and-chain rules' plans, by query string (andchain.go).
+	andPlans  map[string]*andPlan
 	lastEval  time.Time
 	evaluated bool
 	pace      pacer
@@ -212,6 +221,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 	// pinned in it once the groups are built, so a minute's evaluation
 	// copies parsed trees instead of parsing each rule again (pinRules).
 	e.pinned = query.NewPinnedExprs(newParser())
+	e.forms.PinIn(e.pinned)
 	e.promql = promql.NewEngine(promql.EngineOpts{
 		Logger: e.logger, MaxSamples: 50_000_000, Timeout: 2 * time.Minute, LookbackDelta: o.LookbackDelta,
 		EnableAtModifier: true, EnableNegativeOffset: true, Parser: e.pinned,
@@ -270,6 +280,10 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 	// show and write is the same (package rulestale).
 	stale := rulestale.New()
 	e.evalGroup = stale.EvalIterationFunc(rules.DefaultEvalIterationFunc)
+	e.evalSignals = stale.EvalIterationFunc(func(ctx context.Context, g *rules.Group, t time.Time) {
+		e.forms.EvalIterationFunc(context.WithValue(ctx, signalsKey{}, true), g, t)
+	})
+	e.signalsQuery = e.forms.QueryFunc(e.promql, minuteQueryable{e}, e.lookback)
 	opts := &rules.ManagerOptions{
 		ExternalURL:  e.o.ExternalURL,
 		QueryFunc:    stale.QueryFunc(e.queryFunc),
@@ -285,6 +299,7 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 	}
 	opts.Metrics = stale.Metrics(opts.Registerer)
 	e.hidden = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true, DiagnosisSeries: true}
+	e.andPlans = map[string]*andPlan{}
 	var maxRange, maxReach, maxScratch, maxHold time.Duration
 	reached := map[string]time.Duration{}
 	recorded := map[string]bool{}
@@ -317,6 +332,8 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 					// it); queries run the internal form (docs/metrics.md)
 					// through rulegen.RenamingQueryable.
 					signals = append(signals, r.Expr)
+				} else if plan := planAnd(expr); plan != nil {
+					e.andPlans[expr.String()] = plan
 				}
 				direct, total, scratchRange := reach(expr, reached, recorded)
 				maxRange, maxReach, maxScratch = max(maxRange, direct), max(maxReach, total), max(maxScratch, scratchRange)
@@ -484,6 +501,9 @@ func (e *Engine) pinRules() {
 			e.pinned.Pin(e.forms.Internal(r.Query().String()))
 		}
 	}
+	for _, p := range e.andPlans {
+		e.pinned.Pin(p.first)
+	}
 }
 
 func (e *Engine) isHidden(name string) bool {
@@ -505,7 +525,25 @@ func (e *Engine) queryFunc(ctx context.Context, qs string, t time.Time) (promql.
 		}
 	}
 	defer e.pace.step(ctx)
+	if signals, _ := ctx.Value(signalsKey{}).(bool); signals {
+		return e.signalsQuery(ctx, qs, t)
+	}
+	if p := e.andPlans[qs]; p != nil {
+		return e.queryAnd(ctx, p, qs, t)
+	}
 	return rules.EngineQueryFunc(e.promql, rulegen.RenamingQueryable(e.query))(ctx, e.forms.Internal(qs), t)
+}
+
+// signalsKey marks the context of the signals group's evaluation
+// (evalSignals), whose queries queryFunc runs through signalsQuery.
+type signalsKey struct{}
+
+// minuteQueryable reads what the engine's query reads when a querier is
+// asked for: the minute being evaluated (signalsQuery is built once).
+type minuteQueryable struct{ e *Engine }
+
+func (m minuteQueryable) Querier(mint, maxt int64) (storage.Querier, error) {
+	return m.e.query.Querier(mint, maxt)
 }
 
 // EvalMinute evaluates minute t (a multiple of one minute): every group at
@@ -555,7 +593,11 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		}
 		// Group.Eval, plus the group's last-evaluation bookkeeping that
 		// /api/v1/rules shows.
-		e.evalGroup(ctx, g, t)
+		if g == e.signalsGroup {
+			e.evalSignals(ctx, g, t)
+		} else {
+			e.evalGroup(ctx, g, t)
+		}
 		if i == e.lastData && e.chunk == 0 {
 			// Live: the baselines, the groups after this one and the
 			// assembly read the scratch store alone, so that the snapshot

@@ -3,13 +3,12 @@ package diagnose
 import (
 	"context"
 	"math"
-	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/storage"
 )
 
 // evalScalar evaluates an evidence query at t and returns its first
@@ -25,77 +24,141 @@ func (e *Engine) evalScalar(ctx context.Context, qs string, t time.Time) (float6
 	return v[0].F, true
 }
 
-// fingerprint reads the engine's recorded canonical signals of entity ent
-// at t: the latest value of every strata:* series of its pod or GPU.
-func (e *Engine) fingerprint(ctx context.Context, ent Entities, t time.Time) Fingerprint {
-	fp := Fingerprint{Signals: map[string]float64{}}
-	var ms []*labels.Matcher
-	switch {
-	case ent.Pod != "":
-		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "pod", ent.Pod)}
-	case ent.UUID != "":
-		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "UUID", ent.UUID)}
-	case ent.Host != "":
-		ms = []*labels.Matcher{labels.MustNewMatcher(labels.MatchRegexp, "instance", regexp.QuoteMeta(ent.Host)+"(:.*)?")}
-	default:
-		return fp
-	}
-	ms = append(ms, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, "strata:.+"))
+// fingerprints reads the fingerprint of each of ents at t: the latest
+// value of every strata:* series of its pod (a pod label), GPU (a UUID
+// label) or host (an instance label of the host, with or without a
+// port), SLO series left out, a series with a component label named with
+// it; of several series of one name (a pod on two GPUs), the last in label
+// order. All of a minute's new incidents share one pass over the scratch
+// store: a select each walked every strata:* series (about 2 of the
+// engine's 10 CPU-s a minute at 500,000 series, with tens of incidents
+// opening).
+func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 	tm := t.UnixMilli()
-	q, err := e.scratch.Querier(tm-e.lookback.Milliseconds(), tm)
-	if err != nil {
-		return fp
+	fps := make([]Fingerprint, len(ents))
+	found := make([][]sampleAt, len(ents))
+	want := map[entityKey][]int{}
+	by := map[string]bool{} // the label names of want's keys: only those are read
+	keyed := make([]bool, len(ents))
+	for i, ent := range ents {
+		fps[i].Signals = map[string]float64{}
+		if k, ok := fingerprintKey(ent); ok {
+			want[k] = append(want[k], i)
+			by[k.name], keyed[i] = true, true
+		}
 	}
-	defer func() { _ = q.Close() }()
-	set := q.Select(ctx, false, &storage.SelectHints{Start: tm - e.lookback.Milliseconds(), End: tm}, ms...)
-	for set.Next() {
-		s := set.At()
-		it := s.Iterator(nil)
-		var last float64
-		ok := false
-		for it.Next() != 0 {
-			_, last = it.At()
-			ok = !math.IsNaN(last)
+	if len(want) > 0 {
+		pods, uuids, hosts := by["pod"], by["UUID"], by["instance"]
+		var of []int
+		var lbls labels.Labels
+		take := func(v float64) {
+			for _, i := range of {
+				found[i] = append(found[i], sampleAt{lbls, v})
+			}
 		}
-		if !ok {
-			continue
-		}
-		name := s.Labels().Get(model.MetricNameLabel)
-		if c := s.Labels().Get("component"); c != "" {
-			name += "{component=" + c + "}"
-		}
-		if strings.HasPrefix(name, "strata:slo:") {
-			continue
-		}
-		fp.Signals[name] = last
+		e.scratch.eachLatest(tm-e.lookback.Milliseconds(), tm, fingerprinted, func(l labels.Labels) func(float64) {
+			of, lbls = of[:0], l
+			if pods {
+				of = append(of, want[entityKey{"pod", l.Get("pod")}]...)
+			}
+			if uuids {
+				of = append(of, want[entityKey{"UUID", l.Get("UUID")}]...)
+			}
+			// The host of instance "h:9400" is h; a host's name may hold
+			// colons itself, so every prefix before one is a candidate.
+			if hosts {
+				inst := l.Get("instance")
+				of = append(of, want[entityKey{"instance", inst}]...)
+				for j := range len(inst) {
+					if inst[j] == ':' {
+						of = append(of, want[entityKey{"instance", inst[:j]}]...)
+					}
+				}
+			}
+			if len(of) == 0 {
+				return nil
+			}
+			return take
+		})
 	}
-	e.deviations(&fp, ent, tm)
-	return fp
+	for i := range ents {
+		slices.SortFunc(found[i], func(a, b sampleAt) int { return labels.Compare(a.lbls, b.lbls) })
+		for _, s := range found[i] {
+			name := s.lbls.Get(model.MetricNameLabel)
+			if c := s.lbls.Get("component"); c != "" {
+				name += "{component=" + c + "}"
+			}
+			fps[i].Signals[name] = s.v
+		}
+	}
+	if len(want) > 0 {
+		e.deviations(fps, ents, keyed, tm)
+	}
+	return fps
 }
 
-// deviations fills the fingerprint's robust deviations: each tracked
+// entityKey is the label (and its value) that selects an entity's series
+// for its fingerprint; for a host, the instance label's value up to its
+// port.
+type entityKey struct{ name, value string }
+
+// fingerprintKey is the label that selects ent's series: its pod, else its
+// GPU, else its host; false for an entity with none of them.
+func fingerprintKey(ent Entities) (entityKey, bool) {
+	switch {
+	case ent.Pod != "":
+		return entityKey{"pod", ent.Pod}, true
+	case ent.UUID != "":
+		return entityKey{"UUID", ent.UUID}, true
+	case ent.Host != "":
+		return entityKey{"instance", ent.Host}, true
+	}
+	return entityKey{}, false
+}
+
+// fingerprinted reports whether a fingerprint reads the series named
+// name: the engine's recorded signals (strata:*), but its SLO series.
+func fingerprinted(name string) bool {
+	return len(name) > len("strata:") && strings.HasPrefix(name, "strata:") && !strings.HasPrefix(name, "strata:slo:")
+}
+
+// deviations fills the fingerprints' robust deviations: each tracked
 // signal's z-score on the entity at minute tm (the largest in size when
 // the entity has several series of it, e.g. a pod on two GPUs), and per
-// dimension the largest |z| among its signals.
-func (e *Engine) deviations(fp *Fingerprint, ent Entities, tm int64) {
+// dimension the largest |z| among its signals. keyed says which entities
+// have a fingerprint key (the others get none). One pass over the tracked
+// series serves every entity: a series' entities are read once, not once
+// an incident (91,000 tracked series at 500,000 series of 15 s).
+func (e *Engine) deviations(fps []Fingerprint, ents []Entities, keyed []bool, tm int64) {
 	if e.base == nil {
 		return
 	}
 	for _, n := range e.base.names {
-		for _, s := range e.base.lookup(n, ent) {
-			_, _, z, _, ok := e.scratch.baselineAt(s, tm)
-			if !ok {
-				continue
-			}
-			if fp.Deviations == nil {
-				fp.Deviations, fp.Dimensions = map[string]float64{}, map[string]float64{}
-			}
-			z = math.Round(z*1000) / 1000
-			if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
-				fp.Deviations[n] = z
-			}
-			if dim := s.lbls.Get("strata_cause"); dim != "" && math.Abs(z) > fp.Dimensions[dim] {
-				fp.Dimensions[dim] = math.Abs(z)
+		for _, s := range e.base.byMetric[n] {
+			se := entitiesOf(s.lbls)
+			read, ok := false, false
+			var z float64
+			for i, ent := range ents {
+				if !keyed[i] || !seriesOnEntity(se, ent) {
+					continue
+				}
+				if !read {
+					_, _, z, _, ok = e.scratch.baselineAt(s, tm)
+					z, read = math.Round(z*1000)/1000, true
+				}
+				if !ok {
+					break
+				}
+				fp := &fps[i]
+				if fp.Deviations == nil {
+					fp.Deviations, fp.Dimensions = map[string]float64{}, map[string]float64{}
+				}
+				if old, ok := fp.Deviations[n]; !ok || math.Abs(z) > math.Abs(old) {
+					fp.Deviations[n] = z
+				}
+				if dim := s.lbls.Get("strata_cause"); dim != "" && math.Abs(z) > fp.Dimensions[dim] {
+					fp.Dimensions[dim] = math.Abs(z)
+				}
 			}
 		}
 	}

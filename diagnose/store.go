@@ -364,6 +364,37 @@ func (s *scratch) valuesAt(name string, t int64) []sampleAt {
 	return out
 }
 
+// eachLatest calls fn, under the store's read lock, with the labels of
+// every series whose name keep accepts; when fn returns a non-nil
+// function, that is called with the series' last sample in [mint, maxt],
+// if it has one and it is not NaN (a stale marker is one): what an
+// instant selection of the series reads at maxt with a lookback of
+// maxt-mint, without copying their samples. Asked by labels first, the
+// caller reads the samples of only the series it wants (their arrays were
+// most of the time of a pass over every series). The labels are the
+// store's own: fn must not modify them, nor either function call into s.
+func (s *scratch) eachLatest(mint, maxt int64, keep func(name string) bool, fn func(lbls labels.Labels) func(v float64)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for name, list := range s.byName {
+		if !keep(name) {
+			continue
+		}
+		for _, e := range list {
+			take := fn(e.lbls)
+			if take == nil {
+				continue
+			}
+			ts := s.times(e)
+			hi := e.after(ts, maxt)
+			if hi == 0 || e.at(ts, hi-1) < mint || math.IsNaN(e.vs[hi-1]) {
+				continue
+			}
+			take(e.vs[hi-1])
+		}
+	}
+}
+
 // scratchHandle appends to one series without hashing its labels every
 // time (the baselines write thousands of samples a minute).
 type scratchHandle struct {
@@ -475,6 +506,12 @@ func (q *scratchQuerier) candidates(ms []*labels.Matcher) []*scratchSeries {
 }
 
 func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	return q.selectWhere(hints, nil, ms...)
+}
+
+// selectWhere is Select of the series keep accepts besides the matchers
+// (nil: every one): the others' samples are not copied.
+func (q *scratchQuerier) selectWhere(hints *storage.SelectHints, keep func(labels.Labels) bool, ms ...*labels.Matcher) storage.SeriesSet {
 	mint, maxt := q.mint, q.maxt
 	if hints != nil {
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
@@ -496,7 +533,7 @@ func (q *scratchQuerier) Select(_ context.Context, _ bool, hints *storage.Select
 	spans := make([]span, 0, len(cands))
 	total, nts := 0, 0
 	for _, e := range cands {
-		if !seriesset.MatchAll(e.lbls, ms) {
+		if !seriesset.MatchAll(e.lbls, ms) || keep != nil && !keep(e.lbls) {
 			continue
 		}
 		ets := q.s.times(e)
