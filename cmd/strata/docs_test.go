@@ -101,6 +101,7 @@ func known(set map[string]bool, flag string) bool {
 var foreignFlags = map[string]string{
 	"web.enable-remote-write-receiver": "prometheus",
 	"storage.tsdb.path":                "prometheus",
+	"storage.tsdb.samples-per-chunk":   "prometheus",
 	"use-old-namespace":                "dcgm",
 	"kv-cache-metrics":                 "vllm",
 	"label-count":                      "avalanche",
