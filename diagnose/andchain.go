@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/dcgmbridge/rulegen"
+	"github.com/strata-dev/strata/internal/promqlast"
 )
 
 // An and-chain is a rule `L and R1 and ... and Rn` (plain `and`: no on,
@@ -63,7 +64,7 @@ func planAnd(expr parser.Expr) *andPlan {
 
 // andOperands returns the operands of an and-chain, leftmost first, or nil.
 func andOperands(expr parser.Expr) []parser.Expr {
-	b, ok := unparen(expr).(*parser.BinaryExpr)
+	b, ok := promqlast.Unparen(expr).(*parser.BinaryExpr)
 	if !ok || b.Op != parser.LAND || !plainMatching(b.VectorMatching) {
 		return nil
 	}
@@ -76,16 +77,6 @@ func andOperands(expr parser.Expr) []parser.Expr {
 
 func plainMatching(m *parser.VectorMatching) bool {
 	return m != nil && m.Card == parser.CardManyToMany && !m.On && len(m.MatchingLabels) == 0 && len(m.Include) == 0
-}
-
-func unparen(e parser.Expr) parser.Expr {
-	for {
-		p, ok := e.(*parser.ParenExpr)
-		if !ok {
-			return e
-		}
-		e = p.Expr
-	}
 }
 
 // perSeriesFuncs map each series of their range-vector argument to one

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/prometheus/util/annotations"
 	"github.com/prometheus/prometheus/util/kahansum"
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
+
+	"github.com/strata-dev/strata/internal/promqlast"
 )
 
 // A distributed Thanos Querier pushes `avg by (x) (sel)` down as two
@@ -58,7 +60,7 @@ func aggregationOf(query string) (pushedAggregation, bool) {
 	if err != nil {
 		return pushedAggregation{}, false
 	}
-	agg, ok := unparen(expr).(*parser.AggregateExpr)
+	agg, ok := promqlast.Unparen(expr).(*parser.AggregateExpr)
 	if !ok || agg.Without || agg.Param != nil {
 		return pushedAggregation{}, false
 	}
@@ -67,23 +69,13 @@ func aggregationOf(query string) (pushedAggregation, bool) {
 	default:
 		return pushedAggregation{}, false
 	}
-	vs, ok := unparen(agg.Expr).(*parser.VectorSelector)
+	vs, ok := promqlast.Unparen(agg.Expr).(*parser.VectorSelector)
 	if !ok {
 		return pushedAggregation{}, false
 	}
 	grouping := slices.Clone(agg.Grouping)
 	slices.Sort(grouping)
 	return pushedAggregation{op: agg.Op, grouping: grouping, selector: vs.String(), fusable: fusable(vs)}, true
-}
-
-func unparen(e parser.Expr) parser.Expr {
-	for {
-		p, ok := e.(*parser.ParenExpr)
-		if !ok {
-			return e
-		}
-		e = p.Expr
-	}
 }
 
 // evalKey is what makes two requests' selectors evaluate alike: the

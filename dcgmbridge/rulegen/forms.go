@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/internal/promqlast"
 )
 
 // InternalForms holds the internal form (PushDownRenames) of the canonical
@@ -501,7 +503,7 @@ func (form *internalForm) plan(absent string) *plan {
 		p.query = pruned.String()
 		sharing, ids := form.readShared(pruned)
 		p.sharing, p.ids = sharing.String(), ids
-		_, p.whole = unparen(sharing).(*parser.VectorSelector)
+		_, p.whole = promqlast.Unparen(sharing).(*parser.VectorSelector)
 		p.whole = p.whole && len(ids) == 1
 		if !p.whole {
 			p.local = form.local(pruned)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/kahansum"
 
+	"github.com/strata-dev/strata/internal/promqlast"
 	"github.com/strata-dev/strata/internal/seriesset"
 )
 
@@ -103,7 +104,7 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 	}
 	f := &fusedAgg{op: a.Op, grouping: slices.Compact(slices.Sorted(slices.Values(a.Grouping))), below: math.NaN()}
 	var vs *parser.VectorSelector
-	switch n := unparen(a.Expr).(type) {
+	switch n := promqlast.Unparen(a.Expr).(type) {
 	case *parser.VectorSelector:
 		vs = n
 	case *parser.Call:
@@ -491,11 +492,11 @@ func quantileCall(c *parser.Call) (float64, *parser.AggregateExpr, bool) {
 	if c.Func.Name != "histogram_quantile" || len(c.Args) != 2 {
 		return 0, nil, false
 	}
-	q, ok := unparen(c.Args[0]).(*parser.NumberLiteral)
+	q, ok := promqlast.Unparen(c.Args[0]).(*parser.NumberLiteral)
 	if !ok {
 		return 0, nil, false
 	}
-	a, ok := unparen(c.Args[1]).(*parser.AggregateExpr)
+	a, ok := promqlast.Unparen(c.Args[1]).(*parser.AggregateExpr)
 	return q.Val, a, ok
 }
 

@@ -128,15 +128,10 @@ func (e *evalEnv) appendFaultyFleet(fleet []fleetSeries) {
 	}
 }
 
-// TestFusedPassMatchesEngine evaluates every aggregation of the canonical
-// rules that a fused pass computes both ways, the pass and the engine, over
-// the same storage at each of faultyTimes, and requires the same series in
-// the same order with the same values to the bit; and the same for every
-// histogram_quantile of fused bucket sums (in any order: the engine's is a
-// map's).
-func TestFusedPassMatchesEngine(t *testing.T) {
-	e := newEvalEnv(t)
-	e.appendFaultyFleet(mixedFleet(t, e, 8000))
+// canonicalForms is the internal forms of the canonical recording rules
+// (rate window 1m) over e's catalogue, and the rules' queries.
+func canonicalForms(t *testing.T, e *evalEnv) (*InternalForms, []string) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.RateWindow = time.Minute
 	rs, err := RecordingRules(e.cat, cfg)
@@ -151,6 +146,19 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 	if err := forms.Set(parser.NewParser(parser.Options{}), exprs); err != nil {
 		t.Fatal(err)
 	}
+	return forms, exprs
+}
+
+// TestFusedPassMatchesEngine evaluates every aggregation of the canonical
+// rules that a fused pass computes both ways, the pass and the engine, over
+// the same storage at each of faultyTimes, and requires the same series in
+// the same order with the same values to the bit; and the same for every
+// histogram_quantile of fused bucket sums (in any order: the engine's is a
+// map's).
+func TestFusedPassMatchesEngine(t *testing.T) {
+	e := newEvalEnv(t)
+	e.appendFaultyFleet(mixedFleet(t, e, 8000))
+	forms, _ := canonicalForms(t, e)
 	const lookback = 5 * time.Minute
 	nq := newestFirst(e.raw, lookback, NewestWindow)
 	q := RenamingQueryable(nq)

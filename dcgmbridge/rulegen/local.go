@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/strata-dev/strata/internal/promqlast"
 )
 
 // The local evaluation of a plan. Once the memo holds a plan's shared
@@ -84,7 +86,7 @@ func (form *internalForm) localBinary(n *parser.BinaryExpr) localNode {
 // localScalar accepts `vector op number` (what the canonical rules write:
 // the number on the right, comparisons without bool).
 func (form *internalForm) localScalar(n *parser.BinaryExpr) localNode {
-	lit, ok := unparen(n.RHS).(*parser.NumberLiteral)
+	lit, ok := promqlast.Unparen(n.RHS).(*parser.NumberLiteral)
 	if !ok {
 		return nil
 	}
@@ -106,7 +108,7 @@ func (form *internalForm) localLabelReplace(c *parser.Call) localNode {
 	}
 	var args [4]string
 	for i := range args {
-		s, ok := unparen(c.Args[i+1]).(*parser.StringLiteral)
+		s, ok := promqlast.Unparen(c.Args[i+1]).(*parser.StringLiteral)
 		if !ok {
 			return nil
 		}

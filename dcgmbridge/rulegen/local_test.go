@@ -45,20 +45,7 @@ func TestLocalPlansMatchEngine(t *testing.T) {
 		}
 	}
 	e.appendFaultyFleet(fleet)
-	cfg := DefaultConfig()
-	cfg.RateWindow = time.Minute
-	rs, err := RecordingRules(e.cat, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forms := NewInternalForms()
-	exprs := make([]string, len(rs))
-	for i, r := range rs {
-		exprs[i] = r.Query().String()
-	}
-	if err := forms.Set(parser.NewParser(parser.Options{}), exprs); err != nil {
-		t.Fatal(err)
-	}
+	forms, exprs := canonicalForms(t, e)
 	const lookback = 5 * time.Minute
 	qf := forms.QueryFunc(e.engine, e.raw, lookback)
 	engine := rules.EngineQueryFunc(e.engine, RenamingQueryable(newestFirst(e.raw, lookback, NewestWindow)))

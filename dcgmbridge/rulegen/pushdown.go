@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/strata-dev/strata/internal/promqlast"
 )
 
 // RenameLabel is the matcher the internal form of the canonical rules puts
@@ -92,26 +94,16 @@ func belowFilter(e parser.Expr) (*parser.VectorSelector, bool) {
 	if !ok || b.Op != parser.LSS || b.ReturnBool {
 		return nil, false
 	}
-	vs, ok := unparen(b.LHS).(*parser.VectorSelector)
+	vs, ok := promqlast.Unparen(b.LHS).(*parser.VectorSelector)
 	if !ok || slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool { return m.Name == BelowLabel }) {
 		return nil, false
 	}
-	n, ok := unparen(b.RHS).(*parser.NumberLiteral)
+	n, ok := promqlast.Unparen(b.RHS).(*parser.NumberLiteral)
 	if !ok || math.IsNaN(n.Val) {
 		return nil, false
 	}
 	vs.LabelMatchers = append(vs.LabelMatchers, labels.MustNewMatcher(labels.MatchEqual, BelowLabel, strconv.FormatFloat(n.Val, 'g', -1, 64)))
 	return vs, true
-}
-
-func unparen(e parser.Expr) parser.Expr {
-	for {
-		p, ok := e.(*parser.ParenExpr)
-		if !ok {
-			return e
-		}
-		e = p.Expr
-	}
 }
 
 // copyChain unwraps nested label copies around an expression; copies are in
