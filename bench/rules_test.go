@@ -72,7 +72,9 @@ func pacedRaw(tb testing.TB, series, secs, interval int) (*tiers.Raw, time.Time)
 // every 15 s (the paced run that issue 13's figures come from). It is what
 // each evaluation allocates in those runs (docs/bench.md, "the canonical
 // rules' garbage"). The bytes of the rules that allocate most are reported
-// per evaluation (B/eval-<rule>); cpu-ns/op is the process's CPU time.
+// per evaluation (B/eval-<rule>); cpu-ns/op is the process's CPU time;
+// held-B/eval is the most the live heap stood above its level before an
+// evaluation, read after each rule (what the evaluation keeps while it runs).
 func BenchmarkCanonicalRulesPaced(b *testing.B) {
 	for _, c := range []struct {
 		series, secs, interval int
@@ -109,9 +111,21 @@ func benchCanonicalRules(b *testing.B, series, secs, interval int) {
 	stale := rulestale.New()
 	qf := stale.QueryFunc(forms.QueryFunc(engine, raw, 5*time.Minute))
 	// Each rule's allocation, measured around its query (runtime.ReadMemStats
-	// stops the world: only in the first evaluations, not the timed ones).
+	// stops the world: only in the first evaluations, not the timed ones),
+	// and what the evaluation holds between its rules: the live heap after
+	// each rule's query (a collection first), above the live heap before
+	// the evaluation. That is what a collection landing in the middle of
+	// an evaluation finds live besides the steady heap (the memo's results,
+	// the results not yet appended), and what the heap goal rises by.
 	perRule := map[string]uint64{}
 	measure := true
+	var before, held uint64
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
 	wq := func(ctx context.Context, qs string, t time.Time) (promql.Vector, error) {
 		if !measure {
 			return qf(ctx, qs, t)
@@ -121,6 +135,9 @@ func benchCanonicalRules(b *testing.B, series, secs, interval int) {
 		v, err := qf(ctx, qs, t)
 		runtime.ReadMemStats(&m1)
 		perRule[names[qs]] += m1.TotalAlloc - m0.TotalAlloc
+		if h := live(); h > before {
+			held = max(held, h-before)
+		}
 		return v, err
 	}
 	reg := prometheus.NewRegistry()
@@ -131,6 +148,8 @@ func benchCanonicalRules(b *testing.B, series, secs, interval int) {
 	iter := stale.EvalIterationFunc(forms.EvalIterationFunc)
 	const measured = 3
 	for range measured {
+		// The last evaluation's: the first also creates the rules' series.
+		before, held = live(), 0
 		iter(context.Background(), g, at)
 	}
 	for _, r := range g.Rules() {
@@ -162,6 +181,7 @@ func benchCanonicalRules(b *testing.B, series, secs, interval int) {
 	}
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()) - time.Duration(ru0.Utime.Nano()+ru0.Stime.Nano())
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(held), "held-B/eval")
 	for _, rb := range top[:min(len(top), 8)] {
 		b.ReportMetric(float64(rb.bytes), "B/eval-"+rb.name)
 	}

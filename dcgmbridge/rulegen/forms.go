@@ -106,6 +106,10 @@ type internalForm struct {
 	// calls) that are shared subexpressions to
 	// their id in InternalForms.shared.
 	shared map[parser.Expr]int
+	// drops are the shared subexpressions no expression after this one
+	// (in the order the group evaluates them) reads: the memo forgets
+	// them once this one is evaluated (lastReaders).
+	drops []int
 
 	mu    sync.Mutex
 	plans map[string]*plan // by which selectors matched nothing
@@ -184,6 +188,7 @@ func (f *InternalForms) Set(p parser.Parser, exprs []string) error {
 		forms = append(forms, form)
 	}
 	shared := markShared(forms)
+	lastReaders(forms, shared)
 	f.pin(queries(shared)...)
 	f.mu.Lock()
 	old, oldShared := f.byExported, f.shared
@@ -288,6 +293,49 @@ func markShared(forms []*internalForm) []memoExpr {
 		walk(form.expr)
 	}
 	return shared
+}
+
+// lastReaders sets each form's drops: the shared subexpressions whose last
+// reader it is, forms being in the order of the group's rules (a rules.Group
+// evaluates them one after the other, in order). A quantile's reader reads
+// its bucket sum too. Without them the memo held every result until the
+// evaluation ended: 70 MB at 500,000 series, live at every collection that
+// fell within an evaluation (docs/bench.md, s16-peak). Should a group
+// evaluate its rules in another order, a result read after it was dropped
+// is evaluated again, as the engine evaluates a subexpression at each use.
+// An expression that two rules of the set share is evaluated through one
+// form at both places: what it reads is kept to the evaluation's end.
+func lastReaders(forms []*internalForm, shared []memoExpr) {
+	const never = -2 // kept to the end
+	last := make([]int, len(shared))
+	for i := range last {
+		last[i] = -1
+	}
+	seen := map[string]int{}
+	for _, form := range forms {
+		seen[form.str]++
+	}
+	for i, form := range forms {
+		for _, id := range form.shared {
+			ids := []int{id}
+			if q := shared[id].quantile; q != nil {
+				ids = append(ids, q.of)
+			}
+			for _, id := range ids {
+				switch {
+				case seen[form.str] > 1:
+					last[id] = never
+				case last[id] != never:
+					last[id] = i
+				}
+			}
+		}
+	}
+	for id, i := range last {
+		if i >= 0 {
+			forms[i].drops = append(forms[i].drops, id)
+		}
+	}
 }
 
 // shareable reports whether an aggregation reads only raw inputs, named
@@ -404,17 +452,20 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		qm := memo
 		for _, id := range p.ids {
 			if shared[id].fresh && qm == memo {
-				qm = &sharedMemo{t: t, vecs: map[int]promql.Vector{}, parent: memo}
+				qm = &sharedMemo{t: t, vals: map[int]memoValue{}, parent: memo}
 				ctx = context.WithValue(ctx, memoKey{}, qm)
 			}
 		}
+		// Once this expression is evaluated, the memo forgets what no
+		// later one reads.
+		defer memo.drop(t, form.drops)
 		var fill func(id int) error
 		fill = func(id int) error {
 			e, m := shared[id], memo
 			if e.fresh {
 				m = qm
 			}
-			return m.fill(id, t, func() (promql.Vector, error) {
+			return m.fill(id, t, func() (memoValue, error) {
 				switch {
 				case e.fused != nil:
 					sc := memo.takeScratch()
@@ -425,14 +476,15 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 					}
 				case e.quantile != nil:
 					if err := fill(e.quantile.of); err != nil {
-						return nil, err
+						return memoValue{}, err
 					}
-					of, _ := qm.get(e.quantile.of)
+					of, _ := qm.value(e.quantile.of)
 					if v, ok := e.quantile.eval(of); ok {
-						return v, nil
+						return memoValue{vec: v}, nil
 					}
 				}
-				return run(ctx, e.query, t)
+				v, err := run(ctx, e.query, t)
+				return memoValue{vec: v}, err
 			})
 		}
 		for _, id := range p.ids {
@@ -453,10 +505,11 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 }
 
 // EvalIterationFunc is rules.DefaultEvalIterationFunc with a memo for the
-// shared subexpressions of one evaluation of g (QueryFunc), dropped when it
-// ends: pass it to rules.Manager.Update.
+// shared subexpressions of one evaluation of g (QueryFunc), each result
+// dropped after the last rule that reads it: pass it to
+// rules.Manager.Update.
 func (f *InternalForms) EvalIterationFunc(ctx context.Context, g *rules.Group, ts time.Time) {
-	rules.DefaultEvalIterationFunc(context.WithValue(ctx, memoKey{}, &sharedMemo{vecs: map[int]promql.Vector{}}), g, ts)
+	rules.DefaultEvalIterationFunc(context.WithValue(ctx, memoKey{}, newSharedMemo()), g, ts)
 }
 
 // lookup reports which of form's selectors match no series over the range
@@ -578,10 +631,38 @@ type memoKey struct{}
 type sharedMemo struct {
 	mu     sync.Mutex
 	t      time.Time
-	vecs   map[int]promql.Vector
+	vals   map[int]memoValue
 	parent *sharedMemo
 	// passes is the fused passes' scratch, between passes (takeScratch).
 	passes *passScratch
+	// ordered is set for a group evaluation's memo (EvalIterationFunc):
+	// its rules come in order, and a result is dropped after its last
+	// reader (internalForm.drops). Any other memo keeps its results.
+	ordered bool
+	// evals counts the evaluations of each id (tests read it: an id the
+	// memo dropped too early is evaluated twice).
+	evals map[int]int
+}
+
+// newSharedMemo returns the memo of a group evaluation.
+func newSharedMemo() *sharedMemo {
+	return &sharedMemo{vals: map[int]memoValue{}, ordered: true, evals: map[int]int{}}
+}
+
+// memoValue is a shared subexpression's result as the memo holds it: its
+// vector, or a fused bucket sum's bucketSums, whose vector is built only
+// when something but a quantile reads it.
+type memoValue struct {
+	vec  promql.Vector
+	sums *bucketSums
+}
+
+// vector is v's vector (a bucket sum's built anew).
+func (v memoValue) vector() promql.Vector {
+	if v.sums != nil {
+		return v.sums.vector()
+	}
+	return v.vec
 }
 
 // takeScratch returns the scratch the last fused pass of the evaluation
@@ -605,14 +686,14 @@ func (m *sharedMemo) putScratch(sc *passScratch) {
 }
 
 // fill evaluates shared subexpression id at t unless the memo has it.
-func (m *sharedMemo) fill(id int, t time.Time, eval func() (promql.Vector, error)) error {
+func (m *sharedMemo) fill(id int, t time.Time, eval func() (memoValue, error)) error {
 	m.mu.Lock()
 	if !m.t.Equal(t) {
 		// A group evaluates every rule at one time; a memo is never
 		// read at another.
-		m.t, m.vecs = t, map[int]promql.Vector{}
+		m.t, m.vals = t, map[int]memoValue{}
 	}
-	_, ok := m.vecs[id]
+	_, ok := m.vals[id]
 	m.mu.Unlock()
 	if ok {
 		return nil
@@ -621,19 +702,37 @@ func (m *sharedMemo) fill(id int, t time.Time, eval func() (promql.Vector, error
 	if err != nil {
 		return err
 	}
-	for i := range v {
+	for i := range v.vec {
 		// The engine may hand a result's histograms to its pools when
 		// the query closes; later queries read the memo.
-		if v[i].H != nil {
-			v[i].H = v[i].H.Copy()
+		if v.vec[i].H != nil {
+			v.vec[i].H = v.vec[i].H.Copy()
 		}
 	}
 	m.mu.Lock()
 	if m.t.Equal(t) {
-		m.vecs[id] = v
+		m.vals[id] = v
+		if m.evals != nil {
+			m.evals[id]++
+		}
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// drop forgets the results ids of the evaluation at t, when m is a group
+// evaluation's.
+func (m *sharedMemo) drop(t time.Time, ids []int) {
+	if !m.ordered || len(ids) == 0 {
+		return
+	}
+	m.mu.Lock()
+	if m.t.Equal(t) {
+		for _, id := range ids {
+			delete(m.vals, id)
+		}
+	}
+	m.mu.Unlock()
 }
 
 // vector is what the engine returns for an instant query of nothing but
@@ -657,12 +756,29 @@ func (m *sharedMemo) vector(id int) (promql.Vector, error) {
 	return out, nil
 }
 
+// get is id's result as a vector; a bucket sum's is built at the first
+// read and kept.
 func (m *sharedMemo) get(id int) (promql.Vector, bool) {
 	m.mu.Lock()
-	v, ok := m.vecs[id]
+	v, ok := m.vals[id]
+	if ok && v.sums != nil {
+		v = memoValue{vec: v.sums.vector()}
+		m.vals[id] = v
+	}
 	m.mu.Unlock()
 	if !ok && m.parent != nil {
 		return m.parent.get(id)
+	}
+	return v.vec, ok
+}
+
+// value is id's result as the memo holds it.
+func (m *sharedMemo) value(id int) (memoValue, bool) {
+	m.mu.Lock()
+	v, ok := m.vals[id]
+	m.mu.Unlock()
+	if !ok && m.parent != nil {
+		return m.parent.value(id)
 	}
 	return v, ok
 }

@@ -80,9 +80,14 @@ type fusedAgg struct {
 	// rateRange is the range of rate(vs[range]); 0: vs is an instant
 	// selector.
 	rateRange time.Duration
+	// le is the index of le in grouping when the pass is a bucket sum its
+	// quantiles read (quantileOf), -1 otherwise: such a pass returns
+	// bucketSums, not a vector.
+	le int
 	// groups is how many groups the last pass had: the next one's
-	// capacity, so that a pass does not grow its groups step by step.
-	groups atomic.Int64
+	// capacity, so that a pass does not grow its groups step by step;
+	// hists the same for a bucket sum's histograms.
+	groups, hists atomic.Int64
 }
 
 // fusable returns the fused pass for a, or nil when a is not one of its
@@ -156,6 +161,10 @@ func fusable(a *parser.AggregateExpr) *fusedAgg {
 	slices.Sort(f.names)
 	f.names = slices.Compact(f.names)
 	index := func(name string) int { i, _ := slices.BinarySearch(f.names, name); return i }
+	f.le = -1
+	if quantileOf(f) {
+		f.le = slices.Index(f.grouping, model.BucketLabel)
+	}
 	for _, g := range f.grouping {
 		f.at.grouping = append(f.at.grouping, index(g))
 	}
@@ -206,17 +215,22 @@ type group struct {
 type passScratch struct {
 	groups []group
 	index  map[uint64]int
+	// hindex is a bucket sum's histograms' index, les its le values by
+	// the series' spelling (bucketSums).
+	hindex map[uint64]int32
+	les    map[string]bucketBound
 }
 
 // eval runs the fused pass at t over q, which must be what the engine reads
 // under RenamingQueryable (newestFirst), with the engine's lookback. sc,
-// when not nil, is reused for the pass's groups.
-func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration, sc *passScratch) (_ promql.Vector, err error) {
+// when not nil, is reused for the pass's groups. A bucket sum (f.le >= 0)
+// answers with its bucketSums, any other pass with its vector.
+func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, lookback time.Duration, sc *passScratch) (_ memoValue, err error) {
 	ts := t.UnixMilli()
 	hints := f.hints(ts, lookback)
 	querier, err := q.Querier(hints.Start, hints.End)
 	if err != nil {
-		return nil, err
+		return memoValue{}, err
 	}
 	defer func() { err = errors.Join(err, querier.Close()) }()
 	set := querier.Select(ctx, false, hints, f.matchers...)
@@ -230,8 +244,9 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 	clear(sc.index)
 	var (
 		// out holds each group's labels as it is found, its value at
-		// the end.
-		out    = make(promql.Vector, 0, hint)
+		// the end; a bucket sum's sums hold its buckets instead.
+		out    promql.Vector
+		sums   *bucketSums
 		groups = slices.Grow(sc.groups[:0], hint)
 		index  = sc.index
 		buf    = make([]byte, 0, 1024)
@@ -242,9 +257,14 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		it     = storage.NewMemoizedEmptyIterator(lookback.Milliseconds())
 		points []fpoint
 	)
+	if f.le >= 0 {
+		sums = sc.newSums(ts, hint, int(f.hists.Load()))
+	} else {
+		out = make(promql.Vector, 0, hint)
+	}
 	for set.Next() {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return memoValue{}, err
 		}
 		s := set.At()
 		chk = s.Iterator(chk)
@@ -255,13 +275,13 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		if f.rateRange > 0 {
 			points, err = rangePoints(chk, ts-f.rateRange.Milliseconds(), ts, points[:0])
 			if err != nil {
-				return nil, err
+				return memoValue{}, err
 			}
 			v, ok = rate(points, ts, f.rateRange)
 		} else {
 			it.Reset(chk)
 			if v, ok, err = instantValue(it, ts, lookback.Milliseconds(), f.below); err != nil {
-				return nil, err
+				return memoValue{}, err
 			}
 		}
 		if !ok {
@@ -276,28 +296,45 @@ func (f *fusedAgg) eval(ctx context.Context, q storage.Queryable, t time.Time, l
 		key := xxhash.Sum64(buf)
 		gi, seen := index[key]
 		if !seen {
-			sb.Reset()
-			for i, v := range vals {
-				if v != "" {
-					sb.Add(f.grouping[i], v)
-				}
-			}
 			gi = len(groups)
 			index[key] = gi
 			groups = append(groups, group{})
-			out = append(out, promql.Sample{Metric: sb.Labels(), T: ts})
+			if sums != nil {
+				sums.add(f, sc, vals, buf, &sb)
+			} else {
+				out = append(out, promql.Sample{Metric: f.groupLabels(vals, -1, &sb), T: ts})
+			}
 		}
 		f.add(&groups[gi], v)
 	}
 	sc.groups = groups
 	if err := set.Err(); err != nil {
-		return nil, err
+		return memoValue{}, err
 	}
 	f.groups.Store(int64(len(groups)))
+	if sums != nil {
+		f.hists.Store(int64(len(sums.hists)))
+		for i := range groups {
+			sums.buckets[i].f = f.result(&groups[i])
+		}
+		return memoValue{sums: sums}, nil
+	}
 	for i := range groups {
 		out[i].F = f.result(&groups[i])
 	}
-	return out, nil
+	return memoValue{vec: out}, nil
+}
+
+// groupLabels is the label set of a group whose grouping labels' values
+// are vals (empty: absent), but for the one at index skip (-1: none).
+func (f *fusedAgg) groupLabels(vals []string, skip int, sb *labels.ScratchBuilder) labels.Labels {
+	sb.Reset()
+	for i, v := range vals {
+		if v != "" && i != skip {
+			sb.Add(f.grouping[i], v)
+		}
+	}
+	return sb.Labels()
 }
 
 // groupValues sets vals to the values of f's grouping labels (empty:
@@ -509,7 +546,16 @@ func quantileOf(f *fusedAgg) bool {
 // eval is the quantile of the bucket sums in, and false where in holds a
 // native histogram (the engine's evaluation of a, where the fused pass
 // could not) and the engine must answer.
-func (fq *fusedQuantile) eval(in promql.Vector) (promql.Vector, bool) {
+func (fq *fusedQuantile) eval(in memoValue) (promql.Vector, bool) {
+	if in.sums != nil {
+		return fq.ofSums(in.sums), true
+	}
+	return fq.ofVector(in.vec)
+}
+
+// ofVector is the quantile of bucket sums the engine computed: grouped by
+// their labels but le.
+func (fq *fusedQuantile) ofVector(in promql.Vector) (promql.Vector, bool) {
 	type histogram struct {
 		metric  labels.Labels
 		buckets promql.Buckets
@@ -550,4 +596,135 @@ func (fq *fusedQuantile) eval(in promql.Vector) (promql.Vector, bool) {
 		out[i] = promql.Sample{Metric: h.metric, T: ts, F: v}
 	}
 	return out, true
+}
+
+// bucketSums is a fused bucket sum, `sum by (le, ...)`, as its quantiles
+// read it: each group's le and value, and the label set of its histogram
+// (its labels but le), built once a histogram. The engine's result holds a
+// label set a bucket, which the quantile reads only to take le off again:
+// at 500,000 series about 210,000 of them an evaluation, most of what the
+// memo held while the canonical rules ran (docs/bench.md, s16-peak). The
+// vector is built only for a reader that is not a quantile (vector).
+type bucketSums struct {
+	ts    int64
+	hists []labels.Labels
+	// buckets are the groups, in the pass's order (the engine's).
+	buckets []bucketSum
+}
+
+// bucketSum is one group of a bucket sum.
+type bucketSum struct {
+	bucketBound
+	hist int32 // index in hists
+	f    float64
+}
+
+// bucketBound is an le value, and its upper bound as the quantile reads
+// it (NaN: none, the quantile skips the bucket).
+type bucketBound struct {
+	le    string
+	upper float64
+}
+
+// newSums returns an empty bucketSums of the capacities given, its
+// histograms' index in sc.
+func (sc *passScratch) newSums(ts int64, buckets, hists int) *bucketSums {
+	if sc.hindex == nil {
+		sc.hindex = make(map[uint64]int32, hists)
+		sc.les = map[string]bucketBound{}
+	}
+	clear(sc.hindex)
+	return &bucketSums{ts: ts, hists: make([]labels.Labels, 0, hists), buckets: make([]bucketSum, 0, buckets)}
+}
+
+// add adds a group whose grouping values are vals (f.le's included) to b,
+// with its histogram (a new one when no group before had the same values
+// but le). buf is scratch. The le values are kept once a scratch (a few
+// dozen distinct), not as substrings of a series' labels, which would keep
+// them in memory with the memo.
+func (b *bucketSums) add(f *fusedAgg, sc *passScratch, vals []string, buf []byte, sb *labels.ScratchBuilder) {
+	buf = buf[:0]
+	for i, v := range vals {
+		if i != f.le {
+			buf = binary.AppendUvarint(buf, uint64(len(v)))
+			buf = append(buf, v...)
+		}
+	}
+	key := xxhash.Sum64(buf)
+	hi, ok := sc.hindex[key]
+	if !ok {
+		hi = int32(len(b.hists)) //nolint:gosec // a pass's histograms fit
+		sc.hindex[key] = hi
+		b.hists = append(b.hists, f.groupLabels(vals, f.le, sb))
+	}
+	le := vals[f.le]
+	bound, ok := sc.les[le]
+	if !ok {
+		bound = bucketBound{le: strings.Clone(le), upper: math.NaN()}
+		// As funcHistogramQuantile reads le; an unparsable one (or none)
+		// is skipped, with a warning the rules do not keep.
+		if u, err := strconv.ParseFloat(le, 64); err == nil {
+			bound.upper = u
+		}
+		sc.les[bound.le] = bound
+	}
+	b.buckets = append(b.buckets, bucketSum{bucketBound: bound, hist: hi})
+}
+
+// vector is the bucket sum as the engine returns it: a sample a group, in
+// order, with its labels (the histogram's and le).
+func (b *bucketSums) vector() promql.Vector {
+	out := make(promql.Vector, len(b.buckets))
+	lb := labels.NewBuilder(labels.EmptyLabels())
+	for i, bk := range b.buckets {
+		lb.Reset(b.hists[bk.hist])
+		if bk.le != "" {
+			lb.Set(model.BucketLabel, bk.le)
+		}
+		out[i] = promql.Sample{Metric: lb.Labels(), T: b.ts, F: bk.f}
+	}
+	return out
+}
+
+// ofSums is the quantile of a fused bucket sum, as ofVector computes it
+// from its vector: the histograms in the order of their first bucket with
+// an upper bound, each's buckets in the groups' order.
+func (fq *fusedQuantile) ofSums(b *bucketSums) promql.Vector {
+	var (
+		place = make([]int32, len(b.hists)) // a histogram's index in order, +1 (0: none yet)
+		count = make([]int32, len(b.hists))
+		order []int32
+	)
+	for _, bk := range b.buckets {
+		if math.IsNaN(bk.upper) {
+			continue // the engine warns and skips it
+		}
+		if place[bk.hist] == 0 {
+			order = append(order, bk.hist)
+			place[bk.hist] = int32(len(order)) //nolint:gosec // a pass's histograms fit
+		}
+		count[bk.hist]++
+	}
+	// Every histogram's buckets in one array (BucketQuantile sorts and
+	// adjusts them in place: this call's own), each a run of it.
+	start := make([]int32, len(order)+1)
+	for i, h := range order {
+		start[i+1] = start[i] + count[h]
+	}
+	all := make(promql.Buckets, start[len(order)])
+	next := slices.Clone(start[:len(order)])
+	for _, bk := range b.buckets {
+		if math.IsNaN(bk.upper) {
+			continue
+		}
+		k := place[bk.hist] - 1
+		all[next[k]] = promql.Bucket{UpperBound: bk.upper, Count: bk.f}
+		next[k]++
+	}
+	out := make(promql.Vector, len(order))
+	for i, h := range order {
+		v, _, _, _, _, _ := promql.BucketQuantile(fq.q, all[start[i]:start[i+1]])
+		out[i] = promql.Sample{Metric: b.hists[h], T: b.ts, F: v}
+	}
+	return out
 }

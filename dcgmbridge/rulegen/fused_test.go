@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
 )
 
 // faultyScrapes is how many 15 s scrapes appendFaultyFleet appends, from t0.
@@ -179,7 +180,7 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 				t.Fatalf("%s at %s: %v", forms.shared[id].query, ts, err)
 			}
 			want := e.queryOver(q, forms.shared[id].query, ts)
-			if g, w := vectorBits(got), vectorBits(want); g != w {
+			if g, w := vectorBits(got.vector()), vectorBits(want); g != w {
 				t.Errorf("%s at %s:\nfused  %s\nengine %s", forms.shared[id].query, ts, g, w)
 			}
 			if len(want) > 0 {
@@ -199,16 +200,22 @@ func TestFusedPassMatchesEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, ok := fq.eval(in)
-			if !ok {
-				t.Fatalf("%s at %s: left to the engine", m.query, ts)
+			if in.sums == nil {
+				t.Fatalf("%s at %s: the bucket sum's pass returned no bucketSums", m.query, ts)
 			}
 			want := e.queryOver(q, m.query, ts)
-			for _, v := range []promql.Vector{got, want} {
-				slices.SortFunc(v, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
-			}
-			if g, w := vectorBits(got), vectorBits(want); g != w {
-				t.Errorf("%s at %s:\nfused  %s\nengine %s", m.query, ts, g, w)
+			slices.SortFunc(want, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
+			// From the pass's bucket sums, and from their vector (a
+			// bucket sum the engine evaluated).
+			for _, from := range []memoValue{in, {vec: in.vector()}} {
+				got, ok := fq.eval(from)
+				if !ok {
+					t.Fatalf("%s at %s: left to the engine", m.query, ts)
+				}
+				slices.SortFunc(got, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
+				if g, w := vectorBits(got), vectorBits(want); g != w {
+					t.Errorf("%s at %s (sums %v):\nfused  %s\nengine %s", m.query, ts, from.sums != nil, g, w)
+				}
 			}
 			if len(want) > 0 {
 				covered["histogram_quantile"]++
@@ -272,7 +279,7 @@ func TestFusedPassUntrimmed(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := e.queryOver(q, qs, ts)
-			if g, w := vectorBits(got), vectorBits(want); g != w {
+			if g, w := vectorBits(got.vector()), vectorBits(want); g != w {
 				t.Errorf("%s at +%s:\nfused  %s\nengine %s", qs, at, g, w)
 			}
 			nonEmpty += len(want)
@@ -337,4 +344,45 @@ func vectorBits(v promql.Vector) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// TestMemoDropsAfterLastReader evaluates the canonical group over the faulty
+// fleet as EvalIterationFunc does and requires that the memo evaluated each
+// shared subexpression once (none dropped before its last reader) and holds
+// nothing once the group is done (each dropped after it), with the same
+// recorded series as a memo that keeps everything.
+func TestMemoDropsAfterLastReader(t *testing.T) {
+	var recorded [2]map[string]string
+	for i, ordered := range []bool{true, false} {
+		e := newEvalEnv(t)
+		e.appendFaultyFleet(mixedFleet(t, e, 8000))
+		g := e.group(DefaultConfig(), true)
+		evaluated := 0
+		for _, ts := range faultyTimes {
+			m := newSharedMemo()
+			m.ordered = ordered
+			rules.DefaultEvalIterationFunc(context.WithValue(t.Context(), memoKey{}, m), g.Group, ts)
+			for _, r := range g.Rules() {
+				if err := r.LastError(); err != nil {
+					t.Fatalf("rule %s: %v", r.Name(), err)
+				}
+			}
+			for id, n := range m.evals {
+				if n > 1 {
+					t.Errorf("at %s: %s evaluated %d times", ts, g.forms.shared[id].query, n)
+				}
+			}
+			evaluated += len(m.evals)
+			if ordered && len(m.vals) > 0 {
+				for id := range m.vals {
+					t.Errorf("at %s: %s kept after its last reader", ts, g.forms.shared[id].query)
+				}
+			}
+		}
+		if evaluated < 10*len(faultyTimes) {
+			t.Fatalf("only %d shared subexpressions evaluated", evaluated)
+		}
+		recorded[i] = e.recordedBetween(faultyTimes[0], faultyTimes[len(faultyTimes)-1])
+	}
+	sameRecorded(t, recorded[0], recorded[1])
 }

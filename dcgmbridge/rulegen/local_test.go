@@ -52,7 +52,7 @@ func TestLocalPlansMatchEngine(t *testing.T) {
 	rq := RenamingQueryable(e.raw)
 	covered := map[string]int{}
 	for _, ts := range faultyTimes {
-		memo := &sharedMemo{vecs: map[int]promql.Vector{}}
+		memo := &sharedMemo{vals: map[int]memoValue{}} // keeps every result
 		ctx := context.WithValue(t.Context(), memoKey{}, memo)
 		for _, qs := range exprs {
 			// The rule as QueryFunc evaluates it fills the memo.
@@ -120,9 +120,9 @@ func countNodes(n localNode, m *sharedMemo, ts int64, covered map[string]int) {
 // histogram's aggregation, which the engine evaluated) leaves the plan to
 // the engine.
 func TestLocalLeavesHistograms(t *testing.T) {
-	m := &sharedMemo{vecs: map[int]promql.Vector{
-		0: {{Metric: labels.FromStrings("pod", "a"), F: 1}},
-		1: {{Metric: labels.FromStrings("pod", "b"), H: &histogram.FloatHistogram{Count: 1, Sum: 1}}},
+	m := &sharedMemo{vals: map[int]memoValue{
+		0: {vec: promql.Vector{{Metric: labels.FromStrings("pod", "a"), F: 1}}},
+		1: {vec: promql.Vector{{Metric: labels.FromStrings("pod", "b"), H: &histogram.FloatHistogram{Count: 1, Sum: 1}}}},
 	}}
 	or := setOp{op: parser.LOR, lhs: memoRead{id: 0}, rhs: memoRead{id: 1}, sig: signature(&parser.VectorMatching{Card: parser.CardManyToMany, On: true, MatchingLabels: []string{"pod"}})}
 	if v, ok := or.eval(m, 0); ok {
