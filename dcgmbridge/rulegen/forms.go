@@ -436,6 +436,12 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		if !ok {
 			return run(ctx, qs, t)
 		}
+		memo, _ := ctx.Value(memoKey{}).(*sharedMemo)
+		if memo != nil {
+			// Once this expression is evaluated (whatever its plan
+			// reads), the memo forgets what no later one reads.
+			defer memo.drop(t, form.drops)
+		}
 		absent, err := form.lookup(ctx, rq, t, lookback)
 		if err != nil {
 			return nil, err
@@ -444,7 +450,6 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 		if p.none {
 			return promql.Vector{}, nil
 		}
-		memo, _ := ctx.Value(memoKey{}).(*sharedMemo)
 		if memo == nil || len(p.ids) == 0 {
 			return run(ctx, p.query, t)
 		}
@@ -456,9 +461,6 @@ func (f *InternalForms) QueryFunc(engine promql.QueryEngine, q storage.Queryable
 				ctx = context.WithValue(ctx, memoKey{}, qm)
 			}
 		}
-		// Once this expression is evaluated, the memo forgets what no
-		// later one reads.
-		defer memo.drop(t, form.drops)
 		var fill func(id int) error
 		fill = func(id int) error {
 			e, m := shared[id], memo
