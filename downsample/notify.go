@@ -228,13 +228,19 @@ func keptLabels(lset, own labels.Labels) labels.Labels {
 // in [from, maxt] goes to add, then done is called. Run with spillMu held
 // for reading.
 func (p *Pipeline) visitSpilled(mint, maxt int64, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
+	p.visitBlocks(mint, maxt, nil, want, add, done)
+}
+
+// visitBlocks is visitSpilled over the blocks blocks keeps (nil: all).
+func (p *Pipeline) visitBlocks(mint, maxt int64, blocks func(*spillBlock) bool, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
 	var h cursorHeap
 	for _, sp := range p.spills {
 		if sp.start+HourRes <= mint || sp.start > maxt {
 			continue
 		}
-		for i, blk := range sp.blocks {
-			if blk.maxStart < mint || blk.minStart > maxt {
+		for i := range sp.blocks {
+			blk := &sp.blocks[i]
+			if blk.maxStart < mint || blk.minStart > maxt || blocks != nil && !blocks(blk) {
 				continue
 			}
 			// A window's start is in its hour's spill only, so the

@@ -524,7 +524,16 @@ func (p *Pipeline) flushFromRaw(ctx context.Context, h int64) (st Stats, err err
 	if err := rs.flush(); err != nil {
 		return st, err
 	}
-	if err := p.writeMinutes(h, tmp); err != nil {
+	// The direct series have no raw samples: their windows are the spill's.
+	p.spillMu.RLock()
+	sp := p.spills[h]
+	p.spillMu.RUnlock()
+	if sp != nil && slices.ContainsFunc(sp.blocks, func(b spillBlock) bool { return b.direct }) {
+		err = p.writeMinutesFrom(h, p.mergeSpills(sp, func(k *spillKey) bool { return k.direct }, tmp))
+	} else {
+		err = p.writeMinutes(h, tmp)
+	}
+	if err != nil {
 		return st, err
 	}
 	return st, p.dropSpill(h)
