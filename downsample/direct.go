@@ -70,14 +70,51 @@ func (a *directAppender) Append(_ storage.SeriesRef, ls labels.Labels, _, t int6
 	return 0, nil
 }
 
-// Commit folds the samples into their series' windows.
+// Commit folds the samples into their series' windows. A writer that
+// writes many minutes between two ticks (the diagnosis engine's start-up
+// read-back writes again what a crash lost: an hour or more of every
+// baseline) spills them itself once the pending windows are more than one
+// per series and directPendingSlack, so that they are not all held until
+// the tick.
 func (a *directAppender) Commit() error {
-	if a.batch != nil {
-		a.p.observeDirect(*a.batch)
-		a.p.tap.putBatch(a.batch)
-		a.batch = nil
+	if a.batch == nil {
+		return nil
+	}
+	a.p.observeDirect(*a.batch)
+	a.p.tap.putBatch(a.batch)
+	a.batch = nil
+	a.p.tap.mu.Lock()
+	over := len(a.p.tap.pending) > int(a.p.tap.series.nb)+directPendingSlack
+	a.p.tap.mu.Unlock()
+	if over {
+		return a.p.spillPending()
 	}
 	return nil
+}
+
+// directPendingSlack is how many windows past one per dense series the
+// tee's pending buffer may hold before a direct commit spills them: 4.7 MB.
+const directPendingSlack = 1 << 16
+
+// spillPending moves the pending windows to the spills between two ticks.
+func (p *Pipeline) spillPending() error {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.tap.mu.Lock()
+	pending := p.tap.pending
+	p.tap.pending = nil
+	p.tap.mu.Unlock()
+	err := p.spillEntries(pending)
+	clear(pending)
+	p.tap.mu.Lock()
+	if p.tap.pending == nil {
+		p.tap.pending = pending[:0]
+	}
+	p.tap.mu.Unlock()
+	return err
 }
 
 // Rollback forgets the samples.

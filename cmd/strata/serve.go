@@ -223,7 +223,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 
-	srv.stitched = tiers.NewStitched(srv.raw, srv.minute, srv.hour, tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta)))
+	stitchOpts := []tiers.StitchOption{tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta))}
+	if cfg.Diagnose.Enabled {
+		// The engine writes its baselines to the minute tier alone (diagnose.go).
+		stitchOpts = append(stitchOpts, tiers.WithMinuteOnlyNames(diagnose.BaselineSeriesNames(), srv.rollup.DirectWindows()))
+	}
+	srv.stitched = tiers.NewStitched(srv.raw, srv.minute, srv.hour, stitchOpts...)
 	if err := srv.stitched.RegisterMetrics(reg); err != nil {
 		return nil, err
 	}
