@@ -24,7 +24,8 @@ import (
 // TestDirectSeriesQueried: series written as direct series (the diagnosis
 // engine's baselines) answer PromQL through the stitched view exactly as
 // the same samples written to raw through the tee (the write-back before
-// direct series) do: at the raw tier's range, across the minute tier's
+// direct series) do, a copy in raw (written before the upgrade) ignored:
+// at the raw tier's range, across the minute tier's
 // partitions and the raw boundary, instant and range, by name and by a
 // selector without one, and in the label APIs.
 func TestDirectSeriesQueried(t *testing.T) {
@@ -38,50 +39,86 @@ func TestDirectSeriesQueried(t *testing.T) {
 	t.Cleanup(func() { minute.Close() })
 	start := testStart
 	clock := &testClock{t: time.UnixMilli(start)}
-	p, err := New(testConfig(), raw, minute, newMemTier(HourRes, DayLen), promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const (
 		direct = "strata:baseline:median"
 		ref    = "ref:baseline:median" // the same samples, through raw
 	)
-	tee, dir := p.Tee(raw), p.Direct()
 	ctx := context.Background()
 	end := start + 3*HourRes + 20*MinuteRes
 	gone := start + 2*HourRes + 50*MinuteRes // gpu 0 stops: a stale marker
-	for at := start + 15_000; at <= end; at += 15_000 {
-		rapp, dapp := tee.AppenderV2(ctx), dir.AppenderV2(ctx)
-		add := func(app storage.AppenderV2, ls labels.Labels, v float64) {
-			if _, err := app.Append(0, ls, 0, at, v, nil, nil, storage.AppendV2Options{}); err != nil {
+	// Until the upgrade (a restart), the direct name is written to raw, as
+	// before direct series.
+	upgrade := start + 2*HourRes + 30*MinuteRes
+	valueAt := func(i int, at int64) (float64, bool) {
+		if i == 0 && at > gone {
+			return math.Float64frombits(value.StaleNaN), at == gone+MinuteRes
+		}
+		return directValue(i, at), true
+	}
+	feed := func(p *Pipeline, from, to int64) {
+		tee, dir := p.Tee(raw), p.Direct()
+		for at := from + 15_000; at <= to; at += 15_000 {
+			rapp, dapp := tee.AppenderV2(ctx), dir.AppenderV2(ctx)
+			add := func(app storage.AppenderV2, ls labels.Labels, v float64) {
+				if _, err := app.Append(0, ls, 0, at, v, nil, nil, storage.AppendV2Options{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			add(rapp, labelsFor("up", "job", "x"), 1)
+			for i := range 3 {
+				if v, ok := valueAt(i, at); ok && at%MinuteRes == 0 {
+					if at <= upgrade {
+						add(rapp, labelsFor(direct, "metric", "gpu_util", "gpu", fmt.Sprint(i)), v)
+					} else {
+						add(dapp, labelsFor(direct, "metric", "gpu_util", "gpu", fmt.Sprint(i)), v)
+					}
+					add(rapp, labelsFor(ref, "metric", "gpu_util", "gpu", fmt.Sprint(i)), v)
+				}
+			}
+			if err := rapp.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if err := dapp.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			clock.t = time.UnixMilli(at)
+			if err := p.Tick(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		add(rapp, labelsFor("up", "job", "x"), 1)
-		if at%MinuteRes == 0 {
-			for i := range 3 {
-				v := directValue(i, at)
-				if i == 0 && at > gone {
-					if at > gone+MinuteRes {
-						continue
-					}
-					v = math.Float64frombits(value.StaleNaN)
+	}
+	p0, err := New(testConfig(), raw, minute, newMemTier(HourRes, DayLen), promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(p0, start, upgrade)
+	if err := p0.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(testConfig(), raw, minute, newMemTier(HourRes, DayLen), promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The engine's start-up read-back writes again the minutes of the hours
+	// not in a partition.
+	_, hi, _ := minute.Bounds()
+	app := p.Direct().AppenderV2(ctx)
+	for at := hi; at <= upgrade; at += MinuteRes {
+		for i := range 3 {
+			if v, ok := valueAt(i, at); ok {
+				if _, err := app.Append(0, labelsFor(direct, "metric", "gpu_util", "gpu", fmt.Sprint(i)), 0, at, v, nil, nil, storage.AppendV2Options{}); err != nil {
+					t.Fatal(err)
 				}
-				add(dapp, labelsFor(direct, "metric", "gpu_util", "gpu", fmt.Sprint(i)), v)
-				add(rapp, labelsFor(ref, "metric", "gpu_util", "gpu", fmt.Sprint(i)), v)
 			}
 		}
-		if err := rapp.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if err := dapp.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		clock.t = time.UnixMilli(at)
-		if err := p.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
 	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	feed(p, upgrade, end)
 	if _, hi, ok := minute.Bounds(); !ok || hi < start+2*HourRes {
 		t.Fatalf("the minute tier should hold two hours: %d %v", hi, ok)
 	}
