@@ -210,7 +210,13 @@ func TestLiveEqualsReplay(t *testing.T) {
 		t.Errorf("diagnosed %s", liveIn[0].Cause)
 	}
 	checkReachTrimmed(t, lp)
-	// The baselines were written back to the minute tier, not the raw tier.
+	// The engine's last minutes are spilled at the next tick.
+	if err := lp.pipe.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The baselines were written back to the minute tier, not the raw tier
+	// (the test's engine lags the feed by hours: those of the hours written
+	// before it caught up are dropped, as late samples are).
 	q, err := lp.raw.Querier(math.MinInt64, math.MaxInt64)
 	if err != nil {
 		t.Fatal(err)
@@ -223,12 +229,12 @@ func TestLiveEqualsReplay(t *testing.T) {
 		if ss.Next() || ss.Err() != nil {
 			t.Errorf("%s written to the raw tier (%v)", name, ss.Err())
 		}
-		sw, err := lp.minute.Select(context.Background(), math.MinInt64, math.MaxInt64, m)
+		sw, err := lp.minute.Select(context.Background(), 0, math.MaxInt64/2, m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		open := 0
-		for k := range directWindows(lp.pipe, math.MinInt64) {
+		for k := range directWindows(lp.pipe, 0) {
 			if strings.Contains(k, `__name__="`+name+`"`) {
 				open++
 			}
@@ -298,7 +304,7 @@ func TestBaselinesAfterRestart(t *testing.T) {
 // from or later, by series and start.
 func directWindows(p *downsample.Pipeline, from int64) map[string]tiers.Window {
 	c := &windowMap{out: map[string]tiers.Window{}}
-	p.DirectWindows().VisitOpenWindows(from, math.MaxInt64, c)
+	p.DirectWindows().VisitOpenWindows(from, math.MaxInt64/2, c)
 	return c.out
 }
 

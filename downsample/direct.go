@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/internal/seriesset"
-	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -280,7 +279,7 @@ func (d directWindows) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowS
 		if !ok || from > maxt {
 			return 0, false
 		}
-		return max(from, timegrid.Floor(mint, MinuteRes)), true
+		return max(from, mint), true
 	}, func(_ *spillKey, c *blockCursor) {
 		ws = append(ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
 	}, func(key *spillKey) {
