@@ -69,6 +69,13 @@ type livePipeline struct {
 
 func newLivePipeline(t *testing.T, cfg Config, cutoff time.Time, sinks ...Sink) *livePipeline {
 	t.Helper()
+	raw, minute, hour := openLiveTiers(t)
+	return newLivePipelineOn(t, cfg, cutoff, raw, minute, hour, sinks...)
+}
+
+// openLiveTiers opens a raw, a minute and an hour tier in a new directory.
+func openLiveTiers(t *testing.T) (*tiers.Raw, *tiers.Rollup, *tiers.Rollup) {
+	t.Helper()
 	dir := t.TempDir()
 	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
 	if err != nil {
@@ -76,7 +83,7 @@ func newLivePipeline(t *testing.T, cfg Config, cutoff time.Time, sinks ...Sink) 
 	}
 	t.Cleanup(func() { _ = raw.Close() })
 	minute, hour := openTiers(t, dir)
-	return newLivePipelineOn(t, cfg, cutoff, raw, minute, hour, sinks...)
+	return raw, minute, hour
 }
 
 // newLivePipelineOn is newLivePipeline over tiers already open (a restart):
@@ -253,13 +260,7 @@ func TestBaselinesAfterRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates four hours through the live pipeline")
 	}
-	dir := t.TempDir()
-	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = raw.Close() })
-	minute, hour := openTiers(t, dir)
+	raw, minute, hour := openLiveTiers(t)
 	scfg := smallCluster()
 	crash := simStart.Add(3*time.Hour + 40*time.Minute)
 	lp1 := newLivePipelineOn(t, DefaultConfig(), crash, raw, minute, hour)

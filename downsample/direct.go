@@ -267,10 +267,7 @@ func (d directWindows) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowS
 	p := d.p
 	p.spillMu.RLock()
 	defer p.spillMu.RUnlock()
-	var (
-		ws  []orderedWindow
-		buf []tiers.Window
-	)
+	out := spilledSeries{sink: sink}
 	p.visitBlocks(mint, maxt, func(b *spillBlock) bool { return b.direct }, func(key *spillKey) (int64, bool) {
 		if !seriesset.MatchAll(key.lset, matchers) {
 			return 0, false
@@ -280,13 +277,5 @@ func (d directWindows) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowS
 			return 0, false
 		}
 		return max(from, mint), true
-	}, func(_ *spillKey, c *blockCursor) {
-		ws = append(ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
-	}, func(key *spillKey) {
-		if len(ws) > 0 {
-			buf = latestPerMinute(ws, buf[:0])
-			sink.Series(key.lset, buf)
-			ws = ws[:0]
-		}
-	})
+	}, out.add, out.done)
 }

@@ -85,24 +85,13 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// raw below (spillset.go). Taken after the mark was read: every
 	// window before it was spilled by the tick that published it.
 	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)), matchers...)
-	var (
-		ws  []orderedWindow
-		buf []tiers.Window
-	)
+	out := spilledSeries{sink: sink}
 	p.visitSpilled(mint, maxt, func(key *spillKey) (int64, bool) {
 		if !set.holds(key.lset, key.id) {
 			return 0, false
 		}
 		return want(key.lset)
-	}, func(key *spillKey, c *blockCursor) {
-		ws = append(ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
-	}, func(key *spillKey) {
-		if len(ws) > 0 {
-			buf = latestPerMinute(ws, buf[:0])
-			sink.Series(key.lset, buf)
-			ws = ws[:0]
-		}
-	})
+	}, out.add, out.done)
 	// The series the spill does not hold whole, from raw: one read per run
 	// of consecutive open hours, for the minutes of [mint, maxt] in it.
 	spans := p.rawSpans(mint, maxt, set, want)
@@ -176,6 +165,26 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 			sink.Series(accs[i].lset, accs[i].ws)
 		}
 		accs[i].ws = nil // the sink's now: a collection while the rest is handed over need not keep it
+	}
+}
+
+// spilledSeries hands the series visitSpilled reads to sink, each once its
+// records are read: the latest window of each minute.
+type spilledSeries struct {
+	sink tiers.OpenWindowSink
+	ws   []orderedWindow
+	buf  []tiers.Window
+}
+
+func (s *spilledSeries) add(_ *spillKey, c *blockCursor) {
+	s.ws = append(s.ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
+}
+
+func (s *spilledSeries) done(key *spillKey) {
+	if len(s.ws) > 0 {
+		s.buf = latestPerMinute(s.ws, s.buf[:0])
+		s.sink.Series(key.lset, s.buf)
+		s.ws = s.ws[:0]
 	}
 }
 
