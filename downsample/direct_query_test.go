@@ -212,12 +212,12 @@ func resultString(v parser.Value) string {
 	switch r := v.(type) {
 	case promql.Vector:
 		for _, s := range r {
-			lines = append(lines, fmt.Sprintf("%s %d %v", s.Metric.DropMetricName(), s.T, s.F))
+			lines = append(lines, fmt.Sprintf("%s %d %v", withoutName(s.Metric), s.T, s.F))
 		}
 	case promql.Matrix:
 		for _, s := range r {
 			var b strings.Builder
-			fmt.Fprintf(&b, "%s", s.Metric.DropMetricName())
+			fmt.Fprintf(&b, "%s", withoutName(s.Metric))
 			for _, f := range s.Floats {
 				fmt.Fprintf(&b, " %d:%v", f.T, f.F)
 			}
@@ -228,4 +228,8 @@ func resultString(v parser.Value) string {
 	}
 	slices.Sort(lines)
 	return "[" + strings.Join(lines, "\n") + "]"
+}
+
+func withoutName(l labels.Labels) labels.Labels {
+	return labels.NewBuilder(l).Del(model.MetricNameLabel).Labels()
 }
