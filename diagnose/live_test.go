@@ -92,6 +92,7 @@ func newLivePipelineOn(t *testing.T, cfg Config, cutoff time.Time, raw *tiers.Ra
 	t.Helper()
 	lp := &livePipeline{raw: raw, minute: minute, finished: make(chan struct{})}
 	dcfg := downsample.DefaultConfig()
+	dcfg.DirectGrace = downsample.DefaultDirectGrace // as strata serve
 	var err error
 	lp.pipe, err = downsample.New(dcfg, raw, minute, hour, quietLogger(), prometheus.NewRegistry(), lp.now)
 	if err != nil {
@@ -262,13 +263,24 @@ func TestBaselinesAfterRestart(t *testing.T) {
 	}
 	raw, minute, hour := openLiveTiers(t)
 	scfg := smallCluster()
-	crash := simStart.Add(3*time.Hour + 40*time.Minute)
-	lp1 := newLivePipelineOn(t, DefaultConfig(), crash, raw, minute, hour)
+	// After the end of hour 03, before its partition (the watermark 5
+	// minutes past it): the restart's first ticks find it final, and it
+	// waits for the engine (downsample.Config.DirectGrace). The warm-up
+	// (30 minutes here; by default 2h15m, which covers what a crash
+	// loses unless the server was down for an hour) writes again its
+	// last half hour, the read-back what is before.
+	crash := simStart.Add(4*time.Hour + 10*time.Minute)
+	cfg := DefaultConfig()
+	cfg.Warmup = model.Duration(30 * time.Minute)
+	lp1 := newLivePipelineOn(t, cfg, crash, raw, minute, hour)
 	lp1.feed(t, scfg, crash)
 	if err := lp1.pipe.Tick(context.Background()); err != nil { // spill what the engine wrote since the feed's last tick
 		t.Fatal(err)
 	}
 	_, end, _ := minute.Bounds()
+	if end != simStart.Add(3*time.Hour).UnixMilli() {
+		t.Fatalf("minute tier up to %s at the crash, want hour 03 open", time.UnixMilli(end).UTC())
+	}
 	before := directWindows(lp1.pipe, end)
 	if len(before) == 0 {
 		t.Fatal("no baseline windows past the minute tier's last partition")
@@ -276,7 +288,7 @@ func TestBaselinesAfterRestart(t *testing.T) {
 	// Crash: the engine stops, the pipeline is dropped without Close.
 	lp1.cancel()
 	<-lp1.finished
-	lp2 := newLivePipelineOn(t, DefaultConfig(), crash, raw, minute, hour)
+	lp2 := newLivePipelineOn(t, cfg, crash, raw, minute, hour)
 	lp2.from = crash.UnixMilli()
 	lp2.clock = crash
 	lp2.feed(t, scfg, crash.Add(5*time.Minute))
@@ -284,6 +296,18 @@ func TestBaselinesAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := directWindows(lp2.pipe, end)
+	if _, hi, _ := minute.Bounds(); hi <= end {
+		t.Fatal("hour 03 was not written after the restart")
+	}
+	written, err := minute.Select(context.Background(), end, math.MaxInt64/2, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, "strata:baseline:.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c windowMap
+	c.out = after
+	for _, s := range written {
+		c.Series(s.Labels, s.Windows)
+	}
 	n := 0
 	for k, w := range before {
 		got, ok := after[k]

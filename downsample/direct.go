@@ -136,6 +136,7 @@ func (p *Pipeline) observeDirect(batch []teeSample) {
 			s = p.tap.series.assignDirect(x.lset, p.cfg.KindOf.Of(x.lset))
 			p.tap.direct.set(x.lset.Hash(), s)
 		}
+		p.tap.directMax = max(p.tap.directMax, x.t)
 		switch p.foldDirect(s, p.tap.series.at(s), x.t, x.v) {
 		case foldedFloat:
 			floats++

@@ -194,25 +194,33 @@ func TestDirectSeries(t *testing.T) {
 // (the spill is not read again); written again after the restart, as the
 // diagnosis engine's start-up read-back writes its baselines again, they
 // reach the partitions complete.
+//
+// The crash comes after the end of an hour not yet written (its flush
+// waits for the lateness and 5 minutes), and the server is down until that
+// hour is final: with Config.DirectGrace its partition waits for the
+// writer, which writes past it; without, the first tick would write it
+// from raw alone.
 func TestDirectSeriesRestart(t *testing.T) {
 	raw := openTestRaw(t)
 	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
 	start := testStart
 	clock := &testClock{t: time.UnixMilli(start)}
-	p1, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	cfg := testConfig()
+	cfg.DirectGrace = DefaultDirectGrace
+	p1, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := newDirectFeed(t, raw, clock, 3)
-	crashAt := start + HourRes + 40*MinuteRes
+	crashAt := start + 2*HourRes + 5*MinuteRes
 	f.run(p1, start, crashAt, true, 0)
 	if !minute.HasPartition(start) || minute.HasPartition(start+HourRes) {
 		t.Fatal("the crash must come with the first hour written and the second open")
 	}
-	// Crash: p1 is dropped without Close; down for three minutes.
-	downUntil := crashAt + 3*MinuteRes
+	// Crash: p1 is dropped without Close; down until the second hour is final.
+	downUntil := crashAt + 15*MinuteRes
 	f.run(nil, crashAt, downUntil, false, 0)
-	p2, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	p2, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,7 @@ type teeState struct {
 	// so not a field of every slot.
 	dirtyRanges map[uint32]minuteRange
 	direct      directIndex // the direct series' slots (direct.go)
+	directMax   int64       // the newest direct sample's time (Config.DirectGrace)
 	batches     sync.Pool
 	// matched is how many entries the last spill set built for matchers
 	// had: the next one's size (spillSet).

@@ -196,6 +196,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	// The open hours' minute windows wait in files (the page cache), not
 	// the heap: docs/rollups.md, "Memory".
 	dsCfg.SpillDir = filepath.Join(cfg.Storage.Path, "rollup-spill")
+	if cfg.Diagnose.Enabled {
+		// An hour waits for the engine's baselines, which it writes again
+		// after a restart (docs/diagnosis.md, "Baseline series").
+		dsCfg.DirectGrace = downsample.DefaultDirectGrace
+	}
 	if dsCfg.KindOf, err = rollupTyping(); err != nil {
 		return nil, err
 	}
