@@ -42,7 +42,7 @@ func (p *Pipeline) publishMark() {
 
 // VisitOpenWindows hands sink the minute windows computed (final) but not
 // yet flushed to a partition that start in [mint, maxt], of the series
-// matching every matcher: Series once for each series with windows, in no
+// matching every matcher (not the direct series: DirectWindows): Series once for each series with windows, in no
 // particular order, its windows ascending, in a buffer reused for the next
 // series. Only windows before the published mark are handed over: those are
 // final. The diagnosis engine reads the last minutes of every series each
@@ -85,8 +85,11 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// raw below (spillset.go). Taken after the mark was read: every
 	// window before it was spilled by the tick that published it.
 	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)), matchers...)
+	// Not the direct series' blocks: DirectWindows reads those. Decoded
+	// to be skipped, they were every baseline's windows of the engine's
+	// reach, each minute.
 	out := spilledSeries{sink: sink}
-	p.visitSpilled(mint, maxt, func(key *spillKey) (int64, bool) {
+	p.visitBlocks(mint, maxt, func(b *spillBlock) bool { return !b.direct }, func(key *spillKey) (int64, bool) {
 		if !set.holds(key.lset, key.id) {
 			return 0, false
 		}
@@ -168,7 +171,7 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	}
 }
 
-// spilledSeries hands the series visitSpilled reads to sink, each once its
+// spilledSeries hands the series visitBlocks reads to sink, each once its
 // records are read: the latest window of each minute.
 type spilledSeries struct {
 	sink tiers.OpenWindowSink
@@ -231,16 +234,12 @@ func keptLabels(lset, own labels.Labels) labels.Labels {
 	return own
 }
 
-// visitSpilled merges the spill blocks with windows starting in [mint,
-// maxt], of every open hour, by series key: for each series, want is asked
+// visitBlocks merges the spill blocks that blocks keeps (nil: all) with
+// windows starting in [mint, maxt], of every open hour, by series key: for
+// each series, want is asked
 // once (false: its records are skipped), each record of the series starting
 // in [from, maxt] goes to add, then done is called. Run with spillMu held
 // for reading.
-func (p *Pipeline) visitSpilled(mint, maxt int64, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
-	p.visitBlocks(mint, maxt, nil, want, add, done)
-}
-
-// visitBlocks is visitSpilled over the blocks blocks keeps (nil: all).
 func (p *Pipeline) visitBlocks(mint, maxt int64, blocks func(*spillBlock) bool, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
 	var h cursorHeap
 	for _, sp := range p.spills {
