@@ -172,6 +172,12 @@ func TestDirectSeries(t *testing.T) {
 	if len(c.out) != 0 {
 		t.Fatalf("DirectWindows handed over %d raw series", len(c.out))
 	}
+	// Not among the open windows the diagnosis engine reads (VisitOpenWindows).
+	for _, sw := range p.OpenWindowsIn(start, last) {
+		if sw.Labels.Get("__name__") == "strata:baseline:median" {
+			t.Fatalf("VisitOpenWindows handed over a direct series: %s", sw.Labels)
+		}
+	}
 	// Never in raw.
 	q, err := raw.Querier(start, last+MinuteRes)
 	if err != nil {
