@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/tiers"
@@ -174,31 +175,36 @@ func BenchmarkHourBaseline(b *testing.B) {
 }
 
 // BenchmarkWriteBackSeriesBytes is the heap each written-back baseline
-// series costs in the raw tier and the rollup tee: n tracked series (all
-// with a baseline from their replicas) whose median and sigma go through
-// the live write-back (tracker.write, writeBackSink) into a tiers.Raw
-// behind the pipeline's tee, for a number of minutes, the pipeline ticking
-// each minute. B/series is the heap held after the last minute over the
-// heap before the first write-back, per series written back; the labels
-// are not in it (the tracker made them before, and the head and the tee
-// share them): labels-B/series is what they take.
+// series costs: n tracked series (all with a baseline from their replicas)
+// whose median and sigma go through the live write-back (tracker.write,
+// writeBackSink) for a number of minutes, the pipeline ticking each minute
+// (a raw series through the tee moves its watermark). to=raw writes them
+// to a tiers.Raw behind the pipeline's tee (Options.WriteBack, before
+// direct series): a head series and a tee slot each; to=minute to the
+// pipeline's direct series (Options.Baselines, strata serve's): a tee slot
+// and builder each. B/series is the heap held after the last minute over
+// the heap before the first write-back, per series written back; the
+// labels are not in it (the tracker made them before, and the head and
+// the tee share them): labels-B/series is what they take.
 func BenchmarkWriteBackSeriesBytes(b *testing.B) {
 	const n = 10_000
-	for _, minutes := range []int{1, 10} {
-		b.Run(fmt.Sprint("minutes=", minutes), func(b *testing.B) {
-			var perSeries, lbls float64
-			for b.Loop() {
-				b.StopTimer()
-				perSeries, lbls = writeBackSeriesBytes(b, n, minutes)
-				b.StartTimer()
-			}
-			b.ReportMetric(perSeries, "B/series")
-			b.ReportMetric(lbls, "labels-B/series")
-		})
+	for _, to := range []string{"raw", "minute"} {
+		for _, minutes := range []int{1, 10} {
+			b.Run(fmt.Sprint("to=", to, "/minutes=", minutes), func(b *testing.B) {
+				var perSeries, lbls float64
+				for b.Loop() {
+					b.StopTimer()
+					perSeries, lbls = writeBackSeriesBytes(b, n, minutes, to == "minute")
+					b.StartTimer()
+				}
+				b.ReportMetric(perSeries, "B/series")
+				b.ReportMetric(lbls, "labels-B/series")
+			})
+		}
 	}
 }
 
-func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64) {
+func writeBackSeriesBytes(b *testing.B, n, minutes int, direct bool) (perSeries, lbls float64) {
 	dir := b.TempDir()
 	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
 	if err != nil {
@@ -207,13 +213,20 @@ func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64
 	b.Cleanup(func() { _ = raw.Close() })
 	minuteTier, hourTier := openTiers(b, dir)
 	clock := time.UnixMilli(tStart)
-	pipe, err := downsample.New(downsample.DefaultConfig(), raw, minuteTier, hourTier, quietLogger(), prometheus.NewRegistry(),
+	dcfg := downsample.DefaultConfig()
+	dcfg.SpillDir = dir + "/rollup-spill" // as strata serve: the open hours' windows in files
+	pipe, err := downsample.New(dcfg, raw, minuteTier, hourTier, quietLogger(), prometheus.NewRegistry(),
 		func() time.Time { return clock })
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = pipe.Close() })
-	e := &Engine{cfg: DefaultConfig(), o: Options{WriteBack: pipe.Tee(raw), WriteBackDelay: 11 * time.Minute}, logger: quietLogger()}
+	tee := pipe.Tee(raw)
+	e := &Engine{cfg: DefaultConfig(), o: Options{WriteBack: tee, WriteBackDelay: 11 * time.Minute}, logger: quietLogger()}
+	if direct {
+		e.o.Baselines = pipe.Direct()
+	}
+	up := labels.FromStrings(model.MetricNameLabel, "up")
 
 	tr := fileTracker(b, DefaultBaselineConfig())
 	sc := newScratch()
@@ -235,13 +248,24 @@ func writeBackSeriesBytes(b *testing.B, n, minutes int) (perSeries, lbls float64
 		ts := tStart + int64(i)*minute.Milliseconds()
 		tr.write(ts, []baselineSink{writeBackSink{e}})
 		clock = time.UnixMilli(ts + e.o.WriteBackDelay.Milliseconds())
+		app := tee.AppenderV2(ctx)
+		if _, err := app.Append(0, up, 0, clock.UnixMilli(), 1, nil, nil, storage.AppendV2Options{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := app.Commit(); err != nil {
+			b.Fatal(err)
+		}
 		if err := pipe.Tick(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
 	perSeries = float64(heapLive()-before) / float64(written)
-	if got := raw.HeadSeries(); got != written+1 { // and strata:baseline:k
-		b.Fatalf("%d raw head series, want %d", got, written+1)
+	want := written + 2 // and strata:baseline:k, and up
+	if direct {
+		want = 1
+	}
+	if got := raw.HeadSeries(); got != want {
+		b.Fatalf("%d raw head series, want %d", got, want)
 	}
 	runtime.KeepAlive(tr)
 	runtime.KeepAlive(sc)

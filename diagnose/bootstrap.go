@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -117,15 +118,27 @@ func (e *Engine) signalValues(sc *scratch, t int64) map[string][]sampleAt {
 }
 
 func (e *Engine) baselineSinks() []baselineSink {
-	if e.o.WriteBack == nil {
+	if e.baselineTarget() == nil {
 		return []baselineSink{e.scratch}
 	}
 	return []baselineSink{e.scratch, writeBackSink{e}}
 }
 
+// baselineTarget is where the baseline series are written back (live): the
+// minute tier's direct series when Options.Baselines is set, else
+// WriteBack; nil in replay.
+func (e *Engine) baselineTarget() storage.AppendableV2 {
+	if e.o.Baselines != nil {
+		return e.o.Baselines
+	}
+	return e.o.WriteBack
+}
+
 // writeBackSink writes the baseline series back to the store (live), at
 // T+WriteBackDelay like the ALERTS series: the median and sigma series and
-// strata:baseline:k, and the z-scores when configured.
+// strata:baseline:k, and the z-scores when configured. With
+// Options.Baselines they go to the minute tier alone (docs/diagnosis.md,
+// "Baseline series").
 type writeBackSink struct{ e *Engine }
 
 // writeBackBatch is how many baseline samples one write-back commit holds.
@@ -148,7 +161,7 @@ func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) 
 	ts := t + w.e.o.WriteBackDelay.Milliseconds()
 	for lo := 0; lo < len(hs); lo += writeBackBatch {
 		hi := min(lo+writeBackBatch, len(hs))
-		app := w.e.o.WriteBack.AppenderV2(context.Background())
+		app := w.e.baselineTarget().AppenderV2(context.Background())
 		for i := lo; i < hi; i++ {
 			if _, err := app.Append(0, hs[i].lbls, 0, ts, vs[i], nil, nil, storage.AppendV2Options{}); err != nil {
 				w.e.logger.Debug("write-back baseline sample rejected", "series", hs[i].lbls.String(), "err", err)
@@ -167,6 +180,13 @@ func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) 
 // their own) six hours at a time, and every minute goes through the
 // tracker as evaluation would have sent it. Live start and replay both
 // do this, so every baseline is the same whichever minute a run starts at.
+//
+// With Options.Baselines, the baselines of the minutes whose write-back
+// time is past the minute tier's last partition are written again: the
+// open hours' direct windows are lost with the process (the pipeline's
+// spill is not read after a restart), and these are the same values the
+// live engine wrote, since the tracker computes them from the same
+// minutes.
 func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 	t0 := time.Now()
 	items := e.bootstrapItems()
@@ -185,6 +205,8 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 	if first, _, ok := e.o.Minute.Bounds(); ok {
 		from = max(from, floorDiv(first, hourMs)*hourMs)
 	}
+	rewriteFrom := e.rewriteFrom()
+	rewritten := 0
 	chunk := ReplayChunk.Milliseconds()
 	tmp := newScratch()
 	p := newPrecomputed()
@@ -202,7 +224,12 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 			return errors.New("a signal's range query failed")
 		}
 		for t := c; t <= end; t += minute.Milliseconds() {
-			e.base.minute(t, e.signalValues(tmp, t))
+			if t >= rewriteFrom {
+				e.base.minute(t, e.signalValues(tmp, t), writeBackSink{e})
+				rewritten++
+			} else {
+				e.base.minute(t, e.signalValues(tmp, t))
+			}
 			minutes++
 		}
 		tmp.truncate(end - e.lookback.Milliseconds())
@@ -210,9 +237,24 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 	e.base.booted = true
 	if minutes > 0 {
 		e.logger.Info("baselines read back from the minute tier", "from", time.UnixMilli(from).UTC().Format(time.RFC3339),
-			"minutes", minutes, "series", e.base.len(), "took", time.Since(t0).Round(time.Millisecond))
+			"minutes", minutes, "written again", rewritten, "series", e.base.len(), "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// rewriteFrom is the first minute whose baselines bootstrap writes again:
+// the first whose write-back time (T+WriteBackDelay) is past the minute
+// tier's last partition. MaxInt64 without Options.Baselines (the raw tier's
+// WAL keeps what WriteBack was given).
+func (e *Engine) rewriteFrom() int64 {
+	if e.o.Baselines == nil {
+		return math.MaxInt64
+	}
+	_, end, ok := e.o.Minute.Bounds()
+	if !ok {
+		return math.MinInt64
+	}
+	return end - e.o.WriteBackDelay.Milliseconds()
 }
 
 // readSetExprs is a matcher of the metric names exprs read of the minute

@@ -80,12 +80,12 @@ type BaselineConfig struct {
 	SigmaFloor float64 `yaml:"sigma_floor"`
 	// Signals are the canonical signals tracked (empty: DefaultBaselineSignals).
 	Signals []string `yaml:"signals"`
-	// WriteBackZScore writes strata:anomaly:zscore back to the raw tier
+	// WriteBackZScore writes strata:anomaly:zscore back (to the minute tier)
 	// beside the median and sigma. Off by default: the rules read the
 	// z-score from the engine's own store, a dashboard can compute it from
 	// the median and sigma, and written back it is a third of the
-	// baseline series the raw head holds (about 100 MB of heap at 500,000
-	// active series, docs/bench.md).
+	// baseline series the write-back holds (about 50 MB of heap at 500,000
+	// active series, docs/diagnosis.md).
 	WriteBackZScore bool `yaml:"write_back_zscore"`
 }
 

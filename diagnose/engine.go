@@ -56,6 +56,11 @@ type Options struct {
 	// docs/diagnosis.md, "Write-back").
 	WriteBack      storage.AppendableV2
 	WriteBackDelay time.Duration
+	// Baselines, when set (live mode), receives the baseline series instead
+	// of WriteBack, at the same times: the rollup pipeline's direct series
+	// (downsample.Pipeline.Direct), which reach the minute tier without the
+	// raw head (docs/diagnosis.md, "Baseline series").
+	Baselines storage.AppendableV2
 	// Archive is told about every diagnosis (nil: NopArchive).
 	Archive Archive
 	// Sinks are told after every evaluated minute (Alertmanager, webhooks).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,9 +64,17 @@ type livePipeline struct {
 	rec      *recorder
 	cancel   context.CancelFunc
 	finished chan struct{}
+	from     int64 // feed skips samples before (ms): fed before a restart
 }
 
 func newLivePipeline(t *testing.T, cfg Config, cutoff time.Time, sinks ...Sink) *livePipeline {
+	t.Helper()
+	raw, minute, hour := openLiveTiers(t)
+	return newLivePipelineOn(t, cfg, cutoff, raw, minute, hour, sinks...)
+}
+
+// openLiveTiers opens a raw, a minute and an hour tier in a new directory.
+func openLiveTiers(t *testing.T) (*tiers.Raw, *tiers.Rollup, *tiers.Rollup) {
 	t.Helper()
 	dir := t.TempDir()
 	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir+"/raw"), quietLogger(), prometheus.NewRegistry())
@@ -74,8 +83,17 @@ func newLivePipeline(t *testing.T, cfg Config, cutoff time.Time, sinks ...Sink) 
 	}
 	t.Cleanup(func() { _ = raw.Close() })
 	minute, hour := openTiers(t, dir)
+	return raw, minute, hour
+}
+
+// newLivePipelineOn is newLivePipeline over tiers already open (a restart):
+// the baselines go to the minute tier alone, as strata serve writes them.
+func newLivePipelineOn(t *testing.T, cfg Config, cutoff time.Time, raw *tiers.Raw, minute, hour *tiers.Rollup, sinks ...Sink) *livePipeline {
+	t.Helper()
 	lp := &livePipeline{raw: raw, minute: minute, finished: make(chan struct{})}
 	dcfg := downsample.DefaultConfig()
+	dcfg.DirectGrace = downsample.DefaultDirectGrace // as strata serve
+	var err error
 	lp.pipe, err = downsample.New(dcfg, raw, minute, hour, quietLogger(), prometheus.NewRegistry(), lp.now)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +102,8 @@ func newLivePipeline(t *testing.T, cfg Config, cutoff time.Time, sinks ...Sink) 
 	lp.rec = &recorder{cutoff: cutoff}
 	lp.engine, err = New(cfg, Options{
 		Minute: minute, Open: lp.pipe, WriteBack: lp.app, WriteBackDelay: dcfg.Lateness + time.Minute,
-		Sinks: append([]Sink{lp.rec}, sinks...), Logger: quietLogger(),
+		Baselines: lp.pipe.Direct(),
+		Sinks:     append([]Sink{lp.rec}, sinks...), Logger: quietLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +142,9 @@ func (lp *livePipeline) feed(t *testing.T, cfg sim.Config, end time.Time) {
 	app := lp.app.AppenderV2(ctx)
 	lastTick := cfg.Start
 	err = c.Backfill(cfg.Start, end, 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
+		if ts < lp.from {
+			return nil // fed before a restart
+		}
 		if now := time.UnixMilli(ts); now.Sub(lastTick) >= time.Minute {
 			if err := app.Commit(); err != nil {
 				return err
@@ -171,6 +193,11 @@ func TestLiveEqualsReplay(t *testing.T) {
 	scfg := smallCluster(sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 20 * time.Minute})
 	lp := newLivePipeline(t, DefaultConfig(), cutoff)
 	lp.feed(t, scfg, simStart.Add(4*time.Hour+20*time.Minute))
+	// The engine's last minutes are spilled, and hour 03, which waited
+	// for its baselines (the test's engine lags the feed), is written.
+	if err := lp.pipe.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	lp.rec.mu.Lock()
 	live, from := lp.rec.atCutoff, lp.rec.firstLive
 	lp.rec.mu.Unlock()
@@ -196,7 +223,9 @@ func TestLiveEqualsReplay(t *testing.T) {
 		t.Errorf("diagnosed %s", liveIn[0].Cause)
 	}
 	checkReachTrimmed(t, lp)
-	// The baselines were written back to the raw tier.
+	// The baselines were written back to the minute tier, not the raw tier
+	// (the test's engine lags the feed by hours: those of the hours written
+	// before it caught up are dropped, as late samples are).
 	q, err := lp.raw.Querier(math.MinInt64, math.MaxInt64)
 	if err != nil {
 		t.Fatal(err)
@@ -204,14 +233,113 @@ func TestLiveEqualsReplay(t *testing.T) {
 	defer q.Close()
 	// The z-scores stay the engine's (diagnose.baseline.write_back_zscore).
 	for _, name := range []string{BaselineMedianSeries, BaselineSigmaSeries, AnomalyZScoreSeries, BaselineKSeries} {
-		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, name))
-		n := 0
-		for ss.Next() {
-			n++
+		m := labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, name)
+		ss := q.Select(context.Background(), false, nil, m)
+		if ss.Next() || ss.Err() != nil {
+			t.Errorf("%s written to the raw tier (%v)", name, ss.Err())
 		}
-		if want := name != AnomalyZScoreSeries; (n > 0) != want || ss.Err() != nil {
-			t.Errorf("%d %s series written back (%v)", n, name, ss.Err())
+		sw, err := lp.minute.Select(context.Background(), 0, math.MaxInt64/2, m)
+		if err != nil {
+			t.Fatal(err)
 		}
+		open := 0
+		for k := range directWindows(lp.pipe, 0) {
+			if strings.Contains(k, `__name__="`+name+`"`) {
+				open++
+			}
+		}
+		if want := name != AnomalyZScoreSeries; (len(sw)+open > 0) != want {
+			t.Errorf("%d %s series in the minute tier's partitions, %d windows not yet", len(sw), name, open)
+		}
+	}
+}
+
+// TestBaselinesAfterRestart: a crash loses the baselines' direct windows
+// of the hours not yet in a partition (the pipeline's spill is not read
+// again); the restarted engine's start-up read-back writes them again, the
+// same values the live engine wrote.
+func TestBaselinesAfterRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates four hours through the live pipeline")
+	}
+	raw, minute, hour := openLiveTiers(t)
+	scfg := smallCluster()
+	// After the end of hour 03, before its partition (the watermark 5
+	// minutes past it): the restart's first ticks find it final, and it
+	// waits for the engine (downsample.Config.DirectGrace). The warm-up
+	// (30 minutes here; by default 2h15m, which covers what a crash
+	// loses unless the server was down for an hour) writes again its
+	// last half hour, the read-back what is before.
+	crash := simStart.Add(4*time.Hour + 10*time.Minute)
+	cfg := DefaultConfig()
+	cfg.Warmup = model.Duration(30 * time.Minute)
+	lp1 := newLivePipelineOn(t, cfg, crash, raw, minute, hour)
+	lp1.feed(t, scfg, crash)
+	if err := lp1.pipe.Tick(context.Background()); err != nil { // spill what the engine wrote since the feed's last tick
+		t.Fatal(err)
+	}
+	_, end, _ := minute.Bounds()
+	if end != simStart.Add(3*time.Hour).UnixMilli() {
+		t.Fatalf("minute tier up to %s at the crash, want hour 03 open", time.UnixMilli(end).UTC())
+	}
+	before := directWindows(lp1.pipe, end)
+	if len(before) == 0 {
+		t.Fatal("no baseline windows past the minute tier's last partition")
+	}
+	// Crash: the engine stops, the pipeline is dropped without Close.
+	lp1.cancel()
+	<-lp1.finished
+	lp2 := newLivePipelineOn(t, cfg, crash, raw, minute, hour)
+	lp2.from = crash.UnixMilli()
+	lp2.clock = crash
+	lp2.feed(t, scfg, crash.Add(5*time.Minute))
+	if err := lp2.pipe.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := directWindows(lp2.pipe, end)
+	if _, hi, _ := minute.Bounds(); hi <= end {
+		t.Fatal("hour 03 was not written after the restart")
+	}
+	written, err := minute.Select(context.Background(), end, math.MaxInt64/2, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, "strata:baseline:.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c windowMap
+	c.out = after
+	for _, s := range written {
+		c.Series(s.Labels, s.Windows)
+	}
+	n := 0
+	for k, w := range before {
+		got, ok := after[k]
+		if !ok {
+			t.Errorf("%s lost in the restart", k)
+			continue
+		}
+		if got != w {
+			t.Errorf("%s: %+v after the restart, %+v before", k, got, w)
+		}
+		n++
+	}
+	if n < 100 {
+		t.Fatalf("only %d baseline windows compared", n)
+	}
+}
+
+// directWindows is the pipeline's direct windows (the baselines) starting at
+// from or later, by series and start.
+func directWindows(p *downsample.Pipeline, from int64) map[string]tiers.Window {
+	c := &windowMap{out: map[string]tiers.Window{}}
+	p.DirectWindows().VisitOpenWindows(from, math.MaxInt64/2, c)
+	return c.out
+}
+
+type windowMap struct{ out map[string]tiers.Window }
+
+func (c *windowMap) Want(labels.Labels) (int64, bool) { return math.MinInt64, true }
+func (c *windowMap) Series(lset labels.Labels, ws []tiers.Window) {
+	for _, w := range ws {
+		c.out[lset.String()+"@"+time.UnixMilli(w.Start).UTC().Format(time.RFC3339)] = w
 	}
 }
 

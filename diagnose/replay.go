@@ -14,13 +14,13 @@ const ReplayChunk = 6 * time.Hour
 // Replay evaluates the minutes of [from, to] over the minute tier o.Minute
 // exactly as a live engine does, starting Warmup earlier, and returns the
 // diagnoses that overlap [from, to], in start order. A diagnosis still open
-// at to is reported firing. o.Open, o.WriteBack and o.Sinks are ignored
+// at to is reported firing. o.Open, o.WriteBack, o.Baselines and o.Sinks are ignored
 // (a replay writes nothing and notifies no one).
 func Replay(ctx context.Context, cfg Config, o Options, from, to time.Time) ([]Diagnosis, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("replay range: from %s is not before to %s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
-	o.Open, o.WriteBack, o.Sinks = nil, nil, nil
+	o.Open, o.WriteBack, o.Baselines, o.Sinks = nil, nil, nil, nil
 	e, err := New(cfg, o)
 	if err != nil {
 		return nil, err

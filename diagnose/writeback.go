@@ -73,6 +73,14 @@ func (a *teeAppender) Rollback() error {
 	return err
 }
 
+// BaselineSeriesNames are the metric names of the baseline series the
+// engine writes back (live): with Options.Baselines they are in the minute
+// tier only, and the query path serves them from there
+// (tiers.WithMinuteOnlyNames).
+func BaselineSeriesNames() []string {
+	return []string{BaselineMedianSeries, BaselineSigmaSeries, BaselineKSeries, AnomalyZScoreSeries}
+}
+
 // writeDiagnoses appends strata_diagnosis{...} = confidence for every open
 // diagnosis at t+WriteBackDelay, and a stale marker for each that resolved.
 func (e *Engine) writeDiagnoses(t time.Time, open, changed []Diagnosis) {

@@ -175,29 +175,44 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 				continue
 			}
 		}
-		buf := p.encBuf[:0]
-		blk := spillBlock{minStart: math.MaxInt64, maxStart: math.MinInt64}
-		enc := windowCodec{h: h}
-		for _, k := range keyed {
-			e := &es[k.i]
-			if timegrid.Floor(e.start, HourRes) != h {
-				continue
+		// The direct series' windows in blocks of their own (direct.go).
+		for _, direct := range []bool{false, true} {
+			if err := p.spillBlockOf(sp, es, keyed, h, direct); err != nil {
+				errs = append(errs, err)
 			}
-			buf = binary.AppendUvarint(buf, uint64(e.slot))
-			buf = enc.appendWindow(buf, e.window())
-			blk.records++
-			blk.minStart, blk.maxStart = min(blk.minStart, e.start), max(blk.maxStart, e.start)
-		}
-		p.encBuf = buf
-		if err := p.writeBlock(sp, buf, blk); err != nil {
-			// These windows are lost: the hour is recomputed from raw.
-			p.spillMu.Lock()
-			sp.reread = true
-			p.spillMu.Unlock()
-			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// spillBlockOf writes the entries of hour h, of direct series or of the
+// others, in key order, as one block of sp (none when there are none).
+func (p *Pipeline) spillBlockOf(sp *hourSpill, es []spillEntry, keyed []entryKey, h int64, direct bool) error {
+	buf := p.encBuf[:0]
+	blk := spillBlock{minStart: math.MaxInt64, maxStart: math.MinInt64, direct: direct}
+	enc := windowCodec{h: h}
+	for _, k := range keyed {
+		e := &es[k.i]
+		if timegrid.Floor(e.start, HourRes) != h || p.tap.series.at(e.slot).direct != direct {
+			continue
+		}
+		buf = binary.AppendUvarint(buf, uint64(e.slot))
+		buf = enc.appendWindow(buf, e.window())
+		blk.records++
+		blk.minStart, blk.maxStart = min(blk.minStart, e.start), max(blk.maxStart, e.start)
+	}
+	p.encBuf = buf
+	if blk.records == 0 {
+		return nil
+	}
+	if err := p.writeBlock(sp, buf, blk); err != nil {
+		// These windows are lost: the hour is recomputed from raw.
+		p.spillMu.Lock()
+		sp.reread = true
+		p.spillMu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // recompute reads the dirty ranges' series from raw and returns their
@@ -272,6 +287,9 @@ func (p *Pipeline) forgetIdle() {
 		if st.lset.IsEmpty() || st.lastT >= cutoff || st.listed || st.hasWindowsFrom(oldest) {
 			continue
 		}
+		if st.direct {
+			p.tap.direct.del(st.lset.Hash(), s)
+		}
 		p.tap.series.release(s)
 		n++
 	}
@@ -301,6 +319,7 @@ func (p *Pipeline) registerMemoryMetrics(reg prometheus.Registerer) {
 		}
 		n += int64(len(p.tap.series.builders)) * slotPageSize * builderBytes
 		n += p.tap.series.byRef.bytes()
+		n += p.tap.direct.bytes()
 		n += int64(cap(p.tap.pending)) * int64(unsafe.Sizeof(spillEntry{}))
 		n += int64(len(p.tap.dirtyRanges)) * int64(unsafe.Sizeof(minuteRange{})+8) // a map entry, about
 		return float64(n)

@@ -42,7 +42,7 @@ func (p *Pipeline) publishMark() {
 
 // VisitOpenWindows hands sink the minute windows computed (final) but not
 // yet flushed to a partition that start in [mint, maxt], of the series
-// matching every matcher: Series once for each series with windows, in no
+// matching every matcher (not the direct series: DirectWindows): Series once for each series with windows, in no
 // particular order, its windows ascending, in a buffer reused for the next
 // series. Only windows before the published mark are handed over: those are
 // final. The diagnosis engine reads the last minutes of every series each
@@ -85,24 +85,16 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	// raw below (spillset.go). Taken after the mark was read: every
 	// window before it was spilled by the tick that published it.
 	set := p.spillSet(max(oldest, timegrid.Floor(mint, HourRes)), matchers...)
-	var (
-		ws  []orderedWindow
-		buf []tiers.Window
-	)
-	p.visitSpilled(mint, maxt, func(key *spillKey) (int64, bool) {
+	// Not the direct series' blocks: DirectWindows reads those. Decoded
+	// to be skipped, they were every baseline's windows of the engine's
+	// reach, each minute.
+	out := spilledSeries{sink: sink}
+	p.visitBlocks(mint, maxt, func(b *spillBlock) bool { return !b.direct }, func(key *spillKey) (int64, bool) {
 		if !set.holds(key.lset, key.id) {
 			return 0, false
 		}
 		return want(key.lset)
-	}, func(key *spillKey, c *blockCursor) {
-		ws = append(ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
-	}, func(key *spillKey) {
-		if len(ws) > 0 {
-			buf = latestPerMinute(ws, buf[:0])
-			sink.Series(key.lset, buf)
-			ws = ws[:0]
-		}
-	})
+	}, out.add, out.done)
 	// The series the spill does not hold whole, from raw: one read per run
 	// of consecutive open hours, for the minutes of [mint, maxt] in it.
 	spans := p.rawSpans(mint, maxt, set, want)
@@ -179,6 +171,26 @@ func (p *Pipeline) VisitOpenWindows(mint, maxt int64, sink tiers.OpenWindowSink,
 	}
 }
 
+// spilledSeries hands the series visitBlocks reads to sink, each once its
+// records are read: the latest window of each minute.
+type spilledSeries struct {
+	sink tiers.OpenWindowSink
+	ws   []orderedWindow
+	buf  []tiers.Window
+}
+
+func (s *spilledSeries) add(_ *spillKey, c *blockCursor) {
+	s.ws = append(s.ws, orderedWindow{w: c.w, seq: c.seq, rec: c.order})
+}
+
+func (s *spilledSeries) done(key *spillKey) {
+	if len(s.ws) > 0 {
+		s.buf = latestPerMinute(s.ws, s.buf[:0])
+		s.sink.Series(key.lset, s.buf)
+		s.ws = s.ws[:0]
+	}
+}
+
 // rawSpan is a run of consecutive open hours read from raw at once:
 // minutes [from, to).
 type rawSpan struct{ from, to int64 }
@@ -222,19 +234,21 @@ func keptLabels(lset, own labels.Labels) labels.Labels {
 	return own
 }
 
-// visitSpilled merges the spill blocks with windows starting in [mint,
-// maxt], of every open hour, by series key: for each series, want is asked
+// visitBlocks merges the spill blocks that blocks keeps (nil: all) with
+// windows starting in [mint, maxt], of every open hour, by series key: for
+// each series, want is asked
 // once (false: its records are skipped), each record of the series starting
 // in [from, maxt] goes to add, then done is called. Run with spillMu held
 // for reading.
-func (p *Pipeline) visitSpilled(mint, maxt int64, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
+func (p *Pipeline) visitBlocks(mint, maxt int64, blocks func(*spillBlock) bool, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
 	var h cursorHeap
 	for _, sp := range p.spills {
 		if sp.start+HourRes <= mint || sp.start > maxt {
 			continue
 		}
-		for i, blk := range sp.blocks {
-			if blk.maxStart < mint || blk.minStart > maxt {
+		for i := range sp.blocks {
+			blk := &sp.blocks[i]
+			if blk.maxStart < mint || blk.minStart > maxt || blocks != nil && !blocks(blk) {
 				continue
 			}
 			// A window's start is in its hour's spill only, so the

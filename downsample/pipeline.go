@@ -87,7 +87,19 @@ type Config struct {
 	// about what the raw samples do (docs/rollups.md, "Memory"). Zero is
 	// DefaultSparseInterval; negative spills every series.
 	SparseInterval time.Duration
+	// DirectGrace, when positive, holds an hour's partition until the
+	// direct series' writer (Direct) has written a sample past the hour,
+	// or the watermark is DirectGrace past the hour's flush time: after a
+	// restart the diagnosis engine writes again the baselines the crash
+	// lost (diagnose/bootstrap.go), and an hour flushed from raw before
+	// it does would be written without them. Zero never waits.
+	DirectGrace time.Duration
 }
+
+// DefaultDirectGrace is Config.DirectGrace for a pipeline with a direct
+// writer: the diagnosis engine's start-up read-back and warm-up take
+// minutes at 500,000 series.
+const DefaultDirectGrace = 30 * time.Minute
 
 // DefaultConfig returns the defaults: 10 m lateness (the raw tier's default
 // out-of-order window), a 15 s tick and the minute tier's 30 d retention.
@@ -330,7 +342,7 @@ func (p *Pipeline) tick(ctx context.Context) error {
 			continue
 		}
 		stop := min(end, h+HourRes)
-		if p.mark == h && stop == h+HourRes && flushable(h, wm) {
+		if p.mark == h && stop == h+HourRes && p.flushReady(h, wm) {
 			// Recovery or catch-up: the whole hour is final, read it once.
 			if _, err := p.flushFromRaw(ctx, h); err != nil {
 				return err
@@ -350,7 +362,7 @@ func (p *Pipeline) tick(ctx context.Context) error {
 	}
 	flushed := false
 	for _, h := range p.spillStarts() {
-		if h+HourRes <= p.mark && flushable(h, wm) {
+		if h+HourRes <= p.mark && p.flushReady(h, wm) {
 			if err := p.flushMinutes(ctx, h); err != nil {
 				return err
 			}
@@ -369,6 +381,21 @@ func (p *Pipeline) tick(ctx context.Context) error {
 // watermark wm. It waits StaleLookahead past the hour's end so that a stale
 // marker right after the hour can still mark its last windows.
 func flushable(h, wm int64) bool { return wm >= h+HourRes+StaleLookahead }
+
+// flushReady is flushable, and the direct series' writer past hour h or
+// Config.DirectGrace gone by.
+func (p *Pipeline) flushReady(h, wm int64) bool {
+	if !flushable(h, wm) {
+		return false
+	}
+	grace := p.cfg.DirectGrace.Milliseconds()
+	if grace <= 0 || wm >= h+HourRes+StaleLookahead+grace {
+		return true
+	}
+	p.tap.mu.Lock()
+	defer p.tap.mu.Unlock()
+	return p.tap.directMax >= h+HourRes
+}
 
 // spillStarts returns the starts of the hours with a spill, ascending.
 func (p *Pipeline) spillStarts() []int64 {
@@ -524,7 +551,16 @@ func (p *Pipeline) flushFromRaw(ctx context.Context, h int64) (st Stats, err err
 	if err := rs.flush(); err != nil {
 		return st, err
 	}
-	if err := p.writeMinutes(h, tmp); err != nil {
+	// The direct series have no raw samples: their windows are the spill's.
+	p.spillMu.RLock()
+	sp := p.spills[h]
+	p.spillMu.RUnlock()
+	if sp != nil && slices.ContainsFunc(sp.blocks, func(b spillBlock) bool { return b.direct }) {
+		err = p.writeMinutesFrom(h, p.mergeSpills(sp, func(k *spillKey) bool { return k.direct }, tmp))
+	} else {
+		err = p.writeMinutes(h, tmp)
+	}
+	if err != nil {
 		return st, err
 	}
 	return st, p.dropSpill(h)

@@ -44,6 +44,9 @@ type seriesState struct {
 	// apart, and its windows are not spilled but recomputed from raw by
 	// their readers (spillset.go). Never cleared while the slot is held.
 	sparse bool
+	// direct: written to the minute tier only (direct.go), never sparse,
+	// not in the reference index.
+	direct bool
 }
 
 // sawWindow notes that the series has a window starting at start.
@@ -113,6 +116,14 @@ func (t *seriesTable) live() int { return int(t.n) - len(t.free) }
 
 // assign returns a new slot for the series lset (ref in the raw tier).
 func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kind) uint32 {
+	s := t.assignSlot(ref, lset, kind)
+	t.byRef.set(ref, s)
+	return s
+}
+
+// assignSlot returns a new slot for the series lset with a builder, not in
+// the reference index.
+func (t *seriesTable) assignSlot(ref storage.SeriesRef, lset labels.Labels, kind Kind) uint32 {
 	var s uint32
 	if n := len(t.free); n > 0 {
 		s, t.free = t.free[n-1], t.free[:n-1]
@@ -137,7 +148,6 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 		lastT: math.MinInt64, lastHour: math.MinInt32,
 	}
 	t.newBuilder(s, st)
-	t.byRef.set(ref, s)
 	return s
 }
 
@@ -145,7 +155,9 @@ func (t *seriesTable) assign(ref storage.SeriesRef, lset labels.Labels, kind Kin
 func (t *seriesTable) release(s uint32) {
 	st := t.at(s)
 	t.dropBuilder(st)
-	t.byRef.del(st.ref)
+	if !st.direct {
+		t.byRef.del(st.ref)
+	}
 	*st = seriesState{}
 	t.free = append(t.free, s)
 }

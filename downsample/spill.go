@@ -126,6 +126,7 @@ type spillBlock struct {
 	off, len           int64
 	records            int
 	inline             bool // records name series by labels, not by slot
+	direct             bool // records of direct series only (direct.go)
 	minStart, maxStart int64
 }
 
@@ -551,6 +552,8 @@ type spillKey struct {
 	lset labels.Labels
 	name string
 	id   int64
+	// direct: a direct series' record (direct.go); not part of the order.
+	direct bool
 }
 
 func (k *spillKey) compare(o *spillKey) int {
@@ -642,7 +645,7 @@ func (c *blockCursor) nextRecord() bool {
 		}
 		c.slot = uint32(s)
 		st := &(*pages)[c.slot>>slotPageBits][c.slot&(slotPageSize-1)]
-		c.key = spillKey{lset: st.lset, name: st.lset.Get(model.MetricNameLabel), id: st.id}
+		c.key = spillKey{lset: st.lset, name: st.lset.Get(model.MetricNameLabel), id: st.id, direct: st.direct}
 	}
 	c.w = c.d.window()
 	c.order++

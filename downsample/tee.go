@@ -40,6 +40,12 @@ import (
 // Call Tee once, before appends start; minutes before the raw tier's newest
 // sample at that moment are computed from raw.
 func (p *Pipeline) Tee(next storage.AppendableV2) storage.AppendableV2 {
+	p.enableTee()
+	return teeAppendable{next: next, p: p}
+}
+
+// enableTee starts the tee's minutes after the raw tier's newest sample.
+func (p *Pipeline) enableTee() {
 	p.tap.mu.Lock()
 	defer p.tap.mu.Unlock()
 	if !p.tap.enabled {
@@ -49,7 +55,6 @@ func (p *Pipeline) Tee(next storage.AppendableV2) storage.AppendableV2 {
 			p.tap.from = timegrid.Floor(rawMax, MinuteRes) + MinuteRes
 		}
 	}
-	return teeAppendable{next: next, p: p}
 }
 
 // teeState is the tee's side of the pipeline.
@@ -67,6 +72,8 @@ type teeState struct {
 	// start to recompute from raw, because a sample came out of order: rare,
 	// so not a field of every slot.
 	dirtyRanges map[uint32]minuteRange
+	direct      directIndex // the direct series' slots (direct.go)
+	directMax   int64       // the newest direct sample's time (Config.DirectGrace)
 	batches     sync.Pool
 	// matched is how many entries the last spill set built for matchers
 	// had: the next one's size (spillSet).

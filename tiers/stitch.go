@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +33,11 @@ type Stitched struct {
 	minute, hour *Rollup
 	lookback     time.Duration
 	maxWindows   int // bound on the rollup windows one Select holds (0: none)
+	// minuteOnly names the series the minute tier alone holds (sorted),
+	// their windows not yet in a partition read from open: see
+	// WithMinuteOnlyNames.
+	minuteOnly []string
+	open       OpenWindowSource
 }
 
 // StitchOption configures a Stitched.
@@ -45,6 +51,21 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 		if d > 0 {
 			s.lookback = d
 		}
+	}
+}
+
+// WithMinuteOnlyNames tells the stitched view that the series of these
+// metric names are written to the minute tier only, never to raw: the
+// diagnosis engine's baselines (downsample.Pipeline.Direct). They are served
+// from the minute tier wherever raw would serve other series, its
+// partitions and, for the minutes not yet in one, open's windows; a copy
+// in the raw tier (written before they moved) is not read. A select whose
+// metric-name matchers reject every one of these names costs what it cost
+// without them (the raw-only fast path included).
+func WithMinuteOnlyNames(names []string, open OpenWindowSource) StitchOption {
+	return func(s *Stitched) {
+		s.minuteOnly = slices.Sorted(slices.Values(names))
+		s.open = open
 	}
 }
 
@@ -279,7 +300,8 @@ func (q *stitchedQuerier) Select(ctx context.Context, sortSeries bool, hints *st
 		maxRes = maxResolution(hints)
 	}
 	segs := q.s.plan(mint, maxt, maxRes)
-	if len(segs) == 1 && segs[0].tier == TierRaw {
+	minuteOnly, rawToo := q.s.selectsMinuteOnly(matchers)
+	if len(segs) == 1 && segs[0].tier == TierRaw && !minuteOnly {
 		return q.selectRawOnly(ctx, sortSeries, segs[0], hints, matchers)
 	}
 	fn := ""
@@ -295,7 +317,19 @@ func (q *stitchedQuerier) Select(ctx context.Context, sortSeries bool, hints *st
 		var err error
 		switch sg.tier {
 		case TierRaw:
-			list, err = q.selectRaw(ctx, sg, hints, mint, matchers, &annots)
+			if rawToo {
+				list, err = q.selectRaw(ctx, sg, hints, mint, matchers, &annots)
+			}
+			if err == nil && minuteOnly {
+				// The minute-only series are the minute tier's here: raw's
+				// copies are left out, the minute tier's series join.
+				list = slices.DeleteFunc(list, func(s *stitchedSeries) bool { return q.s.isMinuteOnly(s.lbls.Get(model.MetricNameLabel)) })
+				var mo []*stitchedSeries
+				if mo, err = q.selectMinuteOnly(ctx, sg, mode, hints, matchers); err == nil && len(mo) > 0 {
+					served = append(served, TierMinute)
+					lists = append(lists, mo)
+				}
+			}
 		case TierMinute:
 			list, err = q.selectRollup(ctx, q.s.minute, sg, mode, hints, matchers)
 		case TierHour:
@@ -377,12 +411,84 @@ func startsWithHistogram(sr storage.Series, it *chunkenc.Iterator) bool {
 	return vt == valHistogram || vt == valFloatHistogram
 }
 
+// isMinuteOnly reports whether metric name is one WithMinuteOnlyNames gave.
+func (s *Stitched) isMinuteOnly(name string) bool {
+	_, found := slices.BinarySearch(s.minuteOnly, name)
+	return found
+}
+
+// selectsMinuteOnly reports whether the matchers may select a minute-only
+// series (every metric-name matcher matches one of the names), and whether
+// they may select another series as well (no name equality names one).
+func (s *Stitched) selectsMinuteOnly(ms []*labels.Matcher) (minuteOnly, other bool) {
+	if len(s.minuteOnly) == 0 {
+		return false, true
+	}
+	other = true
+	for _, m := range ms {
+		if m.Name != model.MetricNameLabel {
+			continue
+		}
+		if !slices.ContainsFunc(s.minuteOnly, m.Matches) {
+			return false, true
+		}
+		if m.Type == labels.MatchEqual {
+			other = false
+		}
+	}
+	return true, other
+}
+
+// minuteOnlyMatchers is ms restricted to the minute-only names.
+func (s *Stitched) minuteOnlyMatchers(ms []*labels.Matcher) ([]*labels.Matcher, error) {
+	alts := make([]string, len(s.minuteOnly))
+	for i, n := range s.minuteOnly {
+		alts[i] = regexp.QuoteMeta(n)
+	}
+	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
+	if err != nil {
+		return nil, fmt.Errorf("minute-only names: %w", err)
+	}
+	return append(slices.Clip(ms), m), nil
+}
+
+// selectMinuteOnly returns the minute-only series in a segment raw serves,
+// from the minute tier's partitions and the open windows.
+func (q *stitchedQuerier) selectMinuteOnly(ctx context.Context, sg segment, mode aggMode, hints *storage.SelectHints, ms []*labels.Matcher) ([]*stitchedSeries, error) {
+	if q.s.minute == nil {
+		return nil, nil
+	}
+	ms, err := q.s.minuteOnlyMatchers(ms)
+	if err != nil {
+		return nil, err
+	}
+	res := q.s.minute.cfg.Resolution.Milliseconds()
+	return q.selectWindows(sg, mode, hints, res, func(from, to int64, opts selectOptions) ([]selectedSeries, error) {
+		open := openCollector{res: res, lo: from}
+		if q.s.open != nil {
+			q.s.open.VisitOpenWindows(from, to, &open, ms...) // before the disk: see MinuteView
+		}
+		disk, err := q.s.minute.selectColumns(ctx, from, to, ms, opts)
+		if err != nil {
+			return nil, err
+		}
+		return mergeOpen(disk, &open), nil
+	})
+}
+
 // selectRollup returns a rollup tier's series in the segment, with their windows.
 func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segment, mode aggMode, hints *storage.SelectHints, ms []*labels.Matcher) ([]*stitchedSeries, error) {
 	if r == nil {
 		return nil, nil
 	}
-	res := r.cfg.Resolution.Milliseconds()
+	return q.selectWindows(sg, mode, hints, r.cfg.Resolution.Milliseconds(), func(from, to int64, opts selectOptions) ([]selectedSeries, error) {
+		return r.selectColumns(ctx, from, to, ms, opts)
+	})
+}
+
+// selectWindows returns the series read selects, windows of res, as the
+// segment's parts.
+func (q *stitchedQuerier) selectWindows(sg segment, mode aggMode, hints *storage.SelectHints, res int64, read func(from, to int64, opts selectOptions) ([]selectedSeries, error)) ([]*stitchedSeries, error) {
 	lookback := q.s.lookback.Milliseconds()
 	if q.lookback > 0 {
 		lookback = q.lookback.Milliseconds()
@@ -421,7 +527,7 @@ func (q *stitchedQuerier) selectRollup(ctx context.Context, r *Rollup, sg segmen
 	if fill > 0 && from >= math.MinInt64+res {
 		from -= res
 	}
-	sel, err := r.selectColumns(ctx, from, sg.hi-1, ms, selectOptions{
+	sel, err := read(from, sg.hi-1, selectOptions{
 		need: columnsFor(mode), thinStep: thinStep, thinOrigin: thinOrigin, maxWindows: q.s.maxWindows,
 	})
 	if err != nil {
@@ -541,6 +647,9 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 			for _, v := range vals {
 				add(v)
 			}
+			if err := q.minuteOnlyLabels(ctx, sg, ms, func(l labels.Labels) { fromLabels(l, add) }); err != nil {
+				return nil, nil, err
+			}
 		default:
 			r := q.s.minute
 			if sg.tier == TierHour {
@@ -568,6 +677,35 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 	}
 	return out, annots, nil
 }
+
+// minuteOnlyLabels calls fn with the label sets of the minute-only series
+// ms may select in a segment raw serves.
+func (q *stitchedQuerier) minuteOnlyLabels(ctx context.Context, sg segment, ms []*labels.Matcher, fn func(labels.Labels)) error {
+	if ok, _ := q.s.selectsMinuteOnly(ms); !ok || q.s.minute == nil {
+		return nil
+	}
+	ms, err := q.s.minuteOnlyMatchers(ms)
+	if err != nil {
+		return err
+	}
+	if q.s.open != nil {
+		q.s.open.VisitOpenWindows(sg.lo, sg.hi-1, labelSink(fn), ms...)
+	}
+	lbls, err := q.s.minute.SelectLabels(ctx, sg.lo, sg.hi-1, ms...)
+	if err != nil {
+		return err
+	}
+	for _, l := range lbls {
+		fn(l)
+	}
+	return nil
+}
+
+// labelSink is an OpenWindowSink that takes the label sets only.
+type labelSink func(labels.Labels)
+
+func (f labelSink) Want(lset labels.Labels) (int64, bool) { f(lset); return 0, false }
+func (f labelSink) Series(labels.Labels, []Window)        {}
 
 // Close implements storage.Querier.
 func (q *stitchedQuerier) Close() error {

@@ -1026,3 +1026,33 @@ func BenchmarkStitchedPanel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStitchedRawOnlyMinuteNames: a 6-hour panel the raw tier alone
+// serves, over a stitched view without and with minute-only names (the
+// diagnosis engine's baselines, WithMinuteOnlyNames): a select whose name
+// is not one of them keeps the raw-only fast path, and costs the same.
+func BenchmarkStitchedRawOnlyMinuteNames(b *testing.B) {
+	f := newStitchFixture(b)
+	if err := f.raw.DB().Compact(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	withNames := tiers.NewStitched(f.raw, f.minute, f.hour,
+		tiers.WithMinuteOnlyNames([]string{"strata:baseline:median", "strata:baseline:sigma", "strata:baseline:k"}, nil))
+	end := testT0 + 72*hourMs - minMs
+	start := end - 6*hourMs
+	step := time.Duration(end-start) * time.Millisecond / 250
+	for _, src := range []struct {
+		name string
+		q    storage.Queryable
+	}{{"none", f.stitched}, {"baselines", withNames}} {
+		b.Run("minute-only="+src.name, func(b *testing.B) {
+			if want, _ := f.rangeQuery(b, src.q, `DCGM_FI_DEV_GPU_TEMP`, start, end, step); len(want) == 0 {
+				b.Fatal("no series")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				f.rangeQuery(b, src.q, `DCGM_FI_DEV_GPU_TEMP`, start, end, step)
+			}
+		})
+	}
+}

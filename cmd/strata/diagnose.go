@@ -170,7 +170,10 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 	eng, err := diagnose.New(s.cfg.Diagnose.Config, diagnose.Options{
 		Minute: s.minute, Open: s.rollup, Signals: signals, Archive: s.arc.archive(),
 		WriteBack: s.rawApp, WriteBackDelay: time.Duration(s.cfg.Storage.OutOfOrderWindow) + time.Minute,
-		Sinks: sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
+		// The baselines go to the minute tier only, not the raw head (the
+		// stitched view serves them from there: serve.go).
+		Baselines: s.rollup.Direct(),
+		Sinks:     sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
 		ScratchDir: s.cfg.Storage.Path, Logger: logger, Registerer: s.reg,
 	})
 	if err != nil {

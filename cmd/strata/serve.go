@@ -196,6 +196,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	// The open hours' minute windows wait in files (the page cache), not
 	// the heap: docs/rollups.md, "Memory".
 	dsCfg.SpillDir = filepath.Join(cfg.Storage.Path, "rollup-spill")
+	if cfg.Diagnose.Enabled {
+		// An hour waits for the engine's baselines, which it writes again
+		// after a restart (docs/diagnosis.md, "Baseline series").
+		dsCfg.DirectGrace = downsample.DefaultDirectGrace
+	}
 	if dsCfg.KindOf, err = rollupTyping(); err != nil {
 		return nil, err
 	}
@@ -223,7 +228,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 
-	srv.stitched = tiers.NewStitched(srv.raw, srv.minute, srv.hour, tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta)))
+	stitchOpts := []tiers.StitchOption{tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta))}
+	if cfg.Diagnose.Enabled {
+		// The engine writes its baselines to the minute tier alone (diagnose.go).
+		stitchOpts = append(stitchOpts, tiers.WithMinuteOnlyNames(diagnose.BaselineSeriesNames(), srv.rollup.DirectWindows()))
+	}
+	srv.stitched = tiers.NewStitched(srv.raw, srv.minute, srv.hour, stitchOpts...)
 	if err := srv.stitched.RegisterMetrics(reg); err != nil {
 		return nil, err
 	}
