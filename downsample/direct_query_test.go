@@ -122,6 +122,18 @@ func TestDirectSeriesQueried(t *testing.T) {
 	if _, hi, ok := minute.Bounds(); !ok || hi < start+2*HourRes {
 		t.Fatalf("the minute tier should hold two hours: %d %v", hi, ok)
 	}
+	// A series of the direct name that raw alone holds (written past the
+	// tee, as no build does): the stitched view leaves raw's copies of a
+	// minute-only name out, so it must not show.
+	rapp := raw.AppenderV2(ctx)
+	for at := end - HourRes; at <= end; at += 15_000 {
+		if _, err := rapp.Append(0, labelsFor(direct, "metric", "gpu_util", "gpu", "7"), 0, at, -1, nil, nil, storage.AppendV2Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rapp.Commit(); err != nil {
+		t.Fatal(err)
+	}
 	st := tiers.NewStitched(raw, minute, nil, tiers.WithMinuteOnlyNames([]string{direct}, p.DirectWindows()))
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 50_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute,
 		Parser: parser.NewParser(parser.Options{})})
@@ -188,6 +200,10 @@ func TestDirectSeriesQueried(t *testing.T) {
 	}
 	if want := []string{ref, direct}; !slices.Equal(names, want) {
 		t.Errorf("{gpu=\"1\"}: %v, want %v", names, want)
+	}
+	// Nor raw's series of the direct name.
+	if set := q.Select(ctx, true, &storage.SelectHints{Start: now - HourRes, End: now}, labels.MustNewMatcher(labels.MatchEqual, "gpu", "7")); set.Next() {
+		t.Errorf("{gpu=\"7\"}: raw's %s", set.At().Labels())
 	}
 	vals, _, err := q.LabelValues(ctx, model.MetricNameLabel, nil)
 	if err != nil {

@@ -132,12 +132,16 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 	if len(es) == 0 {
 		return nil
 	}
-	// lset and id of a slot with a pending window cannot change: slots are
-	// forgotten by the tick, which is running this.
+	// lset, id and direct of a slot with a pending window cannot change:
+	// slots are forgotten by the tick, which is running this.
 	keyed := make([]entryKey, len(es))
+	var directs int
 	for i, e := range es {
 		st := p.tap.series.at(e.slot)
 		keyed[i] = entryKey{name: st.lset.Get(model.MetricNameLabel), id: st.id, i: int32(i)}
+		if st.direct {
+			directs++
+		}
 	}
 	slices.SortFunc(keyed, func(a, b entryKey) int {
 		if c := strings.Compare(a.name, b.name); c != 0 {
@@ -175,8 +179,12 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 				continue
 			}
 		}
-		// The direct series' windows in blocks of their own (direct.go).
+		// The direct series' windows in blocks of their own (direct.go);
+		// a kind no entry is of is not walked for.
 		for _, direct := range []bool{false, true} {
+			if (direct && directs == 0) || (!direct && directs == len(es)) {
+				continue
+			}
 			if err := p.spillBlockOf(sp, es, keyed, h, direct); err != nil {
 				errs = append(errs, err)
 			}

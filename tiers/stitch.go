@@ -639,13 +639,20 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 				return nil, nil, fmt.Errorf("query raw tier: %w", err)
 			}
 			q.rawQs = append(q.rawQs, rq)
-			vals, a, err := fromRaw(rq)
-			if err != nil {
-				return nil, nil, err
-			}
-			annots.Merge(a)
-			for _, v := range vals {
-				add(v)
+			// Matchers that name a minute-only series leave raw out: its
+			// copies of them (an older build's) are not theirs, as in
+			// Select. Other matchers ask raw as they are, so that its
+			// label index answers them without a matcher added; copies of
+			// a minute-only name are then among its answers.
+			if _, rawToo := q.s.selectsMinuteOnly(ms); rawToo {
+				vals, a, err := fromRaw(rq)
+				if err != nil {
+					return nil, nil, err
+				}
+				annots.Merge(a)
+				for _, v := range vals {
+					add(v)
+				}
 			}
 			if err := q.minuteOnlyLabels(ctx, sg, ms, func(l labels.Labels) { fromLabels(l, add) }); err != nil {
 				return nil, nil, err
