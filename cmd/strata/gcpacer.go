@@ -81,8 +81,9 @@ type heapPacer struct {
 	headroom  float64 // the paced goal's share above the baseline, at most GOGC's
 	ceiling   int64   // the configured soft limit, math.MaxInt64 for none
 	recs      [heapPacerWindow]heapPacerRecord
-	n         int // collections recorded, up to heapPacerWindow
-	next      int // where the next one goes in recs
+	n         int     // collections recorded, up to heapPacerWindow
+	next      int     // where the next one goes in recs
+	paced     float64 // the headroom of the latest paced limit (effectiveHeadroom), 0 when not pacing
 }
 
 // heapReading is what the pacer reads from the runtime once a period.
@@ -114,10 +115,12 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 	for _, rec := range p.recs[:p.n] {
 		baseline = min(baseline, rec.live)
 	}
+	p.paced = 0
 	if p.n < heapPacerWindow || !p.gogcCollectsSlowly() {
 		return p.ceiling, baseline
 	}
-	h := min(p.headroom, float64(p.gcPercent)/100)
+	h := p.effectiveHeadroom(baseline)
+	p.paced = h
 	heap := max(float64(baseline)*(1+h)*(1+heapPacerMargin), float64(latest.live)*(1+h/heapPacerMinHeadroomDiv))
 	l := heap + float64(r.nonHeap)
 	if l >= float64(p.ceiling) {
@@ -126,6 +129,42 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 	// Rounded up to a MiB, so that the runtime's memory outside the heap
 	// moving by a few KiB does not reset the limit every period.
 	return (int64(l)>>20 + 1) << 20, baseline
+}
+
+// effectiveHeadroom is the paced headroom for the window's allocation rate:
+// the configured one (at most GOGC's) where it makes collections come at
+// most every heapPacerMinInterval, less where they would come less often.
+// A collection costs the collector about its live heap's marking, and
+// collections come as often as the headroom's bytes take to allocate, so
+// the collector's CPU is about the allocation rate over the headroom's
+// share, whatever the live heap, while the headroom's memory grows with
+// it. A large heap allocated slowly (many series, a long scrape interval)
+// gets collections far apart at the configured share, and trades some of
+// that interval for memory. By the square-root rule of MemBalancer
+// (Kirisame et al., "Optimal heap limits for reducing browser memory use",
+// OOPSLA 2022: a heap's extra memory in proportion to the square root of
+// its live heap times its allocation rate), the headroom's bytes are
+// sqrt(h x baseline x rate x heapPacerMinInterval): at an interval of
+// heapPacerMinInterval they are the configured share's, and over it the
+// interval grows as the square root of the configured share's (four times
+// longer at h: twice as long paced). Never below half the configured
+// share: at most twice its collections, at any allocation rate (a heap
+// that allocates little, then a burst).
+func (p *heapPacer) effectiveHeadroom(baseline uint64) float64 {
+	h := min(p.headroom, float64(p.gcPercent)/100)
+	oldest := p.recs[p.next]
+	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
+	secs := latest.at.Sub(oldest.at).Seconds()
+	allocated := float64(latest.allocs - oldest.allocs)
+	if baseline == 0 || secs <= 0 || allocated <= 0 {
+		return h / heapPacerMinHeadroomDiv
+	}
+	// interval is how often collections come at the configured share.
+	interval := h * float64(baseline) / (allocated / secs)
+	if interval <= heapPacerMinInterval.Seconds() {
+		return h
+	}
+	return max(h*math.Sqrt(heapPacerMinInterval.Seconds()/interval), h/heapPacerMinHeadroomDiv)
 }
 
 // gogcCollectsSlowly reports whether GOGC alone would collect at most once
@@ -185,6 +224,10 @@ func runHeapPacer(ctx context.Context, p *heapPacer, reg prometheus.Registerer) 
 		Name: "strata_gc_baseline_live_heap_bytes",
 		Help: "Lowest live heap of the last 16 garbage collections: the heap the pacer's limit follows.",
 	})
+	headroomGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Name: "strata_gc_paced_headroom_ratio",
+		Help: "Share of the baseline live heap the heap pacer's limit leaves above it: --runtime.heap-pacer.headroom (at most GOGC's), less where collections would come more than 3 s apart at the allocation rate; 0 while the pacer does not cap the heap.",
+	})
 	samples := make([]metrics.Sample, len(heapPacerMetrics))
 	for i, name := range heapPacerMetrics {
 		samples[i].Name = name
@@ -204,6 +247,7 @@ func runHeapPacer(ctx context.Context, p *heapPacer, reg prometheus.Registerer) 
 		}
 		limit, baseline := p.observe(time.Now(), r)
 		baselineGauge.Set(float64(baseline))
+		headroomGauge.Set(p.paced)
 		limitGauge.Set(float64(limit))
 		if limit != set {
 			debug.SetMemoryLimit(limit)

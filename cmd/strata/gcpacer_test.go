@@ -19,10 +19,11 @@ const pacedCollections = 5 * time.Second
 const testHeadroom = 0.25
 
 // Allocation rates in MiB a second: a paced fleet's, at which GOGC 50 alone
-// collects a 200 MiB live heap every 10 s (a 100 MiB one every 5 s), and
-// heavy ingest's, every second.
+// collects a 200 MiB live heap every 5 s and the paced headroom every 2.5 s
+// (within heapPacerMinInterval: the configured headroom holds), and heavy
+// ingest's, at which GOGC alone collects it every second.
 const (
-	pacedAllocs = 10
+	pacedAllocs = 20
 	heavyAllocs = 100
 )
 
@@ -70,7 +71,13 @@ func (p *testPacer) steady(live uint64) {
 // headroom above it plus the margin, plus 20 MiB outside the heap, rounded
 // up.
 func steadyLimit(live float64) int64 {
-	return int64(live*(1+testHeadroom)*(1+heapPacerMargin)+20) + 1
+	return steadyLimitAt(live, testHeadroom)
+}
+
+// steadyLimitAt is the limit for a steady live heap of live MiB at paced
+// headroom h.
+func steadyLimitAt(live, h float64) int64 {
+	return int64(live*(1+h)*(1+heapPacerMargin)+20) + 1
 }
 
 const ceilingMiB = math.MaxInt64 / mib
@@ -97,7 +104,10 @@ func TestHeapPacerBurstsDoNotRaiseTheLimit(t *testing.T) {
 func TestHeapPacerFollowsALastingRise(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
 	p.steady(200)
-	// A new fleet: the live heap doubles and stays. The limit never leaves
+	p.rate = 2 * pacedAllocs
+	// A new fleet: the live heap doubles and stays, and so does the
+	// allocation rate (the same interval between collections, the same
+	// headroom). The limit never leaves
 	// the latest live heap less than half the paced headroom, and after
 	// heapPacerWindow collections it is the new heap's steady limit.
 	for i := range heapPacerWindow {
@@ -117,6 +127,7 @@ func TestHeapPacerFollowsALastingRise(t *testing.T) {
 
 func TestHeapPacerCeiling(t *testing.T) {
 	p := newTestPacer(250 * mib)
+	p.rate = pacedAllocs / 2 // a paced fleet's, at half the heap
 	if lim, base := p.observe(p.now, heapReading{nonHeap: 20 * mib}); lim != 250*mib || base != 0 {
 		t.Fatalf("before any collection: limit %d baseline %d, want the ceiling and none", lim, base)
 	}
@@ -135,11 +146,14 @@ func TestHeapPacerCeiling(t *testing.T) {
 // TestHeapPacerHeadroomAtMostGOGC: a headroom above GOGC's paces with
 // GOGC's, which then only caps the bursts.
 func TestHeapPacerHeadroomAtMostGOGC(t *testing.T) {
-	p := newTestPacer(math.MaxInt64)
-	p.headroom = 0.8
-	p.steady(200)
-	if got, want := p.feed(pacedCollections, 200)[0], int64(200*1.5*(1+heapPacerMargin)+20)+1; got != want {
-		t.Fatalf("headroom 0.8 at GOGC 50: limit %d MiB, want GOGC's %d", got, want)
+	lives := []uint64{200, 260, 210, 280, 200, 250, 230, 200, 270, 220, 200, 260, 240, 200, 280, 210, 200, 250}
+	over, at := newTestPacer(math.MaxInt64), newTestPacer(math.MaxInt64)
+	over.headroom, at.headroom = 0.8, 0.5
+	got, want := over.feed(pacedCollections, lives...), at.feed(pacedCollections, lives...)
+	for i := heapPacerWindow; i < len(lives); i++ {
+		if got[i] != want[i] || got[i] >= int64(200*1.5*(1+heapPacerMargin)+20)+1 {
+			t.Fatalf("collection %d: headroom 0.8 at GOGC 50: limit %d MiB, want GOGC's headroom's %d, below GOGC's goal", i, got[i], want[i])
+		}
 	}
 }
 
@@ -228,5 +242,48 @@ func TestHeapPacerOff(t *testing.T) {
 				t.Fatalf("limit %d after the pacer, want the configured 123 MiB", got)
 			}
 		})
+	}
+}
+
+// TestHeapPacerRareCollections: a large heap allocated slowly (many
+// series, a long scrape interval) would be collected far apart at the
+// configured headroom; the pacer trades some of that interval for memory.
+// At 1,000 MiB and 30 MiB/s the configured 0.25 would collect every
+// 8.3 s; the paced headroom is 0.25 x sqrt(3 s / 8.3 s) = 0.15, 150 MiB,
+// collected every 5 s (the square root of 3 s x 8.3 s), and a burst's
+// latest live heap keeps half of that above it, not half of 0.25.
+func TestHeapPacerRareCollections(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.rate = 30
+	p.steady(1000)
+	want := steadyLimitAt(1000, 0.15) // 1,228 MiB
+	if got := p.feed(pacedCollections, 1000)[0]; got != want {
+		t.Fatalf("1,000 MiB at 30 MiB/s: limit %d MiB, want %d (headroom 0.15)", got, want)
+	}
+	// The paced headroom's bytes take 5 s to allocate: never more often
+	// than heapPacerMinInterval.
+	if every := float64(want-20)/(1+heapPacerMargin) - 1000; every/30 < heapPacerMinInterval.Seconds() {
+		t.Fatalf("collections every %.1f s", every/30)
+	}
+	// A burst: 1,100 MiB live at a collection. Its floor, 1,100 x
+	// (1 + 0.15/2) + 20 = 1,203 MiB, is below the steady limit; half of
+	// the configured 0.25 would have raised it to 1,258.
+	for i, got := range p.feed(pacedCollections, 1100, 1000, 1050, 1000) {
+		if got != want {
+			t.Fatalf("burst, collection %d: limit %d MiB, want %d", i, got, want)
+		}
+	}
+}
+
+// TestHeapPacerRareCollectionsFloor: however slowly the heap is allocated,
+// the paced headroom is at least half the configured one (at most twice
+// its collections, should a burst come).
+func TestHeapPacerRareCollectionsFloor(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.rate = 1
+	p.steady(1000)
+	want := steadyLimitAt(1000, testHeadroom/heapPacerMinHeadroomDiv) // 1,202 MiB
+	if got := p.feed(pacedCollections, 1000)[0]; got != want {
+		t.Fatalf("1,000 MiB at 1 MiB/s: limit %d MiB, want %d (half the headroom)", got, want)
 	}
 }
