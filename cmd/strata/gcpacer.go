@@ -144,12 +144,17 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 // (Kirisame et al., "Optimal heap limits for reducing browser memory use",
 // OOPSLA 2022: a heap's extra memory in proportion to the square root of
 // its live heap times its allocation rate), the headroom's bytes are
-// sqrt(h x baseline x rate x heapPacerMinInterval): at an interval of
-// heapPacerMinInterval they are the configured share's, and over it the
-// interval grows as the square root of the configured share's (four times
-// longer at h: twice as long paced). Never below half the configured
-// share: at most twice its collections, at any allocation rate (a heap
-// that allocates little, then a burst).
+// sqrt(h x baseline x rate x heapPacerMinInterval): the configured share's
+// where it collects every heapPacerMinInterval, and where it would collect
+// every T > heapPacerMinInterval, collections every
+// sqrt(T x heapPacerMinInterval) (a heap the configured share collects
+// every 12 s, every 6 s). The anchor is the pacer's own budget: the
+// interval under which it leaves the heap to GOGC (heavy ingest). Never
+// below half the configured share: at most twice its collections at any
+// allocation rate (a heap that allocates little, then a burst). The
+// latest live heap's floor follows (half of this headroom above it), or
+// it would set the limit whenever a collection finds a little more than
+// the baseline.
 func (p *heapPacer) effectiveHeadroom(baseline uint64) float64 {
 	h := min(p.headroom, float64(p.gcPercent)/100)
 	oldest := p.recs[p.next]
