@@ -80,10 +80,13 @@ type heapPacer struct {
 	gcPercent int     // GOGC in force
 	headroom  float64 // the paced goal's share above the baseline, at most GOGC's
 	ceiling   int64   // the configured soft limit, math.MaxInt64 for none
-	recs      [heapPacerWindow]heapPacerRecord
-	n         int     // collections recorded, up to heapPacerWindow
-	next      int     // where the next one goes in recs
-	paced     float64 // the headroom of the latest paced limit (effectiveHeadroom), 0 when not pacing
+	// interval is the collection interval the headroom holds at
+	// (effectiveHeadroom); 0: the headroom at any interval
+	interval time.Duration
+	recs     [heapPacerWindow]heapPacerRecord
+	n        int     // collections recorded, up to heapPacerWindow
+	next     int     // where the next one goes in recs
+	paced    float64 // the headroom of the latest paced limit (effectiveHeadroom), 0 when not pacing
 }
 
 // heapReading is what the pacer reads from the runtime once a period.
@@ -133,7 +136,11 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 
 // effectiveHeadroom is the paced headroom for the window's allocation rate:
 // the configured one (at most GOGC's) where it makes collections come at
-// most every heapPacerMinInterval, less where they would come less often.
+// most every p.interval (--runtime.heap-pacer.interval), less where they
+// would come less often; the configured one at any rate when p.interval is
+// 0 (the default: at 50,000 series of 1 Hz an interval of 3 s took the
+// headroom from 0.35 to 0.22, where 0.25 had cost 18-22 % more CPU for no
+// lower peak; docs/bench.md, issue 13, s17-pacer).
 // A collection costs the collector about its live heap's marking, and
 // collections come as often as the headroom's bytes take to allocate, so
 // the collector's CPU is about the allocation rate over the headroom's
@@ -144,12 +151,10 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 // (Kirisame et al., "Optimal heap limits for reducing browser memory use",
 // OOPSLA 2022: a heap's extra memory in proportion to the square root of
 // its live heap times its allocation rate), the headroom's bytes are
-// sqrt(h x baseline x rate x heapPacerMinInterval): the configured share's
-// where it collects every heapPacerMinInterval, and where it would collect
-// every T > heapPacerMinInterval, collections every
-// sqrt(T x heapPacerMinInterval) (a heap the configured share collects
-// every 12 s, every 6 s). The anchor is the pacer's own budget: the
-// interval under which it leaves the heap to GOGC (heavy ingest). Never
+// sqrt(h x baseline x rate x p.interval): the configured share's where it
+// collects every p.interval, and where it would collect every
+// T > p.interval, collections every sqrt(T x p.interval) (at 3 s, a heap
+// the configured share collects every 12 s, every 6 s). Never
 // below half the configured share: at most twice its collections at any
 // allocation rate (a heap that allocates little, then a burst). The
 // latest live heap's floor follows (half of this headroom above it), or
@@ -157,6 +162,9 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 // the baseline.
 func (p *heapPacer) effectiveHeadroom(baseline uint64) float64 {
 	h := min(p.headroom, float64(p.gcPercent)/100)
+	if p.interval <= 0 {
+		return h
+	}
 	oldest := p.recs[p.next]
 	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
 	secs := latest.at.Sub(oldest.at).Seconds()
@@ -166,10 +174,10 @@ func (p *heapPacer) effectiveHeadroom(baseline uint64) float64 {
 	}
 	// interval is how often collections come at the configured share.
 	interval := h * float64(baseline) / (allocated / secs)
-	if interval <= heapPacerMinInterval.Seconds() {
+	if interval <= p.interval.Seconds() {
 		return h
 	}
-	return max(h*math.Sqrt(heapPacerMinInterval.Seconds()/interval), h/heapPacerMinHeadroomDiv)
+	return max(h*math.Sqrt(p.interval.Seconds()/interval), h/heapPacerMinHeadroomDiv)
 }
 
 // gogcCollectsSlowly reports whether GOGC alone would collect at most once
@@ -208,7 +216,7 @@ var heapPacerMetrics = []string{
 // is on and GOGC is not off.
 func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer) {
 	if gcPercent := gcPercentOrDefault(m.gogc); m.pacer && gcPercent > 0 {
-		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom}, reg)
+		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom, interval: m.pacerInterval}, reg)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"runtime/debug"
 	"testing"
@@ -39,7 +40,7 @@ type testPacer struct {
 
 func newTestPacer(ceiling int64) *testPacer {
 	return &testPacer{
-		heapPacer: heapPacer{gcPercent: 50, headroom: testHeadroom, ceiling: ceiling},
+		heapPacer: heapPacer{gcPercent: 50, headroom: testHeadroom, ceiling: ceiling, interval: heapPacerMinInterval},
 		now:       time.Unix(0, 0),
 		rate:      pacedAllocs,
 	}
@@ -262,7 +263,7 @@ func TestHeapPacerRareCollections(t *testing.T) {
 	}
 	// The paced headroom's bytes take 5 s to allocate: never more often
 	// than heapPacerMinInterval.
-	if every := float64(want-20)/(1+heapPacerMargin) - 1000; every/30 < heapPacerMinInterval.Seconds() {
+	if every := float64(want-20)/(1+heapPacerMargin) - 1000; every/30 < p.interval.Seconds() {
 		t.Fatalf("collections every %.1f s", every/30)
 	}
 	// A burst: 1,100 MiB live at a collection. Its floor, 1,100 x
@@ -285,5 +286,30 @@ func TestHeapPacerRareCollectionsFloor(t *testing.T) {
 	want := steadyLimitAt(1000, testHeadroom/heapPacerMinHeadroomDiv) // 1,202 MiB
 	if got := p.feed(pacedCollections, 1000)[0]; got != want {
 		t.Fatalf("1,000 MiB at 1 MiB/s: limit %d MiB, want %d (half the headroom)", got, want)
+	}
+}
+
+// TestHeapPacerIntervalOff: --runtime.heap-pacer.interval=0 (the default)
+// keeps the configured headroom however slowly the heap is allocated.
+func TestHeapPacerIntervalOff(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	p.interval = 0
+	p.rate = 30
+	p.steady(1000)
+	if got, want := p.feed(pacedCollections, 1000)[0], steadyLimitAt(1000, testHeadroom); got != want {
+		t.Fatalf("1,000 MiB at 30 MiB/s, no interval: limit %d MiB, want %d (the configured headroom)", got, want)
+	}
+}
+
+// TestHeapPacerFlagsValidated: a headroom of 0 or a negative interval is
+// refused before anything is set.
+func TestHeapPacerFlagsValidated(t *testing.T) {
+	for _, m := range []memoryPolicy{
+		{gogc: 50, ratio: 0.9, pacer: true, pacerHeadroom: 0},
+		{gogc: 50, ratio: 0.9, pacer: true, pacerHeadroom: testHeadroom, pacerInterval: -time.Second},
+	} {
+		if err := m.apply(memorySources{root: t.TempDir()}, slog.New(slog.DiscardHandler)); err == nil {
+			t.Fatalf("%+v: no error", m)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // defaultGOGC is the garbage collector's target when GOGC is not set in the
@@ -32,6 +33,10 @@ type memoryPolicy struct {
 	// --runtime.heap-pacer.headroom: the paced goal's share above the
 	// baseline live heap
 	pacerHeadroom float64
+	// --runtime.heap-pacer.interval: the collection interval the headroom
+	// holds at, less headroom where collections would come less often (0:
+	// the headroom always; heapPacer.interval)
+	pacerInterval time.Duration
 }
 
 // memorySources are the files the limit is read from, for tests.
@@ -48,6 +53,9 @@ func (m memoryPolicy) apply(src memorySources, logger *slog.Logger) error {
 	}
 	if m.pacer && m.pacerHeadroom <= 0 {
 		return fmt.Errorf("--runtime.heap-pacer.headroom must be above 0, got %g", m.pacerHeadroom)
+	}
+	if m.pacerInterval < 0 {
+		return fmt.Errorf("--runtime.heap-pacer.interval must not be negative, got %s", m.pacerInterval)
 	}
 	gogc := gcPercentOrDefault(m.gogc)
 	if os.Getenv("GOGC") == "" {
