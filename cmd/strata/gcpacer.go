@@ -239,7 +239,7 @@ func runHeapPacer(ctx context.Context, p *heapPacer, reg prometheus.Registerer) 
 	})
 	headroomGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "strata_gc_paced_headroom_ratio",
-		Help: "Share of the baseline live heap the heap pacer's limit leaves above it: --runtime.heap-pacer.headroom (at most GOGC's), less where collections would come more than 3 s apart at the allocation rate; 0 while the pacer does not cap the heap.",
+		Help: "Share of the baseline live heap the heap pacer's limit leaves above it: --runtime.heap-pacer.headroom (at most GOGC's), less where --runtime.heap-pacer.interval is set and collections would come further apart at the allocation rate; 0 while the pacer does not cap the heap.",
 	})
 	samples := make([]metrics.Sample, len(heapPacerMetrics))
 	for i, name := range heapPacerMetrics {
