@@ -119,9 +119,10 @@ func (p *Pipeline) drainTee(ctx context.Context) error {
 // boundary every series emits a window at once, so the tick sorts one key
 // per series: 32 bytes, not the entry and its labels again.
 type entryKey struct {
-	name string
-	id   int64
-	i    int32
+	name   string
+	id     int64
+	i      int32
+	direct bool // the slot's (spillBlockOf: a block of direct series or of the others)
 }
 
 // spillEntries writes windows of the tee's series to their hours' spills,
@@ -138,7 +139,7 @@ func (p *Pipeline) spillEntries(es []spillEntry) error {
 	var directs int
 	for i, e := range es {
 		st := p.tap.series.at(e.slot)
-		keyed[i] = entryKey{name: st.lset.Get(model.MetricNameLabel), id: st.id, i: int32(i)}
+		keyed[i] = entryKey{name: st.lset.Get(model.MetricNameLabel), id: st.id, i: int32(i), direct: st.direct}
 		if st.direct {
 			directs++
 		}
@@ -201,7 +202,7 @@ func (p *Pipeline) spillBlockOf(sp *hourSpill, es []spillEntry, keyed []entryKey
 	enc := windowCodec{h: h}
 	for _, k := range keyed {
 		e := &es[k.i]
-		if timegrid.Floor(e.start, HourRes) != h || p.tap.series.at(e.slot).direct != direct {
+		if k.direct != direct || timegrid.Floor(e.start, HourRes) != h {
 			continue
 		}
 		buf = binary.AppendUvarint(buf, uint64(e.slot))

@@ -37,7 +37,9 @@ type Stitched struct {
 	// their windows not yet in a partition read from open: see
 	// WithMinuteOnlyNames.
 	minuteOnly []string
-	open       OpenWindowSource
+	// minuteOnlyName matches the minute-only names: built once.
+	minuteOnlyName *labels.Matcher
+	open           OpenWindowSource
 }
 
 // StitchOption configures a Stitched.
@@ -65,6 +67,12 @@ func WithLookbackDelta(d time.Duration) StitchOption {
 func WithMinuteOnlyNames(names []string, open OpenWindowSource) StitchOption {
 	return func(s *Stitched) {
 		s.minuteOnly = slices.Sorted(slices.Values(names))
+		alts := make([]string, len(s.minuteOnly))
+		for i, n := range s.minuteOnly {
+			alts[i] = regexp.QuoteMeta(n)
+		}
+		// Quoted names always compile.
+		s.minuteOnlyName = labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
 		s.open = open
 	}
 }
@@ -440,16 +448,8 @@ func (s *Stitched) selectsMinuteOnly(ms []*labels.Matcher) (minuteOnly, other bo
 }
 
 // minuteOnlyMatchers is ms restricted to the minute-only names.
-func (s *Stitched) minuteOnlyMatchers(ms []*labels.Matcher) ([]*labels.Matcher, error) {
-	alts := make([]string, len(s.minuteOnly))
-	for i, n := range s.minuteOnly {
-		alts[i] = regexp.QuoteMeta(n)
-	}
-	m, err := labels.NewMatcher(labels.MatchRegexp, model.MetricNameLabel, strings.Join(alts, "|"))
-	if err != nil {
-		return nil, fmt.Errorf("minute-only names: %w", err)
-	}
-	return append(slices.Clip(ms), m), nil
+func (s *Stitched) minuteOnlyMatchers(ms []*labels.Matcher) []*labels.Matcher {
+	return append(slices.Clip(ms), s.minuteOnlyName)
 }
 
 // selectMinuteOnly returns the minute-only series in a segment raw serves,
@@ -458,10 +458,7 @@ func (q *stitchedQuerier) selectMinuteOnly(ctx context.Context, sg segment, mode
 	if q.s.minute == nil {
 		return nil, nil
 	}
-	ms, err := q.s.minuteOnlyMatchers(ms)
-	if err != nil {
-		return nil, err
-	}
+	ms = q.s.minuteOnlyMatchers(ms)
 	res := q.s.minute.cfg.Resolution.Milliseconds()
 	return q.selectWindows(sg, mode, hints, res, func(from, to int64, opts selectOptions) ([]selectedSeries, error) {
 		open := openCollector{res: res, lo: from}
@@ -631,6 +628,7 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 	seen := map[string]struct{}{}
 	add := func(v string) { seen[v] = struct{}{} }
 	var annots annotations.Annotations
+	minuteOnly, rawToo := q.s.selectsMinuteOnly(ms)
 	for _, sg := range q.s.plan(q.mint, q.maxt, 0) {
 		switch sg.tier {
 		case TierRaw:
@@ -644,7 +642,7 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 			// Select. Other matchers ask raw as they are, so that its
 			// label index answers them without a matcher added; copies of
 			// a minute-only name are then among its answers.
-			if _, rawToo := q.s.selectsMinuteOnly(ms); rawToo {
+			if rawToo {
 				vals, a, err := fromRaw(rq)
 				if err != nil {
 					return nil, nil, err
@@ -654,8 +652,10 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 					add(v)
 				}
 			}
-			if err := q.minuteOnlyLabels(ctx, sg, ms, func(l labels.Labels) { fromLabels(l, add) }); err != nil {
-				return nil, nil, err
+			if minuteOnly {
+				if err := q.minuteOnlyLabels(ctx, sg, ms, func(l labels.Labels) { fromLabels(l, add) }); err != nil {
+					return nil, nil, err
+				}
 			}
 		default:
 			r := q.s.minute
@@ -686,15 +686,12 @@ func (q *stitchedQuerier) labelQuery(ctx context.Context, fromRaw func(storage.Q
 }
 
 // minuteOnlyLabels calls fn with the label sets of the minute-only series
-// ms may select in a segment raw serves.
+// ms selects in a segment raw serves (the caller knows ms may select one).
 func (q *stitchedQuerier) minuteOnlyLabels(ctx context.Context, sg segment, ms []*labels.Matcher, fn func(labels.Labels)) error {
-	if ok, _ := q.s.selectsMinuteOnly(ms); !ok || q.s.minute == nil {
+	if q.s.minute == nil {
 		return nil
 	}
-	ms, err := q.s.minuteOnlyMatchers(ms)
-	if err != nil {
-		return err
-	}
+	ms = q.s.minuteOnlyMatchers(ms)
 	if q.s.open != nil {
 		q.s.open.VisitOpenWindows(sg.lo, sg.hi-1, labelSink(fn), ms...)
 	}
