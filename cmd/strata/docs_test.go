@@ -474,3 +474,43 @@ func TestDocumentedMakeTargetsExist(t *testing.T) {
 		t.Errorf("README.md lists the other make targets as %v, the Makefile has %v", listed, want)
 	}
 }
+
+// configRow is a row of docs/configuration.md's flag tables: the flag in
+// backticks, then its default in backticks.
+var configRow = regexp.MustCompile("(?m)^\\| `--([a-z0-9.-]+)` \\| `([^`]*)` \\|")
+
+// TestConfigurationDefaults: every default docs/configuration.md's flag
+// tables state is the default `strata serve` has (a default changed in the
+// code and not in the reference, or the other way, fails).
+func TestConfigurationDefaults(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := newCLI().app.Model()
+	defaults := map[string]string{}
+	for _, f := range app.Flags {
+		defaults[f.Name] = strings.Join(f.Default, ",")
+	}
+	for _, cmd := range app.Commands {
+		if cmd.Name == "serve" {
+			for _, f := range cmd.Flags {
+				defaults[f.Name] = strings.Join(f.Default, ",")
+			}
+		}
+	}
+	rows := configRow.FindAllStringSubmatch(string(b), -1)
+	if len(rows) < 6 {
+		t.Fatalf("found %d flag rows with a default in docs/configuration.md, want at least the 6 of the runtime table: the scan is broken", len(rows))
+	}
+	for _, r := range rows {
+		got, ok := defaults[r[1]]
+		if !ok {
+			t.Errorf("docs/configuration.md documents --%s, which strata serve does not have", r[1])
+			continue
+		}
+		if got != r[2] {
+			t.Errorf("docs/configuration.md gives --%s the default %q; strata serve's is %q", r[1], r[2], got)
+		}
+	}
+}

@@ -33,6 +33,12 @@ import (
 // (docs/bench.md, issue 13, s12-pacer).
 const defaultPacerHeadroom = 0.35
 
+// defaultPacerInterval is --runtime.heap-pacer.interval's default: memory
+// before CPU where collections at the configured headroom would come more
+// than 3 s apart (a large paced fleet; effectiveHeadroom), as Prometheus
+// chooses with its GOGC of 75 (config.DefaultGoGCPercentage).
+const defaultPacerInterval = 3 * time.Second
+
 // heapPacerWindow is how many collections the baseline is the minimum of.
 // A burst lasts a few collections; a lasting rise of the live heap (a new
 // fleet) raises the baseline once this many collections have seen it: in a
@@ -138,9 +144,10 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 // the configured one (at most GOGC's) where it makes collections come at
 // most every p.interval (--runtime.heap-pacer.interval), less where they
 // would come less often; the configured one at any rate when p.interval is
-// 0 (the default: at 50,000 series of 1 Hz an interval of 3 s took the
-// headroom from 0.35 to 0.22, where 0.25 had cost 18-22 % more CPU for no
-// lower peak; docs/bench.md, issue 13, s17-pacer).
+// 0. The default, 3 s (defaultPacerInterval), started together with 0 and
+// Prometheus at 500,000 series of 15 s: peak RSS 1.05x Prometheus' instead
+// of 1.21x, CPU 1.06x instead of 0.85x; at 50,000 of 1 Hz 0.94x the peak
+// of 0 for 1.15x the CPU (docs/bench.md, issue 13, 2026-12-04).
 // A collection costs the collector about its live heap's marking, and
 // collections come as often as the headroom's bytes take to allocate, so
 // the collector's CPU is about the allocation rate over the headroom's
@@ -239,7 +246,7 @@ func runHeapPacer(ctx context.Context, p *heapPacer, reg prometheus.Registerer) 
 	})
 	headroomGauge := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "strata_gc_paced_headroom_ratio",
-		Help: "Share of the baseline live heap the heap pacer's limit leaves above it: --runtime.heap-pacer.headroom (at most GOGC's), less where --runtime.heap-pacer.interval is set and collections would come further apart at the allocation rate; 0 while the pacer does not cap the heap.",
+		Help: "Share of the baseline live heap the heap pacer's limit leaves above it: --runtime.heap-pacer.headroom (at most GOGC's), less where collections would come further apart than --runtime.heap-pacer.interval (3s by default) at the allocation rate; 0 while the pacer does not cap the heap.",
 	})
 	samples := make([]metrics.Sample, len(heapPacerMetrics))
 	for i, name := range heapPacerMetrics {
