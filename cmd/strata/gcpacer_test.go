@@ -289,7 +289,8 @@ func TestHeapPacerRareCollectionsFloor(t *testing.T) {
 	}
 }
 
-// TestHeapPacerIntervalOff: --runtime.heap-pacer.interval=0 keeps the configured headroom however slowly the heap is allocated.
+// TestHeapPacerIntervalOff: --runtime.heap-pacer.interval=0 keeps the
+// configured headroom however slowly the heap is allocated.
 func TestHeapPacerIntervalOff(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
 	p.interval = 0
