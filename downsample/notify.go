@@ -44,9 +44,10 @@ func (p *Pipeline) publishMark() {
 // yet flushed to a partition that start in [mint, maxt], of the series
 // matching every matcher (not the direct series: DirectWindows): Series
 // once for each series with windows, in no particular order, its windows
-// ascending, in a buffer reused for the next series. Only windows before the published mark are handed over: those are
-// final. The diagnosis engine reads the last minutes of every series each
-// minute and copies them once, into its snapshot's blocks. It implements
+// ascending, in a buffer reused for the next series. Only windows before
+// the published mark are handed over: those are final. The diagnosis
+// engine reads the last minutes of every series each minute and copies
+// them once, into its snapshot's blocks. It implements
 // tiers.OpenWindowSource and is safe for concurrent use with the pipeline
 // (sink runs with the spills' read lock held, so it must not call back into
 // the pipeline).
