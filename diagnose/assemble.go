@@ -726,18 +726,30 @@ func sourceQuality(b evidenceBase) float64 {
 // "Confidence"): piecewise linear between the knots, monotone.
 var calibration = [][2]float64{{0, 0}, {1, 1}}
 
+// CalibrationTable returns a copy of the calibration table's knots (raw
+// score, confidence), for the benchmark, which fits the next one.
+func CalibrationTable() [][2]float64 { return slices.Clone(calibration) }
+
 func calibrate(raw float64) float64 {
-	raw = math.Max(0, math.Min(1, raw))
-	for i := 1; i < len(calibration); i++ {
-		a, b := calibration[i-1], calibration[i]
-		if raw <= b[0] {
+	return PiecewiseLinear(calibration, math.Max(0, math.Min(1, raw)))
+}
+
+// PiecewiseLinear is the map through knots (x, y), in increasing x, at x:
+// linear between two knots, flat beyond the first and the last.
+func PiecewiseLinear(knots [][2]float64, x float64) float64 {
+	if x <= knots[0][0] {
+		return knots[0][1]
+	}
+	for i := 1; i < len(knots); i++ {
+		a, b := knots[i-1], knots[i]
+		if x <= b[0] {
 			if b[0] == a[0] {
 				return b[1]
 			}
-			return a[1] + (b[1]-a[1])*(raw-a[0])/(b[0]-a[0])
+			return a[1] + (b[1]-a[1])*(x-a[0])/(b[0]-a[0])
 		}
 	}
-	return calibration[len(calibration)-1][1]
+	return knots[len(knots)-1][1]
 }
 
 // fingerprintOf summarises what a sink or the archive would see change.

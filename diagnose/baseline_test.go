@@ -289,8 +289,35 @@ func TestEvidenceStrength(t *testing.T) {
 	if sourceQuality(base) != 1 || sourceQuality(evidenceBase{ok: true, src: sourceReplicas}) >= 1 || sourceQuality(evidenceBase{}) >= 1 {
 		t.Error("a young or missing baseline is trusted as much as weeks of history")
 	}
-	if calibrate(0.5) != 0.5 || calibrate(2) != 1 || calibrate(-1) != 0 {
-		t.Error("calibration is not the clamped identity")
+}
+
+// TestCalibrationTable: the calibration table maps raw scores in [0, 1]
+// onto confidences in [0, 1], strictly increasing (so that it keeps the
+// order of any two diagnoses' confidences), through its knots, clamped
+// outside [0, 1].
+func TestCalibrationTable(t *testing.T) {
+	k := calibration
+	if len(k) < 2 || k[0][0] != 0 || k[len(k)-1][0] != 1 {
+		t.Fatalf("calibration %v: want knots from raw score 0 to 1", k)
+	}
+	for i := range k {
+		if k[i][1] < 0 || k[i][1] > 1 {
+			t.Errorf("knot %v: confidence outside [0, 1]", k[i])
+		}
+		if i > 0 && (k[i][0] <= k[i-1][0] || k[i][1] <= k[i-1][1]) {
+			t.Errorf("knots %v, %v: not strictly increasing", k[i-1], k[i])
+		}
+		if got := calibrate(k[i][0]); math.Abs(got-k[i][1]) > 1e-12 {
+			t.Errorf("calibrate(%v) = %v, want the knot's %v", k[i][0], got, k[i][1])
+		}
+	}
+	if calibrate(2) != k[len(k)-1][1] || calibrate(-1) != k[0][1] {
+		t.Error("calibration is not clamped outside [0, 1]")
+	}
+	for x := 0.0; x < 1; x += 0.001 {
+		if calibrate(x+0.001) <= calibrate(x) {
+			t.Fatalf("calibrate(%.3f) = %v is not above calibrate(%.3f) = %v", x+0.001, calibrate(x+0.001), x, calibrate(x))
+		}
 	}
 }
 

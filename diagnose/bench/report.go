@@ -124,6 +124,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f |\n", k.Range, k.N, k.Stated, k.Observed)
 		}
 		fmt.Fprintf(&b, "\nExpected calibration error %.3f.\n", s.Scores.ECE)
+		if c := s.Calibration; c != nil {
+			fmt.Fprintf(&b, "\nThe map these %d diagnoses call for (isotonic regression of right against stated, knots of at least %d diagnoses): stated -> observed `%s`; from the engine's raw score, the table to ship (`calibration` in diagnose/assemble.go) when fitted on the tuning split: `%s`.\n",
+				c.Diagnoses, minCalibrationBlock, goLiteral(c.Stated), goLiteral(c.Raw))
+		}
 		var wrong []FaultOutcome
 		for _, o := range s.Faults {
 			if !o.CauseTop1 {

@@ -90,9 +90,12 @@ type SplitReport struct {
 	PerVariant  map[string]Scores `json:"per_variant,omitempty"`
 	Concurrent  Scores            `json:"concurrent"`
 	Reliability []Bucket          `json:"reliability"`
-	Confusion   Confusion         `json:"confusion"`
-	Faults      []FaultOutcome    `json:"faults"`
-	False       []FalseDiagnosis  `json:"false_diagnoses"`
+	// Calibration is the confidence map the split's diagnoses call for
+	// (nil with too few of them).
+	Calibration *CalibrationFit  `json:"calibration_fit,omitempty"`
+	Confusion   Confusion        `json:"confusion"`
+	Faults      []FaultOutcome   `json:"faults"`
+	False       []FalseDiagnosis `json:"false_diagnoses"`
 }
 
 // ScenarioReport is one scenario's size and where its time went.
@@ -466,6 +469,7 @@ func (sr *SplitReport) finish(all []judged, scs []Scenario) {
 		s.StaticFalsePerDay = float64(s.StaticFalseHistory) / s.HistoryDays
 	}
 	sr.Reliability, s.ECE = reliability(all)
+	sr.Calibration = calibrationFit(all)
 	sr.Confusion = confusion(sr.Faults)
 }
 
