@@ -228,8 +228,14 @@ func TestRerank(t *testing.T) {
 			in := d
 			in.SimilarCases = tc.similar
 			got := Rerank(in)
-			if got.Cause != tc.cause || got.Confidence != tc.top {
-				t.Errorf("cause %s (%.3f), want %s (%.3f); candidates %v", got.Cause, got.Confidence, tc.cause, tc.top, got.Candidates)
+			// The first candidate's score is raw; the confidence is
+			// its calibrated value (unchanged without verdicts).
+			conf := diagnose.Calibrate(tc.top)
+			if tc.unchanged {
+				conf = d.Confidence
+			}
+			if got.Cause != tc.cause || got.Candidates[0].Score != tc.top || got.Confidence != conf {
+				t.Errorf("cause %s (score %.3f, confidence %.3f), want %s (%.3f, %.3f); candidates %v", got.Cause, got.Candidates[0].Score, got.Confidence, tc.cause, tc.top, conf, got.Candidates)
 			}
 			if tc.unchanged != slices.Equal(got.Candidates, d.Candidates) {
 				t.Errorf("candidates %v (unchanged: want %v)", got.Candidates, tc.unchanged)

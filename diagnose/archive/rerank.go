@@ -35,7 +35,9 @@ const (
 // the archive names is added with score move(c). Scores stay in [0, 1]; the
 // candidates are re-sorted, and the diagnosis' cause and confidence follow
 // the first one (a cause-unknown diagnosis takes it only when its score
-// reaches MinArchiveScore). Without verdicts d is returned unchanged.
+// reaches MinArchiveScore), its confidence the first one's score through
+// the engine's calibration (diagnose.Calibrate): scores are raw, as the
+// engine ranks candidates. Without verdicts d is returned unchanged.
 func Rerank(d diagnose.Diagnosis) diagnose.Diagnosis {
 	move := map[string]float64{}
 	for _, s := range d.SimilarCases {
@@ -75,7 +77,7 @@ func Rerank(d diagnose.Diagnosis) diagnose.Diagnosis {
 	})
 	d.Candidates = cands
 	if len(cands) > 0 && (d.Cause != diagnose.CauseUnknown || cands[0].Score >= MinArchiveScore) {
-		d.Cause, d.Confidence = cands[0].Cause, cands[0].Score
+		d.Cause, d.Confidence = cands[0].Cause, diagnose.Calibrate(cands[0].Score)
 	}
 	return d
 }
