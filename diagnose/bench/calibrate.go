@@ -13,7 +13,7 @@ import (
 // share of them that were right as a function of the confidence they
 // stated, fitted by isotonic regression (fitCalibration). Fitted on the
 // tuning split, Raw is what diagnose's calibration table becomes
-// (docs/diagnosis.md, "Confidence"); the held-out split's fit only shows
+// (docs/diagnosis.md, "Calibration"); the held-out split's fit only shows
 // how far its diagnoses are from the table shipped.
 type CalibrationFit struct {
 	// Diagnoses is how many it was fitted on: those naming a cause.
