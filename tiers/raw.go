@@ -185,7 +185,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if maxBlock := cfg.Retention.Milliseconds() / 10; maxBlock < opts.MaxBlockDuration {
 		opts.MaxBlockDuration = max(maxBlock, opts.MinBlockDuration)
 	}
-	db, err := tsdb.Open(cfg.Dir, logger.With("tier", "raw"), reg, opts, nil)
+	db, err := tsdb.Open(cfg.Dir, slog.New(toggleDemoter{logger.With("tier", "raw").Handler()}), reg, opts, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
@@ -456,6 +456,39 @@ func (r *Raw) Close() error {
 		return fmt.Errorf("close raw tier: %w", err)
 	}
 	return nil
+}
+
+// toggleDemoter logs the TSDB's "Compactions disabled" and "Compactions
+// enabled", which it writes at info level on every toggle, at debug level:
+// ReleaseChunkPages toggles compactions every time it runs (every 15 s in
+// strata serve), and they filled the log with eight lines a minute.
+type toggleDemoter struct{ slog.Handler }
+
+func (d toggleDemoter) demoted(r slog.Record) bool {
+	return r.Level == slog.LevelInfo && (r.Message == "Compactions disabled" || r.Message == "Compactions enabled")
+}
+
+func (d toggleDemoter) Handle(ctx context.Context, r slog.Record) error {
+	if d.demoted(r) {
+		if !d.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		demoted := slog.NewRecord(r.Time, slog.LevelDebug, r.Message, r.PC)
+		r.Attrs(func(a slog.Attr) bool {
+			demoted.AddAttrs(a)
+			return true
+		})
+		r = demoted
+	}
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d toggleDemoter) WithAttrs(as []slog.Attr) slog.Handler {
+	return toggleDemoter{d.Handler.WithAttrs(as)}
+}
+
+func (d toggleDemoter) WithGroup(name string) slog.Handler {
+	return toggleDemoter{d.Handler.WithGroup(name)}
 }
 
 // ReleaseChunkPages drops this process's page mappings of the head's chunk

@@ -1,12 +1,15 @@
 package tiers_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -552,5 +555,36 @@ func TestRawChunksForRemoteRead(t *testing.T) {
 	}
 	if got, samples := encodings(tiers.NewStitched(raw, nil, nil)); got[chunkenc.EncXOR] == 0 || len(got) != 1 || samples != n {
 		t.Errorf("stitched view chunks: %v, %d samples; want XOR only, %d samples", got, samples, n)
+	}
+}
+
+// TestRawCompactionToggleLogs: the TSDB logs every toggle of its
+// compactions at info level, and ReleaseChunkPages toggles them each time
+// it runs; the raw tier logs those lines at debug level only, with their
+// attributes.
+func TestRawCompactionToggleLogs(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var buf bytes.Buffer
+		cfg := tiers.DefaultRawConfig(t.TempDir())
+		raw, err := tiers.OpenRaw(cfg, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level})), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.DB().DisableCompactions()
+		raw.DB().EnableCompactions()
+		if err := raw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		toggles := strings.Count(out, `msg="Compactions disabled"`) + strings.Count(out, `msg="Compactions enabled"`)
+		switch {
+		case level == slog.LevelInfo && toggles != 0:
+			t.Errorf("at info level the log has %d compaction toggles:\n%s", toggles, out)
+		case level == slog.LevelDebug && (toggles != 2 || strings.Count(out, `level=DEBUG msg="Compactions`) != 2 || !strings.Contains(out, `msg="Compactions disabled" tier=raw`)):
+			t.Errorf("at debug level, want both toggles at DEBUG with the tier attribute:\n%s", out)
+		}
+		if level == slog.LevelInfo && !strings.Contains(out, "level=INFO") {
+			t.Errorf("the raw tier's other info lines are gone too:\n%s", out)
+		}
 	}
 }
