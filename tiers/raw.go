@@ -470,7 +470,7 @@ func (d toggleDemoter) demoted(r slog.Record) bool {
 
 func (d toggleDemoter) Handle(ctx context.Context, r slog.Record) error {
 	if d.demoted(r) {
-		if !d.Handler.Enabled(ctx, slog.LevelDebug) {
+		if !d.Enabled(ctx, slog.LevelDebug) {
 			return nil
 		}
 		demoted := slog.NewRecord(r.Time, slog.LevelDebug, r.Message, r.PC)
