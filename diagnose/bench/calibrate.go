@@ -61,9 +61,9 @@ func (b *calBlock) merge(o calBlock) {
 // values, anchored at (0, 0) below the first and, above the last, at a
 // value that keeps the map strictly increasing without claiming more
 // than the last block showed: a strictly increasing map keeps the order
-// of any two diagnoses' confidences. Nil with fewer such diagnoses than
-// two blocks.
-func fitCalibration(js []judged) [][2]float64 {
+// of any two diagnoses' confidences. n is how many diagnoses it was fitted
+// on; the knots are nil with fewer than two blocks' worth.
+func fitCalibration(js []judged) (knots [][2]float64, n int) {
 	pts := make([]calBlock, 0, len(js))
 	for _, j := range js {
 		if j.d.Cause == diagnose.CauseUnknown {
@@ -72,7 +72,7 @@ func fitCalibration(js []judged) [][2]float64 {
 		pts = append(pts, calBlock{n: 1, right: b2i(j.correct), sumX: j.d.Confidence})
 	}
 	if len(pts) < 2*minCalibrationBlock {
-		return nil
+		return nil, len(pts)
 	}
 	slices.SortStableFunc(pts, func(a, b calBlock) int { return cmp.Compare(a.sumX, b.sumX) })
 	// Equal confidences are one block: the map cannot tell them apart.
@@ -115,7 +115,7 @@ func fitCalibration(js []judged) [][2]float64 {
 			break
 		}
 	}
-	knots := make([][2]float64, 0, len(blocks)+2)
+	knots = make([][2]float64, 0, len(blocks)+2)
 	if x := blocks[0].x(); x > 0 {
 		knots = append(knots, [2]float64{0, 0})
 	}
@@ -125,11 +125,8 @@ func fitCalibration(js []judged) [][2]float64 {
 	if last := knots[len(knots)-1]; last[0] < 1 {
 		knots = append(knots, [2]float64{1, last[1] + (1-last[1])*(1-last[0])})
 	}
-	return knots
+	return knots, len(pts)
 }
-
-// evalMap is the piecewise-linear map of knots at x (flat beyond the ends).
-func evalMap(knots [][2]float64, x float64) float64 { return diagnose.PiecewiseLinear(knots, x) }
 
 // invertMap is the x at which strictly increasing map knots reach y
 // (clamped to the map's ends): the map through the knots swapped.
@@ -156,7 +153,7 @@ func composeMaps(fit, cur [][2]float64) [][2]float64 {
 	xs = slices.Compact(xs)
 	out := make([][2]float64, 0, len(xs))
 	for _, x := range xs {
-		y := evalMap(fit, evalMap(cur, x))
+		y := diagnose.PiecewiseLinear(fit, diagnose.PiecewiseLinear(cur, x))
 		if k := len(out) - 1; k >= 0 && y <= out[k][1] {
 			continue // a flat stretch of cur: keep the map strictly increasing
 		}
@@ -168,13 +165,9 @@ func composeMaps(fit, cur [][2]float64) [][2]float64 {
 // calibrationFit fits a split's diagnoses and composes the fit with the
 // engine's current table; nil when there are too few diagnoses.
 func calibrationFit(js []judged) *CalibrationFit {
-	stated := fitCalibration(js)
+	stated, n := fitCalibration(js)
 	if stated == nil {
 		return nil
-	}
-	n := 0
-	for _, j := range js {
-		n += b2i(j.d.Cause != diagnose.CauseUnknown)
 	}
 	return &CalibrationFit{Diagnoses: n, Stated: stated, Raw: composeMaps(stated, diagnose.CalibrationTable())}
 }

@@ -43,17 +43,17 @@ func TestFitCalibrationRecoversTheCurve(t *testing.T) {
 		x = math.Round(x*1000) / 1000
 		js = append(js, judgedAt(x, rng.Float64() < truth(x)))
 	}
-	fit := fitCalibration(js)
+	fit, _ := fitCalibration(js)
 	checkMap(t, fit)
 	for _, x := range []float64{0.5, 0.6, 0.7, 0.8, 0.9, 0.97} {
-		if got, want := evalMap(fit, x), truth(x); math.Abs(got-want) > 0.07 {
+		if got, want := diagnose.PiecewiseLinear(fit, x), truth(x); math.Abs(got-want) > 0.07 {
 			t.Errorf("fit(%.2f) = %.3f, want about %.3f", x, got, want)
 		}
 	}
 	_, before := reliability(js)
 	restated := make([]judged, len(js))
 	for i, j := range js {
-		restated[i] = judgedAt(evalMap(fit, j.d.Confidence), j.correct)
+		restated[i] = judgedAt(diagnose.PiecewiseLinear(fit, j.d.Confidence), j.correct)
 	}
 	_, after := reliability(restated)
 	if before < 0.2 || after > 0.05 {
@@ -70,12 +70,12 @@ func TestFitCalibrationPoolsViolators(t *testing.T) {
 	for range 50 {
 		js = append(js, judgedAt(0.5, true), judgedAt(0.9, false))
 	}
-	fit := fitCalibration(js)
+	fit, _ := fitCalibration(js)
 	checkMap(t, fit)
 	if len(fit) != 3 || math.Abs(fit[1][0]-0.7) > 1e-9 || math.Abs(fit[1][1]-0.5) > 1e-9 {
 		t.Errorf("fit %v: want one knot, (0.7, 0.5), between the anchors", fit)
 	}
-	if got := fitCalibration(js[:2*minCalibrationBlock-1]); got != nil {
+	if got, _ := fitCalibration(js[:2*minCalibrationBlock-1]); got != nil {
 		t.Errorf("fit of %d diagnoses = %v, want none", 2*minCalibrationBlock-1, got)
 	}
 }
@@ -89,7 +89,7 @@ func TestFitCalibrationBlocks(t *testing.T) {
 		x := 0.55 + float64(i%15)*0.03
 		js = append(js, judgedAt(x, i%15 > 4+i%3))
 	}
-	fit := fitCalibration(js)
+	fit, _ := fitCalibration(js)
 	checkMap(t, fit)
 	if inner := len(fit) - 2; inner > len(js)/minCalibrationBlock {
 		t.Errorf("%d knots for %d diagnoses: blocks smaller than %d", inner, len(js), minCalibrationBlock)
@@ -98,8 +98,8 @@ func TestFitCalibrationBlocks(t *testing.T) {
 	for range 30 {
 		withUnknown = append(withUnknown, judged{d: diagnose.Diagnosis{Cause: diagnose.CauseUnknown}})
 	}
-	if got := fitCalibration(withUnknown); !slices.Equal(got, fit) {
-		t.Errorf("fit with unknown diagnoses %v, without %v: want the same", got, fit)
+	if got, n := fitCalibration(withUnknown); !slices.Equal(got, fit) || n != len(js) {
+		t.Errorf("fit with unknown diagnoses %v of %d, without %v of %d: want the same", got, n, fit, len(js))
 	}
 }
 
@@ -108,14 +108,19 @@ func TestFitCalibrationBlocks(t *testing.T) {
 func TestComposeMaps(t *testing.T) {
 	fit := [][2]float64{{0, 0}, {0.6, 0.1}, {0.85, 0.5}, {0.95, 0.97}, {1, 0.975}}
 	identity := [][2]float64{{0, 0}, {1, 1}}
-	if got := composeMaps(fit, identity); len(got) != len(fit) {
+	got := composeMaps(fit, identity)
+	same := len(got) == len(fit)
+	for i := 0; same && i < len(fit); i++ {
+		same = math.Abs(got[i][0]-fit[i][0]) < 1e-12 && math.Abs(got[i][1]-fit[i][1]) < 1e-12
+	}
+	if !same {
 		t.Errorf("fit after the identity = %v, want %v", got, fit)
 	}
 	cur := [][2]float64{{0, 0}, {0.5, 0.7}, {1, 0.9}}
-	got := composeMaps(fit, cur)
-	checkMap(t, append([][2]float64{}, got...))
+	got = composeMaps(fit, cur)
+	checkMap(t, got)
 	for x := 0.0; x <= 1; x += 0.01 {
-		if d := evalMap(got, x) - evalMap(fit, evalMap(cur, x)); math.Abs(d) > 1e-9 {
+		if d := diagnose.PiecewiseLinear(got, x) - diagnose.PiecewiseLinear(fit, diagnose.PiecewiseLinear(cur, x)); math.Abs(d) > 1e-9 {
 			t.Fatalf("composed(%.2f) off by %g", x, d)
 		}
 	}
