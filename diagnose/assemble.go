@@ -98,6 +98,11 @@ func sameEntity(a, b Entities) bool {
 		return true
 	case a.GPU != "" && a.Host != "" && a.GPU == b.GPU && a.Host == b.Host:
 		return true
+	case a.Pod == "" && b.Pod == "" && a.Instance != "" && a.Instance == b.Instance &&
+		a.UUID == "" && b.UUID == "" && a.GPU == "" && b.GPU == "":
+		// A serving target without Kubernetes labels (vLLM scraped by
+		// static_configs): its job/instance is the replica.
+		return true
 	}
 	return false
 }

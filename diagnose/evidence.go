@@ -26,8 +26,8 @@ func (e *Engine) evalScalar(ctx context.Context, qs string, t time.Time) (float6
 
 // fingerprints reads the fingerprint of each of ents at t: the latest
 // value of every strata:* series of its pod (a pod label), GPU (a UUID
-// label) or host (an instance label of the host, with or without a
-// port), SLO series left out, a series with a component label named with
+// label), serving target without a pod (its instance label) or host (an
+// instance label of the host, with or without a port), SLO series left out, a series with a component label named with
 // it; of several series of one name (a pod on two GPUs), the last in label
 // order. All of a minute's new incidents share one pass over the scratch
 // store: a select each walked every strata:* series (about 2 of the
@@ -103,13 +103,18 @@ func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 type entityKey struct{ name, value string }
 
 // fingerprintKey is the label that selects ent's series: its pod, else its
-// GPU, else its host; false for an entity with none of them.
+// GPU, else (a serving target without a pod label) its instance, else its
+// host; false for an entity with none of them.
 func fingerprintKey(ent Entities) (entityKey, bool) {
 	switch {
 	case ent.Pod != "":
 		return entityKey{"pod", ent.Pod}, true
 	case ent.UUID != "":
 		return entityKey{"UUID", ent.UUID}, true
+	case ent.Model != "" && ent.Instance != "":
+		// A serving target without a pod label: its own instance, not
+		// every exporter of its host.
+		return entityKey{"instance", ent.Instance}, true
 	case ent.Host != "":
 		return entityKey{"instance", ent.Host}, true
 	}

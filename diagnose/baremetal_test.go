@@ -1,0 +1,85 @@
+package diagnose
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/strata-dev/strata/dcgmbridge/sim"
+	"github.com/strata-dev/strata/diagnose/diagtest"
+)
+
+// replayBareMetal is replaySim for a fleet without Kubernetes labels
+// (diagtest.BareMetal): vLLM and dcgm-exporter scraped by static_configs,
+// so a replica is known by its job and instance only.
+func replayBareMetal(t *testing.T, cfg sim.Config, from, end time.Time) ([]Diagnosis, sim.Fault) {
+	t.Helper()
+	c, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minute, hour := diagtest.OpenTiers(t, t.TempDir())
+	diagtest.ImportRelabelled(t, c, cfg.Start, end, minute, hour, diagtest.BareMetal)
+	ds, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, from, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds, c.GroundTruth()[0]
+}
+
+// TestBareMetalFaultsAreDiagnosed: without namespace and pod labels, four
+// replicas on one node (one GPU each) stay apart. Every fault a replica's
+// own series or its GPU's show is diagnosed once, as its cause, on its
+// instance (or GPU, or host); the two whose rules need to know which GPU
+// serves which replica (queue backlog, under-batched), which no label
+// tells here, name no wrong cause.
+func TestBareMetalFaultsAreDiagnosed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates and replays 9 scenarios")
+	}
+	unattributed := map[string]bool{"request_queue_backlog": true, "under_batched_gpu": true}
+	for _, kind := range Causes {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			onset := simStart.Add(faultAt)
+			dur := 20 * time.Minute
+			ds, gt := replayBareMetal(t, smallCluster(sim.FaultSpec{Kind: sim.Kind(kind), Node: 0, GPU: gpu(1), At: faultAt, Duration: dur}),
+				onset.Add(-20*time.Minute), onset.Add(dur+25*time.Minute))
+			if unattributed[kind] {
+				for _, d := range ds {
+					if d.Cause != kind && d.Cause != CauseUnknown {
+						t.Fatalf("diagnosed %s:%s", d.Cause, describe(ds))
+					}
+				}
+				return
+			}
+			if len(ds) != 1 || ds[0].Cause != kind {
+				t.Fatalf("want exactly one %s:%s", kind, describe(ds))
+			}
+			e := ds[0].Entities
+			switch gt.Kind {
+			case sim.KindNetworkDelay:
+				if e.Host != gt.Target.Node {
+					t.Errorf("diagnosis on %+v, fault on host %s", e, gt.Target.Node)
+				}
+			case sim.KindPowerCap, sim.KindThermalThrottle, sim.KindXIDGPULost:
+				if e.UUID != gt.Target.UUID {
+					t.Errorf("diagnosis on %+v, fault on GPU %s", e, gt.Target.UUID)
+				}
+			default:
+				if e.Instance != gt.Target.Instance || e.Pod != "" {
+					t.Errorf("diagnosis on %+v, fault on instance %s", e, gt.Target.Instance)
+				}
+				for _, ev := range ds[0].Evidence {
+					if ev.Value == nil {
+						t.Errorf("evidence %s has no value (query %s)", ev.Metric, ev.Query)
+					}
+				}
+				// The replica's own baselines, not its neighbours' too.
+				if c := ds[0].Confidence; c < 0.5 {
+					t.Errorf("confidence %.2f, as where the replicas' series were mixed", c)
+				}
+			}
+		})
+	}
+}
