@@ -60,6 +60,33 @@ func JoinByHostGPU() Joins {
 	}
 }
 
+// hostJoin reports whether the serving-to-GPU join gets the host fallback
+// (renderer.hostJoin): the join labels are not host labels themselves, the
+// GPU level keeps hostname and the serving level instance.
+func hostJoin(j Joins) bool {
+	return !slices.Contains(j.On, "hostname") && !slices.Contains(j.Serving, "hostname") &&
+		slices.Contains(j.GPU, "hostname") && slices.Contains(j.Serving, "instance")
+}
+
+// hostJoin is the serving-to-GPU join of the serving targets that carry
+// none of the join labels (vLLM run outside Kubernetes, scraped by
+// static_configs): such a target is served by the GPUs of the host in its
+// instance label (up to the port) when it is the only such target of that
+// host, as one vLLM per node spanning the node's GPUs is. Where a host runs
+// several, which GPUs serve which is not in the data, and nothing is
+// joined: give the targets the join labels instead (docs/metrics.md).
+func (r renderer) hostJoin(t dcgmbridge.Term, l dcgmbridge.Level) string {
+	absent := make([]string, len(r.cfg.Joins.On))
+	for i, lbl := range r.cfg.Joins.On {
+		absent[i] = lbl + `=""`
+	}
+	none := "{" + strings.Join(absent, ", ") + "}"
+	targets := fmt.Sprintf(`label_replace(group %s (%s%s), "hostname", "$1", "instance", "(.+):[0-9]+")`, r.byClause(l), t.Den[0], none)
+	// The GPUs without the join labels: all of a node's outside Kubernetes,
+	// and none but idle ones inside it, where this costs nothing.
+	return fmt.Sprintf("sum without (hostname) (avg by (hostname) (%s%s) * on(hostname) group_right() (%s and on(hostname) count by (hostname) (%s) == 1))", t.Metric, none, targets, targets)
+}
+
 // HistogramSource is an extra latency histogram (for example a
 // bpftrace_exporter script) fed into the network-latency series.
 type HistogramSource struct {
@@ -403,6 +430,9 @@ func (r renderer) term(cm dcgmbridge.CanonicalMetric, t dcgmbridge.Term) (string
 		}
 		has := "{" + strings.Join(present, ", ") + "}"
 		expr = fmt.Sprintf("avg by (%s) (%s%s) * on(%s) group_right() group %s (%s%s)", on, t.Metric, has, on, r.byClause(l), t.Den[0], has)
+		if hostJoin(r.cfg.Joins) {
+			expr += " or " + r.hostJoin(t, l)
+		}
 	case dcgmbridge.TermResidual:
 		expr = fmt.Sprintf("clamp_min(sum %s (%s) - on(%s) sum %s (%s), 0)", r.byClause(l), t.Metric, strings.Join(r.by(l), ", "), r.byClause(l), t.Den[0])
 	default:
