@@ -84,22 +84,28 @@ func TestBareMetalFaultsAreDiagnosed(t *testing.T) {
 	}
 }
 
-// TestBareMetalBacklogOnePerNode: one vLLM per node spanning its four GPUs
-// and no Kubernetes labels: the canonical join finds the replica's GPUs by
-// its host, so a queue backlog behind saturated GPUs is named.
-func TestBareMetalBacklogOnePerNode(t *testing.T) {
+// TestBareMetalOnePerNode: one vLLM per node spanning its four GPUs and no
+// Kubernetes labels: the canonical join finds the replica's GPUs by its
+// host, so the two causes that need them, a queue backlog behind saturated
+// GPUs and an under-batched GPU, are named on the replica's instance.
+func TestBareMetalOnePerNode(t *testing.T) {
 	if testing.Short() {
-		t.Skip("simulates and replays a scenario")
+		t.Skip("simulates and replays 2 scenarios")
 	}
-	onset := simStart.Add(faultAt)
-	dur := 20 * time.Minute
-	cfg := smallCluster(sim.FaultSpec{Kind: sim.KindQueueBacklog, Node: 0, GPU: gpu(1), At: faultAt, Duration: dur})
-	cfg.GPUsPerInstance = 4
-	ds, gt := replayBareMetal(t, cfg, onset.Add(-20*time.Minute), onset.Add(dur+25*time.Minute))
-	if len(ds) != 1 || ds[0].Cause != "request_queue_backlog" {
-		t.Fatalf("want exactly one request_queue_backlog:%s", describe(ds))
-	}
-	if e := ds[0].Entities; e.Instance != gt.Target.Instance {
-		t.Errorf("diagnosis on %+v, fault on instance %s", e, gt.Target.Instance)
+	for _, kind := range []sim.Kind{sim.KindQueueBacklog, sim.KindUnderBatched} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			onset := simStart.Add(faultAt)
+			dur := 20 * time.Minute
+			cfg := smallCluster(sim.FaultSpec{Kind: kind, Node: 0, GPU: gpu(1), At: faultAt, Duration: dur})
+			cfg.GPUsPerInstance = 4
+			ds, gt := replayBareMetal(t, cfg, onset.Add(-20*time.Minute), onset.Add(dur+25*time.Minute))
+			if len(ds) != 1 || ds[0].Cause != string(kind) {
+				t.Fatalf("want exactly one %s:%s", kind, describe(ds))
+			}
+			if e := ds[0].Entities; e.Instance != gt.Target.Instance {
+				t.Errorf("diagnosis on %+v, fault on instance %s", e, gt.Target.Instance)
+			}
+		})
 	}
 }
