@@ -344,6 +344,9 @@ func labelAliases() []LabelAlias {
 		{SourceDCGM, "pod_name", "pod", "old Kubernetes attribute names"},
 		{SourceDCGM, "pod_namespace", "namespace", "old Kubernetes attribute names"},
 		{SourceDCGM, "container_name", "container", "old Kubernetes attribute names"},
+		{SourceDCGM, "exported_pod", "pod", "a Prometheus scraping dcgm-exporter with honor_labels: false (a ServiceMonitor's default) renames its pod attribution so, the exporter's own pod taking pod"},
+		{SourceDCGM, "exported_namespace", "namespace", "the same, for the namespace"},
+		{SourceDCGM, "exported_container", "container", "the same, for the container"},
 		{SourceTriton, "model", "model_name", "Triton labels models as model/version"},
 	}
 }

@@ -55,6 +55,19 @@ func TestInternalFormMatchesExported(t *testing.T) {
 					t.Errorf("no %s recorded", name)
 				}
 			}
+			if tc.name == "join by pod" {
+				// Each cycle's vLLM pod serves on the GPUs of its first node,
+				// whose labels are spelt as dcgmVariants[cycle]: every
+				// spelling of the pod attribution joins.
+				for i, v := range dcgmVariants {
+					pod := fmt.Sprintf(`pod="vllm-llama31-8b-6d9f7c5b8-x2kqp-%04d"`, 8*i)
+					if !slices.ContainsFunc(slices.Collect(maps.Keys(exported)), func(k string) bool {
+						return strings.HasPrefix(k, "strata:serving_gpu_sm_active:ratio") && strings.Contains(k, pod)
+					}) {
+						t.Errorf("dcgm-exporter spelt %q: its GPUs joined no serving pod", v.name)
+					}
+				}
+			}
 			sameRecorded(t, exported, internal)
 		})
 	}

@@ -19,6 +19,9 @@ type dcgmVariant struct {
 	// spelling picks which of a field's names the exporter emits: 0 the
 	// fixture's, 1 the next spelling (old 1.x or a later rename), and so on.
 	spelling int
+	// target are the scrape target's own labels, set where the series has
+	// none of that name (a Prometheus with honor_labels: false).
+	target map[string]string
 }
 
 var dcgmVariants = []dcgmVariant{
@@ -26,6 +29,11 @@ var dcgmVariants = []dcgmVariant{
 	{name: "HEAD hostname", labels: map[string]string{"Hostname": "hostname"}},
 	{name: "old namespace", labels: map[string]string{"UUID": "uuid", "pod": "pod_name", "namespace": "pod_namespace"}, spelling: 1},
 	{name: "1.x names", labels: map[string]string{"container": "container_name"}, spelling: 2},
+	// A ServiceMonitor's default: the attribution collides with the target's
+	// own namespace and pod (the exporter's), which Prometheus keeps, and
+	// becomes exported_*.
+	{name: "honor_labels false", labels: map[string]string{"pod": "exported_pod", "namespace": "exported_namespace", "container": "exported_container"},
+		target: map[string]string{"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-7xk2p", "container": "nvidia-dcgm-exporter"}},
 }
 
 // fleetSeries is one series of a synthetic fleet and its value at the start
@@ -92,6 +100,11 @@ func (e *evalEnv) dcgmNode(body []scrape.Sample, unit int, v dcgmVariant) []flee
 			}
 			b.Set(name, val)
 		})
+		for name, val := range v.target {
+			if b.Get(name) == "" {
+				b.Set(name, val)
+			}
+		}
 		b.Set("job", "dcgm")
 		b.Set("instance", host+":9400")
 		// Counters grow; gauges stay put.
