@@ -6,21 +6,20 @@ import (
 	"time"
 
 	"github.com/strata-dev/strata/dcgmbridge/sim"
-	"github.com/strata-dev/strata/diagnose/diagtest"
 )
 
 // replayBareMetal is replaySim for a fleet without Kubernetes labels
-// (diagtest.BareMetal): vLLM and dcgm-exporter scraped by static_configs,
+// (sim.Config.BareMetal): vLLM and dcgm-exporter scraped by static_configs,
 // so a replica is known by its job and instance only.
 func replayBareMetal(t *testing.T, cfg sim.Config, from, end time.Time) ([]Diagnosis, sim.Fault) {
 	t.Helper()
-	c, err := sim.New(cfg)
+	cfg.BareMetal = true
+	minute := simHistory(t, cfg, end)
+	ds, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, from, end)
 	if err != nil {
 		t.Fatal(err)
 	}
-	minute, hour := diagtest.OpenTiers(t, t.TempDir())
-	diagtest.ImportRelabelled(t, c, cfg.Start, end, minute, hour, diagtest.BareMetal)
-	ds, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, from, end)
+	c, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

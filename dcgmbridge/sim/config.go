@@ -29,6 +29,11 @@ type Config struct {
 	// --show-hidden-metrics-for-version=0.11 does in 0.12. Rules written
 	// against the old name need it.
 	VLLMShowDeprecated bool `yaml:"vllm_show_deprecated"`
+	// BareMetal runs the fleet outside Kubernetes, scraped by
+	// static_configs: no series carries namespace, pod or container, and
+	// dcgm-exporter attributes no GPU to a pod. A replica is known by its
+	// job and instance only. The ground truth still names the pod.
+	BareMetal bool `yaml:"bare_metal"`
 	// DCGMFields selects the dcgm-exporter field set: "default" (the shipped
 	// default-counters.csv), "profiling" (adds SM_ACTIVE, SM_OCCUPANCY and
 	// NVLink bytes; the default here) or "full" (profiling plus clock-event

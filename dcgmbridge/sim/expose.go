@@ -234,7 +234,7 @@ func (c *Cluster) refresh() {
 
 func targetLabels(t *target) []labels.Label {
 	out := lbl("job", t.job, "instance", t.addr)
-	if t.inst != nil {
+	if t.inst != nil && !t.inst.c.cfg.BareMetal {
 		out = append(out, lbl("namespace", namespace, "pod", t.inst.pod)...)
 	}
 	return out
@@ -421,12 +421,12 @@ func buildDCGM(t *target) []family {
 		base := lbl("gpu", strconv.Itoa(g.idx), "UUID", g.uuid, "pci_bus_id", g.pci, "device", "nvidia"+strconv.Itoa(g.idx),
 			"modelName", cfg.GPUModel, "Hostname", nd.host, "DCGM_FI_DRIVER_VERSION", driverVersion)
 		sets[i], xidSets[i] = slices.Clone(base), slices.Clone(base)
-		if g.inst != nil {
+		if g.inst != nil && !cfg.BareMetal {
 			sets[i] = append(sets[i], lbl("container", "vllm", "namespace", namespace, "pod", g.inst.pod)...)
 			xidSets[i] = append(xidSets[i], lbl("container", "vllm")...)
 		}
 		xidSets[i] = append(xidSets[i], lbl("err_code", strconv.Itoa(int(g.xid)), "err_msg", xidMessage(g.xid))...)
-		if g.inst != nil {
+		if g.inst != nil && !cfg.BareMetal {
 			xidSets[i] = append(xidSets[i], lbl("namespace", namespace, "pod", g.inst.pod)...)
 		}
 	}

@@ -367,3 +367,34 @@ func TestExpositionFollowsCatalogue(t *testing.T) {
 		}
 	}
 }
+
+// TestBareMetalHasNoKubernetesLabels: a bare-metal fleet's series carry no
+// namespace, pod or container, and its vLLM targets keep apart by instance.
+func TestBareMetalHasNoKubernetesLabels(t *testing.T) {
+	start := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+	for _, bare := range []bool{false, true} {
+		c, err := New(Config{Seed: 3, Nodes: 1, GPUsPerNode: 4, Start: start, BareMetal: bare})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube, instances := 0, map[string]bool{}
+		err = c.Backfill(start, start.Add(time.Minute), 15*time.Second, func(l labels.Labels, _ int64, _ float64) error {
+			if l.Has("namespace") || l.Has("pod") || l.Has("container") {
+				kube++
+			}
+			if l.Get("job") == JobVLLM {
+				instances[l.Get("instance")] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bare != (kube == 0) {
+			t.Errorf("bare_metal %v: %d series with Kubernetes labels", bare, kube)
+		}
+		if len(instances) != 4 {
+			t.Errorf("bare_metal %v: vLLM instances %v, want 4", bare, instances)
+		}
+	}
+}

@@ -60,22 +60,12 @@ func OpenTiers(tb testing.TB, dir string) (minute, hour *tiers.Rollup) {
 // final, so samples at `to` itself are left to the next call.
 func Import(tb testing.TB, c *sim.Cluster, from, to time.Time, minute, hour *tiers.Rollup) {
 	tb.Helper()
-	ImportRelabelled(tb, c, from, to, minute, hour, nil)
-}
-
-// ImportRelabelled is Import with every series' labels passed through
-// relabel first (nil: unchanged), as a sender's relabelling would.
-func ImportRelabelled(tb testing.TB, c *sim.Cluster, from, to time.Time, minute, hour *tiers.Rollup, relabel func(labels.Labels) labels.Labels) {
-	tb.Helper()
 	idx := map[uint64]int{}
 	var input []backfill.Series
 	end := to.UnixMilli()
 	err := c.Backfill(from, to, 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
 		if ts >= end {
 			return nil
-		}
-		if relabel != nil {
-			l = relabel(l)
 		}
 		h := l.Hash()
 		i, ok := idx[h]
@@ -108,14 +98,4 @@ func SimHistory(tb testing.TB, cfg sim.Config, to time.Time) *tiers.Rollup {
 	minute, hour := OpenTiers(tb, tb.TempDir())
 	Import(tb, c, cfg.Start, to, minute, hour)
 	return minute
-}
-
-// BareMetal drops the Kubernetes labels (namespace, pod, container) from a
-// series, dcgm-exporter's pod attribution included: a fleet that runs vLLM
-// outside Kubernetes and whose Prometheus scrapes it by static_configs.
-func BareMetal(l labels.Labels) labels.Labels {
-	if !l.Has("namespace") && !l.Has("pod") && !l.Has("container") {
-		return l
-	}
-	return labels.NewBuilder(l).Del("namespace", "pod", "container").Labels()
 }
