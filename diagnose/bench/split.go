@@ -72,7 +72,8 @@ type Incident struct {
 	Duration Duration           `yaml:"duration"`
 	Params   map[string]float64 `yaml:"params"`
 	// Variant names how a held-out incident differs from the tuning split
-	// (weaker, shorter, model, vllm_v0, scrape_15s, young_install).
+	// (weaker, shorter, model, vllm_v0, scrape_15s, young_install,
+	// bare_metal).
 	Variant string `yaml:"variant"`
 	// WithPrevious marks a deliberate related pair: this incident starts
 	// while the previous one, on the same node, is still on (a throttled
@@ -139,7 +140,7 @@ func ParseSplit(b []byte) (Split, error) {
 }
 
 // Variants a held-out incident may carry.
-var Variants = []string{"weaker", "shorter", "model", "vllm_v0", "scrape_15s", "young_install"}
+var Variants = []string{"weaker", "shorter", "model", "vllm_v0", "scrape_15s", "young_install", "bare_metal"}
 
 // Recovery is the least time between the end of one incident and the start
 // of the next on a related entity (the same node), so that each diagnosis
