@@ -253,6 +253,10 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 	e.scrapeSequence(v0, grown(v0, 1.1))
 	bare := e.parseFixture("vllm_v1_t0_healthy.prom", []string{"job", "vllm-bare", "instance", "10.0.0.7:8000"})
 	e.scrapeSequence(bare, grown(bare, 1.1))
+	// Outside Kubernetes on the DCGM fixture's host, the only such target
+	// there: the host join gives it that host's GPUs without a pod (GPU 1).
+	onHost := e.parseFixture("vllm_v1_t0_healthy.prom", []string{"job", "vllm-host", "instance", "gpu-node-a17:8000"})
+	e.scrapeSequence(onHost, grown(onHost, 1.1))
 	dcgm := e.parseFixture("dcgm_exporter_profiling_k8s.prom", dcgmTgt)
 	e.scrapeSequence(dcgm, dcgm)
 	cfg := DefaultConfig()
@@ -305,7 +309,7 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 		}
 	})
 	t.Run("join puts GPU activity on the serving series", func(t *testing.T) {
-		v := e.query("strata:serving_gpu_sm_active:ratio", t1)
+		v := e.query(`strata:serving_gpu_sm_active:ratio{job="vllm"}`, t1)
 		if len(v) != 1 || v[0].Metric.Get("model_name") != "meta-llama/Llama-3.1-8B-Instruct" {
 			t.Fatalf("got %v", v)
 		}
@@ -317,8 +321,18 @@ func TestCanonicalRulesOnFixtures(t *testing.T) {
 		if len(e.query(`strata:generation_tokens:rate{job="vllm-bare"}`, t1)) != 1 {
 			t.Fatal("bare target has no serving series")
 		}
-		if v := e.query(`strata:serving_gpu_sm_active:ratio{pod!="vllm-llama31-8b-6d9f7c5b8-x2kqp"}`, t1); len(v) != 0 {
+		if v := e.query(`strata:serving_gpu_sm_active:ratio{job="vllm-bare"}`, t1); len(v) != 0 {
 			t.Errorf("unexpected joins: %v", v)
+		}
+	})
+	t.Run("a serving target without pod labels alone on a GPU host joins its unattributed GPUs", func(t *testing.T) {
+		v := e.query(`strata:serving_gpu_sm_active:ratio{job="vllm-host"}`, t1)
+		if len(v) != 1 || v[0].Metric.Get("instance") != "gpu-node-a17:8000" || v[0].Metric.Has("hostname") {
+			t.Fatalf("got %v", v)
+		}
+		near(t, "GPU 1's sm active", v[0].F, 0, 1e-9)
+		if v := e.query(`strata:serving_gpu_sm_active:ratio{pod="vllm-llama31-8b-6d9f7c5b8-x2kqp"}`, t1); len(v) != 1 {
+			t.Errorf("the pod's join: %v", v)
 		}
 	})
 	t.Run("every canonical series carries both axes", func(t *testing.T) {
