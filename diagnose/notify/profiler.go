@@ -17,7 +17,8 @@ import (
 )
 
 // ProfileRequest is the JSON body a profiler agent receives
-// (docs/diagnosis.md, "Profiler hook"): profile Pod with Tool for
+// (docs/diagnosis.md, "Profiler hook"): profile Pod (outside Kubernetes,
+// where Pod is empty: the serving process at Instance) with Tool for
 // DurationSeconds, starting between NotBefore and NotAfter.
 type ProfileRequest struct {
 	DiagnosisID     string    `json:"diagnosis_id"`
@@ -111,8 +112,9 @@ func (p *Profiler) Update(u diagnose.Update) {
 			continue
 		}
 		p.requested[d.ID] = true
-		switch last, seen := p.lastPod[podKey(d.Entities)]; {
-		case d.Entities.Pod == "":
+		key := targetKey(d.Entities)
+		switch last, seen := p.lastPod[key]; {
+		case key == "":
 			p.m.skipped.WithLabelValues("no_pod").Inc()
 			continue
 		case p.slo.TightestLatencySLO(d.Entities.Model) < time.Duration(p.cfg.MinLatencySLO):
@@ -127,7 +129,7 @@ func (p *Profiler) Update(u diagnose.Update) {
 				delete(p.lastPod, k) // bounded by the pods profiled within min_interval
 			}
 		}
-		p.lastPod[podKey(d.Entities)] = u.T
+		p.lastPod[key] = u.T
 		select {
 		case p.jobs <- d:
 		default:
@@ -136,7 +138,19 @@ func (p *Profiler) Update(u diagnose.Update) {
 	}
 }
 
-func podKey(e diagnose.Entities) string { return e.Namespace + "/" + e.Pod }
+// targetKey names the process a profile would be taken of: the pod, or
+// outside Kubernetes the serving target (a model's instance; the agent
+// gets pod "" and the instance); "" for an entity with neither (a GPU, a
+// host).
+func targetKey(e diagnose.Entities) string {
+	switch {
+	case e.Pod != "":
+		return "pod " + e.Namespace + "/" + e.Pod
+	case e.Model != "" && e.Instance != "":
+		return "instance " + e.Instance
+	}
+	return ""
+}
 
 func (p *Profiler) loop() {
 	defer p.wg.Done()

@@ -55,9 +55,11 @@ func (f fixedTraffic) QuietHour(context.Context, string, time.Time) (int, int, e
 }
 
 // TestProfilerHook: a firing diagnosis on a pod becomes one profile request
-// in the model's quiet hour; no pod, a model with a tight latency objective,
-// and a second diagnosis on the same pod within min_interval are skipped and
-// counted; a resolved or low-confidence diagnosis asks for nothing.
+// in the model's quiet hour, as does one on a serving instance without a pod;
+// no pod nor serving instance (a GPU), a model with a tight latency
+// objective, and a second diagnosis on the same pod or instance within
+// min_interval are skipped and counted; a resolved or low-confidence
+// diagnosis asks for nothing.
 func TestProfilerHook(t *testing.T) {
 	var mu sync.Mutex
 	var got []ProfileRequest
@@ -98,13 +100,18 @@ func TestProfilerHook(t *testing.T) {
 		onPod("d-1", "under_batched_gpu", "p1", "llama", 0.9),  // same diagnosis: once
 		onPod("d-2", "under_batched_gpu", "p1", "llama", 0.9),  // same pod within 24h
 		onPod("d-3", "under_batched_gpu", "p5", "llama", 0.95), // another pod
+		// Outside Kubernetes: the serving instance; twice within 24h: once.
+		{ID: "d-bare", Cause: "under_batched_gpu", State: diagnose.StateFiring, Confidence: 0.9,
+			Entities: diagnose.Entities{Model: "llama", Instance: "gpu-node-3:8000", Host: "gpu-node-3"}},
+		{ID: "d-bare2", Cause: "under_batched_gpu", State: diagnose.StateFiring, Confidence: 0.9,
+			Entities: diagnose.Entities{Model: "llama", Instance: "gpu-node-3:8000", Host: "gpu-node-3"}},
 	}})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
 		n := len(got)
 		mu.Unlock()
-		if n >= 2 || time.Now().After(deadline) {
+		if n >= 3 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -112,8 +119,8 @@ func TestProfilerHook(t *testing.T) {
 	p.Stop()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 2 {
-		t.Fatalf("agent got %d requests, want 2 (d-1, d-3): %+v", len(got), got)
+	if len(got) != 3 {
+		t.Fatalf("agent got %d requests, want 3 (d-1, d-3, d-bare): %+v", len(got), got)
 	}
 	ids := map[string]ProfileRequest{}
 	for _, r := range got {
@@ -129,13 +136,16 @@ func TestProfilerHook(t *testing.T) {
 		r.Diagnosis.ID != "d-1" {
 		t.Errorf("request = %+v", r)
 	}
-	for reason, want := range map[string]float64{"no_pod": 1, "latency_slo": 1, "min_interval": 1} {
+	if b := ids["d-bare"]; b.Pod != "" || b.Instance != "gpu-node-3:8000" {
+		t.Errorf("request outside Kubernetes = %+v", b)
+	}
+	for reason, want := range map[string]float64{"no_pod": 1, "latency_slo": 1, "min_interval": 2} {
 		if v := testutil.ToFloat64(m.skipped.WithLabelValues(reason)); v != want {
 			t.Errorf("skipped{reason=%q} = %v, want %v", reason, v, want)
 		}
 	}
-	if v := testutil.ToFloat64(m.sent.WithLabelValues("profiler")); v != 2 {
-		t.Errorf("sent{kind=profiler} = %v, want 2", v)
+	if v := testutil.ToFloat64(m.sent.WithLabelValues("profiler")); v != 3 {
+		t.Errorf("sent{kind=profiler} = %v, want 3", v)
 	}
 }
 
