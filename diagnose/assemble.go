@@ -101,7 +101,7 @@ func sameEntity(a, b Entities) bool {
 	case a.Pod == "" && b.Pod == "" && a.Instance != "" && a.Instance == b.Instance &&
 		a.UUID == "" && b.UUID == "" && a.GPU == "" && b.GPU == "":
 		// A serving target without Kubernetes labels (vLLM scraped by
-		// static_configs): its job/instance is the replica.
+		// static_configs): its instance is the replica.
 		return true
 	}
 	return false

@@ -27,12 +27,12 @@ func (e *Engine) evalScalar(ctx context.Context, qs string, t time.Time) (float6
 // fingerprints reads the fingerprint of each of ents at t: the latest
 // value of every strata:* series of its pod (a pod label), GPU (a UUID
 // label), serving target without a pod (its instance label) or host (an
-// instance label of the host, with or without a port), SLO series left out, a series with a component label named with
-// it; of several series of one name (a pod on two GPUs), the last in label
-// order. All of a minute's new incidents share one pass over the scratch
-// store: a select each walked every strata:* series (about 2 of the
-// engine's 10 CPU-s a minute at 500,000 series, with tens of incidents
-// opening).
+// instance label of the host, with or without a port), SLO series left
+// out, a series with a component label named with it; of several series
+// of one name (a pod on two GPUs), the last in label order. All of a
+// minute's new incidents share one pass over the scratch store: a select
+// each walked every strata:* series (about 2 of the engine's 10 CPU-s a
+// minute at 500,000 series, with tens of incidents opening).
 func (e *Engine) fingerprints(ents []Entities, t time.Time) []Fingerprint {
 	tm := t.UnixMilli()
 	fps := make([]Fingerprint, len(ents))
