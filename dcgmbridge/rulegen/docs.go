@@ -43,8 +43,9 @@ func MetricsDoc(c *dcgmbridge.Catalogue, cfg Config) ([]byte, error) {
 		w("`static_configs`) joins the GPUs of its host instead: the host is its `instance` up to the port, matched\n")
 		w("against the GPUs' `hostname`, and only when it is the only such target of that host (one vLLM per node,\n")
 		w("spanning the node's GPUs). Where a host runs several, which GPUs serve which is not in the data and\n")
-		w("nothing is joined: give each target the join labels (relabelling, or `sources.targets[].labels`), and the\n")
-		w("diagnoses that need a replica's GPUs (queue backlog, under-batched GPU) can name it.\n\n")
+		w("nothing is joined: give the GPUs and the replicas the join labels (a `metric_relabel_configs` rule on the\n")
+		w("dcgm-exporter job setting them from `gpu`; on each vLLM target by relabelling or `sources.targets[].labels`),\n")
+		w("and the diagnoses that need a replica's GPUs (queue backlog, under-batched GPU) can name it.\n\n")
 	}
 	w("Rates use a %s window. Before aggregating, DCGM label aliases are copied onto the current spelling:\n\n", cfg.RateWindow)
 	w("| source | old label | canonical label | why |\n|---|---|---|---|\n")
