@@ -91,17 +91,12 @@ func entitiesOf(l labels.Labels) Entities {
 }
 
 func sameEntity(a, b Entities) bool {
-	switch {
-	case a.Pod != "" && a.Pod == b.Pod && a.Namespace == b.Namespace:
+	switch r := a.ReplicaKey(); {
+	case r != "" && r == b.ReplicaKey():
 		return true
 	case a.UUID != "" && a.UUID == b.UUID:
 		return true
 	case a.GPU != "" && a.Host != "" && a.GPU == b.GPU && a.Host == b.Host:
-		return true
-	case a.Pod == "" && b.Pod == "" && a.Instance != "" && a.Instance == b.Instance &&
-		a.UUID == "" && b.UUID == "" && a.GPU == "" && b.GPU == "":
-		// A serving target without Kubernetes labels (vLLM scraped by
-		// static_configs): its instance is the replica.
 		return true
 	}
 	return false

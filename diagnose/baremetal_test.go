@@ -108,3 +108,32 @@ func TestBareMetalOnePerNode(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaKey: a pod is a replica; without a pod, a model's serving
+// instance is; a GPU, a host exporter (eBPF: an instance, no model) and an
+// instance that is a GPU's are not. The same entities are one replica for
+// the causal links, and two instances of one host are two.
+func TestReplicaKey(t *testing.T) {
+	pod := Entities{Model: "m", Namespace: "ns", Pod: "p", Instance: "10.0.0.1:8000"}
+	bare := Entities{Model: "m", Instance: "h:8000", Host: "h"}
+	for _, tc := range []struct {
+		e    Entities
+		want string
+	}{
+		{pod, "pod ns/p"},
+		{bare, "instance h:8000"},
+		{Entities{Host: "h", GPU: "1", UUID: "GPU-1"}, ""},
+		{Entities{Instance: "h:9435", Host: "h"}, ""},
+		{Entities{Model: "m", Instance: "h:9400", Host: "h", GPU: "1"}, ""},
+	} {
+		if got := tc.e.ReplicaKey(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	if !sameEntity(bare, Entities{Model: "m", Instance: "h:8000", Host: "h"}) || sameEntity(bare, Entities{Model: "m", Instance: "h:8001", Host: "h"}) {
+		t.Error("instances of one host: want the same one to be one replica, another to be another")
+	}
+	if sameEntity(Entities{Instance: "h:9435", Host: "h"}, Entities{Instance: "h:9435", Host: "h"}) {
+		t.Error("a host exporter's entity is no replica")
+	}
+}

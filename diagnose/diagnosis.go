@@ -79,6 +79,20 @@ func (e Entities) Map() map[string]string {
 	return m
 }
 
+// ReplicaKey names the replica (the serving process) an entity is: its
+// pod, or outside Kubernetes, where there is no pod label, a model's
+// serving instance (vLLM scraped by static_configs); "" for a GPU or a
+// host. Two entities with the same non-empty key are the same replica.
+func (e Entities) ReplicaKey() string {
+	switch {
+	case e.Pod != "":
+		return "pod " + e.Namespace + "/" + e.Pod
+	case e.Model != "" && e.Instance != "" && e.UUID == "" && e.GPU == "":
+		return "instance " + e.Instance
+	}
+	return ""
+}
+
 // key identifies the root entity for the ID: the most specific labels.
 func (e Entities) key() string {
 	return e.Namespace + "/" + e.Pod + "|" + e.Host + "/" + e.GPU + "|" + e.UUID + "|" + e.Instance

@@ -111,7 +111,7 @@ func fingerprintKey(ent Entities) (entityKey, bool) {
 		return entityKey{"pod", ent.Pod}, true
 	case ent.UUID != "":
 		return entityKey{"UUID", ent.UUID}, true
-	case ent.Model != "" && ent.Instance != "":
+	case ent.ReplicaKey() != "":
 		// A serving target without a pod label: its own instance, not
 		// every exporter of its host.
 		return entityKey{"instance", ent.Instance}, true

@@ -38,7 +38,7 @@ func MetricsDoc(c *dcgmbridge.Catalogue, cfg Config) ([]byte, error) {
 	w("| serving | %s |\n", codeList(cfg.Joins.Serving))
 	w("| host | %s |\n", codeList(cfg.Joins.Host))
 	w("| join serving to GPU on | %s |\n\n", codeList(cfg.Joins.On))
-	if hostJoin(cfg.Joins) {
+	if joinsByHostToo(cfg.Joins) {
 		w("A serving target that carries none of the join labels (vLLM run outside Kubernetes and scraped by\n")
 		w("`static_configs`) joins the GPUs of its host instead: the host is its `instance` up to the port, matched\n")
 		w("against the GPUs' `hostname`, and only when it is the only such target of that host (one vLLM per node,\n")

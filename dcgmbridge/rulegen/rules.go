@@ -60,10 +60,10 @@ func JoinByHostGPU() Joins {
 	}
 }
 
-// hostJoin reports whether the serving-to-GPU join gets the host fallback
-// (renderer.hostJoin): the join labels are not host labels themselves, the
-// GPU level keeps hostname and the serving level instance.
-func hostJoin(j Joins) bool {
+// joinsByHostToo reports whether the serving-to-GPU join gets the host
+// fallback (renderer.hostJoin): the join labels are not host labels
+// themselves, the GPU level keeps hostname and the serving level instance.
+func joinsByHostToo(j Joins) bool {
 	return !slices.Contains(j.On, "hostname") && !slices.Contains(j.Serving, "hostname") &&
 		slices.Contains(j.GPU, "hostname") && slices.Contains(j.Serving, "instance")
 }
@@ -430,7 +430,7 @@ func (r renderer) term(cm dcgmbridge.CanonicalMetric, t dcgmbridge.Term) (string
 		}
 		has := "{" + strings.Join(present, ", ") + "}"
 		expr = fmt.Sprintf("avg by (%s) (%s%s) * on(%s) group_right() group %s (%s%s)", on, t.Metric, has, on, r.byClause(l), t.Den[0], has)
-		if hostJoin(r.cfg.Joins) {
+		if joinsByHostToo(r.cfg.Joins) {
 			expr += " or " + r.hostJoin(t, l)
 		}
 	case dcgmbridge.TermResidual:

@@ -63,12 +63,12 @@ type Profiler struct {
 	now     func() time.Time
 	out     *poster
 
-	jobs      chan diagnose.Diagnosis
-	requested map[string]bool      // open diagnoses already handled
-	lastPod   map[string]time.Time // pod -> last request, within min_interval
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	jobs       chan diagnose.Diagnosis
+	requested  map[string]bool      // open diagnoses already handled
+	lastTarget map[string]time.Time // Entities.ReplicaKey -> last request, within min_interval
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // NewProfiler starts the profiler hook. slo are the engine's objectives (a
@@ -80,7 +80,7 @@ func NewProfiler(cfg diagnose.ProfilerConfig, slo diagnose.SLOConfig, traffic Tr
 	p := &Profiler{
 		cfg: cfg, slo: slo, traffic: traffic, m: m, logger: logger, now: now,
 		out:  newPoster("profiler", cfg.URL, time.Duration(cfg.Timeout), cfg.MaxRetries, backoff, m, logger),
-		jobs: make(chan diagnose.Diagnosis, 100), requested: map[string]bool{}, lastPod: map[string]time.Time{},
+		jobs: make(chan diagnose.Diagnosis, 100), requested: map[string]bool{}, lastTarget: map[string]time.Time{},
 		ctx: ctx, cancel: cancel,
 	}
 	p.wg.Add(1)
@@ -112,8 +112,8 @@ func (p *Profiler) Update(u diagnose.Update) {
 			continue
 		}
 		p.requested[d.ID] = true
-		key := targetKey(d.Entities)
-		switch last, seen := p.lastPod[key]; {
+		key := d.Entities.ReplicaKey()
+		switch last, seen := p.lastTarget[key]; {
 		case key == "":
 			p.m.skipped.WithLabelValues("no_pod").Inc()
 			continue
@@ -124,32 +124,18 @@ func (p *Profiler) Update(u diagnose.Update) {
 			p.m.skipped.WithLabelValues("min_interval").Inc()
 			continue
 		}
-		for k, t := range p.lastPod {
+		for k, t := range p.lastTarget {
 			if u.T.Sub(t) >= time.Duration(p.cfg.MinInterval) {
-				delete(p.lastPod, k) // bounded by the pods profiled within min_interval
+				delete(p.lastTarget, k) // bounded by the replicas profiled within min_interval
 			}
 		}
-		p.lastPod[key] = u.T
+		p.lastTarget[key] = u.T
 		select {
 		case p.jobs <- d:
 		default:
 			p.m.dropped.WithLabelValues("profiler").Inc()
 		}
 	}
-}
-
-// targetKey names the process a profile would be taken of: the pod, or
-// outside Kubernetes the serving target (a model's instance; the agent
-// gets pod "" and the instance); "" for an entity with neither (a GPU, a
-// host).
-func targetKey(e diagnose.Entities) string {
-	switch {
-	case e.Pod != "":
-		return "pod " + e.Namespace + "/" + e.Pod
-	case e.Model != "" && e.Instance != "":
-		return "instance " + e.Instance
-	}
-	return ""
 }
 
 func (p *Profiler) loop() {
