@@ -61,6 +61,13 @@ type Options struct {
 	// (downsample.Pipeline.Direct), which reach the minute tier without the
 	// raw head (docs/diagnosis.md, "Baseline series").
 	Baselines storage.AppendableV2
+	// Labels, when set (live mode: the raw tier), holds series whose label
+	// sets the engine's recorded series take when they have the same
+	// labels, through its appenders' storage.GetRef: the signals group
+	// records again what the canonical rules record there, and a copy of
+	// each tracked signal's labels was about 300 bytes a tracked series
+	// (rulestale.Tracker.ShareLabels). Nothing is appended to it.
+	Labels storage.AppendableV2
 	// Archive is told about every diagnosis (nil: NopArchive).
 	Archive Archive
 	// Sinks are told after every evaluated minute (Alertmanager, webhooks).
@@ -284,6 +291,9 @@ func (e *Engine) buildGroups(files []ruleFile) error {
 	// by the groups (two copies of each series' labels); what the groups
 	// show and write is the same (package rulestale).
 	stale := rulestale.New()
+	if e.o.Labels != nil {
+		stale.ShareLabels(e.o.Labels)
+	}
 	e.evalGroup = stale.EvalIterationFunc(rules.DefaultEvalIterationFunc)
 	e.evalSignals = stale.EvalIterationFunc(func(ctx context.Context, g *rules.Group, t time.Time) {
 		e.forms.EvalIterationFunc(context.WithValue(ctx, signalsKey{}, true), g, t)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
@@ -87,7 +88,8 @@ func openLiveTiers(t *testing.T) (*tiers.Raw, *tiers.Rollup, *tiers.Rollup) {
 }
 
 // newLivePipelineOn is newLivePipeline over tiers already open (a restart):
-// the baselines go to the minute tier alone, as strata serve writes them.
+// the baselines go to the minute tier alone, and the recorded series take
+// the raw head's label sets, as strata serve wires them.
 func newLivePipelineOn(t *testing.T, cfg Config, cutoff time.Time, raw *tiers.Raw, minute, hour *tiers.Rollup, sinks ...Sink) *livePipeline {
 	t.Helper()
 	lp := &livePipeline{raw: raw, minute: minute, finished: make(chan struct{})}
@@ -102,8 +104,8 @@ func newLivePipelineOn(t *testing.T, cfg Config, cutoff time.Time, raw *tiers.Ra
 	lp.rec = &recorder{cutoff: cutoff}
 	lp.engine, err = New(cfg, Options{
 		Minute: minute, Open: lp.pipe, WriteBack: lp.app, WriteBackDelay: dcfg.Lateness + time.Minute,
-		Baselines: lp.pipe.Direct(),
-		Sinks:     append([]Sink{lp.rec}, sinks...), Logger: quietLogger(),
+		Baselines: lp.pipe.Direct(), Labels: raw,
+		Sinks: append([]Sink{lp.rec}, sinks...), Logger: quietLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -500,4 +502,71 @@ func checkReachTrimmed(t *testing.T, lp *livePipeline) {
 	if nonEmpty == 0 {
 		t.Error("no signal had a value: the comparison is vacuous")
 	}
+}
+
+// TestLiveSignalsShareRawLabels: live, a series the engine records for the
+// first time takes the label set of the raw head's series with the same
+// labels (strata serve's canonical rules record the same signals there)
+// instead of a copy of its own. A first live run gives the label sets the
+// engine records; a second one, over a raw tier that already holds a
+// series for each (written before the feed, as the canonical rules would),
+// must record every one of them with the head's own label set.
+func TestLiveSignalsShareRawLabels(t *testing.T) {
+	if unsafe.Sizeof(labels.Labels{}) != unsafe.Sizeof("") {
+		t.Skip("labels are not one string in this build")
+	}
+	scfg := smallCluster()
+	end := simStart.Add(40 * time.Minute)
+	recorded := func(e *Engine) []labels.Labels {
+		e.scratch.mu.RLock()
+		defer e.scratch.mu.RUnlock()
+		var out []labels.Labels
+		for name, list := range e.scratch.byName {
+			if !strings.HasPrefix(name, "strata:") || strings.HasPrefix(name, "strata:baseline:") || strings.HasPrefix(name, "strata:anomaly:") {
+				continue
+			}
+			for _, s := range list {
+				out = append(out, s.lbls)
+			}
+		}
+		return out
+	}
+	first := newLivePipeline(t, DefaultConfig(), end)
+	first.feed(t, scfg, end)
+	sets := recorded(first.engine)
+	if len(sets) < 10 {
+		t.Fatalf("the engine recorded %d signal series", len(sets))
+	}
+
+	raw, minute, hour := openLiveTiers(t)
+	app := raw.AppenderV2(context.Background())
+	for _, l := range sets {
+		if _, err := app.Append(0, l.Copy(), 0, simStart.Add(-time.Minute).UnixMilli(), 1, nil, nil, storage.AppendV2Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	second := newLivePipelineOn(t, DefaultConfig(), end, raw, minute, hour)
+	second.feed(t, scfg, end)
+	look := raw.AppenderV2(context.Background())
+	defer func() { _ = look.Rollback() }()
+	gr := look.(storage.GetRef)
+	shared, own := 0, 0
+	for _, l := range recorded(second.engine) {
+		ref, held := gr.GetRef(l, l.Hash())
+		if ref == 0 {
+			continue
+		}
+		if unsafe.StringData(*(*string)(unsafe.Pointer(&l))) == unsafe.StringData(*(*string)(unsafe.Pointer(&held))) {
+			shared++
+		} else {
+			own++
+		}
+	}
+	if shared == 0 || own > 0 {
+		t.Fatalf("%d recorded series share the raw head's label set, %d have a copy of their own", shared, own)
+	}
+	t.Logf("%d recorded series share the raw head's label sets", shared)
 }

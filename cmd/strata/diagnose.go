@@ -173,7 +173,10 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		// The baselines go to the minute tier only, not the raw head (the
 		// stitched view serves them from there: serve.go).
 		Baselines: s.rollup.Direct(),
-		Sinks:     sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
+		// The recorded signals share the canonical rules' label sets in
+		// the raw head.
+		Labels: s.raw,
+		Sinks:  sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
 		ScratchDir: s.cfg.Storage.Path, Logger: logger, Registerer: s.reg,
 	})
 	if err != nil {

@@ -46,6 +46,59 @@ type Tracker struct {
 	iters map[string]*iteration // group key -> the evaluation in progress
 	// hash is labels.Labels.Hash; tests make it collide.
 	hash func(labels.Labels) uint64
+	// shared holds label sets a new series' labels may be taken from
+	// (ShareLabels; nil: none).
+	shared storage.AppendableV2
+}
+
+// ShareLabels makes a series a recording rule writes for the first time
+// take its label set from src when src holds a series with the same
+// labels (through its appenders' storage.GetRef, as the raw tier's), instead
+// of a copy of its own. The diagnosis engine records the canonical signals
+// again in its scratch store, every one of which the canonical rules
+// record in the raw tier too: sharing the head's label sets saves one copy
+// of each. An appender of src is opened for the lookups of a rule's result
+// that has new series and rolled back after them; nothing is appended to
+// src. Call before the first evaluation.
+func (tr *Tracker) ShareLabels(src storage.AppendableV2) { tr.shared = src }
+
+// sharedLabels looks the labels of new series up in tr.shared.
+type sharedLabels struct {
+	src storage.AppendableV2
+	ctx context.Context
+	app storage.AppenderV2
+	gr  storage.GetRef
+}
+
+// find returns the label set src holds equal to l, opening an appender of
+// src at the first call.
+func (s *sharedLabels) find(l labels.Labels) (labels.Labels, bool) {
+	if s.src == nil {
+		return labels.Labels{}, false
+	}
+	if s.app == nil {
+		s.app = s.src.AppenderV2(s.ctx)
+		gr, ok := s.app.(storage.GetRef)
+		if !ok {
+			s.close()
+			s.src = nil
+			return labels.Labels{}, false
+		}
+		s.gr = gr
+	}
+	ref, held := s.gr.GetRef(l, l.Hash())
+	if ref == 0 || !labels.Equal(held, l) {
+		return labels.Labels{}, false
+	}
+	return held, true
+}
+
+// close rolls the appender back, if one was opened.
+func (s *sharedLabels) close() {
+	if s.app != nil {
+		_ = s.app.Rollback()
+		s.app, s.gr = nil, nil
+	}
 }
 
 // New returns an empty Tracker.
@@ -205,7 +258,9 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			sb  = labels.NewScratchBuilder(0)
 			tmp labels.Labels
 			hs  = make([]uint64, len(vec))
+			sh  = sharedLabels{src: tr.shared, ctx: ctx}
 		)
+		defer sh.close()
 		for i := range vec {
 			sample := &vec[i]
 			lb.Reset(sample.Metric)
@@ -219,6 +274,8 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			sb.Overwrite(&tmp) // valid until the next Overwrite
 			hs[i] = tr.hash(tmp)
 			if l, ok := prev.find(hs[i], tmp); ok {
+				sample.Metric = l
+			} else if l, ok := sh.find(tmp); ok {
 				sample.Metric = l
 			} else {
 				sample.Metric = tmp.Copy()
