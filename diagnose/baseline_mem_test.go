@@ -162,9 +162,9 @@ func BenchmarkHourBaseline(b *testing.B) {
 	const hours = 30 * 24
 	for h := h0; h < h0+hours; h++ {
 		for m := range int64(60) {
-			s.cur = append(s.cur, diurnal(h*hourMs+m*minute.Milliseconds(), 40, 1))
+			s.cur = append(s.cur, float32(diurnal(h*hourMs+m*minute.Milliseconds(), 40, 1)))
 		}
-		s.finish(h, tr.hours, tr.arena)
+		tr.buf = s.finish(h, tr.hours, tr.arena, tr.buf)
 	}
 	b.ReportAllocs()
 	i := int64(0)
