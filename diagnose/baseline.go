@@ -216,7 +216,7 @@ type bseries struct {
 	// capacity is kept from hour to hour, is 256 bytes a tracked series
 	// instead of 512 once a series has seen a whole hour.
 	cur  []float32
-	hour int64      // the Unix hour of cur (0: none yet)
+	hour int64 // the Unix hour of cur (0: none yet)
 
 	// The baseline of the current hour (hourly sources), or of the current
 	// minute (replicas).
