@@ -389,8 +389,8 @@ func (t *tracker) observe(ts int64, lbls labels.Labels, v float64) *bseries {
 // least hours slots, whose new pages come from a). buf is scratch space
 // for twice the hour's values, returned grown for the next call: every
 // tracked series finishes its hour at the same minute, and a median and a
-// MAD allocated each were 90 MB of garbage at that minute at 500,000
-// active series.
+// MAD allocating an array of the hour's values each made about 90 MB of
+// garbage at that minute at 90,914 tracked series (500,000 active).
 func (s *bseries) finish(h int64, hours int, a *pageArena, buf []float64) []float64 {
 	if n := len(s.cur); n >= minHourPoints {
 		buf = slices.Grow(buf[:0], 2*n)[:2*n]
