@@ -185,7 +185,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if maxBlock := cfg.Retention.Milliseconds() / 10; maxBlock < opts.MaxBlockDuration {
 		opts.MaxBlockDuration = max(maxBlock, opts.MinBlockDuration)
 	}
-	db, err := tsdb.Open(cfg.Dir, slog.New(toggleDemoter{logger.With("tier", "raw").Handler()}), reg, opts, nil)
+	db, err := tsdb.Open(cfg.Dir, slog.New(toggleFilter{logger.With("tier", "raw").Handler()}), reg, opts, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
@@ -458,37 +458,26 @@ func (r *Raw) Close() error {
 	return nil
 }
 
-// toggleDemoter logs the TSDB's "Compactions disabled" and "Compactions
-// enabled", which it writes at info level on every toggle, at debug level:
-// ReleaseChunkPages toggles compactions every time it runs (every 15 s in
-// strata serve), and they filled the log with eight lines a minute.
-type toggleDemoter struct{ slog.Handler }
+// toggleFilter drops the TSDB's "Compactions disabled" and "Compactions
+// enabled", which it writes at info level on every toggle: the only
+// toggles are ReleaseChunkPages', which holds compactions off for the
+// fraction of a millisecond it runs, every second in strata serve (two
+// lines a second, at any level, saying nothing of the store).
+type toggleFilter struct{ slog.Handler }
 
-func (d toggleDemoter) demoted(r slog.Record) bool {
-	return r.Level == slog.LevelInfo && (r.Message == "Compactions disabled" || r.Message == "Compactions enabled")
-}
-
-func (d toggleDemoter) Handle(ctx context.Context, r slog.Record) error {
-	if d.demoted(r) {
-		if !d.Enabled(ctx, slog.LevelDebug) {
-			return nil
-		}
-		demoted := slog.NewRecord(r.Time, slog.LevelDebug, r.Message, r.PC)
-		r.Attrs(func(a slog.Attr) bool {
-			demoted.AddAttrs(a)
-			return true
-		})
-		r = demoted
+func (d toggleFilter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo && (r.Message == "Compactions disabled" || r.Message == "Compactions enabled") {
+		return nil
 	}
 	return d.Handler.Handle(ctx, r)
 }
 
-func (d toggleDemoter) WithAttrs(as []slog.Attr) slog.Handler {
-	return toggleDemoter{d.Handler.WithAttrs(as)}
+func (d toggleFilter) WithAttrs(as []slog.Attr) slog.Handler {
+	return toggleFilter{d.Handler.WithAttrs(as)}
 }
 
-func (d toggleDemoter) WithGroup(name string) slog.Handler {
-	return toggleDemoter{d.Handler.WithGroup(name)}
+func (d toggleFilter) WithGroup(name string) slog.Handler {
+	return toggleFilter{d.Handler.WithGroup(name)}
 }
 
 // ReleaseChunkPages drops this process's page mappings of the head's chunk

@@ -33,6 +33,7 @@ import (
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/export"
+	"github.com/strata-dev/strata/internal/mapped"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/storeapi"
@@ -369,7 +370,7 @@ func (s *server) serve(ctx context.Context) error {
 	releaseDone := make(chan struct{})
 	go func() {
 		defer close(releaseDone)
-		s.releaseChunkPagesEvery(ctx, chunkPageReleasePeriod)
+		s.releaseChunkPages(ctx)
 	}()
 
 	var serveErr error
@@ -456,22 +457,48 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 	every(ctx, period, apply)
 }
 
-// chunkPageReleasePeriod is how often the raw head's chunk file pages that
-// reads mapped are released: the canonical rules read every series they use
-// every 15 s, so the resident set holds at most what one period's reads
-// mapped.
-const chunkPageReleasePeriod = 15 * time.Second
+// The raw head's chunk file pages that reads mapped are released once the
+// process's shared resident set has grown by chunkPageReleaseGrowth since
+// the last release (polled every chunkPageReleaseCheck), and at least every
+// chunkPageReleasePeriod. The canonical rules read the last two minutes of
+// every series they use every 15 s. Every series of the head cuts its
+// chunk at the TSDB's 2-hour boundaries (even UTC hours), and for two
+// minutes after one, each evaluation reads every old chunk back through
+// the mapping: with the kernel's fault-around, every page of the chunk
+// file just written (128 MiB at 500,000 series) within a few seconds. A
+// release every 15 s alone kept that mapped for up to 15 s at a time, 6-8
+// times in those two minutes, and made Strata's peak. A poll costs about
+// 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
+// (BenchmarkRawReleaseChunkPages); the next reads map again what they
+// touch.
+const (
+	chunkPageReleaseCheck  = 100 * time.Millisecond
+	chunkPageReleaseGrowth = 8 << 20
+	chunkPageReleasePeriod = 15 * time.Second
+)
 
-// releaseChunkPagesEvery drops the process's mappings of the raw head's
-// chunk file pages periodically (tiers.Raw.ReleaseChunkPages): without it
-// every chunk a rule or query read stayed in the resident set until the
-// head's truncation, growing it by what was written (docs/rollups.md,
-// "Memory").
-func (s *server) releaseChunkPagesEvery(ctx context.Context, period time.Duration) {
-	every(ctx, period, func() {
+// releaseChunkPages drops the process's mappings of the raw head's chunk
+// file pages (tiers.Raw.ReleaseChunkPages) when a mapped.Trigger says so:
+// without it every chunk a rule or query read stayed in the resident set
+// until the head's truncation, growing it by what was written
+// (docs/rollups.md, "Memory").
+func (s *server) releaseChunkPages(ctx context.Context) {
+	tr := mapped.Trigger{Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod}
+	shared := func() int64 {
+		n, err := mapped.SharedResident()
+		if err != nil {
+			return 0 // the trigger goes by time alone
+		}
+		return n
+	}
+	every(ctx, chunkPageReleaseCheck, func() {
+		if !tr.Due(time.Now(), shared()) {
+			return
+		}
 		if _, err := s.raw.ReleaseChunkPages(); err != nil {
 			s.logger.Warn("release raw chunk pages", "err", err)
 		}
+		tr.Released(time.Now(), shared())
 	})
 }
 

@@ -18,4 +18,9 @@
 // again with a minor fault. The caller must make sure the mappings are not
 // unmapped while Release runs (an address range unmapped and reused for
 // anonymous memory in between would lose its contents).
+//
+// Trigger, polled with SharedResident, says when a release is due: after
+// the reads have mapped a given amount since the last one, so that a burst
+// of reads (every series' chunk cut at once at the TSDB's 2-hour boundary,
+// then read back) stays mapped for a poll interval, not a whole period.
 package mapped
