@@ -11,7 +11,7 @@ import (
 func TestTrigger(t *testing.T) {
 	const mib = 1 << 20
 	t0 := time.Unix(1_800_000_000, 0)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 	tr := Trigger{Grow: 8 * mib, Every: 15 * time.Second}
 	steps := []struct {
 		at       time.Duration
