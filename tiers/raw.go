@@ -461,8 +461,9 @@ func (r *Raw) Close() error {
 // toggleFilter drops the TSDB's "Compactions disabled" and "Compactions
 // enabled", which it writes at info level on every toggle: the only
 // toggles are ReleaseChunkPages', which holds compactions off for the
-// fraction of a millisecond it runs, every second in strata serve (two
-// lines a second, at any level, saying nothing of the store).
+// fraction of a millisecond it runs, at least every 15 s and up to every
+// 100 ms in strata serve (two lines each time, at any level, saying
+// nothing of the store).
 type toggleFilter struct{ slog.Handler }
 
 func (d toggleFilter) Handle(ctx context.Context, r slog.Record) error {

@@ -462,12 +462,13 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // the last release (polled every chunkPageReleaseCheck), and at least every
 // chunkPageReleasePeriod. The canonical rules read the last two minutes of
 // every series they use every 15 s. Every series of the head cuts its
-// chunk at the TSDB's 2-hour boundaries (even UTC hours), and for two
-// minutes after one, each evaluation reads every old chunk back through
-// the mapping: with the kernel's fault-around, every page of the chunk
-// file just written (128 MiB at 500,000 series) within a few seconds. A
-// release every 15 s alone kept that mapped for up to 15 s at a time, 6-8
-// times in those two minutes, and made Strata's peak. A poll costs about
+// chunk at the TSDB's 2-hour boundaries (even UTC hours), and for minutes
+// after one the reads (the rules', the diagnosis engine's snapshot) read
+// the old chunks back through the mapping: with the kernel's fault-around,
+// every page of the chunk file just written (128 MiB at 500,000 series)
+// within a few seconds. A release every 15 s alone kept that mapped for
+// most of six minutes at 500,000 series of 15 s, and made Strata's peak
+// (docs/bench.md, stop 36). A poll costs about
 // 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.

@@ -8,7 +8,7 @@ import "time"
 // the pages reads keep mapped by Grow plus what one poll interval's reads
 // map, where a fixed period bounds them by what a whole period's reads map:
 // at the TSDB's 2-hour boundary every series of the head cuts its chunk,
-// and the reads of the next two minutes map every page of the chunks just
+// and the reads of the next minutes map every page of the chunks just
 // written (128 MiB at 500,000 series) within a few seconds.
 //
 // Growth that a release does not take back (another file mapping read in,

@@ -24,7 +24,8 @@ func TestTrigger(t *testing.T) {
 		{200 * time.Millisecond, 78 * mib, true, 71 * mib},
 		{300 * time.Millisecond, 78 * mib, false, 0}, // 7 MiB above the new baseline
 		{400 * time.Millisecond, 200 * mib, true, 90 * mib},
-		// 90 MiB stayed (not the chunk files'): the baseline, not a release a poll
+		// 90 MiB stayed after it (not the chunk files' pages): the new
+		// baseline, so the next polls are not due
 		{500 * time.Millisecond, 91 * mib, false, 0},
 		{10 * time.Second, 97 * mib, false, 0},
 		{15*time.Second + 399*time.Millisecond, 97 * mib, false, 0},
