@@ -459,23 +459,28 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 
 // The raw head's chunk file pages that reads mapped are released once the
 // process's shared resident set has grown by chunkPageReleaseGrowth since
-// the last release (polled every chunkPageReleaseCheck), and at least every
-// chunkPageReleasePeriod. The canonical rules read the last two minutes of
-// every series they use every 15 s. Every series of the head cuts its
-// chunk at the TSDB's 2-hour boundaries (even UTC hours), and for minutes
-// after one the reads (the rules', the diagnosis engine's snapshot) read
-// the old chunks back through the mapping: with the kernel's fault-around,
-// every page of the chunk file just written (128 MiB at 500,000 series)
-// within a few seconds. A release every 15 s alone kept that mapped for
-// most of six minutes at 500,000 series of 15 s, and made Strata's peak
-// (docs/bench.md, stop 36). A poll costs about
-// 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
+// the last release, and at least every chunkPageReleasePeriod; it is
+// polled every chunkPageReleaseCheck, and every chunkPageReleaseBurstCheck
+// for chunkPageReleaseBurst after a release growth made due. The
+// canonical rules read the last two minutes of every series they use
+// every 15 s. Every series of the head cuts its chunk at once at the
+// TSDB's 2-hour boundaries (even UTC hours), and, on a fleet whose series
+// all started together, every 120 samples; for minutes after such a cut
+// the reads read the old chunks back through the mapping: with the
+// kernel's fault-around, every page of the chunk file just written (128
+// MiB at 500,000 series) within a second or two. A release every 15 s
+// alone kept that mapped for most of six minutes at 500,000 series of
+// 15 s, and made Strata's peak; polled every 100 ms alone, one evaluation
+// still mapped most of it between two polls (docs/bench.md, stop 36). A
+// poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
 const (
-	chunkPageReleaseCheck  = 100 * time.Millisecond
-	chunkPageReleaseGrowth = 8 << 20
-	chunkPageReleasePeriod = 15 * time.Second
+	chunkPageReleaseCheck      = 100 * time.Millisecond
+	chunkPageReleaseBurstCheck = 10 * time.Millisecond
+	chunkPageReleaseBurst      = 2 * time.Second
+	chunkPageReleaseGrowth     = 8 << 20
+	chunkPageReleasePeriod     = 15 * time.Second
 )
 
 // releaseChunkPages drops the process's mappings of the raw head's chunk
@@ -484,22 +489,14 @@ const (
 // until the head's truncation, growing it by what was written
 // (docs/rollups.md, "Memory").
 func (s *server) releaseChunkPages(ctx context.Context) {
-	tr := mapped.Trigger{Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod}
-	shared := func() int64 {
-		n, err := mapped.SharedResident()
-		if err != nil {
-			return 0 // the trigger goes by time alone
-		}
-		return n
+	tr := mapped.Trigger{
+		Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod,
+		Poll: chunkPageReleaseCheck, BurstPoll: chunkPageReleaseBurstCheck, Burst: chunkPageReleaseBurst,
 	}
-	every(ctx, chunkPageReleaseCheck, func() {
-		if !tr.Due(time.Now(), shared()) {
-			return
-		}
+	tr.Run(ctx, func() {
 		if _, err := s.raw.ReleaseChunkPages(); err != nil {
 			s.logger.Warn("release raw chunk pages", "err", err)
 		}
-		tr.Released(time.Now(), shared())
 	})
 }
 
