@@ -7,17 +7,18 @@ import (
 
 // Trigger decides when to Release: once the process's shared resident set
 // (SharedResident) has grown by Grow bytes since the last release, and at
-// least every Every. Polled often, it bounds the pages reads keep mapped by
-// Grow plus what one poll interval's reads map, where a fixed period
-// bounds them by what a whole period's reads map: at the TSDB's 2-hour
-// boundary every series of the head cuts its chunk, and the reads of the
-// next minutes map every page of the chunks just written (128 MiB at
-// 500,000 series) within a second or two.
+// least every Every. Polled often, it keeps the pages reads keep mapped
+// near Grow plus what one poll interval's reads map (near, not under: the
+// reads go on while a release runs; BenchmarkReleaseUnderReads in tiers),
+// where a fixed period lets them reach what a whole period's reads map: at
+// the TSDB's 2-hour boundary every series of the head cuts its chunk, and
+// the reads of the next minutes map every page of the chunks just written
+// (128 MiB at 500,000 series) within a second or two.
 //
-// The caller polls every Poll, and every BurstPoll for Burst after a
-// release that growth made due: reads that mapped Grow within a poll
-// interval are mapping fast, and at 100 ms a single evaluation still
-// mapped most of such a file between two polls.
+// The caller polls every Poll (which must be positive), and every
+// BurstPoll for Burst after a release that growth made due: reads that
+// mapped Grow within a poll interval are mapping fast, and at 100 ms a
+// single evaluation still mapped most of such a file between two polls.
 //
 // Growth that a release does not take back (another file mapping read in,
 // the binary's own pages) costs one release: the baseline is the shared
