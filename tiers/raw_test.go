@@ -563,7 +563,8 @@ func TestRawChunksForRemoteRead(t *testing.T) {
 
 // TestRawCompactionToggleLogs: the TSDB logs every toggle of its
 // compactions at info level, and ReleaseChunkPages toggles them each time
-// it runs (every second); the raw tier drops those lines at every level,
+// it runs (up to every 10 ms in strata serve); the raw tier drops those
+// lines at every level,
 // and only those.
 func TestRawCompactionToggleLogs(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
