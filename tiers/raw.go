@@ -128,6 +128,8 @@ type Raw struct {
 	mu     sync.Mutex // ReleaseChunkPages against Close
 	closed bool
 
+	reads chan struct{} // ChunkReads
+
 	// exemplarsSized is set once the exemplar storage has its MaxExemplars
 	// entries. It holds none while no exemplar has arrived: the buffer is
 	// allocated whole (64 bytes an entry, 6.4 MB), and a fleet that sends no
@@ -189,7 +191,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	r := &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}}
+	r := &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}, reads: make(chan struct{}, 1)}
 	// The WAL is replayed into a storage of the full size, so exemplars
 	// written before a restart are kept; only an empty one is given up.
 	if err := r.releaseEmptyExemplars(); err != nil {
@@ -304,12 +306,23 @@ func (a exemplarSizingAppenderV2) GetRef(lset labels.Labels, hash uint64) (stora
 	return a.gr.GetRef(lset, hash)
 }
 
-// Querier implements storage.Queryable.
-func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) { return r.db.Querier(mint, maxt) }
+// Querier implements storage.Queryable. Its series sets signal ChunkReads.
+func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) {
+	q, err := r.db.Querier(mint, maxt)
+	if err != nil {
+		return nil, err
+	}
+	return signallingQuerier{Querier: q, r: r}, nil
+}
 
-// ChunkQuerier implements storage.ChunkQueryable.
+// ChunkQuerier implements storage.ChunkQueryable. Its series sets signal
+// ChunkReads.
 func (r *Raw) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
-	return r.db.ChunkQuerier(mint, maxt)
+	q, err := r.db.ChunkQuerier(mint, maxt)
+	if err != nil {
+		return nil, err
+	}
+	return signallingChunkQuerier{ChunkQuerier: q, r: r}, nil
 }
 
 // ExemplarQuerier implements storage.ExemplarQueryable.

@@ -592,6 +592,76 @@ func TestRawCompactionToggleLogs(t *testing.T) {
 	}
 }
 
+// TestRawChunkReadsSignal: a querier of the raw tier, sample or chunk,
+// signals ChunkReads once it has handed out 512 series (the reads that map
+// the head's cut chunks), not before, and never blocks on a signal nobody
+// takes.
+func TestRawChunkReadsSignal(t *testing.T) {
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	app := raw.Appender(context.Background())
+	for s := range 2000 {
+		if _, err := app.Append(0, labels.FromStrings("__name__", "m", "s", strconv.Itoa(s)), testT0, float64(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	pending := func() bool {
+		select {
+		case <-raw.ChunkReads():
+			return true
+		default:
+			return false
+		}
+	}
+	pending() // none expected; drained in case
+	m := labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")
+	walk := func(chunks bool, n int) {
+		t.Helper()
+		if chunks {
+			q, err := raw.ChunkQuerier(testT0, testT0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			ss := q.Select(context.Background(), false, nil, m)
+			for i := 0; i < n && ss.Next(); i++ {
+			}
+			return
+		}
+		q, err := raw.Querier(testT0, testT0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		ss := q.Select(context.Background(), false, nil, m)
+		for i := 0; i < n && ss.Next(); i++ {
+		}
+	}
+	for _, chunks := range []bool{false, true} {
+		walk(chunks, 511)
+		if pending() {
+			t.Errorf("chunks=%v: a signal after 511 series", chunks)
+		}
+		walk(chunks, 512)
+		if !pending() {
+			t.Errorf("chunks=%v: no signal after 512 series", chunks)
+		}
+		walk(chunks, 2000) // three signals, one pending: the walk does not block
+		if !pending() {
+			t.Errorf("chunks=%v: no signal after 2,000 series", chunks)
+		}
+		if pending() {
+			t.Errorf("chunks=%v: more than one signal pending", chunks)
+		}
+	}
+}
+
 // BenchmarkRawReleaseChunkPages is the fixed cost of one release (the
 // pages it drops cost what the reads mapped, whenever it runs): reading
 // /proc/self/maps, advising the chunk files' ranges, holding compactions
@@ -628,10 +698,13 @@ func BenchmarkRawReleaseChunkPages(b *testing.B) {
 // before them) while a mapped.Trigger releases them as strata serve does:
 // 100,000 series have each just cut a chunk of random values (about 84 MiB
 // of chunk file, as every series cuts one at a 2-hour boundary), and a
-// reader reads every series' last two minutes in passes spread over about
-// 1.5 s, every 3 s, as the canonical rules do every 15 s. Each iteration
-// is a 6-second window; MiB-mapped-max is the most seen, sampled every
-// 2 ms. The fixed 15 s period keeps the whole file mapped.
+// reader reads every series' last two minutes in passes every 3 s, as the
+// canonical rules do every 15 s: paced, spread over about 1.5 s; full, as
+// fast as it reads (the diagnosis engine's walk of every series). Each
+// iteration is a 6-second window; MiB-mapped-max is the most seen, sampled
+// every 2 ms. The fixed 15 s period keeps the whole file mapped; the timed
+// polls follow a paced reader, not a full one; the reads' signal
+// (Raw.ChunkReads) follows both.
 func BenchmarkReleaseUnderReads(b *testing.B) {
 	if !mapped.Supported {
 		b.Skip("no page release on this platform")
@@ -661,7 +734,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 	}
 	raw.DB().ForceHeadMMap()
 	end := testT0 + (samples-1)*15000
-	read := func(ctx context.Context) {
+	read := func(ctx context.Context, paced bool) {
 		q, err := raw.Querier(end-2*60000, end)
 		if err != nil {
 			b.Error(err)
@@ -670,7 +743,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 		defer q.Close()
 		ss := q.Select(ctx, false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
 		for k := 0; ss.Next(); k++ {
-			if k%2000 == 0 {
+			if paced && k%2000 == 0 {
 				time.Sleep(30 * time.Millisecond)
 			}
 			it := ss.At().Iterator(nil)
@@ -678,13 +751,19 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 			}
 		}
 	}
+	burst := mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}
 	for _, c := range []struct {
-		name string
-		tr   mapped.Trigger
+		name  string
+		tr    mapped.Trigger
+		reads bool // polled on the reads' signal too
+		paced bool
 	}{
-		{"period=15s", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
-		{"poll=100ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
-		{"poll=100ms,burst=10ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}},
+		{"period=15s,paced", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}, false, true},
+		{"poll=100ms,paced", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}, false, true},
+		{"poll=100ms,burst=10ms,paced", burst, false, true},
+		{"poll=100ms,burst=10ms,reads,paced", burst, true, true},
+		{"poll=100ms,burst=10ms,full", burst, false, false},
+		{"poll=100ms,burst=10ms,reads,full", burst, true, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var most, releases int64
@@ -701,7 +780,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 				wg.Go(func() {
 					for ctx.Err() == nil {
 						pass := time.Now()
-						read(ctx)
+						read(ctx, c.paced)
 						time.Sleep(3*time.Second - time.Since(pass))
 					}
 				})
@@ -714,8 +793,12 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 					}
 				})
 				tr := c.tr
+				var reads <-chan struct{}
+				if c.reads {
+					reads = raw.ChunkReads()
+				}
 				wg.Go(func() {
-					tr.Run(ctx, func() {
+					tr.Run(ctx, reads, func() {
 						if _, err := raw.ReleaseChunkPages(); err != nil {
 							b.Error(err)
 						}

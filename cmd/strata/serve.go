@@ -459,20 +459,28 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 
 // The raw head's chunk file pages that reads mapped are released once the
 // process's shared resident set has grown by chunkPageReleaseGrowth since
-// the last release, and at least every chunkPageReleasePeriod; it is
-// polled every chunkPageReleaseCheck, and every chunkPageReleaseBurstCheck
-// for chunkPageReleaseBurst after a release growth made due. The
-// canonical rules read the last two minutes of every series they use
-// every 15 s. Every series of the head cuts its chunk at once at the
-// TSDB's 2-hour boundaries (even UTC hours), and, on a fleet whose series
-// all started together, every 120 samples; for minutes after such a cut
-// the reads read the old chunks back through the mapping: with the
-// kernel's fault-around, every page of the chunk file just written (128
-// MiB at 500,000 series) within a second or two. A release every 15 s
-// alone kept that mapped for most of six minutes at 500,000 series of
-// 15 s, and made Strata's peak; polled every 100 ms alone, one evaluation
-// still mapped most of it between two polls (docs/bench.md, stop 36). A
-// poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
+// the last release, and at least every chunkPageReleasePeriod. It is
+// polled every chunkPageReleaseCheck, every chunkPageReleaseBurstCheck
+// for chunkPageReleaseBurst after a release growth made due, and each time
+// the raw tier's queriers have handed out 512 series
+// (tiers.Raw.ChunkReads).
+//
+// The canonical rules read the last two minutes of every series they use
+// every 15 s, and the diagnosis engine's minute reads the windows of the
+// last minutes of every sparse series from raw. Every series of the head
+// cuts its chunk at once at the TSDB's 2-hour boundaries (even UTC hours)
+// and, on a fleet whose series all started together, every 120 samples;
+// for minutes after such a cut the reads read the old chunks back through
+// the mapping. One touch maps a whole large folio of the page cache (2 MiB
+// on ext4 here, MADV_RANDOM or not), so a walk maps about 12 KiB a series
+// read: the chunk file just written (128 MiB at 500,000 series) within a
+// second. A release every 15 s alone kept that mapped for most of six
+// minutes at 500,000 series of 15 s and made Strata's peak; polled every
+// 100 ms, one evaluation still mapped most of it between two polls
+// (docs/bench.md, stop 36); polled every 10 ms, a walk at full speed
+// still kept the whole file mapped, and the reads' signal keeps it near
+// 22 MiB (BenchmarkReleaseUnderReads). A poll costs about 20 us
+// (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
 const (
@@ -493,7 +501,7 @@ func (s *server) releaseChunkPages(ctx context.Context) {
 		Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod,
 		Poll: chunkPageReleaseCheck, BurstPoll: chunkPageReleaseBurstCheck, Burst: chunkPageReleaseBurst,
 	}
-	tr.Run(ctx, func() {
+	tr.Run(ctx, s.raw.ChunkReads(), func() {
 		if _, err := s.raw.ReleaseChunkPages(); err != nil {
 			s.logger.Warn("release raw chunk pages", "err", err)
 		}

@@ -1,0 +1,89 @@
+package tiers
+
+import (
+	"context"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// chunkReadSignalSeries is how many series a querier of the raw tier hands
+// out between two signals on ChunkReads. A series read maps the file pages
+// of its cut chunks, and on Linux with large folios in the page cache one
+// touch maps a whole folio (2 MiB here): in a walk over a chunk file just
+// written, about 12 KiB of mappings a series (TestRawChunkReadsSignal,
+// BenchmarkReleaseUnderReads). 512 series are about 6 MiB, under the
+// growth at which strata serve releases (8 MiB).
+const chunkReadSignalSeries = 512
+
+// ChunkReads returns a channel signalled, without blocking the reader,
+// each time a querier of the tier (Querier, ChunkQuerier) has handed out
+// chunkReadSignalSeries series since its last signal: the reads that map
+// the head's cut chunks, whose pages ReleaseChunkPages drops. A watcher
+// polls the mapped pages on it (mapped.Trigger.Run) rather than on a timer
+// alone: the diagnosis engine's minute reads every series of a 500,000
+// series fleet within a few seconds, and at a chunk cut maps a 128 MiB
+// chunk file faster than a 10 ms poll follows.
+func (r *Raw) ChunkReads() <-chan struct{} { return r.reads }
+
+// signalRead signals ChunkReads, once pending at most.
+func (r *Raw) signalRead() {
+	select {
+	case r.reads <- struct{}{}:
+	default:
+	}
+}
+
+// signallingQuerier is a raw querier whose series sets signal ChunkReads.
+type signallingQuerier struct {
+	storage.Querier
+	r *Raw
+}
+
+func (q signallingQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	return &signallingSet{SeriesSet: q.Querier.Select(ctx, sortSeries, hints, ms...), r: q.r}
+}
+
+type signallingSet struct {
+	storage.SeriesSet
+	r *Raw
+	n int
+}
+
+func (s *signallingSet) Next() bool {
+	if !s.SeriesSet.Next() {
+		return false
+	}
+	if s.n++; s.n == chunkReadSignalSeries {
+		s.n = 0
+		s.r.signalRead()
+	}
+	return true
+}
+
+// signallingChunkQuerier is signallingQuerier for chunk queriers.
+type signallingChunkQuerier struct {
+	storage.ChunkQuerier
+	r *Raw
+}
+
+func (q signallingChunkQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.ChunkSeriesSet {
+	return &signallingChunkSet{ChunkSeriesSet: q.ChunkQuerier.Select(ctx, sortSeries, hints, ms...), r: q.r}
+}
+
+type signallingChunkSet struct {
+	storage.ChunkSeriesSet
+	r *Raw
+	n int
+}
+
+func (s *signallingChunkSet) Next() bool {
+	if !s.ChunkSeriesSet.Next() {
+		return false
+	}
+	if s.n++; s.n == chunkReadSignalSeries {
+		s.n = 0
+		s.r.signalRead()
+	}
+	return true
+}
