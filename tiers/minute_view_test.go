@@ -401,6 +401,43 @@ func BenchmarkMinuteViewSnapshotOpen(b *testing.B) {
 	}
 }
 
+// BenchmarkMinuteViewSnapshotPartition: the diagnosis engine's snapshot in
+// the ten minutes after an hour's minute partition is written, when the
+// windows it reaches are read from the file: 20,000 series of vLLM-shaped
+// label sets (eight labels), an hour of windows each, the last ten minutes
+// read. B/op is what a select of that many series allocates (the series'
+// label text and labels, the readers' maps, the windows kept), about 25
+// times less than the 500,000 series that made Strata's peak
+// (docs/bench.md, stop 37).
+func BenchmarkMinuteViewSnapshotPartition(b *testing.B) {
+	const n = 20_000
+	minute := openTestRollup(b, tiers.DefaultMinuteConfig(b.TempDir()), nil)
+	series := make([]tiers.SeriesWindows, n)
+	for i := range series {
+		ws := make([]tiers.Window, 0, 60)
+		for s := testT0; s < testT0+60*minMs; s += minMs {
+			v := float64(i%97) + float64((s-testT0)/minMs)
+			ws = append(ws, tiers.Window{Start: s, FirstT: s, LastT: s + 45_000, Count: 4, Sum: 4 * v, Min: v, Max: v, First: v, Last: v})
+		}
+		series[i] = tiers.SeriesWindows{Labels: labels.FromStrings(model.MetricNameLabel, "vllm:num_requests_running",
+			"engine", "0", "instance", fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250), "job", "vllm",
+			"model_name", "meta-llama/Llama-3.1-8B-Instruct", "namespace", "inference",
+			"pod", fmt.Sprintf("vllm-llama-8b-7c9d5-%05d", i/4), "replica", strconv.Itoa(i%4)), Windows: ws}
+	}
+	if err := minute.WritePartition(testT0, series); err != nil {
+		b.Fatal(err)
+	}
+	v := tiers.NewMinuteView(minute, &fakeOpen{})
+	end := testT0 + 60*minMs - 1
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := v.Snapshot(context.Background(), end-10*minMs, end)
+		if err != nil || s.Series() != n {
+			b.Fatal(s.Series(), err)
+		}
+	}
+}
+
 // TestMinuteSnapshotFrom: a snapshot that keeps of each name's in-memory
 // windows only those from its from answers every query reaching no further
 // back exactly as the whole snapshot does, and holds nothing older (a query

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -121,6 +123,97 @@ func decodeLabels(b []byte) (labels.Labels, error) {
 		return labels.EmptyLabels(), fmt.Errorf("decode labels column %q: %w", b, err)
 	}
 	return labels.FromMap(m), nil
+}
+
+// labelsDecoder decodes the `labels` column as decodeLabels does, without
+// its map and two strings a label (garbage after every series): text whose
+// names and values hold no escape (no quote, backslash, control or HTML
+// character: JSON as encoding/json writes it, keys sorted) and is valid
+// UTF-8 is read straight into one label set. Other text goes to
+// decodeLabels. One per file reader.
+type labelsDecoder struct{ sb labels.ScratchBuilder }
+
+func (d *labelsDecoder) decode(text []byte) (labels.Labels, error) {
+	if lbls, ok := d.plain(text); ok {
+		return lbls, nil
+	}
+	return decodeLabels(text)
+}
+
+// plain decodes text when it is a JSON object of plain strings (see
+// labelsDecoder) with no name twice; false otherwise.
+func (d *labelsDecoder) plain(text []byte) (labels.Labels, bool) {
+	if !utf8.Valid(text) {
+		return labels.EmptyLabels(), false // encoding/json reads invalid bytes as U+FFFD
+	}
+	d.sb.Reset()
+	i := skipJSONSpace(text, 0)
+	if i == len(text) || text[i] != '{' {
+		return labels.EmptyLabels(), false
+	}
+	i = skipJSONSpace(text, i+1)
+	if i < len(text) && text[i] == '}' {
+		return labels.EmptyLabels(), skipJSONSpace(text, i+1) == len(text)
+	}
+	for {
+		name, j, ok := plainJSONString(text, i)
+		if !ok {
+			return labels.EmptyLabels(), false
+		}
+		if i = skipJSONSpace(text, j); i == len(text) || text[i] != ':' {
+			return labels.EmptyLabels(), false
+		}
+		value, j, ok := plainJSONString(text, skipJSONSpace(text, i+1))
+		if !ok {
+			return labels.EmptyLabels(), false
+		}
+		// The strings point into text, which outlives Labels' copy below.
+		d.sb.Add(unsafe.String(unsafe.SliceData(name), len(name)), unsafe.String(unsafe.SliceData(value), len(value)))
+		if i = skipJSONSpace(text, j); i == len(text) {
+			return labels.EmptyLabels(), false
+		}
+		if text[i] == '}' {
+			if skipJSONSpace(text, i+1) != len(text) {
+				return labels.EmptyLabels(), false
+			}
+			break
+		}
+		if text[i] != ',' {
+			return labels.EmptyLabels(), false
+		}
+		i = skipJSONSpace(text, i+1)
+	}
+	d.sb.Sort()
+	lbls := d.sb.Labels()
+	if _, dup := lbls.HasDuplicateLabelNames(); dup {
+		return labels.EmptyLabels(), false // encoding/json keeps the last value
+	}
+	return lbls, true
+}
+
+// plainJSONString returns the content of the JSON string starting at
+// text[i] and the index after it; false when there is none or it holds an
+// escape or a character encoding/json would have escaped.
+func plainJSONString(text []byte, i int) ([]byte, int, bool) {
+	if i >= len(text) || text[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(text); j++ {
+		switch c := text[j]; {
+		case c == '"':
+			return text[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+func skipJSONSpace(text []byte, i int) int {
+	for i < len(text) && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // sortedRows turns series into rows in file order: metric name, series_id,

@@ -1,22 +1,36 @@
 package tiers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/zeebo/xxh3"
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/strata-dev/strata/internal/seriesset"
 )
 
+// textKey stands for a series' `labels` column text within one select:
+// its 128-bit XXH3 hash. The text itself, kept as a map key by every
+// reader, was the largest part of a select over many series: 207 MB at
+// 500,000 series, a third of the diagnosis engine's minute snapshot in the
+// ten minutes after each hour's minute partition was written
+// (docs/bench.md, stop 37). Two of a select's series take each other's
+// windows only if their texts' hashes collide in all 128 bits: about one
+// chance in 10^27 among a million series.
+type textKey = xxh3.Uint128
+
+// keyOf returns text's textKey.
+func keyOf(text []byte) textKey { return xxh3.Hash128(text) }
+
 // localSeries is a series one file reader found.
 type localSeries struct {
-	key  string // the labels column text
+	key  textKey // its labels column text's
 	lbls labels.Labels
 	blk  *windowBlock // its kept windows (nil: none yet)
 }
@@ -26,14 +40,15 @@ type localSeries struct {
 type fileReader struct {
 	q         *rollupQuery
 	filesLeft int // files left in this reader's range, the current one included
-	// byKey maps the `labels` column text to an index into series, or -1
-	// when the series does not match.
-	byKey map[string]int32
+	// byKey maps the `labels` column text (its textKey) to an index into
+	// series, or -1 when the series does not match.
+	byKey map[textKey]int32
 	// byID maps series_id to the same index as byKey, or idAmbiguous when
 	// two label sets share the id (a hash collision: rows are then mapped
 	// by their labels).
 	byID   map[int64]int32
 	series []localSeries
+	labels labelsDecoder // admit's
 
 	// buffers reused across row groups
 	ids     []int64
@@ -66,7 +81,7 @@ type batchRun struct{ si, lo, hi, filesLeft int32 }
 const defaultBatchRows = 1 << 17
 
 func newFileReader(q *rollupQuery) *fileReader {
-	return &fileReader{q: q, byKey: map[string]int32{}, byID: map[int64]int32{}}
+	return &fileReader{q: q, byKey: map[textKey]int32{}, byID: map[int64]int32{}}
 }
 
 func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p PartitionInfo) (err error) {
@@ -483,10 +498,11 @@ func (fr *fileReader) readSeriesIndex(cc parquet.ColumnChunk, rows int, dst []in
 			for _, v := range vs {
 				b := v.ByteArray()
 				if prev == nil || string(b) != string(prev) {
-					si, ok := fr.byKey[string(b)]
+					k := keyOf(b)
+					si, ok := fr.byKey[k]
 					if !ok {
 						var err error
-						if si, err = fr.admit(string(b)); err != nil {
+						if si, err = fr.admit(b, k); err != nil {
 							return err
 						}
 					}
@@ -513,12 +529,12 @@ const nameKeyJSON = `"__name__":`
 // is passed over undecoded (a select of one metric reads row groups
 // holding many; decoding every series' labels was most of the CPU of
 // strata export's capacity preset).
-func (fr *fileReader) admit(key string) (int32, error) {
-	if nk := fr.q.nameEqJSON; nk != "" && strings.Contains(key, nameKeyJSON) && !strings.Contains(key, nk) {
+func (fr *fileReader) admit(text []byte, key textKey) (int32, error) {
+	if nk := fr.q.nameEqJSON; nk != "" && bytes.Contains(text, []byte(nameKeyJSON)) && !bytes.Contains(text, []byte(nk)) {
 		fr.byKey[key] = -1
 		return -1, nil
 	}
-	lbls, err := decodeLabels([]byte(key))
+	lbls, err := fr.labels.decode(text)
 	if err != nil {
 		return -1, err
 	}

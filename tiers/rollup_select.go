@@ -186,7 +186,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 // mergeReaders joins the readers' series by their label text. Readers cover
 // ascending time ranges, so each series' blocks are already in time order.
 func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
-	byKey := map[string]int{}
+	byKey := map[textKey]int{}
 	var out []selectedSeries
 	for _, fr := range readers {
 		for _, ls := range fr.series {
