@@ -66,7 +66,9 @@ type Options struct {
 	// labels, through its appenders' storage.GetRef: the signals group
 	// records again what the canonical rules record there, and a copy of
 	// each tracked signal's labels was about 300 bytes a tracked series
-	// (rulestale.Tracker.ShareLabels). Nothing is appended to it.
+	// (rulestale.Tracker.ShareLabels). The series its minute snapshots
+	// read from the minute tier's files take them too
+	// (tiers.WithSharedLabels). Nothing is appended to it.
 	Labels storage.AppendableV2
 	// Archive is told about every diagnosis (nil: NopArchive).
 	Archive Archive
@@ -258,7 +260,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 		return nil, err
 	}
 	e.pinRules()
-	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden))
+	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden), tiers.WithSharedLabels(o.Labels))
 	e.inc = newIncidents(e)
 	return e, nil
 }

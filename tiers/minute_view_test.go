@@ -10,11 +10,14 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/strata-dev/strata/tiers"
 )
@@ -436,6 +439,87 @@ func BenchmarkMinuteViewSnapshotPartition(b *testing.B) {
 			b.Fatal(s.Series(), err)
 		}
 	}
+}
+
+// TestMinuteSnapshotSharesLabels: with WithSharedLabels, a series a
+// snapshot reads from the minute tier's files takes the label set the raw
+// head holds for it, not a copy; a series the head does not hold keeps its
+// own; the windows are those read without it.
+func TestMinuteSnapshotSharesLabels(t *testing.T) {
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	held := labels.FromStrings(model.MetricNameLabel, "temp", "instance", "a")
+	other := labels.FromStrings(model.MetricNameLabel, "temp", "instance", "b")
+	app := raw.Appender(context.Background())
+	if _, err := app.Append(0, held, testT0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
+	if err := minute.WritePartition(testT0, []tiers.SeriesWindows{
+		{Labels: held, Windows: sampleWindows(testT0, 10, 1)},
+		{Labels: other, Windows: sampleWindows(testT0, 10, 2)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The head's own label set, as its appenders' GetRef hands it out.
+	gr := raw.AppenderV2(context.Background())
+	_, headHeld := gr.(storage.GetRef).GetRef(held, held.Hash())
+	_ = gr.Rollback()
+	read := func(v *tiers.MinuteView) (map[string]labels.Labels, map[string][]float64) {
+		t.Helper()
+		snap, err := v.Snapshot(context.Background(), testT0, testT0+10*minMs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := snap.Querier(testT0, testT0+10*minMs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lbls, vals := map[string]labels.Labels{}, map[string][]float64{}
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "temp"))
+		for ss.Next() {
+			l := ss.At().Labels()
+			lbls[l.Get("instance")] = l
+			it := ss.At().Iterator(nil)
+			for it.Next() != chunkenc.ValNone {
+				_, f := it.At()
+				vals[l.Get("instance")] = append(vals[l.Get("instance")], f)
+			}
+		}
+		if err := ss.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return lbls, vals
+	}
+	shared, sharedVals := read(tiers.NewMinuteView(minute, nil, tiers.WithSharedLabels(raw)))
+	_, ownVals := read(tiers.NewMinuteView(minute, nil))
+	if len(shared) != 2 || !labels.Equal(shared["a"], held) || !labels.Equal(shared["b"], other) {
+		t.Fatalf("series read: %v", shared)
+	}
+	if !sameLabelBytes(t, shared["a"], headHeld) {
+		t.Error("the series the head holds was read with a copy of its labels")
+	}
+	if sameLabelBytes(t, shared["b"], other) {
+		t.Error("a series the head does not hold shares the test's own label set")
+	}
+	if fmt.Sprint(sharedVals) != fmt.Sprint(ownVals) || len(ownVals["a"]) == 0 {
+		t.Errorf("windows with shared labels %v, without %v", sharedVals, ownVals)
+	}
+}
+
+// sameLabelBytes reports whether a and b are the same label set in memory,
+// not two copies (the stringlabels representation: one string).
+func sameLabelBytes(t *testing.T, a, b labels.Labels) bool {
+	if unsafe.Sizeof(a) != unsafe.Sizeof("") {
+		t.Skip("labels are not one string in this build")
+	}
+	return unsafe.StringData(*(*string)(unsafe.Pointer(&a))) == unsafe.StringData(*(*string)(unsafe.Pointer(&b)))
 }
 
 // TestMinuteSnapshotFrom: a snapshot that keeps of each name's in-memory

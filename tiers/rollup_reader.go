@@ -9,9 +9,10 @@ import (
 	"sync"
 
 	"github.com/parquet-go/parquet-go"
-	"github.com/zeebo/xxh3"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/zeebo/xxh3"
 
+	"github.com/strata-dev/strata/internal/labelshare"
 	"github.com/strata-dev/strata/internal/seriesset"
 )
 
@@ -48,7 +49,8 @@ type fileReader struct {
 	// by their labels).
 	byID   map[int64]int32
 	series []localSeries
-	labels labelsDecoder // admit's
+	labels labelsDecoder     // admit's
+	share  labelshare.Finder // admit's, over q.opts.shared
 
 	// buffers reused across row groups
 	ids     []int64
@@ -81,7 +83,7 @@ type batchRun struct{ si, lo, hi, filesLeft int32 }
 const defaultBatchRows = 1 << 17
 
 func newFileReader(q *rollupQuery) *fileReader {
-	return &fileReader{q: q, byKey: map[textKey]int32{}, byID: map[int64]int32{}}
+	return &fileReader{q: q, byKey: map[textKey]int32{}, byID: map[int64]int32{}, share: labelshare.Finder{Src: q.opts.shared}}
 }
 
 func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p PartitionInfo) (err error) {
@@ -540,6 +542,9 @@ func (fr *fileReader) admit(text []byte, key textKey) (int32, error) {
 	}
 	si := int32(-1)
 	if seriesset.MatchAll(lbls, fr.q.matchers) {
+		if held, ok := fr.share.Find(lbls); ok {
+			lbls = held // the decoded copy is garbage now, not held for the select's life
+		}
 		si = int32(len(fr.series)) //nolint:gosec // bounded by the number of series
 		fr.series = append(fr.series, localSeries{key: key, lbls: lbls})
 	}

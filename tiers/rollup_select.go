@@ -13,6 +13,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/internal/parallel"
 	"github.com/strata-dev/strata/internal/timegrid"
@@ -107,6 +108,9 @@ type selectOptions struct {
 	// batchRows is a reader's batch size (0: defaultBatchRows, see
 	// fileReader.batch); tests make it small.
 	batchRows int
+	// shared holds label sets a matching series' labels are taken from
+	// when it holds an equal one (labelshare; nil: none).
+	shared storage.AppendableV2
 }
 
 // selectedSeries is one series a select found, with its windows.
@@ -165,6 +169,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 				}
 			}
 			fr.flush()
+			fr.share.Close()
 		})
 	}
 	wg.Wait()

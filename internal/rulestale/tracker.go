@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/internal/labelshare"
 )
 
 // PlaceholderLabel is the only label (besides the rule's name and labels)
@@ -61,45 +63,6 @@ type Tracker struct {
 // that has new series and rolled back after them; nothing is appended to
 // src. Call before the first evaluation.
 func (tr *Tracker) ShareLabels(src storage.AppendableV2) { tr.shared = src }
-
-// sharedLabels looks the labels of new series up in tr.shared.
-type sharedLabels struct {
-	src storage.AppendableV2
-	ctx context.Context
-	app storage.AppenderV2
-	gr  storage.GetRef
-}
-
-// find returns the label set src holds equal to l, opening an appender of
-// src at the first call.
-func (s *sharedLabels) find(l labels.Labels) (labels.Labels, bool) {
-	if s.src == nil {
-		return labels.Labels{}, false
-	}
-	if s.app == nil {
-		s.app = s.src.AppenderV2(s.ctx)
-		gr, ok := s.app.(storage.GetRef)
-		if !ok {
-			s.close()
-			s.src = nil
-			return labels.Labels{}, false
-		}
-		s.gr = gr
-	}
-	ref, held := s.gr.GetRef(l, l.Hash())
-	if ref == 0 || !labels.Equal(held, l) {
-		return labels.Labels{}, false
-	}
-	return held, true
-}
-
-// close rolls the appender back, if one was opened.
-func (s *sharedLabels) close() {
-	if s.app != nil {
-		_ = s.app.Rollback()
-		s.app, s.gr = nil, nil
-	}
-}
 
 // New returns an empty Tracker.
 func New() *Tracker {
@@ -258,9 +221,9 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			sb  = labels.NewScratchBuilder(0)
 			tmp labels.Labels
 			hs  = make([]uint64, len(vec))
-			sh  = sharedLabels{src: tr.shared, ctx: ctx}
+			sh  = labelshare.Finder{Src: tr.shared, Ctx: ctx}
 		)
-		defer sh.close()
+		defer sh.Close()
 		for i := range vec {
 			sample := &vec[i]
 			lb.Reset(sample.Metric)
@@ -275,7 +238,7 @@ func (tr *Tracker) QueryFunc(inner rules.QueryFunc) rules.QueryFunc {
 			hs[i] = tr.hash(tmp)
 			if l, ok := prev.find(hs[i], tmp); ok {
 				sample.Metric = l
-			} else if l, ok := sh.find(tmp); ok {
+			} else if l, ok := sh.Find(tmp); ok {
 				sample.Metric = l
 			} else {
 				sample.Metric = tmp.Copy()
