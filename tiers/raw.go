@@ -128,7 +128,8 @@ type Raw struct {
 	mu     sync.Mutex // ReleaseChunkPages against Close
 	closed bool
 
-	reads chan struct{} // ChunkReads
+	reads    chan struct{} // ChunkReads
+	leftover atomic.Int64  // series handed out by ended sets, not signalled yet (readsLeft)
 
 	// exemplarsSized is set once the exemplar storage has its MaxExemplars
 	// entries. It holds none while no exemplar has arrived: the buffer is

@@ -17,8 +17,9 @@ import (
 const chunkReadSignalSeries = 512
 
 // ChunkReads returns a channel signalled, without blocking the reader,
-// each time a querier of the tier (Querier, ChunkQuerier) has handed out
-// chunkReadSignalSeries series since its last signal: the reads that map
+// each time the tier's queriers (Querier, ChunkQuerier) have handed out
+// chunkReadSignalSeries series (a series set signals every that many of
+// its own; the rest of the sets that ended add up): the reads that map
 // the head's cut chunks, whose pages ReleaseChunkPages drops. A watcher
 // polls the mapped pages on it (mapped.Trigger.Run) rather than on a timer
 // alone: the diagnosis engine's minute reads every series of a 500,000
@@ -31,6 +32,17 @@ func (r *Raw) signalRead() {
 	select {
 	case r.reads <- struct{}{}:
 	default:
+	}
+}
+
+// readsLeft counts n series a series set handed out since its last signal
+// when it ends: the canonical rules select one metric at a time, fewer than
+// chunkReadSignalSeries series each, and their reads signal once they add
+// up to it.
+func (r *Raw) readsLeft(n int) {
+	if n > 0 && r.leftover.Add(int64(n)) >= chunkReadSignalSeries {
+		r.leftover.Store(0)
+		r.signalRead()
 	}
 }
 
@@ -52,6 +64,8 @@ type signallingSet struct {
 
 func (s *signallingSet) Next() bool {
 	if !s.SeriesSet.Next() {
+		s.r.readsLeft(s.n)
+		s.n = 0
 		return false
 	}
 	if s.n++; s.n == chunkReadSignalSeries {
@@ -79,6 +93,8 @@ type signallingChunkSet struct {
 
 func (s *signallingChunkSet) Next() bool {
 	if !s.ChunkSeriesSet.Next() {
+		s.r.readsLeft(s.n)
+		s.n = 0
 		return false
 	}
 	if s.n++; s.n == chunkReadSignalSeries {
