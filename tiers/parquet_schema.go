@@ -126,11 +126,12 @@ func decodeLabels(b []byte) (labels.Labels, error) {
 }
 
 // labelsDecoder decodes the `labels` column as decodeLabels does, without
-// its map and two strings a label (garbage after every series): text whose
-// names and values hold no escape (no quote, backslash, control or HTML
-// character: JSON as encoding/json writes it, keys sorted) and is valid
-// UTF-8 is read straight into one label set. Other text goes to
-// decodeLabels. One per file reader.
+// its map and two strings a label (garbage after every series): text that
+// is valid UTF-8 and whose names and values hold no escape and no control
+// character is read straight into one label set; that is all the text
+// encoding/json writes for label sets without quotes, backslashes, control
+// or HTML characters (which it escapes). Other text goes to decodeLabels.
+// One per file reader.
 type labelsDecoder struct{ sb labels.ScratchBuilder }
 
 func (d *labelsDecoder) decode(text []byte) (labels.Labels, error) {
@@ -193,7 +194,7 @@ func (d *labelsDecoder) plain(text []byte) (labels.Labels, bool) {
 
 // plainJSONString returns the content of the JSON string starting at
 // text[i] and the index after it; false when there is none or it holds an
-// escape or a character encoding/json would have escaped.
+// escape or a control character.
 func plainJSONString(text []byte, i int) ([]byte, int, bool) {
 	if i >= len(text) || text[i] != '"' {
 		return nil, 0, false

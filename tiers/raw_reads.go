@@ -11,9 +11,9 @@ import (
 // out between two signals on ChunkReads. A series read maps the file pages
 // of its cut chunks, and on Linux with large folios in the page cache one
 // touch maps a whole folio (2 MiB here): in a walk over a chunk file just
-// written, about 12 KiB of mappings a series (TestRawChunkReadsSignal,
-// BenchmarkReleaseUnderReads). 512 series are about 6 MiB, under the
-// growth at which strata serve releases (8 MiB).
+// written, about 12 KiB of mappings a series (docs/bench.md, stop 37).
+// 512 series are about 6 MiB, under the growth at which strata serve
+// releases (8 MiB).
 const chunkReadSignalSeries = 512
 
 // ChunkReads returns a channel signalled, without blocking the reader,
@@ -24,7 +24,10 @@ const chunkReadSignalSeries = 512
 // polls the mapped pages on it (mapped.Trigger.Run) rather than on a timer
 // alone: the diagnosis engine's minute reads every series of a 500,000
 // series fleet within a few seconds, and at a chunk cut maps a 128 MiB
-// chunk file faster than a 10 ms poll follows.
+// chunk file faster than a 10 ms poll follows. At 500,000 series the
+// files were still mapped up to 197 MB at once after a cut with it: it
+// does not bound them (docs/bench.md, stop 37). The count across sets is
+// approximate: adds that race a reset are lost.
 func (r *Raw) ChunkReads() <-chan struct{} { return r.reads }
 
 // signalRead signals ChunkReads, once pending at most.

@@ -477,9 +477,11 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // second. A release every 15 s alone kept that mapped for most of six
 // minutes at 500,000 series of 15 s and made Strata's peak; polled every
 // 100 ms, one evaluation still mapped most of it between two polls
-// (docs/bench.md, stop 36); polled every 10 ms, a walk at full speed
-// still kept the whole file mapped, and the reads' signal keeps it near
-// 22 MiB (BenchmarkReleaseUnderReads). A poll costs about 20 us
+// (docs/bench.md, stop 36); polled every 10 ms or on the reads' signal,
+// the chunk files were still mapped up to 134 and 197 MB at once after a
+// cut at 500,000 series (docs/bench.md, stop 37): no poll bounds a walk
+// that maps a folio a series, only fewer reads of cut chunks would. A
+// poll costs about 20 us
 // (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
