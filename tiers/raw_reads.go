@@ -49,6 +49,27 @@ func (r *Raw) readsLeft(n int) {
 	}
 }
 
+// readCount counts the series a set hands out, for ChunkReads.
+type readCount struct {
+	r *Raw
+	n int
+}
+
+// next takes the result of a set's Next and returns it, signalling every
+// chunkReadSignalSeries series and adding the rest up when the set ends.
+func (c *readCount) next(ok bool) bool {
+	if !ok {
+		c.r.readsLeft(c.n)
+		c.n = 0
+		return false
+	}
+	if c.n++; c.n == chunkReadSignalSeries {
+		c.n = 0
+		c.r.signalRead()
+	}
+	return true
+}
+
 // signallingQuerier is a raw querier whose series sets signal ChunkReads.
 type signallingQuerier struct {
 	storage.Querier
@@ -56,27 +77,15 @@ type signallingQuerier struct {
 }
 
 func (q signallingQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
-	return &signallingSet{SeriesSet: q.Querier.Select(ctx, sortSeries, hints, ms...), r: q.r}
+	return &signallingSet{SeriesSet: q.Querier.Select(ctx, sortSeries, hints, ms...), c: readCount{r: q.r}}
 }
 
 type signallingSet struct {
 	storage.SeriesSet
-	r *Raw
-	n int
+	c readCount
 }
 
-func (s *signallingSet) Next() bool {
-	if !s.SeriesSet.Next() {
-		s.r.readsLeft(s.n)
-		s.n = 0
-		return false
-	}
-	if s.n++; s.n == chunkReadSignalSeries {
-		s.n = 0
-		s.r.signalRead()
-	}
-	return true
-}
+func (s *signallingSet) Next() bool { return s.c.next(s.SeriesSet.Next()) }
 
 // signallingChunkQuerier is signallingQuerier for chunk queriers.
 type signallingChunkQuerier struct {
@@ -85,24 +94,12 @@ type signallingChunkQuerier struct {
 }
 
 func (q signallingChunkQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.ChunkSeriesSet {
-	return &signallingChunkSet{ChunkSeriesSet: q.ChunkQuerier.Select(ctx, sortSeries, hints, ms...), r: q.r}
+	return &signallingChunkSet{ChunkSeriesSet: q.ChunkQuerier.Select(ctx, sortSeries, hints, ms...), c: readCount{r: q.r}}
 }
 
 type signallingChunkSet struct {
 	storage.ChunkSeriesSet
-	r *Raw
-	n int
+	c readCount
 }
 
-func (s *signallingChunkSet) Next() bool {
-	if !s.ChunkSeriesSet.Next() {
-		s.r.readsLeft(s.n)
-		s.n = 0
-		return false
-	}
-	if s.n++; s.n == chunkReadSignalSeries {
-		s.n = 0
-		s.r.signalRead()
-	}
-	return true
-}
+func (s *signallingChunkSet) Next() bool { return s.c.next(s.ChunkSeriesSet.Next()) }
