@@ -128,9 +128,6 @@ type Raw struct {
 	mu     sync.Mutex // ReleaseChunkPages against Close
 	closed bool
 
-	reads    chan struct{} // ChunkReads
-	leftover atomic.Int64  // series handed out by ended sets, not signalled yet (readsLeft)
-
 	// exemplarsSized is set once the exemplar storage has its MaxExemplars
 	// entries. It holds none while no exemplar has arrived: the buffer is
 	// allocated whole (64 bytes an entry, 6.4 MB), and a fleet that sends no
@@ -192,7 +189,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	r := &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}, reads: make(chan struct{}, 1)}
+	r := &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}}
 	// The WAL is replayed into a storage of the full size, so exemplars
 	// written before a restart are kept; only an empty one is given up.
 	if err := r.releaseEmptyExemplars(); err != nil {
@@ -307,23 +304,12 @@ func (a exemplarSizingAppenderV2) GetRef(lset labels.Labels, hash uint64) (stora
 	return a.gr.GetRef(lset, hash)
 }
 
-// Querier implements storage.Queryable. Its series sets signal ChunkReads.
-func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) {
-	q, err := r.db.Querier(mint, maxt)
-	if err != nil {
-		return nil, err
-	}
-	return signallingQuerier{Querier: q, r: r}, nil
-}
+// Querier implements storage.Queryable.
+func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) { return r.db.Querier(mint, maxt) }
 
-// ChunkQuerier implements storage.ChunkQueryable. Its series sets signal
-// ChunkReads.
+// ChunkQuerier implements storage.ChunkQueryable.
 func (r *Raw) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
-	q, err := r.db.ChunkQuerier(mint, maxt)
-	if err != nil {
-		return nil, err
-	}
-	return signallingChunkQuerier{ChunkQuerier: q, r: r}, nil
+	return r.db.ChunkQuerier(mint, maxt)
 }
 
 // ExemplarQuerier implements storage.ExemplarQueryable.

@@ -592,105 +592,6 @@ func TestRawCompactionToggleLogs(t *testing.T) {
 	}
 }
 
-// TestRawChunkReadsSignal: a querier of the raw tier, sample or chunk,
-// signals ChunkReads once it has handed out 512 series (the reads that map
-// the head's cut chunks), not before, and never blocks on a signal nobody
-// takes; sets of fewer series signal once those that ended add up to 512.
-func TestRawChunkReadsSignal(t *testing.T) {
-	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = raw.Close() }()
-	app := raw.Appender(context.Background())
-	for s := range 2000 {
-		if _, err := app.Append(0, labels.FromStrings("__name__", "m", "s", strconv.Itoa(s)), testT0, float64(s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := app.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	pending := func() bool {
-		select {
-		case <-raw.ChunkReads():
-			return true
-		default:
-			return false
-		}
-	}
-	pending() // none expected; drained in case
-	m := labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")
-	walk := func(chunks bool, n int) {
-		t.Helper()
-		if chunks {
-			q, err := raw.ChunkQuerier(testT0, testT0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			ss := q.Select(context.Background(), false, nil, m)
-			for i := 0; i < n && ss.Next(); i++ {
-			}
-			return
-		}
-		q, err := raw.Querier(testT0, testT0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
-		ss := q.Select(context.Background(), false, nil, m)
-		for i := 0; i < n && ss.Next(); i++ {
-		}
-	}
-	for _, chunks := range []bool{false, true} {
-		walk(chunks, 511)
-		if pending() {
-			t.Errorf("chunks=%v: a signal after 511 series", chunks)
-		}
-		walk(chunks, 512)
-		if !pending() {
-			t.Errorf("chunks=%v: no signal after 512 series", chunks)
-		}
-		walk(chunks, 2000) // three signals, one pending: the walk does not block
-		if !pending() {
-			t.Errorf("chunks=%v: no signal after 2,000 series", chunks)
-		}
-		if pending() {
-			t.Errorf("chunks=%v: more than one signal pending", chunks)
-		}
-	}
-	// Sets of 100 series each (s=1xx, 2xx, ...), read to their end: the
-	// sixth makes 600.
-	small := func(chunks bool, prefix int) {
-		t.Helper()
-		sm := labels.MustNewMatcher(labels.MatchRegexp, "s", strconv.Itoa(prefix)+"[0-9][0-9]")
-		if chunks {
-			q, err := raw.ChunkQuerier(testT0, testT0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			for ss := q.Select(context.Background(), false, nil, m, sm); ss.Next(); {
-			}
-			return
-		}
-		q, err := raw.Querier(testT0, testT0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
-		for ss := q.Select(context.Background(), false, nil, m, sm); ss.Next(); {
-		}
-	}
-	for prefix := 1; prefix <= 6; prefix++ {
-		small(prefix%2 == 0, prefix)
-		if got := pending(); got != (prefix == 6) {
-			t.Errorf("after %d sets of 100 series: signal %v", prefix, got)
-		}
-	}
-}
-
 // BenchmarkRawReleaseChunkPages is the fixed cost of one release (the
 // pages it drops cost what the reads mapped, whenever it runs): reading
 // /proc/self/maps, advising the chunk files' ranges, holding compactions
@@ -727,14 +628,10 @@ func BenchmarkRawReleaseChunkPages(b *testing.B) {
 // before them) while a mapped.Trigger releases them as strata serve does:
 // 100,000 series have each just cut a chunk of random values (about 84 MiB
 // of chunk file, as every series cuts one at a 2-hour boundary), and a
-// reader reads every series' last two minutes in passes every 3 s, as the
-// canonical rules do every 15 s: paced, spread over about 1.5 s; full, as
-// fast as it reads (the diagnosis engine's walk of every series); small,
-// in selects of 100 series (the rules select one metric at a time). Each
-// iteration is a 6-second window; MiB-mapped-max is the most seen, sampled
-// every 2 ms. The fixed 15 s period keeps the whole file mapped; the timed
-// polls follow a paced reader, not a full one; the reads' signal
-// (Raw.ChunkReads) follows both.
+// reader reads every series' last two minutes in passes spread over about
+// 1.5 s, every 3 s, as the canonical rules do every 15 s. Each iteration
+// is a 6-second window; MiB-mapped-max is the most seen, sampled every
+// 2 ms. The fixed 15 s period keeps the whole file mapped.
 func BenchmarkReleaseUnderReads(b *testing.B) {
 	if !mapped.Supported {
 		b.Skip("no page release on this platform")
@@ -748,7 +645,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	ls := make([]labels.Labels, n)
 	for s := range ls {
-		ls[s] = labels.FromStrings("__name__", "m", "g", strconv.Itoa(s/100), "s", strconv.Itoa(s))
+		ls[s] = labels.FromStrings("__name__", "m", "s", strconv.Itoa(s))
 	}
 	const samples = 125 // one chunk cut (120) and the head chunk's first
 	for i := range samples {
@@ -764,49 +661,30 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 	}
 	raw.DB().ForceHeadMMap()
 	end := testT0 + (samples-1)*15000
-	read := func(ctx context.Context, paced, small bool) {
+	read := func(ctx context.Context) {
 		q, err := raw.Querier(end-2*60000, end)
 		if err != nil {
 			b.Error(err)
 			return
 		}
 		defer q.Close()
-		name := labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")
-		sets := []storage.SeriesSet{q.Select(ctx, false, nil, name)}
-		if small { // one select a group of 100 series, as the rules select a metric at a time
-			sets = sets[:0]
-			for g := range n / 100 {
-				sets = append(sets, q.Select(ctx, false, nil, name, labels.MustNewMatcher(labels.MatchEqual, "g", strconv.Itoa(g))))
+		ss := q.Select(ctx, false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+		for k := 0; ss.Next(); k++ {
+			if k%2000 == 0 {
+				time.Sleep(30 * time.Millisecond)
 			}
-		}
-		k := 0
-		for _, ss := range sets {
-			for ; ss.Next(); k++ {
-				if paced && k%2000 == 0 {
-					time.Sleep(30 * time.Millisecond)
-				}
-				it := ss.At().Iterator(nil)
-				for it.Next() != 0 {
-				}
+			it := ss.At().Iterator(nil)
+			for it.Next() != 0 {
 			}
 		}
 	}
-	burst := mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}
 	for _, c := range []struct {
-		name  string
-		tr    mapped.Trigger
-		reads bool // polled on the reads' signal too
-		paced bool
-		small bool // a select per 100 series
+		name string
+		tr   mapped.Trigger
 	}{
-		{"period=15s,paced", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}, false, true, false},
-		{"poll=100ms,paced", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}, false, true, false},
-		{"poll=100ms,burst=10ms,paced", burst, false, true, false},
-		{"poll=100ms,burst=10ms,reads,paced", burst, true, true, false},
-		{"poll=100ms,burst=10ms,full", burst, false, false, false},
-		{"poll=100ms,burst=10ms,reads,full", burst, true, false, false},
-		{"poll=100ms,burst=10ms,full,small", burst, false, false, true},
-		{"poll=100ms,burst=10ms,reads,full,small", burst, true, false, true},
+		{"period=15s", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
+		{"poll=100ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
+		{"poll=100ms,burst=10ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var most, releases int64
@@ -823,7 +701,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 				wg.Go(func() {
 					for ctx.Err() == nil {
 						pass := time.Now()
-						read(ctx, c.paced, c.small)
+						read(ctx)
 						time.Sleep(3*time.Second - time.Since(pass))
 					}
 				})
@@ -836,12 +714,8 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 					}
 				})
 				tr := c.tr
-				var reads <-chan struct{}
-				if c.reads {
-					reads = raw.ChunkReads()
-				}
 				wg.Go(func() {
-					tr.Run(ctx, reads, func() {
+					tr.Run(ctx, func() {
 						if _, err := raw.ReleaseChunkPages(); err != nil {
 							b.Error(err)
 						}

@@ -459,11 +459,9 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 
 // The raw head's chunk file pages that reads mapped are released once the
 // process's shared resident set has grown by chunkPageReleaseGrowth since
-// the last release, and at least every chunkPageReleasePeriod. It is
-// polled every chunkPageReleaseCheck, every chunkPageReleaseBurstCheck
-// for chunkPageReleaseBurst after a release growth made due, and each time
-// the raw tier's queriers have handed out 512 series
-// (tiers.Raw.ChunkReads).
+// the last release, and at least every chunkPageReleasePeriod; it is
+// polled every chunkPageReleaseCheck, and every chunkPageReleaseBurstCheck
+// for chunkPageReleaseBurst after a release growth made due.
 //
 // The canonical rules read the last two minutes of every series they use
 // every 15 s, and the diagnosis engine's minute reads the windows of the
@@ -477,12 +475,12 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // second. A release every 15 s alone kept that mapped for most of six
 // minutes at 500,000 series of 15 s and made Strata's peak; polled every
 // 100 ms, one evaluation still mapped most of it between two polls
-// (docs/bench.md, stop 36); polled every 10 ms or on the reads' signal,
-// the chunk files were still mapped up to 134 and 197 MB at once after a
-// cut at 500,000 series (docs/bench.md, stop 37): no poll bounds a walk
-// that maps a folio a series, only fewer reads of cut chunks would. A
-// poll costs about 20 us
-// (BenchmarkSharedResident), a release 0.1-0.4 ms
+// (docs/bench.md, stop 36); polled every 10 ms, or also each time the raw
+// tier's queriers had handed out 512 series (tried in stop 37 and
+// reverted), the chunk files were still mapped up to 134 and 197 MB at once
+// after a cut at 500,000 series (docs/bench.md, stop 37): no poll bounds a
+// walk that maps a folio a series, only fewer reads of cut chunks would. A
+// poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
 const (
@@ -503,7 +501,7 @@ func (s *server) releaseChunkPages(ctx context.Context) {
 		Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod,
 		Poll: chunkPageReleaseCheck, BurstPoll: chunkPageReleaseBurstCheck, Burst: chunkPageReleaseBurst,
 	}
-	tr.Run(ctx, s.raw.ChunkReads(), func() {
+	tr.Run(ctx, func() {
 		if _, err := s.raw.ReleaseChunkPages(); err != nil {
 			s.logger.Warn("release raw chunk pages", "err", err)
 		}

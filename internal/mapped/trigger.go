@@ -64,11 +64,8 @@ func (t *Trigger) Interval(now time.Time) time.Duration {
 }
 
 // Run polls SharedResident and calls release whenever a release is due,
-// until ctx is done. A signal on read (nil: none) polls at once: the reader
-// of the mapped files says it has read a good deal since its last signal
-// (tiers.Raw.ChunkReads), which at the TSDB's chunk cuts maps pages faster
-// than a timed poll follows.
-func (t *Trigger) Run(ctx context.Context, read <-chan struct{}, release func()) {
+// until ctx is done.
+func (t *Trigger) Run(ctx context.Context, release func()) {
 	shared := func() int64 {
 		n, err := SharedResident()
 		if err != nil {
@@ -84,12 +81,11 @@ func (t *Trigger) Run(ctx context.Context, read <-chan struct{}, release func())
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-read:
 		}
 		if t.Due(time.Now(), shared()) {
 			release()
 			t.Released(time.Now(), shared())
 		}
-		timer.Reset(t.Interval(time.Now())) // no stale tick after a read's poll (Go 1.23's timers)
+		timer.Reset(t.Interval(time.Now()))
 	}
 }

@@ -61,7 +61,7 @@ func TestTriggerRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tr.Run(ctx, nil, func() {
+		tr.Run(ctx, func() {
 			if releases++; releases == 3 {
 				cancel()
 			}
@@ -71,35 +71,4 @@ func TestTriggerRun(t *testing.T) {
 	if releases < 3 {
 		t.Fatalf("%d releases before the context ended (%v)", releases, ctx.Err())
 	}
-}
-
-// TestTriggerRunOnRead: a signal on the read channel polls at once, long
-// before the timed poll would.
-func TestTriggerRunOnRead(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// Every poll is due (Every of a nanosecond); the timed one comes after
-	// an hour, long after the test's 10 s.
-	tr := Trigger{Every: time.Nanosecond, Poll: time.Hour}
-	read := make(chan struct{})
-	released := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tr.Run(ctx, read, func() { released <- struct{}{} })
-	}()
-	for i := range 3 {
-		select {
-		case read <- struct{}{}:
-		case <-ctx.Done():
-			t.Fatalf("signal %d not taken: %v", i, ctx.Err())
-		}
-		select {
-		case <-released:
-		case <-ctx.Done():
-			t.Fatalf("no release after signal %d: %v", i, ctx.Err())
-		}
-	}
-	cancel()
-	<-done
 }
