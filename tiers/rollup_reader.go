@@ -33,7 +33,12 @@ func keyOf(text []byte) textKey { return xxh3.Hash128(text) }
 type localSeries struct {
 	key  textKey // its labels column text's
 	lbls labels.Labels
-	blk  *windowBlock // its kept windows (nil: none yet)
+	// blk's rows [off, off+n) are its kept windows (blk nil: none yet).
+	// A block of its own holds only them (off 0); a shared one
+	// (fileReader.shared) other series' too.
+	blk    *windowBlock
+	off, n int32
+	shared bool
 }
 
 // fileReader reads a contiguous range of files for one worker of a select,
@@ -67,8 +72,11 @@ type fileReader struct {
 	// each block sequentially from a source that is still in cache; copying
 	// every row group straight into a thousand blocks cost a cache miss per
 	// series and column per file.
-	batch      *windowBlock
-	spare      *windowBlock // the pooled buffers batch's columns come from (batchPool)
+	batch *windowBlock
+	spare *windowBlock // the pooled buffers batch's columns come from (batchPool)
+	// shared is the blocks being filled with the windows of series first
+	// met in the reader's last file, one per set of columns (see flush).
+	shared     []*windowBlock
 	batchRuns  []batchRun
 	sortedRuns []batchRun // flush's buffers
 	runCounts  []int32
@@ -334,23 +342,77 @@ func (fr *fileReader) flush() {
 	}
 	fr.runCounts, fr.sortedRuns = counts, sorted
 	for _, r := range sorted {
-		ls := &fr.series[r.si]
-		if ls.blk == nil {
-			// Sized for this density over the rest of the reader's range:
-			// exact for a series present throughout, grown by append else.
-			need := fr.q.opts.need
-			if f := fr.q.opts.seriesNeed; f != nil {
-				need &= f(ls.lbls)
-			}
-			ls.blk = newWindowBlock(fr.q.res, need, int(r.hi-r.lo)*int(max(r.filesLeft, 1)))
-		}
-		ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
+		fr.keepRun(&fr.series[r.si], r)
 	}
 	fr.batchRuns = fr.batchRuns[:0]
 	b := fr.batch
 	b.firstT, b.lastT, b.count = trunc(b.firstT), trunc(b.lastT), trunc(b.count)
 	b.sum, b.min, b.max, b.first, b.last, b.increase = trunc(b.sum), trunc(b.min), trunc(b.max), trunc(b.first), trunc(b.last), trunc(b.increase)
 	b.resets, b.staleRows = trunc(b.resets), trunc(b.staleRows)
+}
+
+// keepRun copies run r of the batch into its series' windows.
+//
+// A series first met in the reader's last file goes into a block shared
+// with the other series met there, their rows one after the other, as the
+// minute view's open windows do: the diagnosis engine's snapshot reads ten
+// minutes of 500,000 series from one partition in the ten minutes after
+// each hour's is written, and a block of its own a series, whose column
+// headers (288 bytes) outweighed its few windows, was 40 % of what the
+// snapshot held (BenchmarkMinuteViewSnapshotPartition). A series read
+// from more files gets a block of its own, sized for the rest of the
+// reader's range, so that a long query walks its windows in one place
+// (see selectColumns); so does a shared series whose next rows do not
+// follow its last ones in their block (a series whose rows a batch
+// boundary split lands on its block's last rows: those are extended).
+func (fr *fileReader) keepRun(ls *localSeries, r batchRun) {
+	rows := int(r.hi - r.lo)
+	if ls.blk == nil {
+		need := fr.q.opts.need
+		if f := fr.q.opts.seriesNeed; f != nil {
+			need &= f(ls.lbls)
+		}
+		if r.filesLeft <= 1 {
+			ls.blk, ls.shared = fr.sharedBlock(need, rows), true
+			ls.off = int32(len(ls.blk.lastT)) //nolint:gosec // block rows fit
+		} else {
+			// Sized for this density over the rest of the reader's range:
+			// exact for a series present throughout, grown by append else.
+			ls.blk = newWindowBlock(fr.q.res, need, rows*int(r.filesLeft))
+		}
+	} else if ls.shared && (int(ls.off+ls.n) != len(ls.blk.lastT) || len(ls.blk.lastT)+rows > cap(ls.blk.lastT)) {
+		own := newWindowBlock(fr.q.res, ls.blk.cols, int(ls.n)+rows*int(max(r.filesLeft, 1)))
+		own.appendRows(ls.blk, int(ls.off), int(ls.off+ls.n))
+		ls.blk, ls.off, ls.shared = own, 0, false
+	}
+	ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
+	ls.n += int32(rows) //nolint:gosec // block rows fit
+}
+
+// Shared blocks grow from sharedBlockMin rows to sharedBlockMax, each new
+// one twice the last, as the minute view's open blocks do.
+const (
+	sharedBlockMin = 256
+	sharedBlockMax = 8192
+)
+
+// sharedBlock returns the shared block of the columns need with room for
+// rows more rows, starting a new one when the last is full.
+func (fr *fileReader) sharedBlock(need colSet, rows int) *windowBlock {
+	cols := need | colLastT | colStale
+	k := slices.IndexFunc(fr.shared, func(b *windowBlock) bool { return b.cols == cols })
+	if k >= 0 && len(fr.shared[k].lastT)+rows <= cap(fr.shared[k].lastT) {
+		return fr.shared[k]
+	}
+	n := sharedBlockMin
+	if k >= 0 {
+		n = min(2*cap(fr.shared[k].lastT), sharedBlockMax)
+	} else {
+		k = len(fr.shared)
+		fr.shared = append(fr.shared, nil)
+	}
+	fr.shared[k] = newWindowBlock(fr.q.res, need, max(n, rows))
+	return fr.shared[k]
 }
 
 // batchPool keeps the file readers' batches between selects. A batch is

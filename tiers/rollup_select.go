@@ -195,10 +195,7 @@ func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
 	var out []selectedSeries
 	for _, fr := range readers {
 		for _, ls := range fr.series {
-			n := 0
-			if ls.blk != nil {
-				n = len(ls.blk.lastT)
-			}
+			n := int(ls.n)
 			if n == 0 && !labelsOnly {
 				continue
 			}
@@ -209,7 +206,7 @@ func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
 				out = append(out, selectedSeries{lbls: ls.lbls})
 			}
 			if n > 0 {
-				out[gi].ws.add(ls.blk, 0, n)
+				out[gi].ws.add(ls.blk, int(ls.off), n)
 			}
 		}
 	}

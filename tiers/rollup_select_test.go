@@ -311,3 +311,98 @@ func TestSelectNamePassesOverOtherMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectSharedBlocks: series first met in a reader's last file share
+// blocks (fileReader.keepRun); with many series of an hour of windows and
+// small batches, series are split across batches, the shared blocks fill
+// (a continued series then moves to a block of its own), and series met
+// in earlier files keep their own. Every series reads back the windows
+// written, whatever the columns.
+func TestSelectSharedBlocks(t *testing.T) {
+	cfg := DefaultMinuteConfig(t.TempDir())
+	cfg.RowsPerRowGroup = 97
+	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	const nSeries, nParts = 40, 3
+	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[string][]Window{}
+	for p := range nParts {
+		start := deriveT0 + int64(p)*plen
+		var series []SeriesWindows
+		for i := range nSeries {
+			if (i+p)%3 == 0 {
+				continue // absent: some series are first met in a reader's last file
+			}
+			l := labels.FromStrings("__name__", fmt.Sprintf("m%d", i%4), "i", fmt.Sprint(i))
+			var ws []Window
+			for s := start; s < start+plen; s += res {
+				v := float64(rng.IntN(1000))
+				ws = append(ws, Window{Start: s, FirstT: s + 1, LastT: s + 2 + int64(rng.IntN(1000)), Count: uint32(1 + rng.IntN(60)),
+					Sum: v * 2, Min: v - 1, Max: v + 1, First: v, Last: v + 0.5, Increase: 0.5, Resets: uint32(rng.IntN(2)), Stale: rng.IntN(17) == 0})
+			}
+			series = append(series, SeriesWindows{Labels: l, Windows: ws})
+			want[l.String()] = append(want[l.String()], ws...)
+		}
+		if err := r.WritePartition(start, series); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mint, maxt := deriveT0, deriveT0+int64(nParts)*plen-1
+	for _, batchRows := range []int{31, 200, defaultBatchRows} {
+		for _, need := range []colSet{colAll, columnsFor(modeLast)} {
+			sel, err := r.selectColumns(context.Background(), mint, maxt, nil, selectOptions{need: need, batchRows: batchRows})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sel) != nSeries {
+				t.Fatalf("batch %d: %d series, want %d", batchRows, len(sel), nSeries)
+			}
+			for _, s := range sel {
+				exp, got := want[s.lbls.String()], s.ws.appendTo(nil)
+				if len(got) != len(exp) {
+					t.Fatalf("batch %d, %s: %d windows, want %d", batchRows, s.lbls, len(got), len(exp))
+				}
+				for k := range got {
+					if e := projectWindow(exp[k], derivationInputs(need|colLastT)); got[k] != e {
+						t.Fatalf("batch %d, %s window %d:\n got %+v\nwant %+v", batchRows, s.lbls, k, got[k], e)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestKeepRunSharedNotContiguous: a series sharing a block whose next
+// rows would not follow its last ones there (another series' rows came
+// between: a file whose series' rows are not contiguous) moves to a block
+// of its own, and neither series' windows change.
+func TestKeepRunSharedNotContiguous(t *testing.T) {
+	const res = 60_000
+	fr := newFileReader(newRollupQuery(0, 1<<40, res, nil, selectOptions{need: colAll}))
+	fr.batch = newWindowBlock(res, colAll, 16)
+	var ws []Window
+	for i := range 7 {
+		s := int64(i) * res
+		ws = append(ws, Window{Start: s, LastT: s + 5, Count: 1, Sum: float64(i), Last: float64(i), Stale: i == 4})
+	}
+	appendWindows(fr.batch, ws)
+	fr.series = []localSeries{{key: keyOf([]byte("a")), lbls: labels.FromStrings("s", "a")}, {key: keyOf([]byte("b")), lbls: labels.FromStrings("s", "b")}}
+	// a's rows 0-2, b's 3-4, a's 5-6, all read from the reader's last file.
+	for _, r := range []batchRun{{si: 0, lo: 0, hi: 3, filesLeft: 1}, {si: 1, lo: 3, hi: 5, filesLeft: 1}, {si: 0, lo: 5, hi: 7, filesLeft: 1}} {
+		fr.keepRun(&fr.series[r.si], r)
+	}
+	if a, b := fr.series[0], fr.series[1]; !b.shared || a.shared || a.blk == b.blk {
+		t.Fatalf("a shared %v, b shared %v, same block %v: want a moved to its own block", a.shared, b.shared, a.blk == b.blk)
+	}
+	sel := mergeReaders([]*fileReader{fr}, false)
+	wantOf := map[string][]Window{`{s="a"}`: {ws[0], ws[1], ws[2], ws[5], ws[6]}, `{s="b"}`: {ws[3], ws[4]}}
+	for _, s := range sel {
+		if got := s.ws.appendTo(nil); !slices.Equal(got, wantOf[s.lbls.String()]) {
+			t.Fatalf("%s:\n got %+v\nwant %+v", s.lbls, got, wantOf[s.lbls.String()])
+		}
+	}
+}
