@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +221,63 @@ func TestFileCacheRewriteWhileOpening(t *testing.T) {
 	}
 	if got := lastValues(t, r); got[0] != 2 {
 		t.Fatalf("read %v after the rewrite, want 2", got[0])
+	}
+}
+
+// TestFileCacheBoundsBytes: the cache keeps no more files than their
+// footers' weights allow (OpenFilesBytes), evicting the least recently
+// used, keeps none that is over the bound alone, and reads stay right.
+func TestFileCacheBoundsBytes(t *testing.T) {
+	cfg := DefaultMinuteConfig(t.TempDir())
+	write := func(r *Rollup) {
+		t.Helper()
+		for h := range int64(5) {
+			var series []SeriesWindows
+			for i := range 20 {
+				series = append(series, SeriesWindows{Labels: labels.FromStrings("__name__", "m", "i", strconv.Itoa(i)), Windows: cacheTestWindows(cacheT0+h*3_600_000, float64(h))})
+			}
+			if err := r.WritePartition(cacheT0+h*3_600_000, series); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	open := func(maxBytes int64) *Rollup {
+		t.Helper()
+		c := cfg
+		c.OpenFilesBytes = maxBytes
+		r, err := OpenRollup(c, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	write(open(-1))
+	// One file's weight, from a cache without a byte bound.
+	r := open(-1)
+	if _, err := r.Select(context.Background(), cacheT0, cacheT0+3_600_000-1); err != nil {
+		t.Fatal(err)
+	}
+	one := r.files.weight()
+	if r.files.len() != 1 || one <= 0 {
+		t.Fatalf("%d files of %d bytes cached, want one of a positive weight", r.files.len(), one)
+	}
+	for _, c := range []struct {
+		maxBytes int64
+		files    int
+	}{{2*one + one/2, 2}, {one - 1, 0}, {-1, 5}} {
+		r := open(c.maxBytes)
+		for range 2 {
+			got, err := r.Select(context.Background(), 0, 1<<62)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 20 || len(got[0].Windows) != 300 || got[0].Windows[299].Last != 4 {
+				t.Fatalf("bound %d: %d series, want 20 of 300 windows", c.maxBytes, len(got))
+			}
+		}
+		if n, w := r.files.len(), r.files.weight(); n != c.files || w != int64(n)*one {
+			t.Fatalf("bound %d: %d files of %d bytes cached, want %d of %d", c.maxBytes, n, w, c.files, int64(c.files)*one)
+		}
 	}
 }

@@ -42,6 +42,12 @@ type RollupConfig struct {
 	// 1024 (the default retention of either tier), at most a quarter of the
 	// process's open-file limit; negative keeps none open.
 	OpenFiles int
+	// OpenFilesBytes bounds, besides OpenFiles, what the open files' parsed
+	// footers hold in memory, estimated at four times their size on disk
+	// (a footer grows with the series a partition holds). 0 means 128 MiB;
+	// negative, no bound but OpenFiles. A file over the bound alone is
+	// read without being kept.
+	OpenFilesBytes int64
 	// SeriesRuns writes each file's series runs into its metadata (see
 	// seriesRunsKey), so that queries need not decode the series_id column.
 	// On for the minute tier, whose queries read many rows per series; off
@@ -155,7 +161,7 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 		}
 	}
-	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg))}
+	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg), defaultOpenFilesBytes(cfg))}
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil && (!cfg.ReadOnly || !errors.Is(err, os.ErrNotExist)) { // read-only: a missing directory is an empty tier
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
@@ -195,6 +201,8 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	r.retentionDrops = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_retention_deleted_partitions_total", Help: "Rollup partition files deleted by retention.", ConstLabels: cl})
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "strata_tiers_open_partition_files", Help: "Rollup partition files kept open, footers parsed, for queries.", ConstLabels: cl},
 		func() float64 { return float64(r.files.len()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "strata_tiers_open_partition_footer_bytes", Help: "What the open partition files' parsed footers hold in memory, estimated from their size on disk.", ConstLabels: cl},
+		func() float64 { return float64(r.files.weight()) })
 	return r, nil
 }
 
