@@ -191,18 +191,29 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 // mergeReaders joins the readers' series by their label text. Readers cover
 // ascending time ranges, so each series' blocks are already in time order.
 func mergeReaders(readers []*fileReader, labelsOnly bool) []selectedSeries {
-	byKey := map[textKey]int{}
+	var byKey map[textKey]int
+	if len(readers) > 1 {
+		// One reader's series are distinct already: a select of one
+		// partition (the diagnosis engine's, in the ten minutes after an
+		// hour's is written) needs no map of its 500,000 series.
+		byKey = map[textKey]int{}
+	}
 	var out []selectedSeries
+	if len(readers) == 1 {
+		out = make([]selectedSeries, 0, len(readers[0].series))
+	}
 	for _, fr := range readers {
 		for _, ls := range fr.series {
 			n := int(ls.n)
 			if n == 0 && !labelsOnly {
 				continue
 			}
-			gi, ok := byKey[ls.key]
+			gi, ok := byKey[ls.key] // byKey nil: not found
 			if !ok {
 				gi = len(out)
-				byKey[ls.key] = gi
+				if byKey != nil {
+					byKey[ls.key] = gi
+				}
 				out = append(out, selectedSeries{lbls: ls.lbls})
 			}
 			if n > 0 {
