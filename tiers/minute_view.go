@@ -241,7 +241,7 @@ type openCollector struct {
 	cols    func(metricName string) WindowColumns // nil: every column
 	// cur is the blocks being filled, one per set of columns (a snapshot's
 	// readers read a few sets).
-	cur    []*windowBlock
+	cur    sharedBlocks
 	series []openRows // as handed over; sorted by labels by mergeOpen
 }
 
@@ -251,14 +251,6 @@ type openRows struct {
 	blk    *windowBlock
 	off, n int
 }
-
-// Shared blocks grow from openBlockMin rows to openBlockMax, each new one
-// twice the last: a small snapshot allocates little, a large one blocks of
-// 600 KB, the last one partly filled.
-const (
-	openBlockMin = 256
-	openBlockMax = 8192
-)
 
 func (c *openCollector) Want(lset labels.Labels) (int64, bool) {
 	name := lset.Get(model.MetricNameLabel)
@@ -279,18 +271,7 @@ func (c *openCollector) Series(lset labels.Labels, ws []Window) {
 	if c.cols != nil {
 		need = colSet(c.cols(lset.Get(model.MetricNameLabel))) | colLastT | colStale
 	}
-	k := slices.IndexFunc(c.cur, func(b *windowBlock) bool { return b.cols == need })
-	if k < 0 || len(c.cur[k].lastT)+len(ws) > cap(c.cur[k].lastT) {
-		n := openBlockMin
-		if k >= 0 {
-			n = min(2*cap(c.cur[k].lastT), openBlockMax)
-		} else {
-			k = len(c.cur)
-			c.cur = append(c.cur, nil)
-		}
-		c.cur[k] = newWindowBlock(c.res, need, max(n, len(ws)))
-	}
-	b := c.cur[k]
+	b := c.cur.room(c.res, need, len(ws))
 	c.series = append(c.series, openRows{lbls: lset, blk: b, off: len(b.lastT), n: len(ws)})
 	appendWindows(b, ws)
 }

@@ -62,15 +62,15 @@ func TestMergeOpenSharedBlock(t *testing.T) {
 		}
 	}
 	// b's first open window is held but not read: the disk has its start.
-	if n := len(shared.lastT); n != 6 || cap(shared.lastT) != openBlockMin {
-		t.Errorf("shared block holds %d rows (capacity %d), want 6 (a: 2, b: 3, c: 1), copied once into a block of %d", n, cap(shared.lastT), openBlockMin)
+	if n := len(shared.lastT); n != 6 || cap(shared.lastT) != sharedBlockMin {
+		t.Errorf("shared block holds %d rows (capacity %d), want 6 (a: 2, b: 3, c: 1), copied once into a block of %d", n, cap(shared.lastT), sharedBlockMin)
 	}
 }
 
 // TestOpenCollectorBlocks: series handed over in any order, more than one
 // block holds, each read back whole and exactly once, in label order, its
-// rows contiguous in one block; the blocks double from openBlockMin to
-// openBlockMax and every one but the last is filled but for less than a
+// rows contiguous in one block; the blocks double from sharedBlockMin to
+// sharedBlockMax and every one but the last is filled but for less than a
 // series' windows.
 func TestOpenCollectorBlocks(t *testing.T) {
 	const res, series = 60_000, 5000
@@ -113,14 +113,14 @@ func TestOpenCollectorBlocks(t *testing.T) {
 	rows, capacity := 0, 0
 	for b := range blocks {
 		rows, capacity = rows+len(b.lastT), capacity+cap(b.lastT)
-		if cap(b.lastT) > openBlockMax || cap(b.lastT) < openBlockMin {
+		if cap(b.lastT) > sharedBlockMax || cap(b.lastT) < sharedBlockMin {
 			t.Errorf("a block of %d rows", cap(b.lastT))
 		}
 		if !slices.Contains(c.cur, b) && cap(b.lastT)-len(b.lastT) >= 9 {
 			t.Errorf("a full block has %d of %d rows free", cap(b.lastT)-len(b.lastT), cap(b.lastT))
 		}
 	}
-	if capacity-rows > openBlockMax+len(blocks)*9 {
+	if capacity-rows > sharedBlockMax+len(blocks)*9 {
 		t.Errorf("blocks hold %d rows for %d windows", capacity, rows)
 	}
 }

@@ -76,7 +76,7 @@ type fileReader struct {
 	spare *windowBlock // the pooled buffers batch's columns come from (batchPool)
 	// shared is the blocks being filled with the windows of series first
 	// met in the reader's last file, one per set of columns (see flush).
-	shared     []*windowBlock
+	shared     sharedBlocks
 	batchRuns  []batchRun
 	sortedRuns []batchRun // flush's buffers
 	runCounts  []int32
@@ -353,18 +353,15 @@ func (fr *fileReader) flush() {
 
 // keepRun copies run r of the batch into its series' windows.
 //
-// A series first met in the reader's last file goes into a block shared
-// with the other series met there, their rows one after the other, as the
-// minute view's open windows do: the diagnosis engine's snapshot reads ten
-// minutes of 500,000 series from one partition in the ten minutes after
-// each hour's is written, and a block of its own a series, whose column
-// headers (288 bytes) outweighed its few windows, was 40 % of what the
-// snapshot held (BenchmarkMinuteViewSnapshotPartition). A series read
-// from more files gets a block of its own, sized for the rest of the
-// reader's range, so that a long query walks its windows in one place
-// (see selectColumns); so does a shared series whose next rows do not
-// follow its last ones in their block (a series whose rows a batch
-// boundary split lands on its block's last rows: those are extended).
+// A series first met in the reader's last file goes into the blocks shared
+// with the other series met there (sharedBlocks): the diagnosis engine's
+// snapshot reads ten minutes of 500,000 series from one partition in the
+// ten minutes after each hour's is written. A series read from more files
+// gets a block of its own, sized for the rest of the reader's range, so
+// that a long query walks its windows in one place (see selectColumns); so
+// does a shared series whose next rows do not follow its last ones in
+// their block (a series whose rows a batch boundary split lands on its
+// block's last rows: those are extended when they fit).
 func (fr *fileReader) keepRun(ls *localSeries, r batchRun) {
 	rows := int(r.hi - r.lo)
 	if ls.blk == nil {
@@ -373,7 +370,7 @@ func (fr *fileReader) keepRun(ls *localSeries, r batchRun) {
 			need &= f(ls.lbls)
 		}
 		if r.filesLeft <= 1 {
-			ls.blk, ls.shared = fr.sharedBlock(need, rows), true
+			ls.blk, ls.shared = fr.shared.room(fr.q.res, need, rows), true
 			ls.off = int32(len(ls.blk.lastT)) //nolint:gosec // block rows fit
 		} else {
 			// Sized for this density over the rest of the reader's range:
@@ -387,32 +384,6 @@ func (fr *fileReader) keepRun(ls *localSeries, r batchRun) {
 	}
 	ls.blk.appendRows(fr.batch, int(r.lo), int(r.hi))
 	ls.n += int32(rows) //nolint:gosec // block rows fit
-}
-
-// Shared blocks grow from sharedBlockMin rows to sharedBlockMax, each new
-// one twice the last, as the minute view's open blocks do.
-const (
-	sharedBlockMin = 256
-	sharedBlockMax = 8192
-)
-
-// sharedBlock returns the shared block of the columns need with room for
-// rows more rows, starting a new one when the last is full.
-func (fr *fileReader) sharedBlock(need colSet, rows int) *windowBlock {
-	cols := need | colLastT | colStale
-	k := slices.IndexFunc(fr.shared, func(b *windowBlock) bool { return b.cols == cols })
-	if k >= 0 && len(fr.shared[k].lastT)+rows <= cap(fr.shared[k].lastT) {
-		return fr.shared[k]
-	}
-	n := sharedBlockMin
-	if k >= 0 {
-		n = min(2*cap(fr.shared[k].lastT), sharedBlockMax)
-	} else {
-		k = len(fr.shared)
-		fr.shared = append(fr.shared, nil)
-	}
-	fr.shared[k] = newWindowBlock(fr.q.res, need, max(n, rows))
-	return fr.shared[k]
 }
 
 // batchPool keeps the file readers' batches between selects. A batch is
