@@ -431,20 +431,35 @@ func BenchmarkMinuteViewSnapshotPartition(b *testing.B) {
 	if err := minute.WritePartition(testT0, series); err != nil {
 		b.Fatal(err)
 	}
-	v := tiers.NewMinuteView(minute, &fakeOpen{})
+	// The next hour's first two minutes, still in memory: a series read
+	// from both is a sequence of two blocks.
+	open := &fakeOpen{}
+	for _, sw := range series {
+		var ws []tiers.Window
+		for s := testT0 + 60*minMs; s < testT0+62*minMs; s += minMs {
+			ws = append(ws, tiers.Window{Start: s, FirstT: s, LastT: s + 45_000, Count: 4, Sum: 4, Min: 1, Max: 1, First: 1, Last: 1})
+		}
+		open.series = append(open.series, tiers.SeriesWindows{Labels: sw.Labels, Windows: ws})
+	}
 	end := testT0 + 60*minMs - 1
+	plain := tiers.SnapshotReads{Columns: func(string) tiers.WindowColumns { return tiers.ColumnsForFunc("") }}
 	for _, c := range []struct {
 		name  string
+		view  *tiers.MinuteView
 		reads tiers.SnapshotReads
+		to    int64
 	}{
-		{"all", tiers.SnapshotReads{}},
+		{"all", tiers.NewMinuteView(minute, &fakeOpen{}), tiers.SnapshotReads{}, end},
 		// The columns a plain selector reads, as the engine's rules read
 		// most metrics.
-		{"plain", tiers.SnapshotReads{Columns: func(string) tiers.WindowColumns { return tiers.ColumnsForFunc("") }}},
+		{"plain", tiers.NewMinuteView(minute, &fakeOpen{}), plain, end},
+		// And the open windows after the partition, as in the minutes
+		// after an hour's flush.
+		{"plain+open", tiers.NewMinuteView(minute, open), plain, end + 2*minMs},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			snap := func() *tiers.MinuteSnapshot {
-				s, err := v.SnapshotFor(context.Background(), end-10*minMs, end, c.reads)
+				s, err := c.view.SnapshotFor(context.Background(), end-10*minMs, c.to, c.reads)
 				if err != nil || s.Series() != n {
 					b.Fatal(s.Series(), err)
 				}

@@ -254,11 +254,20 @@ type windowSeq struct {
 	more   *seqBlocks
 }
 
-// seqBlocks is a windowSeq over several blocks.
-type seqBlocks struct {
-	blocks []*windowBlock
-	ends   []int // ends[k]: windows in blocks[:k+1]
-	offs   []int // offs[k]: the row of blocks[k] where the windows start
+// seqBlocks is a windowSeq over several blocks: one segment a block, in
+// one allocation (three slices of block, end and offset took four, 128
+// bytes for two blocks, and a series read both from a partition and from
+// the open windows has two: 39.5 MB of the diagnosis engine's snapshot at
+// 500,000 series in the minutes after an hour's flush, docs/bench.md,
+// stop 38).
+type seqBlocks struct{ segs []seqSeg }
+
+// seqSeg is rows [off, off+n) of blk, n the difference of its end and the
+// previous segment's.
+type seqSeg struct {
+	blk *windowBlock
+	off int32 // the row of blk where the windows start
+	end int32 // windows in this segment and those before it
 }
 
 // seqOf is the sequence of every row of b.
@@ -271,14 +280,14 @@ func (s *windowSeq) Len() int {
 	if s.more == nil {
 		return int(s.n)
 	}
-	return s.more.ends[len(s.more.ends)-1]
+	return int(s.more.segs[len(s.more.segs)-1].end)
 }
 
 // blocks is the number of blocks the windows lie in.
 func (s *windowSeq) blocks() int {
 	switch {
 	case s.more != nil:
-		return len(s.more.blocks)
+		return len(s.more.segs)
 	case s.blk != nil:
 		return 1
 	}
@@ -290,27 +299,27 @@ func (s *windowSeq) block(k int) (b *windowBlock, off, n int) {
 	if s.more == nil {
 		return s.blk, int(s.off), int(s.n)
 	}
-	m := s.more
+	segs := s.more.segs
 	if k > 0 {
-		n = -m.ends[k-1]
+		n = -int(segs[k-1].end)
 	}
-	return m.blocks[k], m.offs[k], n + m.ends[k]
+	return segs[k].blk, int(segs[k].off), n + int(segs[k].end)
 }
 
 // add appends rows [off, off+n) of b (n > 0) after the windows. The
-// general form's slices are s's own: add extends them in place.
+// general form's segments are s's own: add extends them in place.
 func (s *windowSeq) add(b *windowBlock, off, n int) {
 	switch {
 	case s.more != nil:
-		m := s.more
-		m.blocks, m.offs, m.ends = append(m.blocks, b), append(m.offs, off), append(m.ends, m.ends[len(m.ends)-1]+n)
+		segs := s.more.segs
+		s.more.segs = append(segs, seqSeg{blk: b, off: int32(off), end: segs[len(segs)-1].end + int32(n)}) //nolint:gosec // block rows fit
 	case s.blk == nil:
 		*s = windowSeq{blk: b, off: int32(off), n: int32(n)} //nolint:gosec // block rows fit
 	default:
-		first := int(s.n)
-		*s = windowSeq{more: &seqBlocks{
-			blocks: []*windowBlock{s.blk, b}, offs: []int{int(s.off), off}, ends: []int{first, first + n},
-		}}
+		*s = windowSeq{more: &seqBlocks{segs: []seqSeg{
+			{blk: s.blk, off: s.off, end: s.n},
+			{blk: b, off: int32(off), end: s.n + int32(n)}, //nolint:gosec // block rows fit
+		}}}
 	}
 }
 
@@ -320,21 +329,22 @@ func (s *windowSeq) locate(i int, hint *int) (*windowBlock, int) {
 	if s.more == nil {
 		return s.blk, int(s.off) + i
 	}
-	m := s.more
+	segs := s.more.segs
+	end := func(k int) int { return int(segs[k].end) }
 	k := *hint
-	if k >= len(m.blocks) || i >= m.ends[k] || (k > 0 && i < m.ends[k-1]) {
-		if k+1 < len(m.blocks) && i >= m.ends[k] && i < m.ends[k+1] {
+	if k >= len(segs) || i >= end(k) || (k > 0 && i < end(k-1)) {
+		if k+1 < len(segs) && i >= end(k) && i < end(k+1) {
 			k++
 		} else {
-			k = sort.SearchInts(m.ends, i+1)
+			k = sort.Search(len(segs), func(j int) bool { return end(j) > i })
 		}
 		*hint = k
 	}
 	base := 0
 	if k > 0 {
-		base = m.ends[k-1]
+		base = end(k - 1)
 	}
-	return m.blocks[k], i - base + m.offs[k]
+	return segs[k].blk, i - base + int(segs[k].off)
 }
 
 // at sets *w to window i (see windowBlock.window).
