@@ -311,8 +311,8 @@ func (s *windowSeq) block(k int) (b *windowBlock, off, n int) {
 func (s *windowSeq) add(b *windowBlock, off, n int) {
 	switch {
 	case s.more != nil:
-		segs := s.more.segs
-		s.more.segs = append(segs, seqSeg{blk: b, off: int32(off), end: segs[len(segs)-1].end + int32(n)}) //nolint:gosec // block rows fit
+		m := s.more
+		m.segs = append(m.segs, seqSeg{blk: b, off: int32(off), end: m.segs[len(m.segs)-1].end + int32(n)}) //nolint:gosec // block rows fit
 	case s.blk == nil:
 		*s = windowSeq{blk: b, off: int32(off), n: int32(n)} //nolint:gosec // block rows fit
 	default:
