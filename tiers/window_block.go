@@ -255,11 +255,11 @@ type windowSeq struct {
 }
 
 // seqBlocks is a windowSeq over several blocks: one segment a block, in
-// one allocation (three slices of block, end and offset took four, 128
-// bytes for two blocks, and a series read both from a partition and from
-// the open windows has two: 39.5 MB of the diagnosis engine's snapshot at
-// 500,000 series in the minutes after an hour's flush, docs/bench.md,
-// stop 38).
+// one slice (56 bytes in two allocations for two blocks, where three
+// slices of block, end and offset took 128 in four; a series read both
+// from a partition and from the open windows has two blocks: 39.5 MB of
+// the diagnosis engine's snapshot at 500,000 series in the minutes after
+// an hour's flush, docs/bench.md, stop 38).
 type seqBlocks struct{ segs []seqSeg }
 
 // seqSeg is rows [off, off+n) of blk, n the difference of its end and the
