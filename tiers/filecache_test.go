@@ -30,6 +30,13 @@ func openCacheTestRollup(t *testing.T, openFiles int, now func() time.Time) *Rol
 	t.Helper()
 	cfg := DefaultMinuteConfig(t.TempDir())
 	cfg.OpenFiles = openFiles
+	return openRollupForTest(t, cfg, now)
+}
+
+// openRollupForTest opens a tier of cfg, logging nowhere, closed when the
+// test ends.
+func openRollupForTest(t testing.TB, cfg RollupConfig, now func() time.Time) *Rollup {
+	t.Helper()
 	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), now)
 	if err != nil {
 		t.Fatal(err)
@@ -245,12 +252,7 @@ func TestFileCacheBoundsBytes(t *testing.T) {
 		t.Helper()
 		c := cfg
 		c.OpenFilesBytes = maxBytes
-		r, err := OpenRollup(c, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.Close() })
-		return r
+		return openRollupForTest(t, c, nil)
 	}
 	write(open(-1))
 	// One file's weight, from a cache without a byte bound.

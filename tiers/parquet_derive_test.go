@@ -3,8 +3,6 @@ package tiers
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 )
@@ -109,12 +106,7 @@ func openDeriveTestRollup(t *testing.T, dir string) *Rollup {
 	t.Helper()
 	cfg := DefaultMinuteConfig(dir)
 	cfg.RowsPerRowGroup = 500 // several row groups per file
-	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return openRollupForTest(t, cfg, nil)
 }
 
 // randomPartitions returns, per hourly partition, series with random windows.

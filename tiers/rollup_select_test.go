@@ -3,14 +3,11 @@ package tiers
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -32,11 +29,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 	cfg := DefaultMinuteConfig(t.TempDir())
 	cfg.RowsPerRowGroup = 23 // series span row groups; row groups are pruned by their statistics
 	cfg.SeriesRuns = seriesRuns
-	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r.Close() }()
+	r := openRollupForTest(t, cfg, nil)
 	const nSeries, nParts = 9, 6
 	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -275,11 +268,7 @@ func projectWindow(w Window, cols colSet) Window {
 // value quoting another name; names JSON escapes).
 func TestSelectNamePassesOverOtherMetrics(t *testing.T) {
 	cfg := DefaultHourConfig(t.TempDir())
-	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r.Close() }()
+	r := openRollupForTest(t, cfg, nil)
 	res := cfg.Resolution.Milliseconds()
 	series := []labels.Labels{
 		labels.FromStrings("__name__", "a", "v", `"__name__":"b"`),
@@ -321,11 +310,7 @@ func TestSelectNamePassesOverOtherMetrics(t *testing.T) {
 func TestSelectSharedBlocks(t *testing.T) {
 	cfg := DefaultMinuteConfig(t.TempDir())
 	cfg.RowsPerRowGroup = 97
-	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r.Close() }()
+	r := openRollupForTest(t, cfg, nil)
 	const nSeries, nParts = 40, 3
 	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
 	rng := rand.New(rand.NewPCG(3, 4))
