@@ -456,6 +456,10 @@ func BenchmarkMinuteViewSnapshotPartition(b *testing.B) {
 		// And the open windows after the partition, as in the minutes
 		// after an hour's flush.
 		{"plain+open", tiers.NewMinuteView(minute, open), plain, end + 2*minMs},
+		// And each series cut to a rule's reach of five minutes, as the
+		// engine reads most metrics.
+		{"plain+open+reach", tiers.NewMinuteView(minute, open), tiers.SnapshotReads{Columns: plain.Columns,
+			From: func(string) int64 { return end + 2*minMs - 5*minMs }}, end + 2*minMs},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			snap := func() *tiers.MinuteSnapshot {
@@ -570,19 +574,32 @@ func sameLabelBytes(t *testing.T, a, b labels.Labels) bool {
 	return unsafe.StringData(*(*string)(unsafe.Pointer(&a))) == unsafe.StringData(*(*string)(unsafe.Pointer(&b)))
 }
 
-// TestMinuteSnapshotFrom: a snapshot that keeps of each name's in-memory
-// windows only those from its from answers every query reaching no further
-// back exactly as the whole snapshot does, and holds nothing older (a query
-// reaching further back sees only the kept windows).
+// TestMinuteSnapshotFrom: a snapshot that keeps of each name's windows only
+// those from its from answers every query reaching no further back exactly
+// as the whole snapshot does, and holds nothing older (a query reaching
+// further back sees only the kept windows), whether a series' windows are
+// open, on disk or both.
 func TestMinuteSnapshotFrom(t *testing.T) {
 	minute := openTestRollup(t, tiers.DefaultMinuteConfig(t.TempDir()), nil)
 	open := &fakeOpen{}
-	for i := range 3 {
+	var disk []tiers.SeriesWindows
+	for i := range 6 {
 		inst := strconv.Itoa(i)
-		open.series = append(open.series,
-			tiers.SeriesWindows{Labels: labels.FromStrings(model.MetricNameLabel, "req_total", "instance", inst), Windows: sampleWindows(testT0, 20, float64(10*i))},
-			tiers.SeriesWindows{Labels: labels.FromStrings(model.MetricNameLabel, "temp", "instance", inst), Windows: sampleWindows(testT0, 20, float64(100+10*i))},
-		)
+		for j, name := range []string{"req_total", "temp"} {
+			sw := tiers.SeriesWindows{Labels: labels.FromStrings(model.MetricNameLabel, name, "instance", inst), Windows: sampleWindows(testT0, 20, float64(100*j+10*i))}
+			switch i % 3 {
+			case 0: // open only
+				open.series = append(open.series, sw)
+			case 1: // flushed
+				disk = append(disk, sw)
+			default: // flushed up to minute 15, open from 13 (the disk's window of a start wins)
+				disk = append(disk, tiers.SeriesWindows{Labels: sw.Labels, Windows: sw.Windows[:15]})
+				open.series = append(open.series, tiers.SeriesWindows{Labels: sw.Labels, Windows: sw.Windows[13:]})
+			}
+		}
+	}
+	if err := minute.WritePartition(testT0, disk); err != nil {
+		t.Fatal(err)
 	}
 	v := tiers.NewMinuteView(minute, open)
 	at := testT0 + 20*minMs // after the last window

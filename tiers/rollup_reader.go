@@ -39,6 +39,10 @@ type localSeries struct {
 	blk    *windowBlock
 	off, n int32
 	shared bool
+	// skip is how many windows after the query's first start the series'
+	// first kept one starts (selectOptions.seriesFrom; 0: none skipped).
+	// It fits in the padding after shared.
+	skip int32
 }
 
 // fileReader reads a contiguous range of files for one worker of a select,
@@ -194,7 +198,7 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 			continue
 		}
 		from := len(keep)
-		keep = q.keepRows(keep, lastT, int(r.lo), int(r.hi), thin)
+		keep = q.keepRows(keep, lastT, int(r.lo), int(r.hi), q.loT+int64(fr.series[r.si].skip)*q.res, thin)
 		if len(keep) > from {
 			// Kept rows are squeezed together below: this run's are
 			// batch rows base+from .. base+len(keep).
@@ -579,7 +583,7 @@ func (fr *fileReader) admit(text []byte, key textKey) (int32, error) {
 			lbls = held // the decoded copy is garbage now, not held for the select's life
 		}
 		si = int32(len(fr.series)) //nolint:gosec // bounded by the number of series
-		fr.series = append(fr.series, localSeries{key: key, lbls: lbls})
+		fr.series = append(fr.series, localSeries{key: key, lbls: lbls, skip: fr.q.skipOf(lbls)})
 	}
 	fr.byKey[key] = si
 	return si, nil

@@ -99,6 +99,11 @@ type selectOptions struct {
 	// (the minute snapshot's: only those its readers read of its metric
 	// name). Called from the readers' goroutines, once a series and reader.
 	seriesNeed func(lbls labels.Labels) colSet
+	// seriesFrom, when set, is the earliest window start a series keeps
+	// (the minute snapshot's: how far back its readers read its metric
+	// name); earlier windows are not kept, as if mint were later for it.
+	// Called from the readers' goroutines, once a series and reader.
+	seriesFrom func(lbls labels.Labels) int64
 	// thinStep > 0 keeps, per series, only the latest window before each
 	// evaluation time thinOrigin + k*thinStep (plain selectors at a coarse
 	// step see no other).
@@ -287,12 +292,31 @@ func (q *rollupQuery) skipRowGroup(rg parquet.RowGroup, c rollupColumns) bool {
 	return false
 }
 
+// skipOf is how many windows after the query's first start the series
+// lbls keeps its first (selectOptions.seriesFrom): its windows starting
+// before that are not kept.
+func (q *rollupQuery) skipOf(lbls labels.Labels) int32 {
+	f := q.opts.seriesFrom
+	if f == nil {
+		return 0
+	}
+	// The window holding from is kept, as the open windows' collector
+	// keeps it.
+	from := f(lbls)
+	if from <= q.loT {
+		return 0
+	}
+	first := timegrid.Floor(min(from, q.hiT), q.res) // past hiT none is kept; and the count fits
+	return int32(max(first-q.loT, 0) / q.res)        //nolint:gosec // bounded by the query's windows
+}
+
 // keepRows appends to keep the rows of [lo, hi), one series' rows in time
-// order, whose windows the query reads: those with last_ts in [loT, hiT),
-// and when thinning only the latest of those before each evaluation step
-// (a plain selector sees no other).
-func (q *rollupQuery) keepRows(keep []int32, lastT []int64, lo, hi int, thin bool) []int32 {
-	for lo < hi && lastT[lo] < q.loT {
+// order, whose windows the query reads: those with last_ts in [loT, hiT)
+// (loT is the query's, or later for a series that keeps fewer), and when
+// thinning only the latest of those before each evaluation step (a plain
+// selector sees no other).
+func (q *rollupQuery) keepRows(keep []int32, lastT []int64, lo, hi int, loT int64, thin bool) []int32 {
+	for lo < hi && lastT[lo] < loT {
 		lo++
 	}
 	for hi > lo && lastT[hi-1] >= q.hiT {
