@@ -3,6 +3,12 @@ package downsample
 import (
 	"context"
 	"fmt"
+	iofs "io/fs"
+	"path/filepath"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +53,8 @@ func benchFlushHour(b *testing.B, n int, iv int64, sparse time.Duration) {
 	ctx := context.Background()
 	f := newFleet(n)
 	raw := openBenchRaw(b)
-	minute, err := tiers.OpenRollup(tiers.DefaultMinuteConfig(b.TempDir()), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now)
+	minuteDir := b.TempDir()
+	minute, err := tiers.OpenRollup(tiers.DefaultMinuteConfig(minuteDir), promslog.NewNopLogger(), prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +96,9 @@ func benchFlushHour(b *testing.B, n int, iv int64, sparse time.Duration) {
 
 	b.ReportAllocs()
 	written := p.m.windows.WithLabelValues("minute")
+	runtime.GC()
 	cpu1 := processCPU(b)
+	peak := watchHeap()
 	for b.Loop() {
 		w0 := testutil.ToFloat64(written)
 		if err := p.writeTeeHour(ctx, h, sp); err != nil {
@@ -100,9 +109,60 @@ func benchFlushHour(b *testing.B, n int, iv int64, sparse time.Duration) {
 		}
 	}
 	flush := (processCPU(b) - cpu1) / time.Duration(b.N)
+	b.ReportMetric(float64(peak()), "peak-heap-B")
+	b.ReportMetric(float64(dirBytes(b, minuteDir, ".parquet")), "partition-B")
 	b.ReportMetric(flush.Seconds(), "cpu-s/flush")
 	b.ReportMetric(float64(flush)/float64(ingest), "flush/ingest")
 	b.ReportMetric(ingest.Seconds(), "ingest-cpu-s/hour")
 	b.ReportMetric(float64(ingest.Nanoseconds())/samples, "ingest-cpu-ns/sample")
 	b.ReportMetric(float64(sp.size), "spill-bytes")
+}
+
+// watchHeap samples the heap's live and not yet swept objects every
+// millisecond until the returned func is called, which returns the largest
+// sample less the first: how far a flush raised the heap. Sampled, it can
+// miss a peak shorter than a millisecond.
+func watchHeap() func() uint64 {
+	sample := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { rtmetrics.Read(sample); return sample[0].Value.Uint64() }
+	base := read()
+	var most uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				most = max(most, read())
+			}
+		}
+	})
+	return func() uint64 {
+		close(stop)
+		wg.Wait()
+		return max(most, base) - base
+	}
+}
+
+// dirBytes is the size of the files under dir whose names end in suffix.
+func dirBytes(tb testing.TB, dir, suffix string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, suffix) {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }

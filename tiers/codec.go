@@ -1,9 +1,13 @@
 package tiers
 
 import (
+	"sync"
+	"time"
+
 	kzstd "github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/parquet-go/parquet-go/format"
 )
 
 // storedZstd is the zstd codec both tiers write with: zstd at level, except
@@ -16,24 +20,16 @@ import (
 // GB/s stored (docs/format/minute.md, "Query cost").
 type storedZstd struct {
 	compress.Codec // zstd at the codec's level
-	stored         *kzstd.Encoder
+	stored         *keptList[kzstd.Encoder]
 }
 
-func newStoredZstd(level zstd.Level) *storedZstd {
-	return newStoredZstdOver(&zstd.Codec{Level: level})
-}
-
-// newStoredZstdOver is newStoredZstd with level, the zstd codec that
-// compresses the pages kept compressed.
-func newStoredZstdOver(level compress.Codec) *storedZstd {
+// newStoredZstdOver is storedZstd with level, the zstd codec that
+// compresses the pages kept compressed, and window, the stored frames'
+// (see keptZstd.window).
+func newStoredZstdOver(level compress.Codec, window int) *storedZstd {
 	// The fastest level without entropy coding finds a few matches at most
 	// in such a page; its literals are stored as they are.
-	enc, err := kzstd.NewWriter(nil, kzstd.WithEncoderLevel(kzstd.SpeedFastest), kzstd.WithNoEntropyCompression(true),
-		kzstd.WithZeroFrames(true), kzstd.WithEncoderCRC(false)) // as parquet-go's codec: pages have their own CRC
-	if err != nil {
-		panic(err) // only for invalid options, which these are not
-	}
-	return &storedZstd{Codec: level, stored: enc}
+	return &storedZstd{Codec: level, stored: newEncoderList(kzstd.SpeedFastest, window, kzstd.WithNoEntropyCompression(true))}
 }
 
 // Encode implements compress.Codec.
@@ -42,7 +38,164 @@ func (c *storedZstd) Encode(dst, src []byte) ([]byte, error) {
 	if err != nil || len(out) < len(src)-len(src)/8 {
 		return out, err
 	}
-	return c.stored.EncodeAll(src, out[:0]), nil
+	e, err := c.stored.get()
+	if err != nil {
+		panic(err) // only for invalid options, which these are not
+	}
+	out = e.EncodeAll(src, out[:0])
+	c.stored.put(e)
+	return out, nil
 }
 
 var _ compress.Codec = (*storedZstd)(nil)
+
+// keptZstd is parquet-go's zstd codec (the same frames, decoded by any zstd
+// reader) with its encoders and decoders kept in lists of its own, which
+// drop what they keep once unused for keptIdle, instead of in sync.Pools.
+//
+// An encoder at zstd's best level holds 34 MB of match tables, and a
+// sync.Pool drops what it keeps at every other garbage collection: while
+// the minute tier wrote an hour's partition of 500,000 series, collections
+// came every few seconds, each pair of them dropped the encoder and the
+// next page made a new one, and the heap held two of them and three
+// histories (117 MB) in the minutes when Strata's memory peaks. Kept, one
+// encoder serves a whole file; dropped after keptIdle, it costs nothing
+// between the hourly writes. Race builds also need the lists: the detector
+// makes a sync.Pool drop a quarter of what is put back.
+type keptZstd struct {
+	level zstd.Level
+	// window is the encoders' window (0: zstd's default, 8 MiB). It sizes
+	// an encoder's history buffer (twice the window); a page is one frame,
+	// at most about the writer's 1 MiB page buffer (a dictionary page at
+	// most DictionaryMaxBytes), so a longer window finds nothing more.
+	window   int
+	encoders *keptList[kzstd.Encoder]
+	decoders *keptList[kzstd.Decoder]
+}
+
+// keptCodecs bounds the encoders (and decoders) a keptZstd keeps: more than
+// the writers and readers of a test at once.
+const keptCodecs = 16
+
+// keptIdle is how long a keptZstd keeps an encoder or decoder nobody took.
+const keptIdle = 10 * time.Second
+
+func newKeptZstd(level zstd.Level, window int) *keptZstd {
+	return &keptZstd{level: level, window: window, encoders: newEncoderList(level, window),
+		decoders: newKeptList(func() (*kzstd.Decoder, error) { return kzstd.NewReader(nil, kzstd.WithDecoderConcurrency(1)) },
+			func(d *kzstd.Decoder) { d.Close() })}
+}
+
+// newEncoderList is a list of encoders at level with window (0: zstd's
+// default) and opts, each for one goroutine at a time, made with parquet-go's
+// options: frames without a checksum (pages have their own CRC).
+func newEncoderList(level kzstd.EncoderLevel, window int, opts ...kzstd.EOption) *keptList[kzstd.Encoder] {
+	opts = append(opts, kzstd.WithEncoderConcurrency(1), kzstd.WithEncoderLevel(level),
+		kzstd.WithZeroFrames(true), kzstd.WithEncoderCRC(false))
+	if window > 0 {
+		opts = append(opts, kzstd.WithWindowSize(window))
+	}
+	return newKeptList(func() (*kzstd.Encoder, error) { return kzstd.NewWriter(nil, opts...) }, func(*kzstd.Encoder) {})
+}
+
+func (c *keptZstd) String() string { return "ZSTD" }
+
+func (c *keptZstd) CompressionCodec() format.CompressionCodec { return format.Zstd }
+
+func (c *keptZstd) Encode(dst, src []byte) ([]byte, error) {
+	e, err := c.encoders.get()
+	if err != nil {
+		panic(err) // only for invalid options, which these are not
+	}
+	out := e.EncodeAll(src, dst[:0])
+	c.encoders.put(e)
+	return out, nil
+}
+
+func (c *keptZstd) Decode(dst, src []byte) ([]byte, error) {
+	d, err := c.decoders.get()
+	if err != nil {
+		return dst[:0], err
+	}
+	out, err := d.DecodeAll(src, dst[:0])
+	c.decoders.put(d)
+	return out, err
+}
+
+// keptList keeps up to keptCodecs *T for reuse, and drops them all once
+// none was taken for keptIdle.
+type keptList[T any] struct {
+	mk   func() (*T, error)
+	drop func(*T) // releases one not kept
+	mu   sync.Mutex
+	free []*T
+	// taken counts gets; armed is whether a timer will look at it (the
+	// list is dropped when it has not changed for keptIdle).
+	taken uint64
+	armed bool
+	// after runs f once keptIdle has passed (time.AfterFunc; tests fire
+	// it themselves).
+	after func(f func())
+}
+
+func newKeptList[T any](mk func() (*T, error), drop func(*T)) *keptList[T] {
+	return &keptList[T]{mk: mk, drop: drop, after: func(f func()) { time.AfterFunc(keptIdle, f) }}
+}
+
+// get returns a kept *T, or a new one.
+func (l *keptList[T]) get() (*T, error) {
+	l.mu.Lock()
+	l.taken++
+	if n := len(l.free); n > 0 {
+		v := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		l.mu.Unlock()
+		return v, nil
+	}
+	l.mu.Unlock()
+	return l.mk()
+}
+
+// put keeps v, or drops it when the list is full.
+func (l *keptList[T]) put(v *T) {
+	l.mu.Lock()
+	full := len(l.free) == keptCodecs
+	if !full {
+		l.free = append(l.free, v)
+	}
+	if !l.armed {
+		l.armed = true
+		l.afterIdle(l.taken)
+	}
+	l.mu.Unlock()
+	if full {
+		l.drop(v)
+	}
+}
+
+// afterIdle drops the kept ones in keptIdle if none is taken until then,
+// and else looks again keptIdle later. l.mu is held.
+func (l *keptList[T]) afterIdle(taken uint64) {
+	l.after(func() {
+		l.mu.Lock()
+		if l.taken != taken {
+			l.afterIdle(l.taken)
+			l.mu.Unlock()
+			return
+		}
+		free := l.free
+		l.free, l.armed = nil, false
+		l.mu.Unlock()
+		for _, v := range free {
+			l.drop(v)
+		}
+	})
+}
+
+// kept is how many the list keeps now.
+func (l *keptList[T]) kept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.free)
+}

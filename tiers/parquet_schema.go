@@ -280,7 +280,10 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 // about twice the write time (docs/format/minute.md). One codec for all files,
 // because it pools its encoders, whose tables are costly to set up at this
 // level: a new codec per file made writing a small file 3-5x slower.
-var rollupCodec = newStoredZstd(zstd.SpeedBestCompression)
+var rollupCodec = newStoredZstdOver(newKeptZstd(zstd.SpeedBestCompression, rollupWindow), rollupWindow)
+
+// rollupWindow is the rollup codec's zstd window: see keptZstd.window.
+const rollupWindow = 1 << 20
 
 // parquetWriterOptions are the writer settings shared by both tiers.
 func parquetWriterOptions(rowsPerGroup int64, res string) []parquet.WriterOption {
