@@ -47,6 +47,12 @@ func encodeSeriesRuns(rows []parquetRow) string {
 // its row group boundaries. It returns nil when the file has none (files
 // written before it existed, or by the hour tier) and an error when the
 // directory does not add up to the file's rows.
+//
+// The runs of every row group are slices of one array, allocated once (a
+// run takes 9 bytes or more of the directory). Growing a list of all runs
+// and then a slice per row group allocated six times as much: 16 MB to
+// parse 100,000 series' runs against 2.5 MB, garbage made when the
+// diagnosis engine opens each hour's partition.
 func rowGroupRuns(pf *parquet.File) ([][]seriesRun, error) {
 	v, ok := pf.Lookup(seriesRunsKey)
 	if !ok {
@@ -56,7 +62,26 @@ func rowGroupRuns(pf *parquet.File) ([][]seriesRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s metadata: %w", seriesRunsKey, err)
 	}
-	var runs []seriesRun
+	rgs := pf.RowGroups()
+	all := make([]seriesRun, 0, len(b)/9+len(rgs)) // a run split at a boundary takes two
+	out := make([][]seriesRun, 0, len(rgs))
+	// left is the rows of the current row group, rgs[len(out)], not in a
+	// run yet; its runs are all[start:].
+	var left int64
+	start := 0
+	if len(rgs) > 0 {
+		left = rgs[0].NumRows()
+	}
+	closeFull := func() {
+		for left == 0 && len(out) < len(rgs) {
+			out = append(out, all[start:len(all):len(all)])
+			start = len(all)
+			if len(out) < len(rgs) {
+				left = rgs[len(out)].NumRows()
+			}
+		}
+	}
+	closeFull() // leading empty row groups
 	for len(b) > 0 {
 		if len(b) < 9 {
 			return nil, fmt.Errorf("%s metadata: truncated run", seriesRunsKey)
@@ -66,31 +91,21 @@ func rowGroupRuns(pf *parquet.File) ([][]seriesRun, error) {
 		if k <= 0 || n == 0 || n > uint64(pf.NumRows()) { //nolint:gosec // a row count
 			return nil, fmt.Errorf("%s metadata: bad row count", seriesRunsKey)
 		}
-		runs = append(runs, seriesRun{id: id, rows: int64(n)}) //nolint:gosec // checked above
 		b = b[8+k:]
-	}
-	out := make([][]seriesRun, 0, len(pf.RowGroups()))
-	for _, rg := range pf.RowGroups() {
-		left := rg.NumRows()
-		var groupRuns []seriesRun
-		for left > 0 {
-			if len(runs) == 0 {
-				return nil, errors.New(seriesRunsKey + " metadata lists fewer rows than the file holds")
+		rows := int64(n) //nolint:gosec // checked above
+		for rows > 0 {
+			if len(out) == len(rgs) {
+				return nil, errors.New(seriesRunsKey + " metadata lists more rows than the file holds")
 			}
-			r := runs[0]
-			if r.rows > left { // the run goes on in the next row group
-				groupRuns = append(groupRuns, seriesRun{id: r.id, rows: left})
-				runs[0].rows -= left
-				break
-			}
-			groupRuns = append(groupRuns, r)
-			left -= r.rows
-			runs = runs[1:]
+			take := min(rows, left) // the run goes on in the next row group when left is short
+			all = append(all, seriesRun{id: id, rows: take})
+			rows -= take
+			left -= take
+			closeFull()
 		}
-		out = append(out, groupRuns)
 	}
-	if len(runs) > 0 {
-		return nil, errors.New(seriesRunsKey + " metadata lists more rows than the file holds")
+	if len(out) < len(rgs) {
+		return nil, errors.New(seriesRunsKey + " metadata lists fewer rows than the file holds")
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -66,6 +67,15 @@ func TestSeriesRuns(t *testing.T) {
 				t.Fatalf("row group %d: runs %v, want %v", g, got[g], want[g])
 			}
 		}
+	}
+	// Row groups of 2 rows: series 7's run spans three of them.
+	got, err = rowGroupRuns(runsFile(t, rows, 2, &kv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = [][]seriesRun{{{7, 2}}, {{7, 2}}, {{7, 1}, {3, 1}}, {{3, 2}}, {{3, 1}, {3, 1}}, {{3, 1}, {9, 1}}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("row groups of 2: runs %v, want %v", got, want)
 	}
 	if got, err := rowGroupRuns(runsFile(t, rows, 4, nil)); got != nil || err != nil {
 		t.Fatalf("a file without runs: %v, %v; want nil, nil", got, err)
