@@ -205,7 +205,13 @@ func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*l
 			v.opened.Store(int64(len(open.series)))
 		}
 	}
+	// The engine's snapshot (reads.From set) finds on disk about the series
+	// it found open: every series has windows in both but for the first
+	// minutes of an hour, and series that ended in the last.
 	opts := selectOptions{need: colAll, shared: v.shared}
+	if reads.From != nil {
+		opts.seriesHint = len(open.series)
+	}
 	if cols := reads.Columns; cols != nil {
 		opts.seriesNeed = func(l labels.Labels) colSet { return colSet(cols(l.Get(model.MetricNameLabel))) }
 	}

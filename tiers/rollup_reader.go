@@ -95,7 +95,9 @@ type batchRun struct{ si, lo, hi, filesLeft int32 }
 const defaultBatchRows = 1 << 17
 
 func newFileReader(q *rollupQuery) *fileReader {
-	return &fileReader{q: q, byKey: map[textKey]int32{}, byID: map[int64]int32{}, share: labelshare.Finder{Src: q.opts.shared}}
+	n := q.opts.seriesHint
+	return &fileReader{q: q, byKey: make(map[textKey]int32, n), byID: make(map[int64]int32, n), series: make([]localSeries, 0, n),
+		share: labelshare.Finder{Src: q.opts.shared}}
 }
 
 func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p PartitionInfo) (err error) {

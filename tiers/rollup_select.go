@@ -104,6 +104,10 @@ type selectOptions struct {
 	// name); earlier windows are not kept, as if mint were later for it.
 	// Called from the readers' goroutines, once a series and reader.
 	seriesFrom func(lbls labels.Labels) int64
+	// seriesHint, when set, is about how many series each reader meets:
+	// its tables are sized for that many at once instead of grown as they
+	// are met (growing them allocated four times what they end up holding).
+	seriesHint int
 	// thinStep > 0 keeps, per series, only the latest window before each
 	// evaluation time thinOrigin + k*thinStep (plain selectors at a coarse
 	// step see no other).
