@@ -16,6 +16,8 @@ import (
 // text (spacing, a name twice, escapes, invalid UTF-8, broken syntax).
 func TestLabelsDecoderMatchesJSON(t *testing.T) {
 	var d labelsDecoder
+	var kept []labels.Labels // peek's, kept: peeks after must not change them
+	var keptWant []labels.Labels
 	check := func(text string) {
 		t.Helper()
 		want, wantErr := decodeLabels([]byte(text))
@@ -23,7 +25,21 @@ func TestLabelsDecoderMatchesJSON(t *testing.T) {
 		if (err != nil) != (wantErr != nil) || !labels.Equal(got, want) {
 			t.Errorf("%q: got %v (err %v), want %v (err %v)", text, got, err, want, wantErr)
 		}
+		peeked, err := d.peek([]byte(text))
+		if (err != nil) != (wantErr != nil) || !labels.Equal(peeked, want) {
+			t.Errorf("%q: peek %v (err %v), want %v (err %v)", text, peeked, err, want, wantErr)
+		}
+		if err == nil {
+			kept, keptWant = append(kept, d.keep(peeked)), append(keptWant, want)
+		}
 	}
+	defer func() {
+		for i := range kept {
+			if !labels.Equal(kept[i], keptWant[i]) {
+				t.Fatalf("kept label set %d is %v after later peeks, want %v", i, kept[i], keptWant[i])
+			}
+		}
+	}()
 	rng := rand.New(rand.NewPCG(3, 4))
 	alphabet := []string{"a", "b", "_", "0", "\"", "\\", "<", "&", ">", "\n", "\x01", "é", "日本", "\u2028", " ", "/", "{", "}", ":", ","}
 	word := func(n int) string {
@@ -43,7 +59,7 @@ func TestLabelsDecoderMatchesJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := d.plain(js); ok {
+		if _, ok := d.plain(js, false); ok {
 			plain++
 		}
 		check(string(js))

@@ -441,8 +441,25 @@ func BenchmarkMinuteViewSnapshotPartition(b *testing.B) {
 		}
 		open.series = append(open.series, tiers.SeriesWindows{Labels: sw.Labels, Windows: ws})
 	}
+	// The raw head holding every series, whose label sets a view with
+	// WithSharedLabels takes (as the engine's does) instead of its own.
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(b.TempDir()), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = raw.Close() })
+	app := raw.Appender(context.Background())
+	for _, sw := range series {
+		if _, err := app.Append(0, sw.Labels, testT0+60*minMs, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		b.Fatal(err)
+	}
 	end := testT0 + 60*minMs - 1
 	plain := tiers.SnapshotReads{Columns: func(string) tiers.WindowColumns { return tiers.ColumnsForFunc("") }}
+	reach := tiers.SnapshotReads{Columns: plain.Columns, From: func(string) int64 { return end + 2*minMs - 5*minMs }}
 	for _, c := range []struct {
 		name  string
 		view  *tiers.MinuteView
@@ -458,8 +475,9 @@ func BenchmarkMinuteViewSnapshotPartition(b *testing.B) {
 		{"plain+open", tiers.NewMinuteView(minute, open), plain, end + 2*minMs},
 		// And each series cut to a rule's reach of five minutes, as the
 		// engine reads most metrics.
-		{"plain+open+reach", tiers.NewMinuteView(minute, open), tiers.SnapshotReads{Columns: plain.Columns,
-			From: func(string) int64 { return end + 2*minMs - 5*minMs }}, end + 2*minMs},
+		{"plain+open+reach", tiers.NewMinuteView(minute, open), reach, end + 2*minMs},
+		// And the raw head's label sets, as the engine's view takes them.
+		{"plain+open+reach+shared", tiers.NewMinuteView(minute, open, tiers.WithSharedLabels(raw)), reach, end + 2*minMs},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			snap := func() *tiers.MinuteSnapshot {

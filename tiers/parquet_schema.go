@@ -132,18 +132,48 @@ func decodeLabels(b []byte) (labels.Labels, error) {
 // encoding/json writes for label sets without quotes, backslashes, control
 // or HTML characters (which it escapes). Other text goes to decodeLabels.
 // One per file reader.
-type labelsDecoder struct{ sb labels.ScratchBuilder }
+type labelsDecoder struct {
+	sb labels.ScratchBuilder
+	// scratch is peek's label set, overwritten by the next peek.
+	scratch labels.Labels
+	// peeked is whether the last peek's label set is scratch.
+	peeked bool
+}
 
 func (d *labelsDecoder) decode(text []byte) (labels.Labels, error) {
-	if lbls, ok := d.plain(text); ok {
+	if lbls, ok := d.plain(text, false); ok {
 		return lbls, nil
 	}
 	return decodeLabels(text)
 }
 
+// peek is decode, but the label set it returns may be scratch space that
+// the next peek overwrites: a reader that keeps it calls keep. A file
+// reader decodes every series' labels to match them, and keeps only the
+// matching ones that the raw head does not hold (labelshare): a copy of
+// each, made and dropped, was 170 bytes a series and select.
+func (d *labelsDecoder) peek(text []byte) (labels.Labels, error) {
+	if lbls, ok := d.plain(text, true); ok {
+		d.peeked = true
+		return lbls, nil
+	}
+	d.peeked = false
+	return decodeLabels(text)
+}
+
+// keep returns the label set the last peek returned, lbls, as one the
+// caller may keep.
+func (d *labelsDecoder) keep(lbls labels.Labels) labels.Labels {
+	if !d.peeked {
+		return lbls // decodeLabels' own
+	}
+	return d.sb.Labels() // the scratch builder still holds the labels
+}
+
 // plain decodes text when it is a JSON object of plain strings (see
-// labelsDecoder) with no name twice; false otherwise.
-func (d *labelsDecoder) plain(text []byte) (labels.Labels, bool) {
+// labelsDecoder) with no name twice; false otherwise. With scratch the
+// label set is d.scratch, overwritten.
+func (d *labelsDecoder) plain(text []byte, scratch bool) (labels.Labels, bool) {
 	if !utf8.Valid(text) {
 		return labels.EmptyLabels(), false // encoding/json reads invalid bytes as U+FFFD
 	}
@@ -185,7 +215,13 @@ func (d *labelsDecoder) plain(text []byte) (labels.Labels, bool) {
 		i = skipJSONSpace(text, i+1)
 	}
 	d.sb.Sort()
-	lbls := d.sb.Labels()
+	var lbls labels.Labels
+	if scratch {
+		d.sb.Overwrite(&d.scratch)
+		lbls = d.scratch
+	} else {
+		lbls = d.sb.Labels()
+	}
 	if _, dup := lbls.HasDuplicateLabelNames(); dup {
 		return labels.EmptyLabels(), false // encoding/json keeps the last value
 	}

@@ -575,14 +575,16 @@ func (fr *fileReader) admit(text []byte, key textKey) (int32, error) {
 		fr.byKey[key] = -1
 		return -1, nil
 	}
-	lbls, err := fr.labels.decode(text)
+	lbls, err := fr.labels.peek(text)
 	if err != nil {
 		return -1, err
 	}
 	si := int32(-1)
 	if seriesset.MatchAll(lbls, fr.q.matchers) {
 		if held, ok := fr.share.Find(lbls); ok {
-			lbls = held // the decoded copy is garbage now, not held for the select's life
+			lbls = held // no copy of its own
+		} else {
+			lbls = fr.labels.keep(lbls)
 		}
 		si = int32(len(fr.series)) //nolint:gosec // bounded by the number of series
 		fr.series = append(fr.series, localSeries{key: key, lbls: lbls, skip: fr.q.skipOf(lbls)})
