@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -310,8 +311,14 @@ func (q *rollupQuery) skipOf(lbls labels.Labels) int32 {
 	if from <= q.loT {
 		return 0
 	}
-	first := timegrid.Floor(min(from, q.hiT), q.res) // past hiT none is kept; and the count fits
-	return int32(max(first-q.loT, 0) / q.res)        //nolint:gosec // bounded by the query's windows
+	first := timegrid.Floor(min(from, q.hiT), q.res) // past hiT none is kept
+	// A span too long for the count (or for int64) keeps every window, as
+	// without seriesFrom.
+	n := max(first-q.loT, 0) / q.res
+	if n > math.MaxInt32 {
+		return 0
+	}
+	return int32(n) //nolint:gosec // checked above
 }
 
 // keepRows appends to keep the rows of [lo, hi), one series' rows in time

@@ -3,6 +3,7 @@ package tiers
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -389,5 +390,35 @@ func TestKeepRunSharedNotContiguous(t *testing.T) {
 		if got := s.ws.appendTo(nil); !slices.Equal(got, wantOf[s.lbls.String()]) {
 			t.Fatalf("%s:\n got %+v\nwant %+v", s.lbls, got, wantOf[s.lbls.String()])
 		}
+	}
+}
+
+// TestSkipOf: a series keeps its windows from the one holding its from, as
+// the open windows' collector keeps them; none when from is past the
+// query; all when from is before the query or the span overflows.
+func TestSkipOf(t *testing.T) {
+	const res = 60_000
+	mint, maxt := int64(10*res), int64(20*res)
+	for _, c := range []struct {
+		from int64
+		want int32
+	}{
+		{math.MinInt64, 0},
+		{mint - 1, 0},
+		{mint, 0},
+		{mint + res/2, 0}, // inside the first window: it is kept
+		{mint + res, 1},
+		{mint + 3*res + 1, 3},
+		{maxt, 10},
+		{math.MaxInt64, 11}, // past the last window: none kept
+	} {
+		q := newRollupQuery(mint, maxt, res, nil, selectOptions{seriesFrom: func(labels.Labels) int64 { return c.from }})
+		if got := q.skipOf(labels.EmptyLabels()); got != c.want {
+			t.Errorf("from %d: skip %d, want %d", c.from, got, c.want)
+		}
+	}
+	q := newRollupQuery(math.MinInt64+1, 0, res, nil, selectOptions{seriesFrom: func(labels.Labels) int64 { return -1 }})
+	if got := q.skipOf(labels.EmptyLabels()); got != 0 {
+		t.Errorf("a span past int32's windows: skip %d, want 0", got)
 	}
 }
