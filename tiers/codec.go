@@ -25,7 +25,7 @@ type storedZstd struct {
 
 // newStoredZstdOver is storedZstd with level, the zstd codec that
 // compresses the pages kept compressed, and window, the stored frames'
-// (see keptZstd.window).
+// (see newKeptZstd).
 func newStoredZstdOver(level compress.Codec, window int) *storedZstd {
 	// The fastest level without entropy coding finds a few matches at most
 	// in such a page; its literals are stored as they are.
@@ -63,12 +63,6 @@ var _ compress.Codec = (*storedZstd)(nil)
 // between the hourly writes. Race builds also need the lists: the detector
 // makes a sync.Pool drop a quarter of what is put back.
 type keptZstd struct {
-	level zstd.Level
-	// window is the encoders' window (0: zstd's default, 8 MiB). It sizes
-	// an encoder's history buffer (twice the window); a page is one frame,
-	// at most about the writer's 1 MiB page buffer (a dictionary page at
-	// most DictionaryMaxBytes), so a longer window finds nothing more.
-	window   int
 	encoders *keptList[kzstd.Encoder]
 	decoders *keptList[kzstd.Decoder]
 }
@@ -80,8 +74,13 @@ const keptCodecs = 16
 // keptIdle is how long a keptZstd keeps an encoder or decoder nobody took.
 const keptIdle = 10 * time.Second
 
+// newKeptZstd is a keptZstd at level whose encoders' window is window (0:
+// zstd's default, 8 MiB). The window sizes an encoder's history buffer
+// (twice the window); a page is one frame, at most about the writer's 1 MiB
+// page buffer (a dictionary page at most DictionaryMaxBytes), so a longer
+// window finds nothing more in it.
 func newKeptZstd(level zstd.Level, window int) *keptZstd {
-	return &keptZstd{level: level, window: window, encoders: newEncoderList(level, window),
+	return &keptZstd{encoders: newEncoderList(level, window),
 		decoders: newKeptList(func() (*kzstd.Decoder, error) { return kzstd.NewReader(nil, kzstd.WithDecoderConcurrency(1)) },
 			func(d *kzstd.Decoder) { d.Close() })}
 }

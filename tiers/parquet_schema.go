@@ -318,7 +318,7 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 // level: a new codec per file made writing a small file 3-5x slower.
 var rollupCodec = newStoredZstdOver(newKeptZstd(zstd.SpeedBestCompression, rollupWindow), rollupWindow)
 
-// rollupWindow is the rollup codec's zstd window: see keptZstd.window.
+// rollupWindow is the rollup codec's zstd window: see newKeptZstd.
 const rollupWindow = 1 << 20
 
 // parquetWriterOptions are the writer settings shared by both tiers.
