@@ -23,13 +23,13 @@ type storedZstd struct {
 	stored         *keptList[kzstd.Encoder]
 }
 
-// newStoredZstdOver is storedZstd with level, the zstd codec that
-// compresses the pages kept compressed, and window, the stored frames'
-// (see newKeptZstd).
-func newStoredZstdOver(level compress.Codec, window int) *storedZstd {
+// newRollupCodec is the rollup tiers' storedZstd: zstd at level, and the
+// stored frames, both with rollupWindow.
+func newRollupCodec(level zstd.Level) *storedZstd {
 	// The fastest level without entropy coding finds a few matches at most
 	// in such a page; its literals are stored as they are.
-	return &storedZstd{Codec: level, stored: newEncoderList(kzstd.SpeedFastest, window, kzstd.WithNoEntropyCompression(true))}
+	return &storedZstd{Codec: newKeptZstd(level, rollupWindow),
+		stored: newEncoderList(kzstd.SpeedFastest, rollupWindow, kzstd.WithNoEntropyCompression(true))}
 }
 
 // Encode implements compress.Codec.

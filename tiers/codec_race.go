@@ -12,5 +12,5 @@ import "github.com/parquet-go/parquet-go/compress/zstd"
 // read back identically; only their size differs, and size is measured by
 // TestRollupSizeRatios, which runs without the race detector.
 func init() {
-	rollupCodec = newStoredZstdOver(newKeptZstd(zstd.SpeedBetterCompression, rollupWindow), rollupWindow)
+	rollupCodec = newRollupCodec(zstd.SpeedBetterCompression)
 }

@@ -59,7 +59,7 @@ func TestLabelsDecoderMatchesJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := d.plain(js, false); ok {
+		if _, ok := d.plain(js); ok {
 			plain++
 		}
 		check(string(js))

@@ -205,17 +205,15 @@ func (v *MinuteView) selectSeries(ctx context.Context, mint, maxt int64, ms []*l
 			v.opened.Store(int64(len(open.series)))
 		}
 	}
-	// The engine's snapshot (reads.From set) finds on disk about the series
-	// it found open: every series has windows in both but for the first
-	// minutes of an hour, and series that ended in the last.
 	opts := selectOptions{need: colAll, shared: v.shared}
-	if reads.From != nil {
-		opts.seriesHint = len(open.series)
-	}
 	if cols := reads.Columns; cols != nil {
 		opts.seriesNeed = func(l labels.Labels) colSet { return colSet(cols(l.Get(model.MetricNameLabel))) }
 	}
 	if from := reads.From; from != nil {
+		// The engine's snapshot finds on disk about the series it found
+		// open: every series has windows in both but for the first minutes
+		// of an hour, and series that ended in the last.
+		opts.seriesHint = len(open.series)
 		// The disk's windows are cut as the open ones: after an hour's
 		// partition is written, the engine's snapshot read all of its
 		// reach's windows of every series from the file (three times those

@@ -140,20 +140,23 @@ type labelsDecoder struct {
 	peeked bool
 }
 
+// decode is peek then keep: a label set of its own.
 func (d *labelsDecoder) decode(text []byte) (labels.Labels, error) {
-	if lbls, ok := d.plain(text, false); ok {
-		return lbls, nil
+	lbls, err := d.peek(text)
+	if err != nil {
+		return lbls, err
 	}
-	return decodeLabels(text)
+	return d.keep(lbls), nil
 }
 
-// peek is decode, but the label set it returns may be scratch space that
-// the next peek overwrites: a reader that keeps it calls keep. A file
-// reader decodes every series' labels to match them, and keeps only the
-// matching ones that the raw head does not hold (labelshare): a copy of
-// each, made and dropped, was 170 bytes a series and select.
+// peek decodes text as decodeLabels does, but the label set it returns may
+// be scratch space that the next peek overwrites: a reader that keeps it
+// calls keep. A file reader decodes every series' labels to match them,
+// and keeps only the matching ones that the raw head does not hold
+// (labelshare): a copy of each, made and dropped, was 170 bytes a series
+// and select.
 func (d *labelsDecoder) peek(text []byte) (labels.Labels, error) {
-	if lbls, ok := d.plain(text, true); ok {
+	if lbls, ok := d.plain(text); ok {
 		d.peeked = true
 		return lbls, nil
 	}
@@ -171,9 +174,8 @@ func (d *labelsDecoder) keep(lbls labels.Labels) labels.Labels {
 }
 
 // plain decodes text when it is a JSON object of plain strings (see
-// labelsDecoder) with no name twice; false otherwise. With scratch the
-// label set is d.scratch, overwritten.
-func (d *labelsDecoder) plain(text []byte, scratch bool) (labels.Labels, bool) {
+// labelsDecoder) with no name twice, into d.scratch; false otherwise.
+func (d *labelsDecoder) plain(text []byte) (labels.Labels, bool) {
 	if !utf8.Valid(text) {
 		return labels.EmptyLabels(), false // encoding/json reads invalid bytes as U+FFFD
 	}
@@ -215,13 +217,8 @@ func (d *labelsDecoder) plain(text []byte, scratch bool) (labels.Labels, bool) {
 		i = skipJSONSpace(text, i+1)
 	}
 	d.sb.Sort()
-	var lbls labels.Labels
-	if scratch {
-		d.sb.Overwrite(&d.scratch)
-		lbls = d.scratch
-	} else {
-		lbls = d.sb.Labels()
-	}
+	d.sb.Overwrite(&d.scratch)
+	lbls := d.scratch
 	if _, dup := lbls.HasDuplicateLabelNames(); dup {
 		return labels.EmptyLabels(), false // encoding/json keeps the last value
 	}
@@ -316,7 +313,7 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 // about twice the write time (docs/format/minute.md). One codec for all files,
 // because it pools its encoders, whose tables are costly to set up at this
 // level: a new codec per file made writing a small file 3-5x slower.
-var rollupCodec = newStoredZstdOver(newKeptZstd(zstd.SpeedBestCompression, rollupWindow), rollupWindow)
+var rollupCodec = newRollupCodec(zstd.SpeedBestCompression)
 
 // rollupWindow is the rollup codec's zstd window: see newKeptZstd.
 const rollupWindow = 1 << 20
