@@ -29,6 +29,12 @@ type openFile struct {
 	// weight is what the parsed footer holds in memory, estimated from its
 	// size on disk (footerWeight), against fileCache.maxBytes.
 	weight int64
+	info   os.FileInfo // nil for a file opened elsewhere than openPartition
+	// table is the series table of the partition this process wrote last
+	// (seriesTable), when this is that file; matched is whether it was
+	// looked for. Both are guarded by fileCache.mu.
+	table   *fileTable
+	matched bool
 }
 
 // fileCache holds up to max open partition files of one tier, whose parsed
@@ -53,6 +59,9 @@ type fileCache struct {
 	// opened; touch tells that tier's cache a partition was read.
 	fetch func(PartitionInfo) (*openFile, error)
 	touch func(start int64)
+	// latest is the series table of the partition written last (nil:
+	// none kept), for the files that are that partition's.
+	latest *seriesTable
 }
 
 // defaultOpenFiles bounds the cache when the configuration does not: enough
@@ -101,17 +110,62 @@ func (c *fileCache) acquire(p PartitionInfo) (*openFile, error) {
 		c.touch(p.Start)
 	}
 	of, drops := c.lookup(p.Start)
-	if of != nil {
-		return of, nil
+	if of == nil {
+		var err error
+		of, err = openPartition(p.Path)
+		if errors.Is(err, fs.ErrNotExist) && c.fetch != nil {
+			of, err = c.fetch(p)
+		}
+		if err != nil {
+			return nil, err
+		}
+		of = c.insert(p.Start, of, drops)
 	}
-	of, err := openPartition(p.Path)
-	if errors.Is(err, fs.ErrNotExist) && c.fetch != nil {
-		of, err = c.fetch(p)
+	c.matchTable(p.Start, of)
+	return of, nil
+}
+
+// setLatest keeps t, the table of the partition just written, in place of
+// the previous one.
+func (c *fileCache) setLatest(t *seriesTable) {
+	c.mu.Lock()
+	c.latest = t
+	c.mu.Unlock()
+}
+
+// takeLatest forgets the latest series table and returns its runs, a
+// size hint for the next.
+func (c *fileCache) takeLatest() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	if c.latest != nil {
+		n = len(c.latest.ids)
 	}
-	if err != nil {
-		return nil, err
+	c.latest = nil
+	return n
+}
+
+// matchTable gives of, a file of partition start, the latest series table
+// if it describes that very file (the same file on disk, and its series
+// runs agree), once per open file.
+func (c *fileCache) matchTable(start int64, of *openFile) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if of.matched {
+		return
 	}
-	return c.insert(p.Start, of, drops), nil
+	of.matched = true
+	if t := c.latest; t != nil && t.start == start && of.info != nil && t.file != nil && os.SameFile(t.file, of.info) {
+		of.table = matchTable(t, of.runs)
+	}
+}
+
+// tableOf is of's series table, or nil.
+func (c *fileCache) tableOf(of *openFile) *fileTable {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return of.table
 }
 
 // lookup returns the cached file of partition start, referenced, or nil
@@ -281,5 +335,5 @@ func openPartition(path string) (of *openFile, err error) {
 		return nil, fmt.Errorf("partition %s: read footer length: %w", path, err)
 	}
 	weight := footerWeight(int64(binary.LittleEndian.Uint32(tail[:4])))
-	return &openFile{f: f, pf: pf, cols: cols, runs: runs, weight: weight}, nil
+	return &openFile{f: f, pf: pf, cols: cols, runs: runs, weight: weight, info: st}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/internal/atomicfile"
 )
@@ -125,6 +126,9 @@ type Rollup struct {
 	remote *remote // nil: local disk only
 	// batches are the selects' scratch batches (rollup_reader.go).
 	batches batchPool
+	// shared is where a written partition's series table takes its label
+	// sets from (ShareLabels; nil: copies).
+	shared storage.AppendableV2
 
 	written        prometheus.Counter
 	writeErrors    prometheus.Counter
@@ -353,6 +357,16 @@ func (r *Rollup) ApplyRetention() (int, error) {
 		r.logger.Info("retention deleted partitions", "count", n, "cutoff", time.UnixMilli(cutoff).UTC())
 	}
 	return n, errors.Join(errs...)
+}
+
+// ShareLabels makes the series table kept for the partition written last
+// (see seriesTable) take its label sets from src, the raw tier's head,
+// instead of copies: src's appenders look them up (storage.GetRef) and are
+// rolled back. Nothing is appended to src.
+func (r *Rollup) ShareLabels(src storage.AppendableV2) {
+	r.mu.Lock()
+	r.shared = src
+	r.mu.Unlock()
 }
 
 // Close marks the tier closed and closes the files it keeps open for

@@ -58,6 +58,16 @@ type fileReader struct {
 	// by their labels).
 	byID   map[int64]int32
 	series []localSeries
+	// keyed says the reader's range holds more than one file: a series
+	// admitted from a file's series table (indexByTable) is then entered
+	// in byKey too, for the next files. A reader of one file (the
+	// diagnosis engine's, after an hour's partition is written) needs no
+	// map of the file's series.
+	keyed bool
+	// ord maps the runs of ordOf's file to series indexes (ordUnknown:
+	// not met yet; -1: not matching).
+	ord    []int32
+	ordOf  *fileTable
 	labels labelsDecoder     // admit's
 	share  labelshare.Finder // admit's, over q.opts.shared
 
@@ -95,9 +105,15 @@ type batchRun struct{ si, lo, hi, filesLeft int32 }
 const defaultBatchRows = 1 << 17
 
 func newFileReader(q *rollupQuery) *fileReader {
-	n := q.opts.seriesHint
-	return &fileReader{q: q, byKey: make(map[textKey]int32, n), byID: make(map[int64]int32, n), series: make([]localSeries, 0, n),
-		share: labelshare.Finder{Src: q.opts.shared}}
+	return &fileReader{q: q, series: make([]localSeries, 0, q.opts.seriesHint), share: labelshare.Finder{Src: q.opts.shared}}
+}
+
+// maps makes byKey and byID, the first time a file's labels are read.
+func (fr *fileReader) maps() {
+	if fr.byKey == nil {
+		n := fr.q.opts.seriesHint
+		fr.byKey, fr.byID = make(map[textKey]int32, n), make(map[int64]int32, n)
+	}
 }
 
 func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p PartitionInfo) (err error) {
@@ -106,15 +122,20 @@ func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p Partitio
 		return err
 	}
 	defer func() { err = errors.Join(err, files.release(of)) }()
+	tab := files.tableOf(of)
 	for i, rg := range of.pf.RowGroups() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		var runs []seriesRun
+		var at rowGroupAt
 		if of.runs != nil {
 			runs = of.runs[i]
+			if tab != nil {
+				at = rowGroupAt{tab, tab.first[i]}
+			}
 		}
-		if err := fr.readRowGroup(rg, of.cols, runs); err != nil {
+		if err := fr.readRowGroup(rg, of.cols, runs, at); err != nil {
 			return fmt.Errorf("partition %s: %w", p.Path, err)
 		}
 	}
@@ -159,15 +180,16 @@ func allFalse(cc parquet.ColumnChunk) bool {
 // (indexRows), which rows the query keeps (from last_ts alone), then the
 // kept rows' other columns into the batch (decodeAggregates). runs are its
 // series runs from the file's metadata, or nil to read them from the
-// series_id column.
-func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []seriesRun) error {
+// series_id column; at places them in the file's series table, if it has
+// one.
+func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []seriesRun, at rowGroupAt) error {
 	q := fr.q
 	if q.skipRowGroup(rg, c) {
 		return nil
 	}
 	chunks := rg.ColumnChunks()
 	n := int(rg.NumRows())
-	matched, err := fr.indexRows(chunks, c, runs, n)
+	matched, err := fr.indexRows(chunks, c, runs, at, n)
 	if err != nil || !matched || q.opts.labelsOnly {
 		return err
 	}
@@ -241,8 +263,14 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 // row group without any is not decoded further). The series ids (hashes of
 // the labels) come from the file's series runs, else from the series_id
 // column: when every id in the row group is already known from an earlier
-// row group or file, the labels column is not read at all.
-func (fr *fileReader) indexRows(chunks []parquet.ColumnChunk, c rollupColumns, runs []seriesRun, n int) (matched bool, err error) {
+// row group or file, the labels column is not read at all; nor is it when
+// the file's series table (at) names the runs' series.
+func (fr *fileReader) indexRows(chunks []parquet.ColumnChunk, c rollupColumns, runs []seriesRun, at rowGroupAt, n int) (matched bool, err error) {
+	if at.t != nil {
+		fr.rowRuns, matched = fr.indexByTable(at, runs, fr.rowRuns[:0])
+		return matched, nil
+	}
+	fr.maps()
 	known := false
 	if runs != nil {
 		fr.rowRuns, matched, known = fr.indexByRuns(runs, fr.rowRuns[:0])
@@ -586,9 +614,77 @@ func (fr *fileReader) admit(text []byte, key textKey) (int32, error) {
 		} else {
 			lbls = fr.labels.keep(lbls)
 		}
-		si = int32(len(fr.series)) //nolint:gosec // bounded by the number of series
-		fr.series = append(fr.series, localSeries{key: key, lbls: lbls, skip: fr.q.skipOf(lbls)})
+		si = fr.add(key, lbls)
 	}
 	fr.byKey[key] = si
 	return si, nil
+}
+
+// add appends a matching series to the reader's and returns its index.
+func (fr *fileReader) add(key textKey, lbls labels.Labels) int32 {
+	si := int32(len(fr.series)) //nolint:gosec // bounded by the number of series
+	fr.series = append(fr.series, localSeries{key: key, lbls: lbls, skip: fr.q.skipOf(lbls)})
+	return si
+}
+
+// rowGroupAt is a row group's place in its file's series table: its first
+// run is the table's run first (t nil: no table).
+type rowGroupAt struct {
+	t     *fileTable
+	first int32
+}
+
+// ordUnknown marks a table run whose series the reader has not met yet.
+const ordUnknown = int32(-2)
+
+// indexByTable is indexByRuns for a row group whose file has a series
+// table: run j's series is the table's run at.first+j, whose label set is
+// checked against the matchers the first time the reader meets it.
+func (fr *fileReader) indexByTable(at rowGroupAt, runs []seriesRun, dst []rowRun) (out []rowRun, matched bool) {
+	t := at.t
+	if fr.ordOf != t {
+		fr.ordOf = t
+		fr.ord = slices.Grow(fr.ord[:0], len(t.ids))[:len(t.ids)]
+		for i := range fr.ord {
+			fr.ord[i] = ordUnknown
+		}
+	}
+	row := int64(0)
+	for j, r := range runs {
+		o := int(at.first) + j
+		si := fr.ord[o]
+		if si == ordUnknown {
+			si = fr.admitHeld(t.keys[o], t.lbls[o], t.isCopy(o))
+			fr.ord[o] = si
+		}
+		matched = matched || si >= 0
+		dst = append(dst, rowRun{si: si, lo: int32(row), hi: int32(row + r.rows)}) //nolint:gosec // a row group's rows fit
+		row += r.rows
+	}
+	return dst, matched
+}
+
+// admitHeld is admit for a label set the reader need not copy (a series
+// table's), whose text's key is known; own says it is the table's own
+// copy, which the select's shared store may hold too.
+func (fr *fileReader) admitHeld(key textKey, lbls labels.Labels, own bool) int32 {
+	if fr.keyed {
+		fr.maps()
+		if si, ok := fr.byKey[key]; ok {
+			return si
+		}
+	}
+	si := int32(-1)
+	if seriesset.MatchAll(lbls, fr.q.matchers) {
+		if own {
+			if held, ok := fr.share.Find(lbls); ok {
+				lbls = held
+			}
+		}
+		si = fr.add(key, lbls)
+	}
+	if fr.keyed {
+		fr.byKey[key] = si
+	}
+	return si
 }

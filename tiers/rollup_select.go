@@ -167,6 +167,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	for w := range readers {
 		lo, hi := w*len(parts)/workers, (w+1)*len(parts)/workers
 		fr := newFileReader(q)
+		fr.keyed = hi-lo > 1
 		readers[w] = fr
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {

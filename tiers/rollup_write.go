@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/strata-dev/strata/internal/atomicfile"
+	"github.com/strata-dev/strata/internal/labelshare"
 )
 
 // SeriesID is the series_id a partition file stores for a series: the
@@ -122,6 +124,17 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 		w:     parquet.NewGenericWriter[parquetRow](f, parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String())...),
 		start: start, length: length, res: r.cfg.Resolution.Milliseconds(),
 	}
+	if r.cfg.SeriesRuns {
+		// The last table is of an older partition (the engine has long
+		// stopped reading it) or of this one, about to be replaced: it goes
+		// now, not after this one is built beside it.
+		hint := r.files.takeLatest()
+		r.mu.RLock()
+		shared := r.shared
+		r.mu.RUnlock()
+		pw.table = newTableBuilder(start, hint, labelshare.Finder{Src: shared})
+		defer pw.table.done()
+	}
 	for s, serr := range series {
 		if serr != nil {
 			return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), serr)
@@ -144,6 +157,16 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	// caller retries (the rewrite is idempotent).
 	if err := f.Commit(); err != nil {
 		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
+	}
+	if pw.table != nil {
+		// Before the partition is listed: a reader that finds it opens
+		// the file the table describes.
+		if t := pw.table.done(); t != nil {
+			if st, err := os.Stat(final); err == nil {
+				t.file = st
+				r.files.setLatest(t)
+			}
+		}
 	}
 	r.mu.Lock()
 	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: pw.rows, Bytes: f.Size(), Path: final}
@@ -173,7 +196,8 @@ type partitionWriter struct {
 	wins     []Window // windows of the group's series
 	rowBuf   []parquetRow
 	aggBuf   []float64
-	runs     []byte // the seriesRunsKey value, before base64
+	runs     []byte        // the seriesRunsKey value, before base64
+	table    *tableBuilder // nil: no seriesTable kept
 	rows     int64
 	havePrev bool
 	prevName string
@@ -182,6 +206,7 @@ type partitionWriter struct {
 
 type groupSeries struct {
 	tmpl     parquetRow
+	lbls     labels.Labels
 	from, to int // its windows: wins[from:to]
 }
 
@@ -225,7 +250,7 @@ func (pw *partitionWriter) add(s SeriesWindows) error {
 	pw.havePrev, pw.prevName, pw.prevID = true, name, tmpl.SeriesID
 	from := len(pw.wins)
 	pw.wins = append(pw.wins, s.Windows...)
-	pw.group = append(pw.group, groupSeries{tmpl: tmpl, from: from, to: len(pw.wins)})
+	pw.group = append(pw.group, groupSeries{tmpl: tmpl, lbls: s.Labels, from: from, to: len(pw.wins)})
 	return nil
 }
 
@@ -255,8 +280,12 @@ func (pw *partitionWriter) flushGroup() error {
 		pw.runs = binary.LittleEndian.AppendUint64(pw.runs, uint64(g.tmpl.SeriesID)) //nolint:gosec // the id's bits
 		pw.runs = binary.AppendUvarint(pw.runs, uint64(len(ws)))
 		pw.rows += int64(len(ws))
+		if pw.table != nil {
+			pw.table.add(g.tmpl.Labels, g.tmpl.SeriesID, len(ws), g.lbls)
+		}
 	}
 	clear(pw.rowBuf) // drop the label strings
+	clear(pw.group)
 	pw.group, pw.wins = pw.group[:0], pw.wins[:0]
 	return nil
 }

@@ -62,6 +62,9 @@ func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registere
 	if t.minute, err = tiers.OpenRollup(minuteCfg, logger, reg, time.Now); err != nil {
 		return t, err
 	}
+	// The series table kept for the partition written last holds the
+	// head's label sets, not copies.
+	t.minute.ShareLabels(t.raw)
 	hourCfg := tiers.DefaultHourConfig(filepath.Join(cfg.Storage.Path, "hour"))
 	hourCfg.Retention = time.Duration(cfg.Storage.Hour.Retention)
 	hourCfg.Remote = remote

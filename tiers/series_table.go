@@ -1,0 +1,143 @@
+package tiers
+
+import (
+	"os"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/zeebo/xxh3"
+
+	"github.com/strata-dev/strata/internal/labelshare"
+)
+
+// seriesTable is the series of the partition file this process wrote
+// last, one entry per series run (seriesRunsKey), in row order: what a
+// file reader otherwise learns from the file's labels column.
+//
+// The diagnosis engine's snapshot reads the newest minute partition every
+// minute for as long as its reach covers the hour: at 500,000 series, each
+// of those reads decoded every series' labels (the labels column's
+// dictionary pages, 59 MB) and built maps from the text and the id of each
+// to its series (80 MB), in the minutes just after the hour's write, when
+// Strata's memory peaks (docs/bench.md, stop 40). The writer has every
+// series' labels at hand; kept here, a reader of that file maps each run to
+// its series through the run's position, and decodes no labels.
+//
+// One table is kept, the last written partition's: the one the engine
+// reads. Its label sets are those the raw tier's head holds
+// (Rollup.ShareLabels), so the table adds about 44 bytes a series; a
+// series the head does not hold is copied, up to maxTableCopyBytes (then
+// no table is kept).
+type seriesTable struct {
+	start int64
+	file  os.FileInfo // the file written; a reader uses the table only for the same file (os.SameFile)
+	keys  []textKey   // the labels column text's, as fileReader.byKey is keyed
+	ids   []int64
+	rows  []int32 // each run's rows
+	lbls  []labels.Labels
+	// copied marks (bit o%64 of word o/64) the label sets the shared store
+	// did not hold: copies, which a reader sharing labels with the same
+	// store looks up again (nil: none copied).
+	copied []uint64
+}
+
+// isCopy reports whether run o's label set is a copy of the table's own.
+func (t *seriesTable) isCopy(o int) bool {
+	return t.copied != nil && t.copied[o/64]&(1<<(o%64)) != 0
+}
+
+// maxTableCopyBytes bounds the label bytes a table copies because the
+// shared store does not hold them (a fleet whose series left the head, or
+// no shared store): past it, reads decode the labels column as before
+// rather than the table holding a second copy of the labels for an hour.
+const maxTableCopyBytes = 16 << 20
+
+// tableBuilder collects a seriesTable as partitionWriter writes runs.
+type tableBuilder struct {
+	t       *seriesTable // nil: abandoned
+	share   labelshare.Finder
+	copied  uint64
+	maxCopy uint64 // maxTableCopyBytes; tests lower it
+}
+
+// newTableBuilder starts a table of about hint runs taking label sets from
+// shared (nil: every set is copied).
+func newTableBuilder(start int64, hint int, shared labelshare.Finder) *tableBuilder {
+	return &tableBuilder{share: shared, maxCopy: maxTableCopyBytes, t: &seriesTable{start: start,
+		keys: make([]textKey, 0, hint), ids: make([]int64, 0, hint), rows: make([]int32, 0, hint), lbls: make([]labels.Labels, 0, hint)}}
+}
+
+// add appends a run of rows of the series whose labels column text is
+// text.
+func (b *tableBuilder) add(text string, id int64, rows int, lbls labels.Labels) {
+	t := b.t
+	if t == nil {
+		return
+	}
+	held, ok := b.share.Find(lbls)
+	if !ok {
+		b.copied += lbls.ByteSize()
+		if b.copied > b.maxCopy {
+			b.t = nil
+			return
+		}
+		held = lbls.Copy()
+		o := len(t.ids)
+		for len(t.copied) <= o/64 {
+			t.copied = append(t.copied, 0)
+		}
+		t.copied[o/64] |= 1 << (o % 64)
+	}
+	t.keys = append(t.keys, xxh3.HashString128(text))
+	t.ids = append(t.ids, id)
+	t.rows = append(t.rows, int32(rows)) //nolint:gosec // a partition's windows of one series
+	t.lbls = append(t.lbls, held)
+}
+
+// done returns the table (nil if abandoned) and releases the shared store.
+func (b *tableBuilder) done() *seriesTable {
+	b.share.Close()
+	return b.t
+}
+
+// fileTable is a seriesTable matched to one open file's row groups.
+type fileTable struct {
+	*seriesTable
+	// first is, per row group, the run of the table its first rows
+	// belong to: run j of row group i (openFile.runs) is the table's
+	// first[i]+j.
+	first []int32
+}
+
+// matchTable matches t to the runs of an open file (openFile.runs) of the
+// same partition, or returns nil if they disagree: runs split at row group
+// boundaries, so each row group's runs are consecutive runs of the table,
+// the first of them perhaps the rest of the previous group's last.
+func matchTable(t *seriesTable, runs [][]seriesRun) *fileTable {
+	if t == nil || runs == nil {
+		return nil
+	}
+	ft := &fileTable{seriesTable: t, first: make([]int32, len(runs))}
+	o, left := -1, int64(0) // the table's current run, and its rows not met yet
+	for i, rg := range runs {
+		for j, r := range rg {
+			if left == 0 {
+				o++
+				if o == len(t.ids) {
+					return nil
+				}
+				left = int64(t.rows[o])
+			}
+			if j == 0 {
+				ft.first[i] = int32(o) //nolint:gosec // runs fit int32 (table rows are int32 each)
+			}
+			if r.id != t.ids[o] || r.rows > left {
+				return nil
+			}
+			left -= r.rows
+		}
+	}
+	if left != 0 || o != len(t.ids)-1 {
+		return nil
+	}
+	return ft
+}

@@ -1,0 +1,221 @@
+package tiers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/labelshare"
+	"github.com/strata-dev/strata/internal/parallel"
+)
+
+// TestMatchTable: a table's runs are placed in each row group's, a run cut
+// by a row group boundary (series 7's, over three groups) or two series
+// with one id (3) included; a table that disagrees with the file is not
+// used.
+func TestMatchTable(t *testing.T) {
+	table := &seriesTable{ids: []int64{7, 3, 3, 9}, rows: []int32{5, 4, 2, 1}}
+	for _, c := range []struct {
+		runs  [][]seriesRun
+		first []int32
+	}{
+		{[][]seriesRun{{{7, 4}}, {{7, 1}, {3, 3}}, {{3, 1}, {3, 2}, {9, 1}}}, []int32{0, 0, 1}},
+		{[][]seriesRun{{{7, 2}}, {{7, 2}}, {{7, 1}, {3, 1}}, {{3, 2}}, {{3, 1}, {3, 1}}, {{3, 1}, {9, 1}}}, []int32{0, 0, 0, 1, 1, 2}},
+		{[][]seriesRun{{}, {{7, 5}, {3, 4}, {3, 2}, {9, 1}}, {}}, []int32{0, 0, 0}}, // empty groups: first unused
+	} {
+		ft := matchTable(table, c.runs)
+		if ft == nil {
+			t.Fatalf("runs %v: no table", c.runs)
+		}
+		if c.runs[0] != nil && len(c.runs[0]) > 0 && !slices.Equal(ft.first, c.first) {
+			t.Fatalf("runs %v: first %v, want %v", c.runs, ft.first, c.first)
+		}
+		if len(c.runs[0]) == 0 && ft.first[1] != 0 {
+			t.Fatalf("runs %v: first %v", c.runs, ft.first)
+		}
+	}
+	for _, runs := range [][][]seriesRun{
+		{{{7, 5}, {3, 4}, {4, 2}, {9, 1}}},             // another id
+		{{{7, 6}, {3, 3}, {3, 2}, {9, 1}}},             // a run longer than the table's
+		{{{7, 5}, {3, 4}, {3, 2}}},                     // fewer runs
+		{{{7, 5}, {3, 4}, {3, 2}, {9, 1}, {9, 1}}},     // more runs
+		{{{7, 4}}, {{7, 1}, {3, 3}}, {{3, 1}, {9, 1}}}, // a run cut short
+	} {
+		if ft := matchTable(table, runs); ft != nil {
+			t.Fatalf("runs %v: a table %v, want none", runs, ft.first)
+		}
+	}
+	if matchTable(table, nil) != nil || matchTable(nil, [][]seriesRun{{{7, 5}}}) != nil {
+		t.Fatal("a table without runs, or runs without a table")
+	}
+}
+
+const tableT0 = int64(1_767_225_600_000) // 2026-01-01T00:00:00Z, an hour's start
+
+// tableSeries is n series of two metrics, series i with (i*7)%60+1 minute
+// windows of the hour at start (some stale), for a partition written with
+// small row groups so that runs span several.
+func tableSeries(start int64, n int, seed float64) []SeriesWindows {
+	out := make([]SeriesWindows, 0, n)
+	for i := range n {
+		var ws []Window
+		for m := range (i*7)%60 + 1 {
+			s := start + int64(m)*60_000
+			v := seed + float64(i) + float64(m)/8
+			ws = append(ws, Window{Start: s, FirstT: s, LastT: s + 45_000, Count: 4, Sum: 4 * v, Min: v - 1, Max: v + 1, First: v, Last: v, Increase: float64(m), Stale: m == 3 && i%5 == 0})
+		}
+		out = append(out, SeriesWindows{Labels: labels.FromStrings("__name__", []string{"vllm:num_requests_running", "DCGM_FI_DEV_GPU_UTIL"}[i%2],
+			"instance", fmt.Sprintf("10.0.0.%d:8000", i), "job", "vllm"), Windows: ws})
+	}
+	return out
+}
+
+func openTableRollup(t *testing.T, dir string) *Rollup {
+	t.Helper()
+	cfg := DefaultMinuteConfig(dir)
+	cfg.RowsPerRowGroup = 16
+	r, err := OpenRollup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// selectAll is what r's select of [mint, maxt] returns, by series.
+func selectAll(t *testing.T, ctx context.Context, r *Rollup, mint, maxt int64, opts selectOptions, ms ...*labels.Matcher) map[string][]Window {
+	t.Helper()
+	sel, err := r.selectColumns(ctx, mint, maxt, ms, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]Window{}
+	for _, s := range sel {
+		out[s.lbls.String()] = s.ws.appendTo(nil)
+	}
+	return out
+}
+
+// TestSeriesTableSelect: selects through the series table of the
+// partition written last return what a reader decoding the file's labels
+// returns (the same directory opened again, as after a restart), for one
+// file and for a reader of two (the table's file first or last), and a
+// rewritten partition's new table is used, not the old one.
+func TestSeriesTableSelect(t *testing.T) {
+	dir := t.TempDir()
+	r := openTableRollup(t, dir)
+	hour := int64(3_600_000)
+	// The later hour first: the table is then the earlier hour's, read
+	// before a file without one.
+	for _, c := range []struct {
+		start int64
+		seed  float64
+	}{{tableT0 + hour, 1000}, {tableT0, 0}} {
+		if err := r.WritePartition(c.start, tableSeries(c.start, 60, c.seed)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tableOf := func(r *Rollup, start int64) *fileTable {
+		t.Helper()
+		p := r.Partitions()[slices.IndexFunc(r.Partitions(), func(p PartitionInfo) bool { return p.Start == start })]
+		of, err := r.files.acquire(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = r.files.release(of) }()
+		return r.files.tableOf(of)
+	}
+	check := func(name string) {
+		t.Helper()
+		if tableOf(r, tableT0) == nil || tableOf(r, tableT0+hour) != nil {
+			t.Fatalf("%s: the table is not the last written partition's alone", name)
+		}
+		again := openTableRollup(t, dir) // no table: every file's labels decoded
+		if tableOf(again, tableT0) != nil {
+			t.Fatalf("%s: a reopened tier has a table", name)
+		}
+		for _, ms := range [][]*labels.Matcher{
+			nil,
+			{labels.MustNewMatcher(labels.MatchEqual, "__name__", "DCGM_FI_DEV_GPU_UTIL")},
+			{labels.MustNewMatcher(labels.MatchRegexp, "instance", "10.0.0.[1-3].*")},
+			{labels.MustNewMatcher(labels.MatchEqual, "__name__", "none")},
+		} {
+			for _, budget := range []int{1, 2} { // 1: one reader of both files
+				ctx := parallel.WithBudget(context.Background(), budget)
+				for _, span := range [][2]int64{{tableT0, tableT0 + hour - 1}, {tableT0 + 20*60_000, tableT0 + hour + 30*60_000}, {tableT0, tableT0 + 2*hour}} {
+					for _, opts := range []selectOptions{{need: colAll}, {need: colAll, batchRows: 7}, {need: colLast | colCount}, {labelsOnly: true}} {
+						want := selectAll(t, ctx, again, span[0], span[1], opts, ms...)
+						got := selectAll(t, ctx, r, span[0], span[1], opts, ms...)
+						if len(got) != len(want) {
+							t.Fatalf("%s %v budget %d span %v: %d series, want %d", name, ms, budget, span, len(got), len(want))
+						}
+						for k, w := range want {
+							if g, ok := got[k]; !ok || !slices.Equal(g, w) {
+								t.Fatalf("%s %v budget %d span %v: %s\n got %v\nwant %v", name, ms, budget, span, k, g, w)
+							}
+						}
+					}
+				}
+			}
+		}
+		_ = again.Close()
+	}
+	check("written")
+	// The earlier hour rewritten with other series: its new table.
+	if err := r.WritePartition(tableT0, tableSeries(tableT0, 45, 500)); err != nil {
+		t.Fatal(err)
+	}
+	check("rewritten")
+	got := selectAll(t, context.Background(), r, tableT0, tableT0+hour-1, selectOptions{need: colAll})
+	if len(got) != 45 {
+		t.Fatalf("after the rewrite %d series, want 45", len(got))
+	}
+}
+
+// TestTableBuilderCopies: a label set the shared store holds is taken
+// from it; one it does not hold is copied and marked, and past maxCopy
+// copied bytes no table is kept.
+func TestTableBuilderCopies(t *testing.T) {
+	raw, err := OpenRaw(DefaultRawConfig(t.TempDir()), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	held := labels.FromStrings("__name__", "m", "instance", "held")
+	app := raw.Appender(context.Background())
+	if _, err := app.Append(0, held, tableT0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	other := labels.FromStrings("__name__", "m", "instance", "other")
+	b := newTableBuilder(0, 0, labelshare.Finder{Src: raw})
+	b.maxCopy = 2 * other.ByteSize()
+	b.add("held", 1, 1, held.Copy())
+	b.add("other", 2, 1, other)
+	b.add("held again", 1, 1, held.Copy())
+	tab := b.done()
+	if tab == nil || len(tab.lbls) != 3 || tab.isCopy(0) || !tab.isCopy(1) || tab.isCopy(2) {
+		t.Fatalf("table %+v", tab)
+	}
+	for i, want := range []labels.Labels{held, other, held} {
+		if !labels.Equal(tab.lbls[i], want) {
+			t.Fatalf("run %d: labels %s, want %s", i, tab.lbls[i], want)
+		}
+	}
+	b = newTableBuilder(0, 0, labelshare.Finder{})
+	b.maxCopy = 2 * other.ByteSize()
+	for i := range 3 {
+		b.add(fmt.Sprint(i), int64(i), 1, other)
+	}
+	if tab := b.done(); tab != nil {
+		t.Fatalf("a table of %d runs past the bound", len(tab.ids))
+	}
+}
