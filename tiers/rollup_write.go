@@ -206,8 +206,9 @@ type partitionWriter struct {
 
 type groupSeries struct {
 	tmpl     parquetRow
-	lbls     labels.Labels
-	from, to int // its windows: wins[from:to]
+	from, to int           // its windows: wins[from:to]
+	lbls     labels.Labels // for the table: tableBuilder.held's
+	own      bool
 }
 
 // add checks s and adds it to the current group, writing the group out
@@ -250,7 +251,11 @@ func (pw *partitionWriter) add(s SeriesWindows) error {
 	pw.havePrev, pw.prevName, pw.prevID = true, name, tmpl.SeriesID
 	from := len(pw.wins)
 	pw.wins = append(pw.wins, s.Windows...)
-	pw.group = append(pw.group, groupSeries{tmpl: tmpl, lbls: s.Labels, from: from, to: len(pw.wins)})
+	g := groupSeries{tmpl: tmpl, from: from, to: len(pw.wins)}
+	if pw.table != nil {
+		g.lbls, g.own = pw.table.held(s.Labels)
+	}
+	pw.group = append(pw.group, g)
 	return nil
 }
 
@@ -281,7 +286,7 @@ func (pw *partitionWriter) flushGroup() error {
 		pw.runs = binary.AppendUvarint(pw.runs, uint64(len(ws)))
 		pw.rows += int64(len(ws))
 		if pw.table != nil {
-			pw.table.add(g.tmpl.Labels, g.tmpl.SeriesID, len(ws), g.lbls)
+			pw.table.add(g.tmpl.Labels, g.tmpl.SeriesID, len(ws), g.lbls, g.own)
 		}
 	}
 	clear(pw.rowBuf) // drop the label strings

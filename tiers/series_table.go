@@ -66,21 +66,32 @@ func newTableBuilder(start int64, hint int, shared labelshare.Finder) *tableBuil
 		keys: make([]textKey, 0, hint), ids: make([]int64, 0, hint), rows: make([]int32, 0, hint), lbls: make([]labels.Labels, 0, hint)}}
 }
 
+// held is the label set the table keeps for lbls, a series the writer was
+// just given (valid only until it asks for the next): the shared store's,
+// else a copy (own). After the table was abandoned it is empty.
+func (b *tableBuilder) held(lbls labels.Labels) (held labels.Labels, own bool) {
+	if b.t == nil {
+		return labels.EmptyLabels(), false
+	}
+	if h, ok := b.share.Find(lbls); ok {
+		return h, false
+	}
+	b.copied += lbls.ByteSize()
+	if b.copied > b.maxCopy {
+		b.t = nil
+		return labels.EmptyLabels(), false
+	}
+	return lbls.Copy(), true
+}
+
 // add appends a run of rows of the series whose labels column text is
-// text.
-func (b *tableBuilder) add(text string, id int64, rows int, lbls labels.Labels) {
+// text, and whose label set held returned.
+func (b *tableBuilder) add(text string, id int64, rows int, held labels.Labels, own bool) {
 	t := b.t
 	if t == nil {
 		return
 	}
-	held, ok := b.share.Find(lbls)
-	if !ok {
-		b.copied += lbls.ByteSize()
-		if b.copied > b.maxCopy {
-			b.t = nil
-			return
-		}
-		held = lbls.Copy()
+	if own {
 		o := len(t.ids)
 		for len(t.copied) <= o/64 {
 			t.copied = append(t.copied, 0)

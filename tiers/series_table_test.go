@@ -198,9 +198,10 @@ func TestTableBuilderCopies(t *testing.T) {
 	other := labels.FromStrings("__name__", "m", "instance", "other")
 	b := newTableBuilder(0, 0, labelshare.Finder{Src: raw})
 	b.maxCopy = 2 * other.ByteSize()
-	b.add("held", 1, 1, held.Copy())
-	b.add("other", 2, 1, other)
-	b.add("held again", 1, 1, held.Copy())
+	for i, l := range []labels.Labels{held.Copy(), other, held.Copy()} {
+		h, own := b.held(l)
+		b.add(fmt.Sprint(i), int64(i), 1, h, own)
+	}
 	tab := b.done()
 	if tab == nil || len(tab.lbls) != 3 || tab.isCopy(0) || !tab.isCopy(1) || tab.isCopy(2) {
 		t.Fatalf("table %+v", tab)
@@ -213,9 +214,47 @@ func TestTableBuilderCopies(t *testing.T) {
 	b = newTableBuilder(0, 0, labelshare.Finder{})
 	b.maxCopy = 2 * other.ByteSize()
 	for i := range 3 {
-		b.add(fmt.Sprint(i), int64(i), 1, other)
+		h, own := b.held(other)
+		b.add(fmt.Sprint(i), int64(i), 1, h, own)
 	}
 	if tab := b.done(); tab != nil {
 		t.Fatalf("a table of %d runs past the bound", len(tab.ids))
+	}
+}
+
+// TestSeriesTableYieldedLabels: a series' labels need only stay valid until
+// the writer asks for the next (WritePartitionSeries); the table keeps
+// label sets of its own, so a writer given one buffer overwritten for
+// every series reads back each series under its own labels.
+func TestSeriesTableYieldedLabels(t *testing.T) {
+	dir := t.TempDir()
+	r := openTableRollup(t, dir)
+	series := tableSeries(tableT0, 40, 0)
+	slices.SortFunc(series, func(a, b SeriesWindows) int {
+		return ComparePartitionOrder(a.Labels, SeriesID(a.Labels), b.Labels, SeriesID(b.Labels))
+	})
+	var sb labels.ScratchBuilder
+	var scratch labels.Labels
+	err := r.WritePartitionSeries(tableT0, func(yield func(SeriesWindows, error) bool) {
+		for _, s := range series {
+			sb.Reset()
+			s.Labels.Range(func(l labels.Label) { sb.Add(l.Name, l.Value) })
+			sb.Overwrite(&scratch) // the same bytes, rewritten for each series
+			if !yield(SeriesWindows{Labels: scratch, Windows: s.Windows}, nil) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := selectAll(t, context.Background(), r, tableT0, tableT0+3_600_000-1, selectOptions{need: colAll})
+	if len(got) != len(series) {
+		t.Fatalf("%d series, want %d", len(got), len(series))
+	}
+	for _, s := range series {
+		if w, ok := got[s.Labels.String()]; !ok || !slices.Equal(w, s.Windows) {
+			t.Fatalf("%s: %v", s.Labels, w)
+		}
 	}
 }
