@@ -130,6 +130,7 @@ func (c *fileCache) acquire(p PartitionInfo) (*openFile, error) {
 func (c *fileCache) setLatest(t *seriesTable) {
 	c.mu.Lock()
 	c.latest = t
+	c.forgetTables()
 	c.mu.Unlock()
 }
 
@@ -143,7 +144,19 @@ func (c *fileCache) takeLatest() int {
 		n = len(c.latest.ids)
 	}
 	c.latest = nil
+	c.forgetTables()
 	return n
+}
+
+// forgetTables drops the tables of the cached files that are not the
+// latest; c.mu is held. A file in use by a reader but not cached keeps its
+// table until released.
+func (c *fileCache) forgetTables() {
+	for _, of := range c.files {
+		if of.table != nil && of.table.seriesTable != c.latest {
+			of.table = nil
+		}
+	}
 }
 
 // matchTable gives of, a file of partition start, the latest series table
@@ -161,10 +174,15 @@ func (c *fileCache) matchTable(start int64, of *openFile) {
 	}
 }
 
-// tableOf is of's series table, or nil.
+// tableOf is of's series table, or nil. A table no longer the latest
+// (another partition written since) is dropped from the open file, so that
+// only the latest is kept.
 func (c *fileCache) tableOf(of *openFile) *fileTable {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if of.table != nil && of.table.seriesTable != c.latest {
+		of.table = nil
+	}
 	return of.table
 }
 

@@ -133,7 +133,11 @@ func TestSeriesTableSelect(t *testing.T) {
 	}
 	check := func(name string) {
 		t.Helper()
-		if tableOf(r, tableT0) == nil || tableOf(r, tableT0+hour) != nil {
+		last := tableT0
+		if name == "later hour" {
+			last = tableT0 + hour
+		}
+		if tableOf(r, last) == nil || tableOf(r, tableT0+tableT0+hour-last) != nil {
 			t.Fatalf("%s: the table is not the last written partition's alone", name)
 		}
 		again := openTableRollup(t, dir) // no table: every file's labels decoded
@@ -176,6 +180,21 @@ func TestSeriesTableSelect(t *testing.T) {
 	if len(got) != 45 {
 		t.Fatalf("after the rewrite %d series, want 45", len(got))
 	}
+	// The later hour rewritten: the table's file is now the last of a
+	// reader's range, after one without.
+	if err := r.WritePartition(tableT0+hour, tableSeries(tableT0+hour, 50, 2000)); err != nil {
+		t.Fatal(err)
+	}
+	// The earlier hour's cached file no longer holds the table it had:
+	// one table is kept, the latest.
+	r.files.mu.Lock()
+	of, ok := r.files.files[tableT0]
+	kept := ok && of.table != nil
+	r.files.mu.Unlock()
+	if !ok || kept {
+		t.Fatalf("earlier hour cached %v, its old table kept %v", ok, kept)
+	}
+	check("later hour")
 }
 
 // TestTableBuilderCopies: a label set the shared store holds is taken
