@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -152,6 +151,9 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	if err := pw.w.Close(); err != nil {
 		return fmt.Errorf("write %s partition %s: close parquet writer: %w", r.cfg.Name, fmtPartition(start), err)
 	}
+	// The file as written, which the rename keeps: a later write of the
+	// partition is another file.
+	written, statErr := f.Stat()
 	// An error fsyncing the directory comes after the rename: the file is
 	// in place but may not survive a crash. It is reported so that the
 	// caller retries (the rewrite is idempotent).
@@ -161,11 +163,9 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	if pw.table != nil {
 		// Before the partition is listed: a reader that finds it opens
 		// the file the table describes.
-		if t := pw.table.done(); t != nil {
-			if st, err := os.Stat(final); err == nil {
-				t.file = st
-				r.files.setLatest(t)
-			}
+		if t := pw.table.done(); t != nil && statErr == nil {
+			t.file = written
+			r.files.setLatest(t)
 		}
 	}
 	r.mu.Lock()

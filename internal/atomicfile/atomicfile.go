@@ -54,6 +54,11 @@ func (f *File) Write(p []byte) (int, error) {
 // Size returns the bytes written so far: after Commit, the file's size.
 func (f *File) Size() int64 { return f.size }
 
+// Stat describes the file being written, which after Commit is the file at
+// path (a rename keeps the file; os.SameFile tells it from a later
+// replacement). It must be called before Commit or Abort.
+func (f *File) Stat() (os.FileInfo, error) { return f.f.Stat() }
+
 // Commit fsyncs and closes the temporary file, renames it over path and
 // fsyncs the directory. On an error up to the rename, the temporary file is
 // removed and path is left as it was. An error fsyncing the directory comes

@@ -165,3 +165,39 @@ func names(entries []os.DirEntry) []string {
 	}
 	return out
 }
+
+// TestStatIsTheCommittedFile: Stat before Commit describes the file then
+// at path, and not the one a later write puts there.
+func TestStatIsTheCommittedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.parquet")
+	write := func(data string) os.FileInfo {
+		t.Helper()
+		f, err := Create(path, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	first := write("first")
+	now, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(first, now) {
+		t.Fatal("Stat before Commit is not the file at path")
+	}
+	write("second")
+	if now, err = os.Stat(path); err != nil || os.SameFile(first, now) {
+		t.Fatalf("the replaced file is the same file (err %v)", err)
+	}
+}
