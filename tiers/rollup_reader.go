@@ -654,7 +654,7 @@ func (fr *fileReader) indexByTable(at rowGroupAt, runs []seriesRun, dst []rowRun
 		o := int(at.first) + j
 		si := fr.ord[o]
 		if si == ordUnknown {
-			si = fr.admitHeld(t.keys[o], t.lbls[o], t.isCopy(o))
+			si = fr.admitHeld(t.keys[o], t.lbls[o], !t.shared)
 			fr.ord[o] = si
 		}
 		matched = matched || si >= 0
@@ -665,9 +665,9 @@ func (fr *fileReader) indexByTable(at rowGroupAt, runs []seriesRun, dst []rowRun
 }
 
 // admitHeld is admit for a label set the reader need not copy (a series
-// table's), whose text's key is known; own says it is the table's own
-// copy, which the select's shared store may hold too.
-func (fr *fileReader) admitHeld(key textKey, lbls labels.Labels, own bool) int32 {
+// table's), whose text's key is known; lookup says the table did not look
+// it up in a shared store, which the select's may hold.
+func (fr *fileReader) admitHeld(key textKey, lbls labels.Labels, lookup bool) int32 {
 	if fr.keyed {
 		fr.maps()
 		if si, ok := fr.byKey[key]; ok {
@@ -676,7 +676,7 @@ func (fr *fileReader) admitHeld(key textKey, lbls labels.Labels, own bool) int32
 	}
 	si := int32(-1)
 	if seriesset.MatchAll(lbls, fr.q.matchers) {
-		if own {
+		if lookup {
 			if held, ok := fr.share.Find(lbls); ok {
 				lbls = held
 			}

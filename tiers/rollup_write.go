@@ -77,9 +77,11 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) error {
 // SeriesID are equal may come in any order), each series once with its
 // windows ascending. It holds one row group and one series' rows in memory,
 // not the partition: the pipeline writes an hour of windows of every series
-// this way. A yielded series (and its windows) need only stay valid until
-// the next one is requested. An error yielded by series, or series out of
-// order, aborts the write and leaves nothing behind.
+// this way. A yielded series' windows need only stay valid until the next
+// series is requested; its label set may be kept (until the next partition
+// is written: see seriesTable), as a storage keeps the label sets it is
+// given, so it must not change after. An error yielded by series, or
+// series out of order, aborts the write and leaves nothing behind.
 func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindows, error]) (err error) {
 	if r.cfg.ReadOnly {
 		return ErrReadOnly
@@ -163,10 +165,11 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	if pw.table != nil {
 		// Before the partition is listed: a reader that finds it opens
 		// the file the table describes.
-		if t := pw.table.done(); t != nil && statErr == nil {
+		if t := pw.table.done(); statErr == nil {
 			t.file = written
 			r.files.setLatest(t)
 		}
+		// Else no table: readers decode the file's labels.
 	}
 	r.mu.Lock()
 	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: pw.rows, Bytes: f.Size(), Path: final}
@@ -208,7 +211,6 @@ type groupSeries struct {
 	tmpl     parquetRow
 	from, to int           // its windows: wins[from:to]
 	lbls     labels.Labels // for the table: tableBuilder.held's
-	own      bool
 }
 
 // add checks s and adds it to the current group, writing the group out
@@ -253,7 +255,7 @@ func (pw *partitionWriter) add(s SeriesWindows) error {
 	pw.wins = append(pw.wins, s.Windows...)
 	g := groupSeries{tmpl: tmpl, from: from, to: len(pw.wins)}
 	if pw.table != nil {
-		g.lbls, g.own = pw.table.held(s.Labels)
+		g.lbls = pw.table.held(s.Labels)
 	}
 	pw.group = append(pw.group, g)
 	return nil
@@ -286,7 +288,7 @@ func (pw *partitionWriter) flushGroup() error {
 		pw.runs = binary.AppendUvarint(pw.runs, uint64(len(ws)))
 		pw.rows += int64(len(ws))
 		if pw.table != nil {
-			pw.table.add(g.tmpl.Labels, g.tmpl.SeriesID, len(ws), g.lbls, g.own)
+			pw.table.add(g.tmpl.Labels, g.tmpl.SeriesID, len(ws), g.lbls)
 		}
 	}
 	clear(pw.rowBuf) // drop the label strings

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/strata-dev/strata/internal/labelshare"
 	"github.com/strata-dev/strata/internal/parallel"
@@ -194,10 +196,10 @@ func TestSeriesTableSelect(t *testing.T) {
 	check("later hour")
 }
 
-// TestTableBuilderCopies: a label set the shared store holds is taken
-// from it; one it does not hold is copied and marked, and past maxCopy
-// copied bytes no table is kept.
-func TestTableBuilderCopies(t *testing.T) {
+// TestTableBuilderShares: the table keeps the shared store's label set
+// where it holds the series, else the one the writer was given; neither
+// is copied.
+func TestTableBuilderShares(t *testing.T) {
 	raw, err := OpenRaw(DefaultRawConfig(t.TempDir()), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -211,66 +213,37 @@ func TestTableBuilderCopies(t *testing.T) {
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	gr := raw.AppenderV2(context.Background())
+	_, headHeld := gr.(storage.GetRef).GetRef(held, held.Hash())
+	_ = gr.Rollback()
 	other := labels.FromStrings("__name__", "m", "instance", "other")
-	b := newTableBuilder(0, 0, labelshare.Finder{Src: raw})
-	b.maxCopy = 2 * other.ByteSize()
-	for i, l := range []labels.Labels{held.Copy(), other, held.Copy()} {
-		h, own := b.held(l)
-		b.add(fmt.Sprint(i), int64(i), 1, h, own)
-	}
-	tab := b.done()
-	if tab == nil || len(tab.lbls) != 3 || tab.isCopy(0) || !tab.isCopy(1) || tab.isCopy(2) {
-		t.Fatalf("table %+v", tab)
-	}
-	for i, want := range []labels.Labels{held, other, held} {
-		if !labels.Equal(tab.lbls[i], want) {
-			t.Fatalf("run %d: labels %s, want %s", i, tab.lbls[i], want)
+	given := []labels.Labels{held.Copy(), other, held.Copy()}
+	for _, c := range []struct {
+		name   string
+		shared labelshare.Finder
+		want   []labels.Labels // the very sets kept
+	}{
+		{"shared", labelshare.Finder{Src: raw}, []labels.Labels{headHeld, other, headHeld}},
+		{"alone", labelshare.Finder{}, given},
+	} {
+		b := newTableBuilder(0, 0, c.shared)
+		for i, l := range given {
+			b.add(fmt.Sprint(i), int64(i), 1, b.held(l))
 		}
-	}
-	b = newTableBuilder(0, 0, labelshare.Finder{})
-	b.maxCopy = 2 * other.ByteSize()
-	for i := range 3 {
-		h, own := b.held(other)
-		b.add(fmt.Sprint(i), int64(i), 1, h, own)
-	}
-	if tab := b.done(); tab != nil {
-		t.Fatalf("a table of %d runs past the bound", len(tab.ids))
+		tab := b.done()
+		if tab.shared != (c.shared.Src != nil) || len(tab.lbls) != len(given) {
+			t.Fatalf("%s: table %+v", c.name, tab)
+		}
+		for i, want := range c.want {
+			if !sameData(tab.lbls[i], want) {
+				t.Fatalf("%s: run %d keeps %s, not the set wanted", c.name, i, tab.lbls[i])
+			}
+		}
 	}
 }
 
-// TestSeriesTableYieldedLabels: a series' labels need only stay valid until
-// the writer asks for the next (WritePartitionSeries); the table keeps
-// label sets of its own, so a writer given one buffer overwritten for
-// every series reads back each series under its own labels.
-func TestSeriesTableYieldedLabels(t *testing.T) {
-	dir := t.TempDir()
-	r := openTableRollup(t, dir)
-	series := tableSeries(tableT0, 40, 0)
-	slices.SortFunc(series, func(a, b SeriesWindows) int {
-		return ComparePartitionOrder(a.Labels, SeriesID(a.Labels), b.Labels, SeriesID(b.Labels))
-	})
-	var sb labels.ScratchBuilder
-	var scratch labels.Labels
-	err := r.WritePartitionSeries(tableT0, func(yield func(SeriesWindows, error) bool) {
-		for _, s := range series {
-			sb.Reset()
-			s.Labels.Range(func(l labels.Label) { sb.Add(l.Name, l.Value) })
-			sb.Overwrite(&scratch) // the same bytes, rewritten for each series
-			if !yield(SeriesWindows{Labels: scratch, Windows: s.Windows}, nil) {
-				return
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := selectAll(t, context.Background(), r, tableT0, tableT0+3_600_000-1, selectOptions{need: colAll})
-	if len(got) != len(series) {
-		t.Fatalf("%d series, want %d", len(got), len(series))
-	}
-	for _, s := range series {
-		if w, ok := got[s.Labels.String()]; !ok || !slices.Equal(w, s.Windows) {
-			t.Fatalf("%s: %v", s.Labels, w)
-		}
-	}
+// sameData reports whether two label sets are the same bytes in memory,
+// not equal copies.
+func sameData(a, b labels.Labels) bool {
+	return labels.Equal(a, b) && unsafe.StringData(*(*string)(unsafe.Pointer(&a))) == unsafe.StringData(*(*string)(unsafe.Pointer(&b)))
 }
