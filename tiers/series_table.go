@@ -18,7 +18,7 @@ import (
 // of those reads decoded every series' labels (the labels column's
 // dictionary pages, 59 MB) and built maps from the text and the id of each
 // to its series (80 MB), in the minutes just after the hour's write, when
-// Strata's memory peaks (docs/bench.md, stop 40). The writer has every
+// Strata's memory peaks (docs/bench.md, stops 39 and 40). The writer has every
 // series' labels at hand; kept here, a reader of that file maps each run to
 // its series through the run's position, and decodes no labels.
 //
@@ -37,8 +37,8 @@ type seriesTable struct {
 	rows  []int32 // each run's rows
 	lbls  []labels.Labels
 	// shared says the label sets were looked up in a shared store: a
-	// reader sharing labels (selectOptions.shared) need not look them up
-	// again.
+	// reader sharing labels (selectOptions.shared, the same raw head in
+	// strata serve) need not look them up again.
 	shared bool
 }
 
