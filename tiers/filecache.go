@@ -121,7 +121,7 @@ func (c *fileCache) acquire(p PartitionInfo) (*openFile, error) {
 		}
 		of = c.insert(p.Start, of, drops)
 	}
-	c.matchTable(p.Start, of)
+	c.attachTable(p.Start, of)
 	return of, nil
 }
 
@@ -149,8 +149,8 @@ func (c *fileCache) takeLatest() int {
 }
 
 // forgetTables drops the tables of the cached files that are not the
-// latest; c.mu is held. A file in use by a reader but not cached keeps its
-// table until released.
+// latest, so that one table is kept; c.mu is held. A file a reader holds
+// but the cache does not keeps its table until released.
 func (c *fileCache) forgetTables() {
 	for _, of := range c.files {
 		if of.table != nil && of.table.seriesTable != c.latest {
@@ -159,10 +159,10 @@ func (c *fileCache) forgetTables() {
 	}
 }
 
-// matchTable gives of, a file of partition start, the latest series table
+// attachTable gives of, a file of partition start, the latest series table
 // if it describes that very file (the same file on disk, and its series
-// runs agree), once per open file.
-func (c *fileCache) matchTable(start int64, of *openFile) {
+// runs agree: matchTable), once per open file.
+func (c *fileCache) attachTable(start int64, of *openFile) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if of.matched {
@@ -174,15 +174,10 @@ func (c *fileCache) matchTable(start int64, of *openFile) {
 	}
 }
 
-// tableOf is of's series table, or nil. A table no longer the latest
-// (another partition written since) is dropped from the open file, so that
-// only the latest is kept.
+// tableOf is of's series table, or nil.
 func (c *fileCache) tableOf(of *openFile) *fileTable {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if of.table != nil && of.table.seriesTable != c.latest {
-		of.table = nil
-	}
 	return of.table
 }
 

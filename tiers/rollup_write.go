@@ -134,7 +134,7 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 		shared := r.shared
 		r.mu.RUnlock()
 		pw.table = newTableBuilder(start, hint, labelshare.Finder{Src: shared})
-		defer pw.table.done()
+		defer pw.table.close()
 	}
 	for s, serr := range series {
 		if serr != nil {
@@ -165,9 +165,9 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	if pw.table != nil {
 		// Before the partition is listed: a reader that finds it opens
 		// the file the table describes.
-		if t := pw.table.done(); statErr == nil {
-			t.file = written
-			r.files.setLatest(t)
+		if statErr == nil {
+			pw.table.t.file = written
+			r.files.setLatest(pw.table.t)
 		}
 		// Else no table: readers decode the file's labels.
 	}

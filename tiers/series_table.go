@@ -74,11 +74,8 @@ func (b *tableBuilder) add(text string, id int64, rows int, held labels.Labels) 
 	t.lbls = append(t.lbls, held)
 }
 
-// done returns the table and releases the shared store.
-func (b *tableBuilder) done() *seriesTable {
-	b.share.Close()
-	return b.t
-}
+// close releases the shared store.
+func (b *tableBuilder) close() { b.share.Close() }
 
 // fileTable is a seriesTable matched to one open file's row groups.
 type fileTable struct {

@@ -230,7 +230,8 @@ func TestTableBuilderShares(t *testing.T) {
 		for i, l := range given {
 			b.add(fmt.Sprint(i), int64(i), 1, b.held(l))
 		}
-		tab := b.done()
+		b.close()
+		tab := b.t
 		if tab.shared != (c.shared.Src != nil) || len(tab.lbls) != len(given) {
 			t.Fatalf("%s: table %+v", c.name, tab)
 		}
