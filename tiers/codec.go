@@ -19,8 +19,16 @@ import (
 // a column of such values it saved 6.6 % and decoded at 0.7 GB/s against 7
 // GB/s stored (docs/format/minute.md, "Query cost").
 type storedZstd struct {
-	compress.Codec // zstd at the codec's level
+	compress.Codec // zstd at the codec's level: level
+	level          *keptZstd
 	stored         *keptList[kzstd.Encoder]
+
+	mu      sync.Mutex
+	writers int    // files being written: see writing
+	started uint64 // writes ever started
+	// after runs f once encodersIdle has passed (time.AfterFunc; tests
+	// fire it themselves).
+	after func(f func())
 }
 
 // newRollupCodec is the rollup tiers' storedZstd: zstd at level, and the
@@ -28,9 +36,53 @@ type storedZstd struct {
 func newRollupCodec(level zstd.Level) *storedZstd {
 	// The fastest level without entropy coding finds a few matches at most
 	// in such a page; its literals are stored as they are.
-	return &storedZstd{Codec: newKeptZstd(level, rollupWindow),
-		stored: newEncoderList(kzstd.SpeedFastest, rollupWindow, kzstd.WithNoEntropyCompression(true))}
+	kept := newKeptZstd(level, rollupWindow)
+	return &storedZstd{Codec: kept, level: kept,
+		stored: newEncoderList(kzstd.SpeedFastest, rollupWindow, kzstd.WithNoEntropyCompression(true)),
+		after:  func(f func()) { time.AfterFunc(encodersIdle, f) }}
 }
+
+// writing marks a file being written with c until the returned func is
+// called. Once no file has been written for encodersIdle, c drops the
+// encoders it keeps, instead of keptIdle after their last use: the
+// diagnosis engine reads an hour's partition within seconds of its write,
+// and an encoder at zstd's best level holds 34 MB (40 MB with the stored
+// frames' encoder) that the heap kept through that read (docs/bench.md,
+// stop 41). Writes that follow each other closer than that, as a
+// backfill's do, share them: a new encoder costs 12-22 ms and 38 MB of
+// allocation (BenchmarkNewEncoder). The decoders stay: readers use them.
+func (c *storedZstd) writing() (done func()) {
+	c.mu.Lock()
+	c.writers++
+	c.started++
+	c.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(c.written) }
+}
+
+// written ends one write of writing's; the last one arms the release.
+func (c *storedZstd) written() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writers--
+	if c.writers > 0 {
+		return
+	}
+	started := c.started
+	c.after(func() {
+		c.mu.Lock()
+		idle := c.writers == 0 && c.started == started
+		c.mu.Unlock()
+		if idle {
+			c.level.encoders.release()
+			c.stored.release()
+		}
+	})
+}
+
+// encodersIdle is how long after its last write the rollup codec keeps its
+// encoders.
+const encodersIdle = time.Second
 
 // Encode implements compress.Codec.
 func (c *storedZstd) Encode(dst, src []byte) ([]byte, error) {
@@ -190,6 +242,18 @@ func (l *keptList[T]) afterIdle(taken uint64) {
 			l.drop(v)
 		}
 	})
+}
+
+// release drops the kept ones now. One taken meanwhile is kept when put
+// back, as ever.
+func (l *keptList[T]) release() {
+	l.mu.Lock()
+	free := l.free
+	l.free = nil
+	l.mu.Unlock()
+	for _, v := range free {
+		l.drop(v)
+	}
 }
 
 // kept is how many the list keeps now.

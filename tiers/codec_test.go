@@ -93,3 +93,112 @@ func TestKeptListIdle(t *testing.T) {
 		t.Fatalf("after idle: kept %d, dropped %d", l.kept(), dropped)
 	}
 }
+
+// TestCodecWritingReleases: the rollup codec keeps its encoders while any
+// file is written with it and drops them once no write followed the last
+// one for a while (whatever the order of two writes, and a done called
+// twice counts once); a write started meanwhile keeps them; it keeps its
+// decoders.
+func TestCodecWritingReleases(t *testing.T) {
+	c := newRollupCodec(zstd.SpeedFastest)
+	var fire []func()
+	c.after = func(f func()) { fire = append(fire, f) }
+	fireAll := func() {
+		for _, f := range fire {
+			f()
+		}
+		fire = fire[:0]
+	}
+	page := bytes.Repeat([]byte("strata "), 1000)
+	incompressible := make([]byte, 4096)
+	_, _ = rand.NewChaCha8([32]byte{7, 8}).Read(incompressible)
+	encode := func() {
+		t.Helper()
+		for _, p := range [][]byte{page, incompressible} {
+			out, err := c.Encode(nil, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back, err := c.Decode(nil, out); err != nil || !bytes.Equal(back, p) {
+				t.Fatalf("page does not decode back (%v)", err)
+			}
+		}
+	}
+	check := func(when string, encoders bool) {
+		t.Helper()
+		l, s, d := c.level.encoders.kept(), c.stored.kept(), c.level.decoders.kept()
+		if (l > 0) != encoders || (s > 0) != encoders || d == 0 {
+			t.Fatalf("%s: kept %d and %d encoders and %d decoders; want encoders %v, and decoders", when, l, s, d, encoders)
+		}
+	}
+	first := c.writing()
+	encode()
+	second := c.writing()
+	encode()
+	first()
+	first() // once only: the second write is still on
+	if len(fire) != 0 {
+		t.Fatalf("%d releases armed while a write is on, want 0", len(fire))
+	}
+	second()
+	third := c.writing() // starts before the release fires: keeps them
+	fireAll()
+	check("a write started before the release", true)
+	encode()
+	third()
+	fireAll()
+	check("no write since the last one ended", false)
+	fourth := c.writing() // encoders made again
+	encode()
+	fourth()
+	fireAll()
+	check("after the fourth write", false)
+}
+
+// BenchmarkNewEncoder is what dropping the rollup codec's encoders after a
+// write costs the next one: an encoder at the codec's level and window,
+// made and used for one page.
+func BenchmarkNewEncoder(b *testing.B) {
+	page := make([]byte, 64<<10)
+	for i := range page {
+		page[i] = byte(i * 7 % 251)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l := newEncoderList(zstd.SpeedBestCompression, rollupWindow)
+		e, err := l.get()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = e.EncodeAll(page, nil)
+	}
+}
+
+// TestPartitionWriteReleasesEncoders: a partition's write arms the rollup
+// codec's release of its encoders when it is done.
+func TestPartitionWriteReleasesEncoders(t *testing.T) {
+	var fire []func()
+	rollupCodec.mu.Lock()
+	after := rollupCodec.after
+	rollupCodec.after = func(f func()) { fire = append(fire, f) }
+	rollupCodec.mu.Unlock()
+	t.Cleanup(func() {
+		rollupCodec.mu.Lock()
+		rollupCodec.after = after
+		rollupCodec.mu.Unlock()
+	})
+	r := openTableRollup(t, t.TempDir())
+	if err := r.WritePartition(tableT0, tableSeries(tableT0, 40, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if len(fire) != 1 {
+		t.Fatalf("%d releases armed by the write, want 1", len(fire))
+	}
+	fire[0]()
+	if l, s := rollupCodec.level.encoders.kept(), rollupCodec.stored.kept(); l != 0 || s != 0 {
+		t.Fatalf("after the write: kept %d and %d encoders, want none", l, s)
+	}
+	if got := selectAll(t, t.Context(), r, tableT0, tableT0+3_600_000, selectOptions{}); len(got) != 40 {
+		t.Fatalf("read back %d series, want 40", len(got))
+	}
+}

@@ -112,6 +112,8 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 			}
 		}()
 	}
+	done := rollupCodec.writing()
+	defer done()
 	f, err := atomicfile.Create(final, tempPrefix+"*"+partitionSuffix)
 	if err != nil {
 		return fmt.Errorf("write %s partition %s: %w", r.cfg.Name, fmtPartition(start), err)
