@@ -23,9 +23,14 @@ type openFile struct {
 	f    *os.File
 	pf   *parquet.File
 	cols rollupColumns
-	runs [][]seriesRun // per row group, from the file's metadata; nil if it has none
-	refs int           // readers holding it, plus one while it is in the cache
-	used uint64        // fileCache.clock at the last acquire
+	// runs is per row group, from the file's metadata (nil if it has
+	// none), parsed on first need (seriesRuns): a reader with the file's
+	// series table needs none.
+	runsOnce sync.Once
+	runs     [][]seriesRun
+	runsErr  error
+	refs     int    // readers holding it, plus one while it is in the cache
+	used     uint64 // fileCache.clock at the last acquire
 	// weight is what the parsed footer holds in memory, estimated from its
 	// size on disk (footerWeight), against fileCache.maxBytes.
 	weight int64
@@ -170,7 +175,13 @@ func (c *fileCache) attachTable(start int64, of *openFile) {
 	}
 	of.matched = true
 	if t := c.latest; t != nil && t.start == start && of.info != nil && t.file != nil && os.SameFile(t.file, of.info) {
-		of.table = matchTable(t, of.runs)
+		runs, _ := of.pf.Lookup(seriesRunsKey)
+		rgs := of.pf.RowGroups()
+		rows := make([]int64, len(rgs))
+		for i, rg := range rgs {
+			rows[i] = rg.NumRows()
+		}
+		of.table = matchTable(t, runs, rows)
 	}
 }
 
@@ -306,8 +317,9 @@ func (c *fileCache) weight() int64 {
 
 // footerWeight estimates what a footer of n bytes on disk holds once
 // parsed: parquet-go's decoded metadata, the key-value values it keeps,
-// and the series runs decoded from them. A minute partition of 500,000
-// series: an 11.6 MB footer, 47 MB in the heap profile.
+// and the series runs decoded from them (seriesRuns: unless a series table
+// serves the file). A minute partition of 500,000 series: an 11.6 MB
+// footer, 47 MB in the heap profile.
 func footerWeight(n int64) int64 { return 4 * n }
 
 // openPartition opens a partition file and parses its footer.
@@ -338,15 +350,18 @@ func openPartition(path string) (of *openFile, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition %s: %w", path, err)
 	}
-	runs, err := rowGroupRuns(pf)
-	if err != nil {
-		return nil, fmt.Errorf("partition %s: %w", path, err)
-	}
 	// A Parquet file ends with its footer's length and "PAR1".
 	var tail [8]byte
 	if _, err := f.ReadAt(tail[:], st.Size()-8); err != nil {
 		return nil, fmt.Errorf("partition %s: read footer length: %w", path, err)
 	}
 	weight := footerWeight(int64(binary.LittleEndian.Uint32(tail[:4])))
-	return &openFile{f: f, pf: pf, cols: cols, runs: runs, weight: weight, info: st}, nil
+	return &openFile{f: f, pf: pf, cols: cols, weight: weight, info: st}, nil
+}
+
+// seriesRuns is the file's series runs per row group (rowGroupRuns), nil
+// if it has none, parsed the first time they are asked for.
+func (of *openFile) seriesRuns() ([][]seriesRun, error) {
+	of.runsOnce.Do(func() { of.runs, of.runsErr = rowGroupRuns(of.pf) })
+	return of.runs, of.runsErr
 }

@@ -123,19 +123,25 @@ func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p Partitio
 	}
 	defer func() { err = errors.Join(err, files.release(of)) }()
 	tab := files.tableOf(of)
+	var runs [][]seriesRun
+	if tab == nil {
+		if runs, err = of.seriesRuns(); err != nil {
+			return fmt.Errorf("partition %s: %w", p.Path, err)
+		}
+	}
 	for i, rg := range of.pf.RowGroups() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var runs []seriesRun
+		var rgRuns []seriesRun
 		var at rowGroupAt
-		if of.runs != nil {
-			runs = of.runs[i]
-			if tab != nil {
-				at = rowGroupAt{tab, tab.first[i]}
-			}
+		switch {
+		case tab != nil:
+			at = rowGroupAt{tab, tab.first[i], tab.skip[i]}
+		case runs != nil:
+			rgRuns = runs[i]
 		}
-		if err := fr.readRowGroup(rg, of.cols, runs, at); err != nil {
+		if err := fr.readRowGroup(rg, of.cols, rgRuns, at); err != nil {
 			return fmt.Errorf("partition %s: %w", p.Path, err)
 		}
 	}
@@ -267,7 +273,7 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 // the file's series table (at) names the runs' series.
 func (fr *fileReader) indexRows(chunks []parquet.ColumnChunk, c rollupColumns, runs []seriesRun, at rowGroupAt, n int) (matched bool, err error) {
 	if at.t != nil {
-		fr.rowRuns, matched = fr.indexByTable(at, runs, fr.rowRuns[:0])
+		fr.rowRuns, matched = fr.indexByTable(at, n, fr.rowRuns[:0])
 		return matched, nil
 	}
 	fr.maps()
@@ -627,20 +633,22 @@ func (fr *fileReader) add(key textKey, lbls labels.Labels) int32 {
 	return si
 }
 
-// rowGroupAt is a row group's place in its file's series table: its first
-// run is the table's run first (t nil: no table).
+// rowGroupAt is a row group's place in its file's series table: its
+// first rows are the table's run first, less the skip rows of it that
+// earlier row groups hold (t nil: no table).
 type rowGroupAt struct {
-	t     *fileTable
-	first int32
+	t           *fileTable
+	first, skip int32
 }
 
 // ordUnknown marks a table run whose series the reader has not met yet.
 const ordUnknown = int32(-2)
 
-// indexByTable is indexByRuns for a row group whose file has a series
-// table: run j's series is the table's run at.first+j, whose label set is
-// checked against the matchers the first time the reader meets it.
-func (fr *fileReader) indexByTable(at rowGroupAt, runs []seriesRun, dst []rowRun) (out []rowRun, matched bool) {
+// indexByTable is indexByRuns for the n rows of a row group whose file
+// has a series table: they are the table's runs from at.first on (less
+// at.skip rows of the first), each run's series checked against the
+// matchers the first time the reader meets it.
+func (fr *fileReader) indexByTable(at rowGroupAt, n int, dst []rowRun) (out []rowRun, matched bool) {
 	t := at.t
 	if fr.ordOf != t {
 		fr.ordOf = t
@@ -649,17 +657,18 @@ func (fr *fileReader) indexByTable(at rowGroupAt, runs []seriesRun, dst []rowRun
 			fr.ord[i] = ordUnknown
 		}
 	}
-	row := int64(0)
-	for j, r := range runs {
-		o := int(at.first) + j
+	skip := at.skip
+	for o, row := int(at.first), int32(0); row < int32(n); o++ { //nolint:gosec // a row group's rows fit
+		rows := min(t.rows[o]-skip, int32(n)-row) //nolint:gosec // as above
+		skip = 0
 		si := fr.ord[o]
 		if si == ordUnknown {
 			si = fr.admitHeld(t.keys[o], t.lbls[o], !t.shared)
 			fr.ord[o] = si
 		}
 		matched = matched || si >= 0
-		dst = append(dst, rowRun{si: si, lo: int32(row), hi: int32(row + r.rows)}) //nolint:gosec // a row group's rows fit
-		row += r.rows
+		dst = append(dst, rowRun{si: si, lo: row, hi: row + rows})
+		row += rows
 	}
 	return dst, matched
 }

@@ -1,7 +1,12 @@
 package tiers
 
 import (
+	"bufio"
+	"encoding/base64"
+	"encoding/binary"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/zeebo/xxh3"
@@ -80,41 +85,54 @@ func (b *tableBuilder) close() { b.share.Close() }
 // fileTable is a seriesTable matched to one open file's row groups.
 type fileTable struct {
 	*seriesTable
-	// first is, per row group, the run of the table its first rows
-	// belong to: run j of row group i (openFile.runs) is the table's
-	// first[i]+j.
-	first []int32
+	// first is, per row group, the table's run its first rows belong to,
+	// and skip how many rows of that run earlier row groups hold: a run
+	// cut at a row group boundary goes on in the next.
+	first, skip []int32
 }
 
-// matchTable matches t to the runs of an open file (openFile.runs) of the
-// same partition, or returns nil if they disagree: runs split at row group
-// boundaries, so each row group's runs are consecutive runs of the table,
-// the first of them perhaps the rest of the previous group's last.
-func matchTable(t *seriesTable, runs [][]seriesRun) *fileTable {
-	if t == nil || runs == nil {
+// matchTable matches t to a file of the same partition, whose
+// seriesRunsKey value is runs and whose row groups hold groupRows rows, or
+// returns nil if they disagree: the file's runs must be the table's (ids
+// and rows), in order. It reads the value as it goes: a reader with the
+// table never parses the file's runs (rowGroupRuns: 12 MB at 500,000
+// series, allocated when the diagnosis engine first reads the hour's new
+// partition, in the minute Strata's memory peaks; docs/bench.md, stop 41).
+func matchTable(t *seriesTable, runs string, groupRows []int64) *fileTable {
+	if t == nil || runs == "" {
 		return nil
 	}
-	ft := &fileTable{seriesTable: t, first: make([]int32, len(runs))}
-	o, left := -1, int64(0) // the table's current run, and its rows not met yet
-	for i, rg := range runs {
-		for j, r := range rg {
-			if left == 0 {
-				o++
-				if o == len(t.ids) {
-					return nil
-				}
-				left = int64(t.rows[o])
-			}
-			if j == 0 {
-				ft.first[i] = int32(o) //nolint:gosec // runs fit int32 (table rows are int32 each)
-			}
-			if r.id != t.ids[o] || r.rows > left {
-				return nil
-			}
-			left -= r.rows
+	r := bufio.NewReaderSize(base64.NewDecoder(base64.StdEncoding, strings.NewReader(runs)), 4<<10)
+	var id [8]byte
+	for o := range t.ids {
+		if _, err := io.ReadFull(r, id[:]); err != nil {
+			return nil
+		}
+		n, err := binary.ReadUvarint(r)
+		if err != nil || int64(binary.LittleEndian.Uint64(id[:])) != t.ids[o] || n != uint64(t.rows[o]) { //nolint:gosec // the id's bits; rows are positive
+			return nil
 		}
 	}
-	if left != 0 || o != len(t.ids)-1 {
+	if _, err := r.ReadByte(); err != io.EOF { // more runs than the table's
+		return nil
+	}
+	ft := &fileTable{seriesTable: t, first: make([]int32, len(groupRows)), skip: make([]int32, len(groupRows))}
+	o, done := 0, int64(0) // the table's current run, and its rows in earlier groups
+	for i, left := range groupRows {
+		ft.first[i], ft.skip[i] = int32(o), int32(done) //nolint:gosec // runs and rows fit int32 (table rows are int32 each)
+		for left > 0 {
+			if o == len(t.rows) {
+				return nil
+			}
+			take := min(left, int64(t.rows[o])-done)
+			left -= take
+			done += take
+			if done == int64(t.rows[o]) {
+				o, done = o+1, 0
+			}
+		}
+	}
+	if o != len(t.rows) {
 		return nil
 	}
 	return ft

@@ -2,6 +2,8 @@ package tiers
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,41 +19,60 @@ import (
 	"github.com/strata-dev/strata/internal/parallel"
 )
 
-// TestMatchTable: a table's runs are placed in each row group's, a run cut
-// by a row group boundary (series 7's, over three groups) or two series
-// with one id (3) included; a table that disagrees with the file is not
-// used.
+// runsValue is the seriesRunsKey value of runs, as the writer makes it.
+func runsValue(runs ...seriesRun) string {
+	var b []byte
+	for _, r := range runs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.id)) //nolint:gosec // the id's bits
+		b = binary.AppendUvarint(b, uint64(r.rows))           //nolint:gosec // a count
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// TestMatchTable: a table's runs are placed in each row group, a run cut
+// by row group boundaries (series 7's, over three groups) or two series
+// with one id (3) included; a table that disagrees with the file, in its
+// runs or its rows, is not used.
 func TestMatchTable(t *testing.T) {
 	table := &seriesTable{ids: []int64{7, 3, 3, 9}, rows: []int32{5, 4, 2, 1}}
+	same := runsValue(seriesRun{7, 5}, seriesRun{3, 4}, seriesRun{3, 2}, seriesRun{9, 1})
 	for _, c := range []struct {
-		runs  [][]seriesRun
-		first []int32
+		groups      []int64
+		first, skip []int32
 	}{
-		{[][]seriesRun{{{7, 4}}, {{7, 1}, {3, 3}}, {{3, 1}, {3, 2}, {9, 1}}}, []int32{0, 0, 1}},
-		{[][]seriesRun{{{7, 2}}, {{7, 2}}, {{7, 1}, {3, 1}}, {{3, 2}}, {{3, 1}, {3, 1}}, {{3, 1}, {9, 1}}}, []int32{0, 0, 0, 1, 1, 2}},
-		{[][]seriesRun{{}, {{7, 5}, {3, 4}, {3, 2}, {9, 1}}, {}}, []int32{0, 0, 0}}, // empty groups (their first is never read)
+		{[]int64{4, 4, 4}, []int32{0, 0, 1}, []int32{0, 4, 3}},
+		{[]int64{2, 2, 2, 2, 2, 2}, []int32{0, 0, 0, 1, 1, 2}, []int32{0, 2, 4, 1, 3, 1}},
+		{[]int64{0, 12, 0}, []int32{0, 0, 4}, []int32{0, 0, 0}}, // empty groups (their first is never read)
+		{[]int64{12}, []int32{0}, []int32{0}},
 	} {
-		ft := matchTable(table, c.runs)
+		ft := matchTable(table, same, c.groups)
 		if ft == nil {
-			t.Fatalf("runs %v: no table", c.runs)
+			t.Fatalf("groups %v: no table", c.groups)
 		}
-		if !slices.Equal(ft.first, c.first) {
-			t.Fatalf("runs %v: first %v, want %v", c.runs, ft.first, c.first)
+		if !slices.Equal(ft.first, c.first) || !slices.Equal(ft.skip, c.skip) {
+			t.Fatalf("groups %v: first %v skip %v, want %v %v", c.groups, ft.first, ft.skip, c.first, c.skip)
 		}
 	}
-	for _, runs := range [][][]seriesRun{
-		{{{7, 5}, {3, 4}, {4, 2}, {9, 1}}},             // another id
-		{{{7, 6}, {3, 3}, {3, 2}, {9, 1}}},             // a run longer than the table's
-		{{{7, 5}, {3, 4}, {3, 2}}},                     // fewer runs
-		{{{7, 5}, {3, 4}, {3, 2}, {9, 1}, {9, 1}}},     // more runs
-		{{{7, 4}}, {{7, 1}, {3, 3}}, {{3, 1}, {9, 1}}}, // a run cut short
+	for _, c := range []struct {
+		runs   string
+		groups []int64
+	}{
+		{runsValue(seriesRun{7, 5}, seriesRun{3, 4}, seriesRun{4, 2}, seriesRun{9, 1}), []int64{12}},                  // another id
+		{runsValue(seriesRun{7, 6}, seriesRun{3, 3}, seriesRun{3, 2}, seriesRun{9, 1}), []int64{12}},                  // other rows
+		{runsValue(seriesRun{7, 5}, seriesRun{3, 4}, seriesRun{3, 2}), []int64{11}},                                   // fewer runs
+		{runsValue(seriesRun{7, 5}, seriesRun{3, 4}, seriesRun{3, 2}, seriesRun{9, 1}, seriesRun{9, 1}), []int64{13}}, // more runs
+		{same, []int64{4, 4, 3}}, // fewer rows in the file
+		{same, []int64{4, 4, 5}}, // more
+		{same[:len(same)-8], []int64{12}},
+		{"not base64!", []int64{12}},
+		{"", []int64{12}}, // a file without runs
 	} {
-		if ft := matchTable(table, runs); ft != nil {
-			t.Fatalf("runs %v: a table %v, want none", runs, ft.first)
+		if ft := matchTable(table, c.runs, c.groups); ft != nil {
+			t.Fatalf("runs %q, groups %v: a table %v, want none", c.runs, c.groups, ft.first)
 		}
 	}
-	if matchTable(table, nil) != nil || matchTable(nil, [][]seriesRun{{{7, 5}}}) != nil {
-		t.Fatal("a table without runs, or runs without a table")
+	if matchTable(nil, same, []int64{12}) != nil {
+		t.Fatal("a file's runs without a table")
 	}
 }
 
@@ -170,6 +191,20 @@ func TestSeriesTableSelect(t *testing.T) {
 		_ = again.Close()
 	}
 	check("written")
+	// A reader with the table never parsed that file's runs; the other
+	// file's were parsed for its readers.
+	parsed := func(start int64) bool {
+		r.files.mu.Lock()
+		defer r.files.mu.Unlock()
+		of, ok := r.files.files[start]
+		if !ok {
+			t.Fatalf("partition %d not cached", start)
+		}
+		return of.runs != nil
+	}
+	if parsed(tableT0) || !parsed(tableT0+hour) {
+		t.Fatalf("runs parsed: the table's file %v, the other %v; want false, true", parsed(tableT0), parsed(tableT0+hour))
+	}
 	// The earlier hour rewritten with other series: its new table.
 	if err := r.WritePartition(tableT0, tableSeries(tableT0, 45, 500)); err != nil {
 		t.Fatal(err)
@@ -194,6 +229,9 @@ func TestSeriesTableSelect(t *testing.T) {
 		t.Fatalf("earlier hour cached %v, its old table kept %v", ok, kept)
 	}
 	check("later hour")
+	if !parsed(tableT0) || parsed(tableT0+hour) {
+		t.Fatalf("runs parsed: the earlier hour's (no table now) %v, the table's %v; want true, false", parsed(tableT0), parsed(tableT0+hour))
+	}
 }
 
 // TestTableBuilderShares: the table keeps the shared store's label set
