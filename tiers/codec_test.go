@@ -126,7 +126,7 @@ func TestCodecWritingReleases(t *testing.T) {
 	}
 	check := func(when string, encoders bool) {
 		t.Helper()
-		l, s, d := c.level.encoders.kept(), c.stored.kept(), c.level.decoders.kept()
+		l, s, d := c.encoders.kept(), c.stored.kept(), c.decoders.kept()
 		if (l > 0) != encoders || (s > 0) != encoders || d == 0 {
 			t.Fatalf("%s: kept %d and %d encoders and %d decoders; want encoders %v, and decoders", when, l, s, d, encoders)
 		}
@@ -195,7 +195,7 @@ func TestPartitionWriteReleasesEncoders(t *testing.T) {
 		t.Fatalf("%d releases armed by the write, want 1", len(fire))
 	}
 	fire[0]()
-	if l, s := rollupCodec.level.encoders.kept(), rollupCodec.stored.kept(); l != 0 || s != 0 {
+	if l, s := rollupCodec.encoders.kept(), rollupCodec.stored.kept(); l != 0 || s != 0 {
 		t.Fatalf("after the write: kept %d and %d encoders, want none", l, s)
 	}
 	if got := selectAll(t, t.Context(), r, tableT0, tableT0+3_600_000, selectOptions{}); len(got) != 40 {
