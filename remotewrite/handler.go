@@ -472,9 +472,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	need := int64(len(body.b) + n)
-	delta := need - reserve
-	if total := h.inflightBytes.Add(delta); total > h.cfg.MaxInflightBytes && delta > 0 && total != need {
-		h.inflightBytes.Add(-delta)
+	if !h.addBytes(need-reserve, need) {
 		h.overload(w, ver)
 		return
 	}
@@ -541,19 +539,42 @@ func (h *Handler) acquire(r *http.Request) bool {
 
 // admit reserves one request slot and bytes, or reports overload.
 func (h *Handler) admit(bytes int64) bool {
-	if h.inflightReqs.Add(1) > int64(h.cfg.MaxInflightRequests) {
-		h.inflightReqs.Add(-1)
+	if !addBounded(&h.inflightReqs, 1, int64(h.cfg.MaxInflightRequests), 0) {
 		return false
 	}
 	// A request alone in flight is always admitted, so that a body larger
 	// than MaxInflightBytes (but within the size limits) is not refused
 	// forever.
-	if total := h.inflightBytes.Add(bytes); total > h.cfg.MaxInflightBytes && total != bytes {
-		h.inflightBytes.Add(-bytes)
+	if !h.addBytes(bytes, bytes) {
 		h.inflightReqs.Add(-1)
 		return false
 	}
 	return true
+}
+
+// addBytes adds delta to the bytes in flight of a request that then holds
+// own, unless that passes MaxInflightBytes while other requests hold bytes
+// too; it reports whether it added.
+func (h *Handler) addBytes(delta, own int64) bool {
+	return addBounded(&h.inflightBytes, delta, h.cfg.MaxInflightBytes, own)
+}
+
+// addBounded adds delta to v unless delta is positive and the sum passes
+// bound and is not alone (the sum a caller holding everything would make):
+// the counter never passes its bound, not even for a moment, as an add
+// taken back after the check did (a gauge read then, or a request
+// refused for it, saw bytes nobody held).
+func addBounded(v *atomic.Int64, delta, bound, alone int64) bool {
+	for {
+		cur := v.Load()
+		sum := cur + delta
+		if delta > 0 && sum > bound && sum != alone {
+			return false
+		}
+		if v.CompareAndSwap(cur, sum) {
+			return true
+		}
+	}
 }
 
 // retryAfterSeconds returns the Retry-After of one 429 (see

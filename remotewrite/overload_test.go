@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,5 +363,53 @@ func TestRetryAfterSpread(t *testing.T) {
 		if n > 400 {
 			t.Errorf("Retry-After %d given %d times of 1,000", v, n)
 		}
+	}
+}
+
+// TestAddBoundedNeverPasses: requests that reserve and release bytes
+// concurrently never make the counter pass its bound, not even for a
+// moment, so that the in-flight gauge and a request checking the bound see
+// only bytes some request holds (an add taken back after the check showed
+// bytes nobody held, and failed TestHandlerOverloadSlowStorage's peak).
+func TestAddBoundedNeverPasses(t *testing.T) {
+	const bound, workers, rounds = 100, 4, 20_000
+	var v atomic.Int64
+	var done atomic.Bool
+	var peak atomic.Int64
+	observed := make(chan struct{})
+	go func() {
+		defer close(observed)
+		for !done.Load() {
+			if n := v.Load(); n > peak.Load() {
+				peak.Store(n)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	admitted := atomic.Int64{}
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				n := int64(30 + (w*7+i)%20) // 30-49: two or three fit
+				if addBounded(&v, n, bound, n) {
+					admitted.Add(1)
+					runtime.Gosched()
+					v.Add(-n)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	done.Store(true)
+	<-observed
+	if p := peak.Load(); p > bound {
+		t.Fatalf("the counter reached %d, bound %d", p, bound)
+	}
+	if v.Load() != 0 || admitted.Load() == 0 {
+		t.Fatalf("after the rounds: counter %d, %d admitted", v.Load(), admitted.Load())
+	}
+	// Alone, a reservation past the bound is taken; with others, not.
+	if !addBounded(&v, 2*bound, bound, 2*bound) || addBounded(&v, 1, bound, 1) {
+		t.Fatal("a reservation alone past the bound refused, or one beside it taken")
 	}
 }
