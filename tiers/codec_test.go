@@ -191,8 +191,8 @@ func TestPartitionWriteReleasesEncoders(t *testing.T) {
 	if err := r.WritePartition(tableT0, tableSeries(tableT0, 40, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if len(fire) != 1 {
-		t.Fatalf("%d releases armed by the write, want 1", len(fire))
+	if len(fire) != 1 || rollupCodec.encoders.kept() == 0 {
+		t.Fatalf("%d releases armed by the write, want 1; %d encoders kept, want some", len(fire), rollupCodec.encoders.kept())
 	}
 	fire[0]()
 	if l, s := rollupCodec.encoders.kept(), rollupCodec.stored.kept(); l != 0 || s != 0 {
