@@ -2,7 +2,6 @@ package tiers
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -286,8 +285,7 @@ func (pw *partitionWriter) flushGroup() error {
 		if _, err := pw.w.Write(pw.rowBuf); err != nil {
 			return fmt.Errorf("encode rows: %w", err)
 		}
-		pw.runs = binary.LittleEndian.AppendUint64(pw.runs, uint64(g.tmpl.SeriesID)) //nolint:gosec // the id's bits
-		pw.runs = binary.AppendUvarint(pw.runs, uint64(len(ws)))
+		pw.runs = appendSeriesRun(pw.runs, g.tmpl.SeriesID, len(ws))
 		pw.rows += int64(len(ws))
 		if pw.table != nil {
 			pw.table.add(g.tmpl.Labels, g.tmpl.SeriesID, len(ws), g.lbls)

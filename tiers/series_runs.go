@@ -1,10 +1,14 @@
 package tiers
 
 import (
+	"bufio"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"strings"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -26,21 +30,51 @@ type seriesRun struct {
 	rows int64
 }
 
-// encodeSeriesRuns returns the seriesRunsKey value for rows, which are
-// sorted (sortedRows): base64 (standard, padded) of, per run, the
-// series_id as 8 bytes little-endian and the row count as a uvarint.
-func encodeSeriesRuns(rows []parquetRow) string {
-	var b []byte
-	for i := 0; i < len(rows); {
-		j := i + 1
-		for j < len(rows) && rows[j].SeriesID == rows[i].SeriesID && rows[j].Labels == rows[i].Labels {
-			j++
-		}
-		b = binary.LittleEndian.AppendUint64(b, uint64(rows[i].SeriesID)) //nolint:gosec // the id's bits
-		b = binary.AppendUvarint(b, uint64(j-i))                          //nolint:gosec // a count
-		i = j
+// appendSeriesRun appends a run to a seriesRunsKey value before its
+// base64 (standard, padded): the series_id as 8 bytes little-endian and the
+// row count as a uvarint.
+func appendSeriesRun(b []byte, id int64, rows int) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(id)) //nolint:gosec // the id's bits
+	return binary.AppendUvarint(b, uint64(rows))        //nolint:gosec // a count
+}
+
+// runsReader reads a seriesRunsKey value run by run, as written (not split
+// at row groups), a few KiB at a time instead of decoding it whole.
+type runsReader struct{ r *bufio.Reader }
+
+func newRunsReader(v string) runsReader {
+	return runsReader{bufio.NewReaderSize(base64.NewDecoder(base64.StdEncoding, strings.NewReader(v)), 4<<10)}
+}
+
+// next returns the next run, or false at the value's end. A value that is
+// not base64 or is cut short, or a run parseRun refuses, is an error.
+func (rr runsReader) next() (seriesRun, bool, error) {
+	b, err := rr.r.Peek(8 + binary.MaxVarintLen64) // short at the end
+	if len(b) == 0 && err == io.EOF {
+		return seriesRun{}, false, nil
 	}
-	return base64.StdEncoding.EncodeToString(b)
+	r, k, perr := parseRun(b)
+	if perr != nil {
+		if err != nil && err != io.EOF {
+			return seriesRun{}, false, fmt.Errorf("%s metadata: %w", seriesRunsKey, err)
+		}
+		return seriesRun{}, false, perr
+	}
+	_, _ = rr.r.Discard(k) // buffered: cannot fail
+	return r, true, nil
+}
+
+// parseRun parses the run b starts with (appendSeriesRun's) and returns
+// its length in b, or an error for a run cut short or of no rows.
+func parseRun(b []byte) (seriesRun, int, error) {
+	if len(b) < 9 {
+		return seriesRun{}, 0, fmt.Errorf("%s metadata: truncated run", seriesRunsKey)
+	}
+	n, k := binary.Uvarint(b[8:])
+	if k <= 0 || n == 0 || n > math.MaxInt64 {
+		return seriesRun{}, 0, fmt.Errorf("%s metadata: bad row count", seriesRunsKey)
+	}
+	return seriesRun{id: int64(binary.LittleEndian.Uint64(b)), rows: int64(n)}, 8 + k, nil //nolint:gosec // the id's bits; n checked
 }
 
 // rowGroupRuns parses a file's seriesRunsKey value and splits the runs at
@@ -83,16 +117,15 @@ func rowGroupRuns(pf *parquet.File) ([][]seriesRun, error) {
 	}
 	closeFull() // leading empty row groups
 	for len(b) > 0 {
-		if len(b) < 9 {
-			return nil, fmt.Errorf("%s metadata: truncated run", seriesRunsKey)
+		r, k, err := parseRun(b)
+		if err != nil {
+			return nil, err
 		}
-		id := int64(binary.LittleEndian.Uint64(b)) //nolint:gosec // the id's bits
-		n, k := binary.Uvarint(b[8:])
-		if k <= 0 || n == 0 || n > uint64(pf.NumRows()) { //nolint:gosec // a row count
+		if r.rows > pf.NumRows() {
 			return nil, fmt.Errorf("%s metadata: bad row count", seriesRunsKey)
 		}
-		b = b[8+k:]
-		rows := int64(n) //nolint:gosec // checked above
+		b = b[k:]
+		id, rows := r.id, r.rows
 		for rows > 0 {
 			if len(out) == len(rgs) {
 				return nil, errors.New(seriesRunsKey + " metadata lists more rows than the file holds")

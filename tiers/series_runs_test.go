@@ -36,6 +36,21 @@ func runsFile(t *testing.T, rows []parquetRow, rowsPerGroup int64, kv *string) *
 	return pf
 }
 
+// encodeSeriesRuns is the seriesRunsKey value for rows, which are sorted
+// (sortedRows), as partitionWriter makes it.
+func encodeSeriesRuns(rows []parquetRow) string {
+	var b []byte
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].SeriesID == rows[i].SeriesID && rows[j].Labels == rows[i].Labels {
+			j++
+		}
+		b = appendSeriesRun(b, rows[i].SeriesID, j-i)
+		i = j
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
 func TestSeriesRuns(t *testing.T) {
 	// Series 7 (5 rows), 3 (4 rows), 3 again with other labels (a hash
 	// collision: its own run), 9 (1 row); row groups of 4 rows cut runs.
@@ -80,9 +95,7 @@ func TestSeriesRuns(t *testing.T) {
 	if got, err := rowGroupRuns(runsFile(t, rows, 4, nil)); got != nil || err != nil {
 		t.Fatalf("a file without runs: %v, %v; want nil, nil", got, err)
 	}
-	run := func(id int64, n uint64) []byte {
-		return binary.AppendUvarint(binary.LittleEndian.AppendUint64(nil, uint64(id)), n) //nolint:gosec // test ids
-	}
+	run := func(id int64, n int) []byte { return appendSeriesRun(nil, id, n) }
 	enc := base64.StdEncoding.EncodeToString
 	for name, bad := range map[string]string{
 		"not base64":     "!!",

@@ -1,12 +1,7 @@
 package tiers
 
 import (
-	"bufio"
-	"encoding/base64"
-	"encoding/binary"
-	"io"
 	"os"
-	"strings"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/zeebo/xxh3"
@@ -102,18 +97,14 @@ func matchTable(t *seriesTable, runs string, groupRows []int64) *fileTable {
 	if t == nil || runs == "" {
 		return nil
 	}
-	r := bufio.NewReaderSize(base64.NewDecoder(base64.StdEncoding, strings.NewReader(runs)), 4<<10)
-	var id [8]byte
+	rr := newRunsReader(runs)
 	for o := range t.ids {
-		if _, err := io.ReadFull(r, id[:]); err != nil {
-			return nil
-		}
-		n, err := binary.ReadUvarint(r)
-		if err != nil || int64(binary.LittleEndian.Uint64(id[:])) != t.ids[o] || n != uint64(t.rows[o]) { //nolint:gosec // the id's bits; rows are positive
+		r, ok, err := rr.next()
+		if err != nil || !ok || r.id != t.ids[o] || r.rows != int64(t.rows[o]) {
 			return nil
 		}
 	}
-	if _, err := r.ReadByte(); err != io.EOF { // more runs than the table's
+	if _, more, err := rr.next(); more || err != nil { // more runs than the table's
 		return nil
 	}
 	ft := &fileTable{seriesTable: t, first: make([]int32, len(groupRows)), skip: make([]int32, len(groupRows))}

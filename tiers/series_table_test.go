@@ -3,7 +3,6 @@ package tiers
 import (
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,8 +22,7 @@ import (
 func runsValue(runs ...seriesRun) string {
 	var b []byte
 	for _, r := range runs {
-		b = binary.LittleEndian.AppendUint64(b, uint64(r.id)) //nolint:gosec // the id's bits
-		b = binary.AppendUvarint(b, uint64(r.rows))           //nolint:gosec // a count
+		b = appendSeriesRun(b, r.id, int(r.rows))
 	}
 	return base64.StdEncoding.EncodeToString(b)
 }
