@@ -271,7 +271,9 @@ func TestBaselinesAfterRestart(t *testing.T) {
 	// waits for the engine (downsample.Config.DirectGrace). The warm-up
 	// (30 minutes here; by default 2h15m, which covers what a crash
 	// loses unless the server was down for an hour) writes again its
-	// last half hour, the read-back what is before.
+	// last half hour, the read-back what is before. The restart is fed 10
+	// minutes: the hour also waits for the engine's minutes to leave it
+	// (their snapshots start 9 minutes back: downsample.Pipeline.HoldReads).
 	crash := simStart.Add(4*time.Hour + 10*time.Minute)
 	cfg := DefaultConfig()
 	cfg.Warmup = model.Duration(30 * time.Minute)
@@ -294,7 +296,7 @@ func TestBaselinesAfterRestart(t *testing.T) {
 	lp2 := newLivePipelineOn(t, cfg, crash, raw, minute, hour)
 	lp2.from = crash.UnixMilli()
 	lp2.clock = crash
-	lp2.feed(t, scfg, crash.Add(5*time.Minute))
+	lp2.feed(t, scfg, crash.Add(10*time.Minute))
 	if err := lp2.pipe.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}

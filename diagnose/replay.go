@@ -70,14 +70,49 @@ type MarkSource interface {
 	MarkAdvanced() <-chan struct{}
 }
 
+// ReadHolder is a MarkSource whose finished hours wait for the engine's
+// reads (*downsample.Pipeline: HoldReads): Run tells it, before each
+// minute, the start of the minute's snapshot (the minute less e.need),
+// so that an hour's partition is written once the engine has read the
+// hour's last minutes from the open windows, and the engine never opens
+// the new file.
+type ReadHolder interface {
+	HoldReads(t int64)
+	ReleaseReads()
+}
+
+// maxReadHold bounds the reach the engine holds the pipeline's hours for:
+// the pipeline waits at most downsample.DefaultDirectGrace (30 minutes)
+// past an hour's flush time, so a longer reach (a custom rule reading the
+// minute data over half an hour) would delay every write by the grace and
+// still read the file. The default rules' snapshots start 9 minutes back
+// (their longest range, 3 minutes, the lookback and a minute;
+// TestRunHoldsReads).
+const maxReadHold = 20 * time.Minute
+
+// readHoldIdle is how long Run keeps its hold while the mark stands still.
+// The mark advances a minute every minute while the fleet sends; one that
+// stopped (or a one-off load) leaves the watermark where it was, the
+// engine's next minutes never come, and the hour they held would wait for
+// them until new data arrived.
+var readHoldIdle = 2 * time.Minute
+
 // Run is the live loop: it waits for the pipeline's first mark, warms up
 // over the Warmup before it (so that `for` state and ranges are rebuilt
 // after a restart: the same minutes a replay would evaluate), then evaluates
 // every minute as soon as its windows are final, until ctx ends. A minute
-// that fails (minute data unreadable) is retried at the next signal.
+// that fails (minute data unreadable) is retried at the next signal. When
+// src is a ReadHolder, each minute holds the open windows it reads.
 func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 	var next time.Time
 	live := time.Time{} // first minute not part of the warm-up
+	holder, _ := src.(ReadHolder)
+	if e.need > maxReadHold.Milliseconds() {
+		holder = nil
+	}
+	if holder != nil {
+		defer holder.ReleaseReads()
+	}
 	for {
 		if mark, ok := src.Mark(); ok {
 			end := time.UnixMilli(mark).Truncate(minute) // minutes t with t+1m <= mark
@@ -90,6 +125,9 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 				if ctx.Err() != nil {
 					return nil
 				}
+				if holder != nil {
+					holder.HoldReads(next.UnixMilli() - e.need)
+				}
 				if err := e.evalMinute(ctx, next, next.Before(live)); err != nil {
 					if ctx.Err() != nil {
 						return nil
@@ -98,12 +136,37 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 					break
 				}
 			}
+			if holder != nil {
+				// The next minute's snapshot reads from here.
+				holder.HoldReads(next.UnixMilli() - e.need)
+			}
 			e.m.lag.Set(max(0, end.Sub(next).Seconds()))
 		}
+		if !waitMark(ctx, src, holder) {
+			return nil
+		}
+	}
+}
+
+// waitMark waits for src's mark to advance, and reports false if ctx ends
+// first. A holder's hold is released once the mark has stood still for
+// readHoldIdle (Run holds again at its next minute).
+func waitMark(ctx context.Context, src MarkSource, holder ReadHolder) bool {
+	var idle <-chan time.Time
+	if holder != nil {
+		t := time.NewTimer(readHoldIdle)
+		defer t.Stop()
+		idle = t.C
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-src.MarkAdvanced():
+			return true
+		case <-idle:
+			holder.ReleaseReads()
+			idle = nil
 		}
 	}
 }

@@ -245,3 +245,61 @@ func TestDirectSeriesRestart(t *testing.T) {
 	}
 	f.check(minute, start, start+3*HourRes)
 }
+
+// TestFlushWaitsForReadHold: with Config.DirectGrace, an hour's partition
+// waits while the open windows' reader (the diagnosis engine) holds a
+// window of the hour (HoldReads); it is written at the first tick after the
+// hold leaves the hour, whole, and at the grace's end if the hold never
+// does. Released (ReleaseReads), an hour is written at its flush time.
+func TestFlushWaitsForReadHold(t *testing.T) {
+	raw := openTestRaw(t)
+	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+	start := testStart
+	clock := &testClock{t: time.UnixMilli(start)}
+	cfg := testConfig()
+	cfg.DirectGrace = DefaultDirectGrace
+	p, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newDirectFeed(t, raw, clock, 3)
+	// flushAt is when hour h is flushable: the newest sample the lateness
+	// and StaleLookahead past its end.
+	flushAt := func(h int64) int64 { return h + HourRes + StaleLookahead + cfg.Lateness.Milliseconds() }
+	p.HoldReads(start + HourRes - MinuteRes) // the hour's last minute
+	at := flushAt(start) + 10*MinuteRes
+	f.run(p, start, at, true, 0)
+	if minute.HasPartition(start) {
+		t.Fatal("the first hour was written while its last minute was held")
+	}
+	p.HoldReads(start + HourRes)
+	f.run(p, at, at+15_000, true, 0)
+	if !minute.HasPartition(start) {
+		t.Fatal("the first hour was not written at the tick after the hold left it")
+	}
+	f.check(minute, start, start+HourRes)
+
+	// Held inside the second hour for good: written at the grace's end.
+	p.HoldReads(start + HourRes + 30*MinuteRes)
+	graceEnd := flushAt(start+HourRes) + cfg.DirectGrace.Milliseconds()
+	f.run(p, at+15_000, graceEnd-15_000, true, 0)
+	if minute.HasPartition(start + HourRes) {
+		t.Fatal("the second hour was written within the grace while held")
+	}
+	f.run(p, graceEnd-15_000, graceEnd, true, 0)
+	if !minute.HasPartition(start + HourRes) {
+		t.Fatal("the second hour was not written at the grace's end")
+	}
+
+	// Released: the third hour is written at its flush time (the direct
+	// writer is past it).
+	p.ReleaseReads()
+	f.run(p, graceEnd, flushAt(start+2*HourRes), true, 0)
+	if !minute.HasPartition(start + 2*HourRes) {
+		t.Fatal("the third hour was not written at its flush time after the hold was released")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.check(minute, start, start+3*HourRes)
+}

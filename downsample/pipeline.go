@@ -92,7 +92,9 @@ type Config struct {
 	// or the watermark is DirectGrace past the hour's flush time: after a
 	// restart the diagnosis engine writes again the baselines the crash
 	// lost (diagnose/bootstrap.go), and an hour flushed from raw before
-	// it does would be written without them. Zero never waits.
+	// it does would be written without them. Within the same grace the
+	// partition also waits for the open windows' reader to leave the hour
+	// (HoldReads). Zero never waits.
 	DirectGrace time.Duration
 }
 
@@ -382,8 +384,8 @@ func (p *Pipeline) tick(ctx context.Context) error {
 // marker right after the hour can still mark its last windows.
 func flushable(h, wm int64) bool { return wm >= h+HourRes+StaleLookahead }
 
-// flushReady is flushable, and the direct series' writer past hour h or
-// Config.DirectGrace gone by.
+// flushReady is flushable, and the direct series' writer past hour h and
+// no read held in it (HoldReads), or Config.DirectGrace gone by.
 func (p *Pipeline) flushReady(h, wm int64) bool {
 	if !flushable(h, wm) {
 		return false
@@ -394,7 +396,31 @@ func (p *Pipeline) flushReady(h, wm int64) bool {
 	}
 	p.tap.mu.Lock()
 	defer p.tap.mu.Unlock()
-	return p.tap.directMax >= h+HourRes
+	return p.tap.directMax >= h+HourRes && (!p.tap.holding || p.tap.readHold >= h+HourRes)
+}
+
+// HoldReads tells the pipeline that its reader of the open windows (the
+// diagnosis engine, whose minute snapshots read the last minutes of every
+// series it tracks) reads windows from t (ms) on: with Config.DirectGrace
+// set, an hour's partition is not written while t is inside or before the
+// hour, until the grace has gone by. The reader then reads the hour from the
+// open windows (the spill, or raw) to its last minute, as it did before the
+// hour was final, and never from the new file: a file read costs its footer,
+// its readers and its series' windows on top of the write's own memory, in
+// the minutes after the write when Strata's memory peaked (docs/rollups.md,
+// "The hour's write waits for the engine's reads"). One reader holds at a
+// time: each call replaces the hold. ReleaseReads drops it.
+func (p *Pipeline) HoldReads(t int64) {
+	p.tap.mu.Lock()
+	p.tap.readHold, p.tap.holding = t, true
+	p.tap.mu.Unlock()
+}
+
+// ReleaseReads drops the hold HoldReads set (the reader stopped).
+func (p *Pipeline) ReleaseReads() {
+	p.tap.mu.Lock()
+	p.tap.holding = false
+	p.tap.mu.Unlock()
 }
 
 // spillStarts returns the starts of the hours with a spill, ascending.

@@ -74,7 +74,11 @@ type teeState struct {
 	dirtyRanges map[uint32]minuteRange
 	direct      directIndex // the direct series' slots (direct.go)
 	directMax   int64       // the newest direct sample's time (Config.DirectGrace)
-	batches     sync.Pool
+	// readHold is the earliest window start the reader holding the open
+	// hours (HoldReads) will read; holding says one does.
+	readHold int64
+	holding  bool
+	batches  sync.Pool
 	// matched is how many entries the last spill set built for matchers
 	// had: the next one's size (spillSet).
 	matched int

@@ -22,6 +22,12 @@ import (
 // series' labels at hand; kept here, a reader of that file maps each run to
 // its series through the run's position, and decodes no labels.
 //
+// Since the hour's write waits for the engine's minutes to leave the hour
+// (downsample.Pipeline.HoldReads), the engine reads the new file only when
+// it lags by more than the pipeline's grace; the table serves every other
+// reader of that file too (the stitched view's baseline series, the
+// StoreAPI's minute-tier reads).
+//
 // One table is kept, the last written partition's: the one the engine
 // reads. It adds about 44 bytes a series (22 MB at 500,000): its label
 // sets are the raw tier's head's (Rollup.ShareLabels) where the head holds

@@ -117,7 +117,8 @@ func TestBackfillFromRemoteRead(t *testing.T) {
 // TestBackfillFromRemoteReadFirstHourFinal is TestBackfillFromRemoteRead
 // from a source whose first hour is already a minute partition: its oldest
 // sample lies mid-minute in the hour before a boundary b, and its newest are
-// past b plus the lateness and the stale lookahead (15 minutes). The source's
+// past b plus the lateness and the diagnosis engine's reach (19 minutes: the
+// hour is written once the engine's minutes no longer read it). The source's
 // remote read used to serve that partial first minute from the minute tier,
 // the window's last sample only, so the copy lacked the samples before it
 // (once in a while, TestBackfillFromRemoteRead: when it ran 15 to 20 minutes
@@ -128,7 +129,7 @@ func TestBackfillFromRemoteReadFirstHourFinal(t *testing.T) {
 	}
 	src := startStrata(t, t.TempDir())
 	now := time.Now().Truncate(time.Second)
-	b := now.Add(-16 * time.Minute).Truncate(time.Hour)
+	b := now.Add(-20 * time.Minute).Truncate(time.Hour)
 	writeCopiedSeries(t, src, b.Add(-5*time.Minute+20*time.Second), now)
 	// The tick after the write (every 15 s) writes the partition.
 	deadline := time.Now().Add(time.Minute)

@@ -1,0 +1,121 @@
+package diagnose
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// holdingMarks is a MarkSource that records the engine's read holds, as
+// the rollup pipeline keeps them (downsample.Pipeline.HoldReads).
+type holdingMarks struct {
+	mark atomic.Int64
+	ch   chan struct{}
+
+	mu    sync.Mutex
+	holds []int64
+	held  bool
+}
+
+func (h *holdingMarks) Mark() (int64, bool)           { return h.mark.Load(), true }
+func (h *holdingMarks) MarkAdvanced() <-chan struct{} { return h.ch }
+
+func (h *holdingMarks) HoldReads(t int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holds, h.held = append(h.holds, t), true
+}
+
+func (h *holdingMarks) ReleaseReads() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = false
+}
+
+// waitFor polls cond (under h.mu) for up to a minute.
+func (h *holdingMarks) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		h.mu.Lock()
+		ok := cond()
+		h.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			t.Fatalf("%s: not within a minute (held %v, last holds %v)", what, h.held, h.holds[max(0, len(h.holds)-3):])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunHoldsReads: the live engine holds, before each minute, the
+// start of that minute's snapshot (9 minutes back for the default rules:
+// their longest range, 3 minutes, the lookback and a minute), then the
+// next minute's once caught up, so that the pipeline writes an hour once
+// the engine has read its last minutes. It releases the hold when the mark
+// stands still for readHoldIdle (the fleet stopped: the hour must not wait
+// for minutes that may never come), holds again when the mark moves, and
+// releases it when it stops.
+func TestRunHoldsReads(t *testing.T) {
+	idle := readHoldIdle
+	readHoldIdle = 300 * time.Millisecond
+	t.Cleanup(func() { readHoldIdle = idle })
+	minute, _ := openTiers(t, t.TempDir())
+	cfg := DefaultConfig()
+	cfg.Warmup = model.Duration(10 * time.Minute)
+	e, err := New(cfg, Options{Minute: minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back := time.Duration(e.need) * time.Millisecond; back != 9*time.Minute {
+		t.Fatalf("the default rules' snapshots start %s back, want 9m", back)
+	}
+	end := simStart.Add(3 * time.Hour)
+	src := &holdingMarks{ch: make(chan struct{})}
+	src.mark.Store(end.UnixMilli())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx, src) }()
+	last := func(want int64) func() bool {
+		return func() bool { return len(src.holds) > 0 && src.holds[len(src.holds)-1] == want }
+	}
+	src.waitFor(t, "caught up, the next minute held", last(end.UnixMilli()-e.need))
+	// The warm-up's first minute is the live minute (the mark's last
+	// whole minute) less the warm-up; each minute is held before it is
+	// evaluated, then the next one.
+	first := end.Add(-time.Minute - 10*time.Minute).UnixMilli()
+	var want []int64
+	for m := first; m <= end.UnixMilli(); m += time.Minute.Milliseconds() {
+		want = append(want, m-e.need)
+	}
+	src.mu.Lock()
+	got := slices.Clone(src.holds)
+	src.mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Errorf("holds %v, want %v", got, want)
+	}
+
+	src.waitFor(t, "released while the mark stood still", func() bool { return !src.held })
+	src.mark.Store(end.Add(time.Minute).UnixMilli())
+	src.ch <- struct{}{}
+	src.waitFor(t, "held again when the mark moved", last(end.Add(time.Minute).UnixMilli()-e.need))
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.held {
+		t.Error("the hold was not released when the engine stopped")
+	}
+}
