@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 )
 
@@ -20,6 +21,8 @@ type holdingMarks struct {
 	mu    sync.Mutex
 	holds []int64
 	held  bool
+	// onHold, when set, runs (under mu) at each hold.
+	onHold func(t int64)
 }
 
 func (h *holdingMarks) Mark() (int64, bool)           { return h.mark.Load(), true }
@@ -29,6 +32,9 @@ func (h *holdingMarks) HoldReads(t int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.holds, h.held = append(h.holds, t), true
+	if h.onHold != nil {
+		h.onHold(t)
+	}
 }
 
 func (h *holdingMarks) ReleaseReads() {
@@ -117,5 +123,48 @@ func TestRunHoldsReads(t *testing.T) {
 	defer src.mu.Unlock()
 	if src.held {
 		t.Error("the hold was not released when the engine stopped")
+	}
+}
+
+// TestRunLagFollowsMark: strata_diagnose_lag_seconds is how far the first
+// minute not evaluated trails the mark as it is after each minute, not as
+// it was when a batch of minutes started: an engine slower than the mark
+// showed no lag.
+func TestRunLagFollowsMark(t *testing.T) {
+	minute, _ := openTiers(t, t.TempDir())
+	cfg := DefaultConfig()
+	cfg.Warmup = model.Duration(10 * time.Minute)
+	e, err := New(cfg, Options{Minute: minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := simStart.Add(3 * time.Hour)
+	src := &holdingMarks{ch: make(chan struct{})}
+	src.mark.Store(end.UnixMilli())
+	// While the batch's last minute is evaluated, the mark moves 7 minutes
+	// on, without a signal: the engine waits, 7 minutes behind.
+	moved := end.Add(7 * time.Minute).UnixMilli()
+	src.onHold = func(t int64) {
+		if t == end.Add(-time.Minute).UnixMilli()-e.need {
+			src.mark.Store(moved)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- e.Run(ctx, src) }()
+	src.waitFor(t, "the batch evaluated", func() bool {
+		return len(src.holds) > 0 && src.holds[len(src.holds)-1] == end.UnixMilli()-e.need
+	})
+	deadline := time.Now().Add(time.Minute)
+	for testutil.ToFloat64(e.m.lag) != 420 {
+		if time.Now().After(deadline) {
+			t.Fatalf("lag %v s, want 420 (7 minutes behind the mark)", testutil.ToFloat64(e.m.lag))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

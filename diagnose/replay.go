@@ -135,16 +135,27 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 					e.logger.Error("diagnosis evaluation failed; retrying", "minute", next.UTC().Format(time.RFC3339), "err", err)
 					break
 				}
+				e.setLag(src, next.Add(minute))
 			}
 			if holder != nil {
 				// The next minute's snapshot reads from here.
 				holder.HoldReads(next.UnixMilli() - e.need)
 			}
-			e.m.lag.Set(max(0, end.Sub(next).Seconds()))
+			e.setLag(src, next)
 		}
 		if !waitMark(ctx, src, holder) {
 			return nil
 		}
+	}
+}
+
+// setLag sets strata_diagnose_lag_seconds: how far next, the first minute
+// not evaluated, trails src's mark now. The mark moves while minutes are
+// evaluated: measured against the mark a batch of minutes started from,
+// an engine that fell further behind with every minute showed no lag.
+func (e *Engine) setLag(src MarkSource, next time.Time) {
+	if mark, ok := src.Mark(); ok {
+		e.m.lag.Set(max(0, time.UnixMilli(mark).Truncate(minute).Sub(next).Seconds()))
 	}
 }
 
