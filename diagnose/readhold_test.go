@@ -63,6 +63,20 @@ func (h *holdingMarks) waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// newRunTestEngine is an engine with the default rules over an empty
+// minute tier, warming up over 10 minutes, for Run's own tests.
+func newRunTestEngine(t *testing.T) *Engine {
+	t.Helper()
+	minute, _ := openTiers(t, t.TempDir())
+	cfg := DefaultConfig()
+	cfg.Warmup = model.Duration(10 * time.Minute)
+	e, err := New(cfg, Options{Minute: minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // TestRunHoldsReads: the live engine holds, before each minute, the
 // start of that minute's snapshot (9 minutes back for the default rules:
 // their longest range, 3 minutes, the lookback and a minute), then the
@@ -75,13 +89,7 @@ func TestRunHoldsReads(t *testing.T) {
 	idle := readHoldIdle
 	readHoldIdle = 300 * time.Millisecond
 	t.Cleanup(func() { readHoldIdle = idle })
-	minute, _ := openTiers(t, t.TempDir())
-	cfg := DefaultConfig()
-	cfg.Warmup = model.Duration(10 * time.Minute)
-	e, err := New(cfg, Options{Minute: minute, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newRunTestEngine(t)
 	if back := time.Duration(e.need) * time.Millisecond; back != 9*time.Minute {
 		t.Fatalf("the default rules' snapshots start %s back, want 9m", back)
 	}
@@ -131,13 +139,7 @@ func TestRunHoldsReads(t *testing.T) {
 // it was when a batch of minutes started: an engine slower than the mark
 // showed no lag.
 func TestRunLagFollowsMark(t *testing.T) {
-	minute, _ := openTiers(t, t.TempDir())
-	cfg := DefaultConfig()
-	cfg.Warmup = model.Duration(10 * time.Minute)
-	e, err := New(cfg, Options{Minute: minute, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newRunTestEngine(t)
 	end := simStart.Add(3 * time.Hour)
 	src := &holdingMarks{ch: make(chan struct{})}
 	src.mark.Store(end.UnixMilli())

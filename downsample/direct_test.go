@@ -196,6 +196,16 @@ func TestDirectSeries(t *testing.T) {
 	}
 }
 
+// newGracePipelineParts opens what a pipeline with a direct writer is made
+// of, as strata serve configures it (Config.DirectGrace), its clock at
+// testStart.
+func newGracePipelineParts(t *testing.T) (*tiers.Raw, *memTier, *memTier, *testClock, Config) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.DirectGrace = DefaultDirectGrace
+	return openTestRaw(t), newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen), &testClock{t: time.UnixMilli(testStart)}, cfg
+}
+
 // TestDirectSeriesRestart: a crash loses the open hours' direct windows
 // (the spill is not read again); written again after the restart, as the
 // diagnosis engine's start-up read-back writes its baselines again, they
@@ -207,12 +217,8 @@ func TestDirectSeries(t *testing.T) {
 // writer, which writes past it; without, the first tick would write it
 // from raw alone.
 func TestDirectSeriesRestart(t *testing.T) {
-	raw := openTestRaw(t)
-	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+	raw, minute, hour, clock, cfg := newGracePipelineParts(t)
 	start := testStart
-	clock := &testClock{t: time.UnixMilli(start)}
-	cfg := testConfig()
-	cfg.DirectGrace = DefaultDirectGrace
 	p1, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
@@ -252,12 +258,8 @@ func TestDirectSeriesRestart(t *testing.T) {
 // hold leaves the hour, whole, and at the grace's end if the hold never
 // does. Released (ReleaseReads), an hour is written at its flush time.
 func TestFlushWaitsForReadHold(t *testing.T) {
-	raw := openTestRaw(t)
-	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+	raw, minute, hour, clock, cfg := newGracePipelineParts(t)
 	start := testStart
-	clock := &testClock{t: time.UnixMilli(start)}
-	cfg := testConfig()
-	cfg.DirectGrace = DefaultDirectGrace
 	p, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
