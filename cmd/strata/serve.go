@@ -159,7 +159,7 @@ func (s *serveCommand) run() error {
 	// closed, not until the signal: the closers' work (the rollup
 	// pipeline's last tick, which may write an hour's partition) ran under
 	// GOGC's goal alone, and a shutdown at 500,000 series took the RSS
-	// from 1.55 to 2.35 GiB (docs/bench.md, stop 42).
+	// from 1,546 to 2,349 MiB (docs/bench.md, stop 42).
 	paceCtx, stopPacing := context.WithCancel(context.Background())
 	defer stopPacing()
 	go s.memory.paceHeap(paceCtx, srv.reg)
