@@ -121,12 +121,10 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 				next = live.Add(-e.warmup)
 				e.logger.Info("diagnosis engine warming up", "from", next.UTC().Format(time.RFC3339), "minutes", int(e.warmup/minute))
 			}
+			e.upTo(src, holder, next)
 			for ; next.Add(minute).Compare(end) <= 0; next = next.Add(minute) {
 				if ctx.Err() != nil {
 					return nil
-				}
-				if holder != nil {
-					holder.HoldReads(next.UnixMilli() - e.need)
 				}
 				if err := e.evalMinute(ctx, next, next.Before(live)); err != nil {
 					if ctx.Err() != nil {
@@ -135,13 +133,8 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 					e.logger.Error("diagnosis evaluation failed; retrying", "minute", next.UTC().Format(time.RFC3339), "err", err)
 					break
 				}
-				e.setLag(src, next.Add(minute))
+				e.upTo(src, holder, next.Add(minute))
 			}
-			if holder != nil {
-				// The next minute's snapshot reads from here.
-				holder.HoldReads(next.UnixMilli() - e.need)
-			}
-			e.setLag(src, next)
 		}
 		if !waitMark(ctx, src, holder) {
 			return nil
@@ -149,11 +142,16 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 	}
 }
 
-// setLag sets strata_diagnose_lag_seconds: how far next, the first minute
-// not evaluated, trails src's mark now. The mark moves while minutes are
-// evaluated: measured against the mark a batch of minutes started from,
-// an engine that fell further behind with every minute showed no lag.
-func (e *Engine) setLag(src MarkSource, next time.Time) {
+// upTo records that next is the first minute not evaluated: a holder
+// holds the open windows from where next's snapshot starts, and
+// strata_diagnose_lag_seconds is how far next trails src's mark now. The
+// mark moves while minutes are evaluated: measured against the mark a
+// batch of minutes started from, an engine that fell further behind with
+// every minute showed no lag.
+func (e *Engine) upTo(src MarkSource, holder ReadHolder, next time.Time) {
+	if holder != nil {
+		holder.HoldReads(next.UnixMilli() - e.need)
+	}
 	if mark, ok := src.Mark(); ok {
 		e.m.lag.Set(max(0, time.UnixMilli(mark).Truncate(minute).Sub(next).Seconds()))
 	}
