@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"testing"
@@ -260,7 +261,8 @@ func TestDirectSeriesRestart(t *testing.T) {
 func TestFlushWaitsForReadHold(t *testing.T) {
 	raw, minute, hour, clock, cfg := newGracePipelineParts(t)
 	start := testStart
-	p, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	written := &optsTier{memTier: minute, opts: map[int64]tiers.WriteOptions{}}
+	p, err := New(cfg, raw, written, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,4 +306,31 @@ func TestFlushWaitsForReadHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.check(minute, start, start+3*HourRes)
+	// A series table only for the hours whose reads were still held (the
+	// second), or with no hold (the third): the first was written once
+	// the reader had left it.
+	for i, want := range []bool{true, false, false} {
+		if got := written.opts[start+int64(i)*HourRes].NoSeriesTable; got != want {
+			t.Errorf("hour %d written with NoSeriesTable %v, want %v", i, got, want)
+		}
+	}
+}
+
+// optsTier is a memTier written one series at a time, which records each
+// partition's write options.
+type optsTier struct {
+	*memTier
+	opts map[int64]tiers.WriteOptions
+}
+
+func (o *optsTier) WritePartitionSeries(start int64, series iter.Seq2[tiers.SeriesWindows, error], opts tiers.WriteOptions) error {
+	var all []tiers.SeriesWindows
+	for s, err := range series {
+		if err != nil {
+			return err
+		}
+		all = append(all, tiers.SeriesWindows{Labels: s.Labels, Windows: slices.Clone(s.Windows)})
+	}
+	o.opts[start] = opts
+	return o.WritePartition(start, all)
 }

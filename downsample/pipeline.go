@@ -423,6 +423,15 @@ func (p *Pipeline) ReleaseReads() {
 	p.tap.mu.Unlock()
 }
 
+// readsLeft reports whether the open windows' reader holds its reads past
+// hour h: it will not read h's partition, whose write then keeps no series
+// table for it (tiers.WriteOptions.NoSeriesTable).
+func (p *Pipeline) readsLeft(h int64) bool {
+	p.tap.mu.Lock()
+	defer p.tap.mu.Unlock()
+	return p.tap.holding && p.tap.readHold >= h+HourRes
+}
+
 // spillStarts returns the starts of the hours with a spill, ascending.
 func (p *Pipeline) spillStarts() []int64 {
 	p.spillMu.RLock()
@@ -596,7 +605,7 @@ func (p *Pipeline) flushFromRaw(ctx context.Context, h int64) (st Stats, err err
 // at a time (*tiers.Rollup): the pipeline then never holds an hour of
 // windows.
 type seriesPartitionWriter interface {
-	WritePartitionSeries(start int64, series iter.Seq2[tiers.SeriesWindows, error]) error
+	WritePartitionSeries(start int64, series iter.Seq2[tiers.SeriesWindows, error], opts tiers.WriteOptions) error
 }
 
 // writeMinutes writes hour h's minute partition from sp.
@@ -621,7 +630,7 @@ func (p *Pipeline) writeMinutesFrom(h int64, in iter.Seq2[tiers.SeriesWindows, e
 	}
 	var err error
 	if sw, ok := p.minute.(seriesPartitionWriter); ok {
-		err = sw.WritePartitionSeries(h, series)
+		err = sw.WritePartitionSeries(h, series, tiers.WriteOptions{NoSeriesTable: p.readsLeft(h)})
 	} else {
 		var all []tiers.SeriesWindows
 		for s, serr := range series {

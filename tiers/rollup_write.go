@@ -68,7 +68,19 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) error {
 				return
 			}
 		}
-	})
+	}, WriteOptions{})
+}
+
+// WriteOptions are one partition write's options; the zero value is
+// WritePartition's.
+type WriteOptions struct {
+	// NoSeriesTable keeps no series table (seriesTable) of the partition,
+	// for a write that its one frequent reader has already left: the
+	// diagnosis engine, whose minutes the pipeline waited for
+	// (downsample.Pipeline.HoldReads). The table of the partition written
+	// before goes all the same; the file's readers decode its labels, as
+	// they do every older file's.
+	NoSeriesTable bool
 }
 
 // WritePartitionSeries is WritePartition for series that come one at a
@@ -81,7 +93,7 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) error {
 // is written: see seriesTable), as a storage keeps the label sets it is
 // given, so it must not change after. An error yielded by series, or
 // series out of order, aborts the write and leaves nothing behind.
-func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindows, error]) (err error) {
+func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindows, error], opts WriteOptions) (err error) {
 	if r.cfg.ReadOnly {
 		return ErrReadOnly
 	}
@@ -131,11 +143,13 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 		// stopped reading it) or of this one, about to be replaced: it goes
 		// now, not after this one is built beside it.
 		hint := r.files.takeLatest()
-		r.mu.RLock()
-		shared := r.shared
-		r.mu.RUnlock()
-		pw.table = newTableBuilder(start, hint, labelshare.Finder{Src: shared})
-		defer pw.table.close()
+		if !opts.NoSeriesTable {
+			r.mu.RLock()
+			shared := r.shared
+			r.mu.RUnlock()
+			pw.table = newTableBuilder(start, hint, labelshare.Finder{Src: shared})
+			defer pw.table.close()
+		}
 	}
 	for s, serr := range series {
 		if serr != nil {

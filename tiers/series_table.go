@@ -24,12 +24,17 @@ import (
 //
 // Since the hour's write waits for the engine's minutes to leave the hour
 // (downsample.Pipeline.HoldReads), the engine reads the new file only when
-// it lags by more than the pipeline's grace; the table serves every other
-// reader of that file too (the stitched view's baseline series, the
-// StoreAPI's minute-tier reads).
+// it lags by more than the pipeline's grace, and the pipeline asks for no
+// table when the engine has left the hour (WriteOptions.NoSeriesTable): it
+// held 36.8 MB all hour in stop 42's run at 500,000 series (the fleet's
+// series runs and the engine's baselines') for the file's other readers
+// alone (the stitched view's baseline series, the StoreAPI's minute-tier
+// reads), who read every older file without one (docs/bench.md, stop 43).
+// With the engine off, or a custom rule reaching too far back for the
+// pipeline to wait (diagnose.Engine.Run), the table is kept as before.
 //
 // One table is kept, the last written partition's: the one the engine
-// reads. It adds about 44 bytes a series (22 MB at 500,000): its label
+// reads. It adds about 44 bytes a series run: its label
 // sets are the raw tier's head's (Rollup.ShareLabels) where the head holds
 // the series, else those the writer was given, which the process holds
 // anyway (the rollup tee's, for the engine's baselines, which only the

@@ -232,6 +232,55 @@ func TestSeriesTableSelect(t *testing.T) {
 	}
 }
 
+// TestWriteWithoutSeriesTable: a write with NoSeriesTable keeps no table,
+// and drops the one of the partition written before; the file reads as
+// one written with a table does.
+func TestWriteWithoutSeriesTable(t *testing.T) {
+	r := openTableRollup(t, t.TempDir())
+	hour := int64(3_600_000)
+	if err := r.WritePartition(tableT0, tableSeries(tableT0, 40, 0)); err != nil {
+		t.Fatal(err)
+	}
+	latest := func() *seriesTable {
+		r.files.mu.Lock()
+		defer r.files.mu.Unlock()
+		return r.files.latest
+	}
+	if latest() == nil {
+		t.Fatal("WritePartition kept no table")
+	}
+	want := selectAll(t, context.Background(), r, tableT0, tableT0+2*hour, selectOptions{need: colAll})
+	series := tableSeries(tableT0+hour, 50, 1000)
+	slices.SortFunc(series, func(a, b SeriesWindows) int {
+		return ComparePartitionOrder(a.Labels, SeriesID(a.Labels), b.Labels, SeriesID(b.Labels))
+	})
+	in := func(yield func(SeriesWindows, error) bool) {
+		for _, s := range series {
+			if !yield(s, nil) {
+				return
+			}
+		}
+	}
+	if err := r.WritePartitionSeries(tableT0+hour, in, WriteOptions{NoSeriesTable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if tb := latest(); tb != nil {
+		t.Fatalf("a table kept for partition %d", tb.start)
+	}
+	got := selectAll(t, context.Background(), r, tableT0, tableT0+2*hour, selectOptions{need: colAll})
+	for _, s := range series {
+		want[s.Labels.String()] = append(want[s.Labels.String()], s.Windows...)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d series, want %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if g := got[k]; !slices.Equal(g, w) {
+			t.Fatalf("%s\n got %v\nwant %v", k, g, w)
+		}
+	}
+}
+
 // TestTableBuilderShares: the table keeps the shared store's label set
 // where it holds the series, else the one the writer was given; neither
 // is copied.
