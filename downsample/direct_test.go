@@ -316,6 +316,28 @@ func TestFlushWaitsForReadHold(t *testing.T) {
 	}
 }
 
+// TestNoReaderNoSeriesTable: a pipeline that waits for no reader
+// (DirectGrace zero: strata serve without the diagnosis engine) writes its
+// partitions without a series table.
+func TestNoReaderNoSeriesTable(t *testing.T) {
+	raw, minute, hour, clock, cfg := newGracePipelineParts(t)
+	cfg.DirectGrace = 0
+	written := &optsTier{memTier: minute, opts: map[int64]tiers.WriteOptions{}}
+	p, err := New(cfg, raw, written, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newDirectFeed(t, raw, clock, 2)
+	f.run(p, testStart, testStart+HourRes+StaleLookahead+cfg.Lateness.Milliseconds()+MinuteRes, true, 0)
+	o, ok := written.opts[testStart]
+	if !ok || !o.NoSeriesTable {
+		t.Fatalf("the first hour written %v, with NoSeriesTable %v; want true, true", ok, o.NoSeriesTable)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // optsTier is a memTier written one series at a time, which records each
 // partition's write options.
 type optsTier struct {

@@ -423,10 +423,15 @@ func (p *Pipeline) ReleaseReads() {
 	p.tap.mu.Unlock()
 }
 
-// readsLeft reports whether the open windows' reader holds its reads past
-// hour h: it will not read h's partition, whose write then keeps no series
-// table for it (tiers.WriteOptions.NoSeriesTable).
-func (p *Pipeline) readsLeft(h int64) bool {
+// unread reports whether no reader of the open windows will read hour h's
+// partition once written: none waits (Config.DirectGrace is zero: in
+// strata serve, the diagnosis engine is off), or it holds its reads past
+// the hour. The write then keeps no series table for such a reader
+// (tiers.WriteOptions.NoSeriesTable).
+func (p *Pipeline) unread(h int64) bool {
+	if p.cfg.DirectGrace <= 0 {
+		return true
+	}
 	p.tap.mu.Lock()
 	defer p.tap.mu.Unlock()
 	return p.tap.holding && p.tap.readHold >= h+HourRes
@@ -630,7 +635,7 @@ func (p *Pipeline) writeMinutesFrom(h int64, in iter.Seq2[tiers.SeriesWindows, e
 	}
 	var err error
 	if sw, ok := p.minute.(seriesPartitionWriter); ok {
-		err = sw.WritePartitionSeries(h, series, tiers.WriteOptions{NoSeriesTable: p.readsLeft(h)})
+		err = sw.WritePartitionSeries(h, series, tiers.WriteOptions{NoSeriesTable: p.unread(h)})
 	} else {
 		var all []tiers.SeriesWindows
 		for s, serr := range series {

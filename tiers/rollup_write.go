@@ -75,8 +75,8 @@ func (r *Rollup) WritePartition(start int64, series []SeriesWindows) error {
 // WritePartition's.
 type WriteOptions struct {
 	// NoSeriesTable keeps no series table (seriesTable) of the partition,
-	// for a write that its one frequent reader has already left: the
-	// diagnosis engine, whose minutes the pipeline waited for
+	// for a write that its one frequent reader will not read: the
+	// diagnosis engine, off, or whose minutes the pipeline waited for
 	// (downsample.Pipeline.HoldReads). The table of the partition written
 	// before goes all the same; the file's readers decode its labels, as
 	// they do every older file's.

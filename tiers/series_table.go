@@ -30,8 +30,9 @@ import (
 // series runs and the engine's baselines') for the file's other readers
 // alone (the stitched view's baseline series, the StoreAPI's minute-tier
 // reads), who read every older file without one (docs/bench.md, stop 43).
-// With the engine off, or a custom rule reaching too far back for the
-// pipeline to wait (diagnose.Engine.Run), the table is kept as before.
+// With the engine off no table is kept either; with a custom rule reaching
+// too far back for the pipeline to wait (diagnose.Engine.Run), or a write
+// at the end of the pipeline's grace (the engine lagging), it is.
 //
 // One table is kept, the last written partition's: the one the engine
 // reads. It adds about 44 bytes a series run: its label
