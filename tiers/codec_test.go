@@ -155,47 +155,56 @@ func TestCodecWritingReleases(t *testing.T) {
 	check("after the fourth write", false)
 }
 
-// BenchmarkNewEncoder is what dropping the rollup codec's encoders after a
-// write costs the next one: an encoder at the codec's level and window,
-// made and used for one page.
+// BenchmarkNewEncoder is what dropping a rollup codec's encoders after a
+// write costs the next one: an encoder at the codec's level (the minute
+// tier's better, the hour tier's best) and window, made and used for one
+// page.
 func BenchmarkNewEncoder(b *testing.B) {
 	page := make([]byte, 64<<10)
 	for i := range page {
 		page[i] = byte(i * 7 % 251)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		l := newEncoderList(zstd.SpeedBestCompression, rollupWindow)
-		e, err := l.get()
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = e.EncodeAll(page, nil)
+	for _, c := range []struct {
+		name  string
+		level zstd.Level
+	}{{"better", zstd.SpeedBetterCompression}, {"best", zstd.SpeedBestCompression}} {
+		b.Run("level="+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				l := newEncoderList(c.level, rollupWindow)
+				e, err := l.get()
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = e.EncodeAll(page, nil)
+			}
+		})
 	}
 }
 
 // TestPartitionWriteReleasesEncoders: a partition's write arms the rollup
 // codec's release of its encoders when it is done.
 func TestPartitionWriteReleasesEncoders(t *testing.T) {
+	codec := codecFor(DefaultMinuteConfig("").Zstd)
 	var fire []func()
-	rollupCodec.mu.Lock()
-	after := rollupCodec.after
-	rollupCodec.after = func(f func()) { fire = append(fire, f) }
-	rollupCodec.mu.Unlock()
+	codec.mu.Lock()
+	after := codec.after
+	codec.after = func(f func()) { fire = append(fire, f) }
+	codec.mu.Unlock()
 	t.Cleanup(func() {
-		rollupCodec.mu.Lock()
-		rollupCodec.after = after
-		rollupCodec.mu.Unlock()
+		codec.mu.Lock()
+		codec.after = after
+		codec.mu.Unlock()
 	})
 	r := openTableRollup(t, t.TempDir())
 	if err := r.WritePartition(tableT0, tableSeries(tableT0, 40, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if len(fire) != 1 || rollupCodec.encoders.kept() == 0 {
-		t.Fatalf("%d releases armed by the write, want 1; %d encoders kept, want some", len(fire), rollupCodec.encoders.kept())
+	if len(fire) != 1 || codec.encoders.kept() == 0 {
+		t.Fatalf("%d releases armed by the write, want 1; %d encoders kept, want some", len(fire), codec.encoders.kept())
 	}
 	fire[0]()
-	if l, s := rollupCodec.encoders.kept(), rollupCodec.stored.kept(); l != 0 || s != 0 {
+	if l, s := codec.encoders.kept(), codec.stored.kept(); l != 0 || s != 0 {
 		t.Fatalf("after the write: kept %d and %d encoders, want none", l, s)
 	}
 	if got := selectAll(t, t.Context(), r, tableT0, tableT0+3_600_000, selectOptions{}); len(got) != 40 {

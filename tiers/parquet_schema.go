@@ -308,20 +308,39 @@ func sortedRows(series []SeriesWindows) ([]parquetRow, error) {
 	return rows, nil
 }
 
-// rollupCodec compresses every column of both tiers. SpeedBestCompression:
-// 6-7 % smaller files than SpeedBetterCompression on the size test's data, for
-// about twice the write time (docs/format/minute.md). One codec for all files,
-// because it pools its encoders, whose tables are costly to set up at this
-// level: a new codec per file made writing a small file 3-5x slower.
-var rollupCodec = newRollupCodec(zstd.SpeedBestCompression)
+// The rollup tiers' codecs, one per zstd level (RollupConfig.Zstd), shared
+// by every file written at that level, because each keeps its encoders,
+// whose tables are costly to set up: a new codec per file made writing a
+// small file 3-5x slower.
+//
+// The hour tier writes at SpeedBestCompression, which its size target at 15 s
+// sampling needs (1/50.7 of raw, 1/48.7 at the better level). The minute
+// tier writes at SpeedBetterCompression: 6.7-6.9 % larger files on the size
+// test's data (0.893x raw at 15 s against a target of 1x, 1/12.3 at 1 s
+// against 1/8), for a third to two thirds of the write time, and an encoder
+// of 6.8 MB instead of 38 MB, which an hour's write at 500,000 series held
+// in the minutes Strata's memory peaks (docs/format/minute.md, "zstd
+// level"; docs/bench.md, stop 43).
+var (
+	betterCodec = newRollupCodec(zstd.SpeedBetterCompression)
+	bestCodec   = newRollupCodec(zstd.SpeedBestCompression)
+)
+
+// codecFor is the codec of level.
+func codecFor(level ZstdLevel) *storedZstd {
+	if level == ZstdBest {
+		return bestCodec
+	}
+	return betterCodec
+}
 
 // rollupWindow is the rollup codec's zstd window: see newKeptZstd.
 const rollupWindow = 1 << 20
 
 // parquetWriterOptions are the writer settings shared by both tiers.
-func parquetWriterOptions(rowsPerGroup int64, res string) []parquet.WriterOption {
+func parquetWriterOptions(codec *storedZstd, rowsPerGroup int64, res string) []parquet.WriterOption {
 	return []parquet.WriterOption{
-		parquet.Compression(rollupCodec),
+		parquet.Compression(codec),
 		parquet.MaxRowsPerRowGroup(rowsPerGroup),
 		// One data page per column chunk of a 32k-row group (the default 256
 		// KiB buffer cut each double column into two): 1.7 % smaller minute

@@ -54,6 +54,11 @@ type RollupConfig struct {
 	// On for the minute tier, whose queries read many rows per series; off
 	// for the hour tier, whose files it would grow by ~3.5 %.
 	SeriesRuns bool
+	// Zstd is the zstd level the tier's files are written at: the better
+	// level (the zero value) for the minute tier, the best for the hour
+	// tier, whose size target needs it (see betterCodec). Any zstd reader
+	// decodes either.
+	Zstd ZstdLevel
 	// ReadOnly opens an existing tier for queries only, beside a running
 	// `strata serve` that writes it: no directory is created, leftover
 	// temporary files (the writer's, in progress) are left alone, and
@@ -65,6 +70,16 @@ type RollupConfig struct {
 	Remote *RemoteConfig
 }
 
+// ZstdLevel is a rollup tier's zstd level (RollupConfig.Zstd).
+type ZstdLevel int
+
+const (
+	// ZstdBetter is zstd's better level (SpeedBetterCompression).
+	ZstdBetter ZstdLevel = iota
+	// ZstdBest is zstd's best level (SpeedBestCompression).
+	ZstdBest
+)
+
 // DefaultMinuteConfig is the minute tier: 1 m windows, one file per UTC hour, 30 d.
 func DefaultMinuteConfig(dir string) RollupConfig {
 	return RollupConfig{Name: "minute", Dir: dir, Resolution: time.Minute, PartitionLength: time.Hour, Retention: 30 * 24 * time.Hour, SeriesRuns: true}
@@ -72,7 +87,7 @@ func DefaultMinuteConfig(dir string) RollupConfig {
 
 // DefaultHourConfig is the hour tier: 1 h windows, one file per UTC day, 365 d.
 func DefaultHourConfig(dir string) RollupConfig {
-	return RollupConfig{Name: "hour", Dir: dir, Resolution: time.Hour, PartitionLength: 24 * time.Hour, Retention: 365 * 24 * time.Hour}
+	return RollupConfig{Name: "hour", Dir: dir, Resolution: time.Hour, PartitionLength: 24 * time.Hour, Retention: 365 * 24 * time.Hour, Zstd: ZstdBest}
 }
 
 // PartitionInfo describes one partition file.

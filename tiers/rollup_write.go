@@ -123,7 +123,8 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 			}
 		}()
 	}
-	done := rollupCodec.writing()
+	codec := codecFor(r.cfg.Zstd)
+	done := codec.writing()
 	defer done()
 	f, err := atomicfile.Create(final, tempPrefix+"*"+partitionSuffix)
 	if err != nil {
@@ -135,7 +136,7 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 		}
 	}()
 	pw := &partitionWriter{
-		w:     parquet.NewGenericWriter[parquetRow](f, parquetWriterOptions(r.cfg.RowsPerRowGroup, r.cfg.Resolution.String())...),
+		w:     parquet.NewGenericWriter[parquetRow](f, parquetWriterOptions(codec, r.cfg.RowsPerRowGroup, r.cfg.Resolution.String())...),
 		start: start, length: length, res: r.cfg.Resolution.Milliseconds(),
 	}
 	if r.cfg.SeriesRuns {

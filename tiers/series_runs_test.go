@@ -115,7 +115,7 @@ func TestSeriesRuns(t *testing.T) {
 // TestStoredZstd: nearly incompressible pages are stored, others compressed
 // as before; both decode with parquet-go's own zstd codec, as any reader's.
 func TestStoredZstd(t *testing.T) {
-	c := rollupCodec
+	c := bestCodec
 	rng := rand.New(rand.NewPCG(3, 4)) //nolint:gosec // test data
 	random := make([]byte, 1<<18)
 	for i := range random {
