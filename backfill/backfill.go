@@ -67,6 +67,11 @@ type Config struct {
 	HourRetention time.Duration
 	// BatchSize is the number of samples per raw commit.
 	BatchSize int
+	// TempDir is where the hour tier's build keeps its temporary runs (a
+	// day's hour windows, in files: downsample.BuildHourPartition); empty
+	// is os.TempDir(). strata backfill uses the server's rollup spill
+	// directory, which strata serve empties on start.
+	TempDir string
 	// Now is the clock.
 	Now func() time.Time
 }
@@ -266,7 +271,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 			return res, err
 		}
 		if !slices.Contains(st.Hour, d) && dayComplete(t.Minute, d, cutoff) {
-			if _, _, err := downsample.BuildHourPartition(ctx, t.Minute, t.Hour, d, cfg.KindOf); err != nil {
+			if _, _, err := downsample.BuildHourPartition(ctx, t.Minute, t.Hour, d, cfg.KindOf, cfg.TempDir); err != nil {
 				return res, fmt.Errorf("backfill: %w", err)
 			}
 			res.PartitionsWritten++

@@ -78,7 +78,7 @@ func NewStream(ctx context.Context, cfg Config, t Targets) (*Stream, error) {
 		cfg.Now = time.Now
 	}
 	s := &Stream{ctx: ctx, cfg: cfg, t: t, oldest: math.MinInt64, series: map[uint64][]*streamSeries{}, hour: math.MinInt64, now: math.MinInt64}
-	s.w = newPartitionWriter(ctx, t, cfg.KindOf)
+	s.w = newPartitionWriter(ctx, t, cfg.KindOf, cfg.TempDir)
 	if cfg.HourRetention > 0 {
 		s.oldest = timegrid.Floor(cfg.Now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen)
 	}
@@ -282,6 +282,7 @@ type partitionWriter struct {
 	ctx  context.Context
 	t    Targets
 	kind downsample.KindFunc
+	tmp  string // Config.TempDir
 	jobs chan writeJob
 	done chan struct{}
 	mu   sync.Mutex
@@ -290,8 +291,8 @@ type partitionWriter struct {
 
 const streamQueue = 2
 
-func newPartitionWriter(ctx context.Context, t Targets, kind downsample.KindFunc) *partitionWriter {
-	w := &partitionWriter{ctx: ctx, t: t, kind: kind, jobs: make(chan writeJob, streamQueue), done: make(chan struct{})}
+func newPartitionWriter(ctx context.Context, t Targets, kind downsample.KindFunc, tmp string) *partitionWriter {
+	w := &partitionWriter{ctx: ctx, t: t, kind: kind, tmp: tmp, jobs: make(chan writeJob, streamQueue), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -304,7 +305,7 @@ func (w *partitionWriter) run() {
 		}
 		var err error
 		if j.day {
-			if _, _, err = downsample.BuildHourPartition(w.ctx, w.t.Minute, w.t.Hour, j.start, w.kind); err != nil {
+			if _, _, err = downsample.BuildHourPartition(w.ctx, w.t.Minute, w.t.Hour, j.start, w.kind, w.tmp); err != nil {
 				err = fmt.Errorf("backfill: %w", err)
 			}
 		} else if err = w.t.Minute.WritePartition(j.start, j.series); err != nil {

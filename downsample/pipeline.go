@@ -1,7 +1,6 @@
 package downsample
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -741,7 +740,7 @@ func (p *Pipeline) buildDays(ctx context.Context) error {
 // buildDay writes day d's hour partition from its minute partitions. A day
 // with no minute partition at all (before the tier existed) is skipped.
 func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
-	series, windows, err := BuildHourPartition(ctx, p.minute, p.hour, d, p.cfg.KindOf)
+	series, windows, err := BuildHourPartition(ctx, p.minute, p.hour, d, p.cfg.KindOf, p.cfg.SpillDir)
 	if err != nil || series < 0 {
 		return err
 	}
@@ -749,44 +748,6 @@ func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
 	p.m.windows.WithLabelValues("hour").Add(float64(windows))
 	p.logger.Debug("hour partition written", "day", fmtTime(d), "series", series, "windows", windows)
 	return nil
-}
-
-// BuildHourPartition writes the hour partition of day d (ms, UTC midnight)
-// from the minute tier's windows of that day, replacing an existing one: hour
-// windows are always derived from minute windows, never from raw data. A day
-// without any minute partition is not written and series is -1. kindOf types
-// the series as the minute windows were typed (Config.KindOf).
-func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWriter, d int64, kindOf KindFunc) (series, windows int, err error) {
-	if d != timegrid.Floor(d, DayLen) {
-		return -1, 0, fmt.Errorf("hour partition start %d is not a UTC midnight", d)
-	}
-	found := false
-	for h := d; h < d+DayLen && !found; h += HourRes {
-		found = minute.HasPartition(h)
-	}
-	if !found {
-		return -1, 0, nil
-	}
-	minutes, err := minute.Select(ctx, d, d+DayLen-1)
-	if err != nil {
-		return -1, 0, fmt.Errorf("read minute windows of %s: %w", fmtTime(d), err)
-	}
-	out := make([]tiers.SeriesWindows, 0, len(minutes))
-	for _, s := range minutes {
-		ws := s.Windows
-		if !slices.IsSortedFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) }) {
-			ws = slices.Clone(ws)
-			slices.SortFunc(ws, func(a, b tiers.Window) int { return cmp.Compare(a.Start, b.Start) })
-		}
-		hours := Coarsen(nil, ws, HourRes, kindOf.Of(s.Labels))
-		windows += len(hours)
-		out = append(out, tiers.SeriesWindows{Labels: s.Labels, Windows: hours})
-	}
-	sortSeries(out)
-	if err := hour.WritePartition(d, out); err != nil {
-		return -1, 0, fmt.Errorf("write hour partition %s: %w", fmtTime(d), err)
-	}
-	return len(out), windows, nil
 }
 
 // Close runs a last tick, so that partitions that became final are written,

@@ -91,6 +91,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if bcfg.KindOf, err = rollupTyping(); err != nil {
 		return err
 	}
+	bcfg.TempDir = filepath.Join(cfg.Storage.Path, rollupSpillDir)
 	bcfg.ProgressFile = c.progressFile
 	if bcfg.ProgressFile == "" {
 		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")

@@ -204,7 +204,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
 	// The open hours' minute windows wait in files (the page cache), not
 	// the heap: docs/rollups.md, "Memory".
-	dsCfg.SpillDir = filepath.Join(cfg.Storage.Path, "rollup-spill")
+	dsCfg.SpillDir = filepath.Join(cfg.Storage.Path, rollupSpillDir)
 	if cfg.Diagnose.Enabled {
 		// An hour waits for the engine's baselines, which it writes again
 		// after a restart (docs/diagnosis.md, "Baseline series").
