@@ -51,6 +51,7 @@ var errStopped = errors.New("stopped")
 // partitionReader turns a file's rows into its series, in row order.
 type partitionReader struct {
 	cols rollupColumns
+	vals []columnValues // the columns of rowWindow's row, in its order
 	// The series being collected: its labels column text, id and windows.
 	text string
 	id   int64
@@ -61,45 +62,94 @@ type partitionReader struct {
 const partitionReadRows = 1024
 
 func (pr *partitionReader) read(ctx context.Context, pf *parquet.File, yield func(SeriesWindows, error) bool) error {
-	buf := make([]parquet.Row, partitionReadRows)
+	c := &pr.cols
+	cols := []int{c.labels, c.seriesID, c.start, c.firstT, c.lastT, c.count, c.sum, c.min, c.max, c.first, c.last, c.increase, c.resets, c.stale}
+	pr.vals = make([]columnValues, len(cols))
+	for i := range pr.vals {
+		pr.vals[i].buf = make([]parquet.Value, partitionReadRows)
+	}
 	for _, rg := range pf.RowGroups() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := pr.readRowGroup(rg, buf, yield); err != nil {
+		if err := pr.readRowGroup(rg, cols, yield); err != nil {
 			return err
 		}
 	}
 	return pr.flush(yield)
 }
 
-func (pr *partitionReader) readRowGroup(rg parquet.RowGroup, buf []parquet.Row, yield func(SeriesWindows, error) bool) (err error) {
-	rows := rg.Rows()
-	defer func() { err = errors.Join(err, rows.Close()) }()
-	for {
-		n, rerr := rows.ReadRows(buf)
-		for _, row := range buf[:n] {
-			if err := pr.add(row, yield); err != nil {
-				return err
+// columnValues reads one column of a row group a batch of values at a
+// time: only the columns a window needs are decoded, not the label columns.
+type columnValues struct {
+	r     parquet.ColumnChunkValueReader
+	buf   []parquet.Value
+	at, n int
+}
+
+// next is the column's next value. A value read before it may point into a
+// page the reader has since released: take each in turn.
+func (cv *columnValues) next() (parquet.Value, error) {
+	if cv.at == cv.n {
+		n, err := cv.r.ReadValues(cv.buf)
+		if n == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return parquet.Value{}, err
+		}
+		cv.at, cv.n = 0, n
+	}
+	cv.at++
+	return cv.buf[cv.at-1], nil
+}
+
+func (pr *partitionReader) readRowGroup(rg parquet.RowGroup, cols []int, yield func(SeriesWindows, error) bool) (err error) {
+	chunks := rg.ColumnChunks()
+	for i, c := range cols {
+		pr.vals[i].r, pr.vals[i].at, pr.vals[i].n = parquet.NewColumnChunkValueReader(chunks[c]), 0, 0
+	}
+	defer func() {
+		for i := range pr.vals {
+			err = errors.Join(err, pr.vals[i].r.Close())
+		}
+	}()
+	row := make([]parquet.Value, len(cols))
+	for range rg.NumRows() {
+		for i := range pr.vals {
+			if row[i], err = pr.vals[i].next(); err != nil {
+				return fmt.Errorf("column %d: %w", cols[i], err)
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
-			return nil
-		}
-		if rerr != nil {
-			return rerr
+		if err := pr.add(row, yield); err != nil {
+			return err
 		}
 	}
+	return nil
 }
+
+// The places of a window's columns in a row read by readRowGroup.
+const (
+	vLabels = iota
+	vSeriesID
+	vStart
+	vFirstT
+	vLastT
+	vCount
+	vSum
+	vMin
+	vMax
+	vFirst
+	vLast
+	vIncrease
+	vResets
+	vStale
+)
 
 // add appends row's window to the series being collected, or yields that
 // series first when row starts another.
-func (pr *partitionReader) add(row parquet.Row, yield func(SeriesWindows, error) bool) error {
-	c := &pr.cols
-	if len(row) <= max(c.labels, c.seriesID, c.start, c.firstT, c.lastT, c.count, c.sum, c.min, c.max, c.first, c.last, c.increase, c.resets, c.stale) {
-		return fmt.Errorf("row of %d columns", len(row))
-	}
-	text, id := row[c.labels].ByteArray(), row[c.seriesID].Int64()
+func (pr *partitionReader) add(row []parquet.Value, yield func(SeriesWindows, error) bool) error {
+	text, id := row[vLabels].ByteArray(), row[vSeriesID].Int64()
 	if len(pr.ws) > 0 && (id != pr.id || string(text) != pr.text) {
 		if err := pr.flush(yield); err != nil {
 			return err
@@ -108,7 +158,7 @@ func (pr *partitionReader) add(row parquet.Row, yield func(SeriesWindows, error)
 	if len(pr.ws) == 0 {
 		pr.text, pr.id = string(text), id
 	}
-	w, err := rowWindow(row, c)
+	w, err := rowWindow(row)
 	if err != nil {
 		return err
 	}
@@ -137,17 +187,17 @@ func (pr *partitionReader) flush(yield func(SeriesWindows, error) bool) error {
 // rules of schema version 2 (parquet_derive.go), as the column readers
 // derive them (deriveWindowColumns): first, then min, max and increase from
 // it, then sum.
-func rowWindow(row parquet.Row, c *rollupColumns) (Window, error) {
-	if row[c.last].IsNull() {
+func rowWindow(row []parquet.Value) (Window, error) {
+	if row[vLast].IsNull() {
 		return Window{}, errors.New("column last has a null")
 	}
-	count := row[c.count].Int64()
+	count := row[vCount].Int64()
 	w := Window{
-		Start: row[c.start].Int64(), FirstT: row[c.firstT].Int64(), LastT: row[c.lastT].Int64(),
+		Start: row[vStart].Int64(), FirstT: row[vFirstT].Int64(), LastT: row[vLastT].Int64(),
 		Count:  uint32(count), //nolint:gosec // written from a uint32
-		Last:   row[c.last].Double(),
-		Resets: uint32(max(row[c.resets].Int32(), 0)),
-		Stale:  row[c.stale].Boolean(),
+		Last:   row[vLast].Double(),
+		Resets: uint32(max(row[vResets].Int32(), 0)),
+		Stale:  row[vStale].Boolean(),
 	}
 	or := func(v parquet.Value, rule func() float64) float64 {
 		if v.IsNull() {
@@ -155,10 +205,10 @@ func rowWindow(row parquet.Row, c *rollupColumns) (Window, error) {
 		}
 		return v.Double()
 	}
-	w.First = or(row[c.first], func() float64 { return ruleFirst(w.Last) })
-	w.Min = or(row[c.min], func() float64 { return ruleMin(w.First, w.Last) })
-	w.Max = or(row[c.max], func() float64 { return ruleMax(w.First, w.Last) })
-	w.Increase = or(row[c.increase], func() float64 { return ruleIncrease(w.First, w.Last) })
-	w.Sum = or(row[c.sum], func() float64 { return ruleSum(count, w.Last) })
+	w.First = or(row[vFirst], func() float64 { return ruleFirst(w.Last) })
+	w.Min = or(row[vMin], func() float64 { return ruleMin(w.First, w.Last) })
+	w.Max = or(row[vMax], func() float64 { return ruleMax(w.First, w.Last) })
+	w.Increase = or(row[vIncrease], func() float64 { return ruleIncrease(w.First, w.Last) })
+	w.Sum = or(row[vSum], func() float64 { return ruleSum(count, w.Last) })
 	return w, nil
 }
