@@ -122,6 +122,7 @@ type hourBuild struct {
 	// a run holds them by their labels, as the merge compares them.
 	group []groupedSeries
 	buf   []byte
+	hw    []tiers.Window // addHour's
 }
 
 type groupedSeries struct {
@@ -154,7 +155,8 @@ func (b *hourBuild) addHour(ctx context.Context, pr partitionSeriesReader, h int
 		if len(s.Windows) == 0 {
 			continue
 		}
-		hw := Coarsen(nil, s.Windows, HourRes, b.kindOf.Of(s.Labels))
+		hw := Coarsen(b.hw[:0], s.Windows, HourRes, b.kindOf.Of(s.Labels))
+		b.hw = hw
 		if len(hw) != 1 || hw[0].Start != h {
 			return fmt.Errorf("series %s: minute windows outside hour %s", s.Labels, fmtTime(h))
 		}
