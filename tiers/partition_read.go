@@ -12,11 +12,13 @@ import (
 
 // PartitionSeries yields every series of the partition starting at start,
 // in the file's order (partition order: ComparePartitionOrder), each with
-// its windows ascending. It reads the file a batch of rows at a time and
-// holds one series' windows, not the partition's: for a reader of every
-// series of a partition, such as the hour tier's build from a day of
-// minute partitions, where Select would hold every window of the range
-// (182 bytes each in the heap: 13 GB for a day of 50,000 series).
+// its windows ascending. It reads the columns a window needs (not the
+// label columns, which the labels column repeats), a batch of values of
+// each at a time, and holds one series' windows, not the partition's: for
+// a reader of every series of a partition, such as the hour tier's build
+// from a day of minute partitions, where Select would hold every window
+// of the range (182 bytes each in the heap: 13 GB for a day of 50,000
+// series).
 //
 // A yielded series' windows are valid until the next series is requested;
 // its label set may be kept. A partition the tier does not hold yields
@@ -58,7 +60,8 @@ type partitionReader struct {
 	ws   []Window
 }
 
-// partitionReadRows is how many rows partitionReader reads at once.
+// partitionReadRows is how many values of a column partitionReader reads
+// at once.
 const partitionReadRows = 1024
 
 func (pr *partitionReader) read(ctx context.Context, pf *parquet.File, yield func(SeriesWindows, error) bool) error {
