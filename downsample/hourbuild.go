@@ -226,7 +226,7 @@ func (b *hourBuild) remove() error {
 // reused for the next series.
 func (b *hourBuild) merge() iter.Seq2[tiers.SeriesWindows, error] {
 	return func(yield func(tiers.SeriesWindows, error) bool) {
-		h := make(runHeap, 0, len(b.runs))
+		h := make(cursorHeap[*runCursor], 0, len(b.runs))
 		for i, f := range b.runs {
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
 				yield(tiers.SeriesWindows{}, fmt.Errorf("read hour build run: %w", err))
@@ -293,20 +293,10 @@ func (c *runCursor) next() bool {
 
 func (c *runCursor) readWindow() tiers.Window {
 	d := &c.d
-	varint := func() int64 {
-		if d.err != nil {
-			return 0
-		}
-		v, err := binary.ReadVarint(d.r)
-		if err != nil {
-			d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
-		}
-		return v
-	}
 	var w tiers.Window
-	w.Start = varint()
-	w.FirstT = w.Start + varint()
-	w.LastT = w.Start + varint()
+	w.Start = d.varint()
+	w.FirstT = w.Start + d.varint()
+	w.LastT = w.Start + d.varint()
 	w.Count = uint32(min(d.uvarint(), math.MaxUint32))  //nolint:gosec // bounded
 	w.Resets = uint32(min(d.uvarint(), math.MaxUint32)) //nolint:gosec // bounded
 	var f [8]byte
@@ -324,21 +314,4 @@ func (c *runCursor) readWindow() tiers.Window {
 	return w
 }
 
-// runHeap orders run cursors by their current record's series, then hour.
-type runHeap []*runCursor
-
-func (h runHeap) Len() int { return len(h) }
-func (h runHeap) Less(i, j int) bool {
-	if c := h[i].key.compare(&h[j].key); c != 0 {
-		return c < 0
-	}
-	return h[i].seq < h[j].seq
-}
-func (h runHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *runHeap) Push(x any)   { *h = append(*h, x.(*runCursor)) }
-func (h *runHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return c
-}
+func (c *runCursor) current() (*spillKey, int) { return &c.key, c.seq }

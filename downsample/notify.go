@@ -242,7 +242,7 @@ func keptLabels(lset, own labels.Labels) labels.Labels {
 // in [from, maxt] goes to add, then done is called. Run with spillMu held
 // for reading.
 func (p *Pipeline) visitBlocks(mint, maxt int64, blocks func(*spillBlock) bool, want func(*spillKey) (int64, bool), add func(*spillKey, *blockCursor), done func(*spillKey)) {
-	var h cursorHeap
+	var h cursorHeap[*blockCursor]
 	for _, sp := range p.spills {
 		if sp.start+HourRes <= mint || sp.start > maxt {
 			continue

@@ -388,11 +388,17 @@ type spillReader struct {
 	err error
 }
 
-func (d *spillReader) uvarint() uint64 {
+func (d *spillReader) uvarint() uint64 { return readVar(d, binary.ReadUvarint) }
+
+func (d *spillReader) varint() int64 { return readVar(d, binary.ReadVarint) }
+
+// readVar reads a value with read, unless d has failed.
+func readVar[T any](d *spillReader, read func(io.ByteReader) (T, error)) T {
+	var v T
 	if d.err != nil {
-		return 0
+		return v
 	}
-	v, err := binary.ReadUvarint(d.r)
+	v, err := read(d.r)
 	if err != nil {
 		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
 	}
@@ -654,19 +660,30 @@ func (c *blockCursor) nextRecord() bool {
 
 func (c *blockCursor) Err() error { return c.d.err }
 
-// cursorHeap orders cursors by their current record's key, then block.
-type cursorHeap []*blockCursor
+// keyedCursor is a cursor over records in partition order: its current
+// record's series, and the cursor's place among those merged (a later one
+// wins, or comes later).
+type keyedCursor interface {
+	current() (key *spillKey, seq int)
+}
 
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	if c := h[i].key.compare(&h[j].key); c != 0 {
+func (c *blockCursor) current() (*spillKey, int) { return &c.key, c.seq }
+
+// cursorHeap orders cursors by their current record's key, then place.
+type cursorHeap[C keyedCursor] []C
+
+func (h cursorHeap[C]) Len() int { return len(h) }
+func (h cursorHeap[C]) Less(i, j int) bool {
+	ki, si := h[i].current()
+	kj, sj := h[j].current()
+	if c := ki.compare(kj); c != 0 {
 		return c < 0
 	}
-	return h[i].seq < h[j].seq
+	return si < sj
 }
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*blockCursor)) }
-func (h *cursorHeap) Pop() any {
+func (h cursorHeap[C]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap[C]) Push(x any)   { *h = append(*h, x.(C)) }
+func (h *cursorHeap[C]) Pop() any {
 	old := *h
 	c := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -712,7 +729,7 @@ func (p *Pipeline) spillSeries(sp *hourSpill) iter.Seq2[tiers.SeriesWindows, err
 // as later than sp's.
 func (p *Pipeline) mergeSpills(sp *hourSpill, keep func(*spillKey) bool, extra *hourSpill) iter.Seq2[tiers.SeriesWindows, error] {
 	return func(yield func(tiers.SeriesWindows, error) bool) {
-		h := make(cursorHeap, 0, len(sp.blocks))
+		h := make(cursorHeap[*blockCursor], 0, len(sp.blocks))
 		add := func(s *hourSpill, keep func(*spillKey) bool, base int) bool {
 			for i := range s.blocks {
 				c := p.newCursor(s, i, 8<<10)
