@@ -26,14 +26,14 @@ type storageTiers struct {
 	bucket       objstore.Bucket // nil: rollups on local disk only
 }
 
-// openTiers opens the raw, minute and hour tiers with the configuration's
-// retentions; the raw tier's metrics go to rawReg, the rollups' to reg. On
-// error it closes what it opened. The caller MUST call close.
 // rollupSpillDir is the storage directory of the rollup pipeline's
 // temporary files (its spills, the hour tier's build runs), which strata
 // serve empties on start.
 const rollupSpillDir = "rollup-spill"
 
+// openTiers opens the raw, minute and hour tiers with the configuration's
+// retentions; the raw tier's metrics go to rawReg, the rollups' to reg. On
+// error it closes what it opened. The caller MUST call close.
 func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registerer) (t storageTiers, err error) {
 	defer func() {
 		if err != nil {
