@@ -258,7 +258,8 @@ func (b *hourBuild) merge() iter.Seq2[tiers.SeriesWindows, error] {
 				}
 				heap.Pop(&h)
 			}
-			slices.SortFunc(out, func(x, y tiers.Window) int { return cmp.Compare(x.Start, y.Start) })
+			// One window a run, taken in run (hour) order: the heap breaks
+			// ties between equal series by run, so out is ascending.
 			if !yield(tiers.SeriesWindows{Labels: key.lset, Windows: out}, nil) {
 				return
 			}
