@@ -251,6 +251,9 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	if err := p.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.BuildHours(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -42,12 +42,7 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 	if d != timegrid.Floor(d, DayLen) {
 		return -1, 0, fmt.Errorf("hour partition start %d is not a UTC midnight", d)
 	}
-	var hours []int64
-	for h := d; h < d+DayLen; h += HourRes {
-		if minute.HasPartition(h) {
-			hours = append(hours, h)
-		}
-	}
+	hours := minuteHours(minute, d)
 	if len(hours) == 0 {
 		return -1, 0, nil
 	}
@@ -68,8 +63,9 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 			if err == nil {
 				series++
 				windows += len(s.Windows)
+				err = ctx.Err() // the merge is minutes at 500,000 series
 			}
-			if !yield(s, err) {
+			if !yield(s, err) || err != nil {
 				return
 			}
 		}
@@ -78,6 +74,17 @@ func BuildHourPartition(ctx context.Context, minute MinuteTier, hour PartitionWr
 		return -1, 0, fmt.Errorf("write hour partition %s: %w", fmtTime(d), err)
 	}
 	return series, windows, nil
+}
+
+// minuteHours returns the starts of day d's minute partitions, ascending.
+func minuteHours(minute PartitionWriter, d int64) []int64 {
+	var hours []int64
+	for h := d; h < d+DayLen; h += HourRes {
+		if minute.HasPartition(h) {
+			hours = append(hours, h)
+		}
+	}
+	return hours
 }
 
 // partitionSeriesReader is a minute tier that reads a partition one series

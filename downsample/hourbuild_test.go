@@ -3,7 +3,9 @@ package downsample
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"os"
 	"runtime"
@@ -129,6 +131,57 @@ func TestBuildHourPartitionStreams(t *testing.T) {
 	// A day without minute partitions is not written.
 	if series, _, err := BuildHourPartition(context.Background(), minute, streamed, d+DayLen, kind, tmp); err != nil || series != -1 {
 		t.Fatalf("empty day: %d series, %v; want -1, nil", series, err)
+	}
+}
+
+// cancelAfter is a minute tier that cancels a context once n of its
+// partitions have been read whole.
+type cancelAfter struct {
+	*tiers.Rollup
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) PartitionSeries(ctx context.Context, start int64) iter.Seq2[tiers.SeriesWindows, error] {
+	return func(yield func(tiers.SeriesWindows, error) bool) {
+		for s, err := range c.Rollup.PartitionSeries(ctx, start) {
+			if !yield(s, err) {
+				return
+			}
+		}
+		if c.n--; c.n == 0 {
+			c.cancel()
+		}
+	}
+}
+
+// TestBuildHourPartitionCancel: a build cancelled while it reads the minute
+// partitions or while it merges its runs (the pipeline's Close) writes no
+// partition, leaves no run and says it was cancelled.
+func TestBuildHourPartitionCancel(t *testing.T) {
+	minute, _ := openHourBuildTiers(t)
+	d := hourBuildDay
+	writeMinuteDay(t, minute, d, 40, func(int, int64) bool { return true }, func(i int, t int64) float64 { return float64(t/1000 + int64(i)) })
+	for _, tc := range []struct {
+		name  string
+		reads int
+	}{{"reading", 3}, {"merging", 24}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, hour := openHourBuildTiers(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			tmp := t.TempDir()
+			_, _, err := BuildHourPartition(ctx, &cancelAfter{minute, tc.reads, cancel}, hour, d, nil, tmp)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v, want context.Canceled", err)
+			}
+			if hour.HasPartition(d) {
+				t.Error("a cancelled build wrote its partition")
+			}
+			if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {
+				t.Errorf("temporary runs left: %d (%v)", len(left), err)
+			}
+		})
 	}
 }
 

@@ -152,6 +152,25 @@ type Pipeline struct {
 
 	pubMark atomic.Int64  // mark as of the last tick, for Mark (notify.go)
 	markCh  chan struct{} // MarkAdvanced
+
+	// The hour partitions' builds run beside the tick, one day at a time:
+	// a day of 500,000 series is minutes of work, which inside the tick
+	// held the minute windows, the flushes and the mark (docs/rollups.md,
+	// "The hour tier's build"). building is guarded by tickMu; Close
+	// cancels buildCtx.
+	building    *dayBuild
+	buildCtx    context.Context
+	buildCancel context.CancelFunc
+}
+
+// dayBuild is a day's hour partition being built beside the tick. Its
+// results are set before done is closed.
+type dayBuild struct {
+	day             int64
+	done            chan struct{}
+	series, windows int
+	took            time.Duration
+	err             error
 }
 
 type metrics struct {
@@ -167,6 +186,7 @@ type metrics struct {
 	forgotten  prometheus.Counter
 	histograms prometheus.Counter
 	errors     prometheus.Counter
+	buildTime  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -220,6 +240,10 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "strata_downsample_errors_total",
 			Help: "Ticks that failed (reading raw, or writing or reading a rollup tier); the next tick retries.",
 		}),
+		buildTime: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_downsample_hour_build_duration_seconds",
+			Help: "How long the last hour partition (a day's hour windows, built from its minute partitions beside the tick) took to build.",
+		}),
 	}
 }
 
@@ -252,6 +276,7 @@ func New(cfg Config, src Source, minute MinuteTier, hour PartitionWriter, logger
 		logger: logger.With("component", "downsample"), now: now, m: newMetrics(reg),
 		spills: map[int64]*hourSpill{}, markCh: make(chan struct{}, 1),
 	}
+	p.buildCtx, p.buildCancel = context.WithCancel(context.Background())
 	switch {
 	case cfg.SparseInterval == 0:
 		p.sparseAfter = DefaultSparseInterval
@@ -292,7 +317,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // Tick does the work that became possible since the last tick: it computes
 // the minute windows that the watermark has passed, flushes each minute
 // partition (re-reading its hour from raw first, so late samples are in it)
-// and builds the hour partition of each finished day from the minute tier.
+// and starts building the hour partition of the first finished day without
+// one from the minute tier. The build runs beside the ticks, one day at a
+// time; a later tick collects it (a failed build is that tick's error, and
+// is started again) and starts the next day's. BuildHours waits for them.
 // The first tick also recovers: it recomputes every partition that has no
 // file while its source data still exists.
 func (p *Pipeline) Tick(ctx context.Context) error {
@@ -375,7 +403,7 @@ func (p *Pipeline) tick(ctx context.Context) error {
 	}
 	p.m.lag.Set(float64(max(0, wm-p.mark)) / 1000)
 	p.publishMark()
-	return p.buildDays(ctx)
+	return p.buildDays()
 }
 
 // flushable reports whether the minute partition of hour h is final at
@@ -719,40 +747,124 @@ func (r *rawSpiller) flush() error {
 	return r.p.writeBlock(r.sp, buf, blk)
 }
 
-// buildDays writes the hour partition of every day whose minute partitions
-// are all final, from the minute tier.
-func (p *Pipeline) buildDays(ctx context.Context) error {
+// buildDays collects the hour partition build that finished since the last
+// tick, then starts building the first day whose minute partitions are all
+// final and that has no hour partition, unless a build still runs or the
+// pipeline is closing. Days without a minute partition (before the tier
+// existed) are passed over here. Called with tickMu held.
+func (p *Pipeline) buildDays() error {
+	if b := p.building; b != nil {
+		select {
+		case <-b.done:
+		default:
+			return nil
+		}
+		p.building = nil
+		if b.err != nil {
+			return b.err
+		}
+		p.dayBuilt(b)
+		p.dayMark = b.day + DayLen
+	}
 	done := p.mark // minute partitions before done are on disk
 	if starts := p.spillStarts(); len(starts) > 0 {
 		done = min(done, starts[0])
 	}
 	for d := p.dayMark; d+DayLen <= done; d += DayLen {
-		if !p.hour.HasPartition(d) {
-			if err := p.buildDay(ctx, d); err != nil {
-				return err
+		if !p.hour.HasPartition(d) && len(minuteHours(p.minute, d)) > 0 {
+			if !p.closed {
+				p.startBuild(d)
 			}
+			return nil
 		}
 		p.dayMark = d + DayLen
 	}
 	return nil
 }
 
-// buildDay writes day d's hour partition from its minute partitions. A day
-// with no minute partition at all (before the tier existed) is skipped.
-func (p *Pipeline) buildDay(ctx context.Context, d int64) error {
-	series, windows, err := BuildHourPartition(ctx, p.minute, p.hour, d, p.cfg.KindOf, p.cfg.SpillDir)
-	if err != nil || series < 0 {
-		return err
-	}
-	p.m.partitions.WithLabelValues("hour").Inc()
-	p.m.windows.WithLabelValues("hour").Add(float64(windows))
-	p.logger.Debug("hour partition written", "day", fmtTime(d), "series", series, "windows", windows)
-	return nil
+// startBuild starts building day d's hour partition from its minute
+// partitions, beside the tick.
+func (p *Pipeline) startBuild(d int64) {
+	b := &dayBuild{day: d, done: make(chan struct{})}
+	p.building = b
+	p.logger.Debug("building hour partition", "day", fmtTime(d))
+	go func() {
+		defer close(b.done)
+		began := time.Now()
+		b.series, b.windows, b.err = BuildHourPartition(p.buildCtx, p.minute, p.hour, d, p.cfg.KindOf, p.cfg.SpillDir)
+		b.took = time.Since(began)
+	}()
 }
 
-// Close runs a last tick, so that partitions that became final are written,
-// and stops the pipeline. The windows of the open hour are dropped: they are
-// recomputed from raw on the next start. Close does not close the tiers.
+// dayBuilt counts a successful build. A day with no minute partition at all
+// (before the tier existed) was skipped: nothing to count.
+func (p *Pipeline) dayBuilt(b *dayBuild) {
+	if b.series < 0 {
+		return
+	}
+	p.m.partitions.WithLabelValues("hour").Inc()
+	p.m.windows.WithLabelValues("hour").Add(float64(b.windows))
+	p.m.buildTime.Set(b.took.Seconds())
+	p.logger.Info("hour partition written", "day", fmtTime(b.day), "series", b.series, "windows", b.windows, "took", b.took.Round(time.Millisecond))
+}
+
+// BuildHours builds the hour partition of every day whose minute partitions
+// are all final and that has none, waiting for the build a tick started and
+// for each next day's in turn, as the ticks would. It returns the first
+// build's error, or ctx's. Ticks wait meanwhile. For tests, and for callers
+// that need a finished day's hour partition now.
+func (p *Pipeline) BuildHours(ctx context.Context) error {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	for {
+		if b := p.building; b != nil {
+			select {
+			case <-b.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := p.buildDays(); err != nil {
+			return err
+		}
+		if p.building == nil {
+			return nil
+		}
+	}
+}
+
+// stopBuild cancels the running hour partition build and waits for it to
+// return. A day whose build was cancelled has no hour partition, and the
+// next start builds it from the minute tier, like any day without one.
+func (p *Pipeline) stopBuild() error {
+	p.buildCancel()
+	b := p.building
+	if b == nil {
+		return nil
+	}
+	<-b.done
+	p.building = nil
+	switch {
+	case b.err == nil:
+		p.dayBuilt(b)
+		return nil
+	case errors.Is(b.err, context.Canceled):
+		p.logger.Info("hour partition build stopped by shutdown; it is built again at the next start", "day", fmtTime(b.day))
+		return nil
+	default:
+		return b.err
+	}
+}
+
+// Close runs a last tick, so that minute partitions that became final are
+// written, and stops the pipeline. The windows of the open hour are dropped:
+// they are recomputed from raw on the next start. A running hour partition
+// build is cancelled (as Prometheus cancels a compaction on shutdown) and no
+// other starts: the next start builds the days without one from the minute
+// tier. Close does not close the tiers.
 func (p *Pipeline) Close() error {
 	p.tickMu.Lock()
 	defer p.tickMu.Unlock()
@@ -763,6 +875,9 @@ func (p *Pipeline) Close() error {
 	var errs []error
 	if err := p.tick(context.Background()); err != nil {
 		p.m.errors.Inc()
+		errs = append(errs, err)
+	}
+	if err := p.stopBuild(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, h := range p.spillStarts() {

@@ -297,6 +297,15 @@ func checkSeries(t *testing.T, what string, got, want []tiers.SeriesWindows) {
 	}
 }
 
+// buildHours waits for the hour partitions of the finished days, which the
+// ticks build in the background (Pipeline.BuildHours).
+func buildHours(t *testing.T, p *Pipeline) {
+	t.Helper()
+	if err := p.BuildHours(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readableTier is a rollup tier as the checks read it back.
 type readableTier interface {
 	HasPartition(start int64) bool
@@ -523,6 +532,7 @@ func testPipelineIncrementalWith(t *testing.T, span int64, minute MinuteTier, ho
 	}
 	checkSeries(t, "open windows", openNoLag, refNoLag)
 
+	buildHours(t, p)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -639,6 +649,7 @@ func TestPipelineCrashRecovery(t *testing.T) {
 	if err := run(t, p2, raw, w, clock, downUntil, end, true); err != nil {
 		t.Fatal(err)
 	}
+	buildHours(t, p2)
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -689,6 +700,7 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 	if err := p.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	buildHours(t, p)
 	for _, d := range []int64{day, day + DayLen} { // the workload crosses midnight
 		if !hour.HasPartition(d) {
 			t.Fatalf("hour partition %s not rebuilt from the minute tier", fmtTime(d))
@@ -699,6 +711,139 @@ func TestHourRebuiltFromMinuteTier(t *testing.T) {
 		t.Error("an hour partition was written for a day with no minute partition")
 	}
 	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gatedTier is a minute tier whose reads of a whole day (the hour build's)
+// wait for gate to close, or for their context: a day's build at fleet
+// scale takes minutes.
+type gatedTier struct {
+	*memTier
+	gate    chan struct{}
+	entered chan int64 // the day of each build that reached the gate
+}
+
+func (g *gatedTier) Select(ctx context.Context, mint, maxt int64, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error) {
+	if maxt-mint+1 == DayLen {
+		select {
+		case g.entered <- mint:
+		default:
+		}
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.memTier.Select(ctx, mint, maxt, ms...)
+}
+
+// TestHourBuildBesideTick: a day's hour partition is built beside the
+// ticks, which go on computing and writing minute partitions meanwhile; one
+// day is built at a time; Close cancels a running build, which the next
+// start builds again.
+func TestHourBuildBesideTick(t *testing.T) {
+	start := testStart + 2*HourRes
+	w := genWorkload(start, start+3*HourRes, 10_000) // crosses midnight
+	mem := newMemTier(MinuteRes, HourRes)
+	for h := timegrid.Floor(start, HourRes); h < w.end; h += HourRes {
+		if err := mem.WritePartition(h, w.reference(t, MinuteRes, h, h+HourRes)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	day := timegrid.Floor(start, DayLen)
+	minute := &gatedTier{memTier: mem, gate: make(chan struct{}), entered: make(chan int64, 8)}
+	hour := newMemTier(HourRes, DayLen)
+	// Raw holds one series from a later hour on, as if the workload's
+	// samples had expired; it is delivered in two parts.
+	raw := openTestRaw(t)
+	later := timegrid.Floor(w.end, HourRes) + 2*DayLen
+	lset := labelsFor("after_midnight_total", "instance", "a")
+	deliver := func(from, to int64) {
+		t.Helper()
+		app := raw.Appender(context.Background())
+		for ts := from; ts < to; ts += 15_000 {
+			if _, err := app.Append(0, lset, ts, float64(ts/1000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(later, later+40*MinuteRes)
+	clock := &testClock{t: time.UnixMilli(w.end)}
+	p, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tick or Close that waits for the gated build never returns: fail
+	// after a bound far beyond their work here instead of hanging.
+	returns := func(what string, fn func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(time.Minute):
+			close(minute.gate)
+			t.Fatalf("%s waited for the hour partition's build", what)
+		}
+	}
+	tick := func() { t.Helper(); returns("Tick", func() error { return p.Tick(context.Background()) }) }
+	tick()
+	if got := <-minute.entered; got != day {
+		t.Fatalf("the first build is of %s, want %s", fmtTime(got), fmtTime(day))
+	}
+	// The build waits at the gate; the ticks go on, and start no other.
+	tick()
+	deliver(later+40*MinuteRes, later+HourRes+StaleLookahead+DefaultConfig().Lateness.Milliseconds()+5*MinuteRes)
+	tick()
+	if !minute.HasPartition(later) {
+		t.Error("a tick did not write a final minute partition while an hour partition was being built")
+	}
+	if mark, ok := p.Mark(); !ok || mark < later+HourRes {
+		t.Errorf("the mark is %s while an hour partition was being built, want at least %s", fmtTime(mark), fmtTime(later+HourRes))
+	}
+	select {
+	case d := <-minute.entered:
+		t.Fatalf("a second build (%s) started while the first ran", fmtTime(d))
+	default:
+	}
+	if hour.HasPartition(day) || hour.HasPartition(day+DayLen) {
+		t.Fatal("an hour partition was written while its build waited")
+	}
+
+	// Close cancels the running build: no partition, no error, no run left.
+	returns("Close with a build running", p.Close)
+	if hour.HasPartition(day) {
+		t.Fatal("the cancelled build wrote its partition")
+	}
+
+	// The next start builds both days, one after the other.
+	close(minute.gate)
+	p2, err := New(testConfig(), raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	buildHours(t, p2)
+	for _, d := range []int64{day, day + DayLen} {
+		if !hour.HasPartition(d) {
+			t.Fatalf("hour partition %s not built after the restart", fmtTime(d))
+		}
+		checkSeries(t, "hour "+fmtTime(d), readPartition(t, hour, d, DayLen), w.reference(t, HourRes, d, d+DayLen))
+	}
+	if n := testutil.ToFloat64(p2.m.partitions.WithLabelValues("hour")); n != 2 {
+		t.Errorf("hour partitions counted: %v, want 2", n)
+	}
+	if err := p2.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -812,6 +957,7 @@ func TestPipelineReadFailure(t *testing.T) {
 		}
 	}
 	_, rawMax, _ := raw.Bounds()
+	buildHours(t, p)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
