@@ -177,8 +177,9 @@ func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) 
 // before the first evaluated minute tm: from the start of the hour
 // history + level-shift hours before tm's hour, up to tm. The signals are
 // evaluated as range queries (the fast path's, into a scratch store of
-// their own) six hours at a time, and every minute goes through the
-// tracker as evaluation would have sent it. Live start and replay both
+// their own) a chunk at a time (at most six hours, fewer where the series
+// they read would make a chunk hold more than chunkWindows windows), and
+// every minute goes through the tracker as evaluation would have sent it. Live start and replay both
 // do this, so every baseline is the same whichever minute a run starts at.
 //
 // With Options.Baselines, the baselines of the minutes whose write-back
@@ -207,16 +208,17 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 	}
 	rewriteFrom := e.rewriteFrom()
 	rewritten := 0
-	chunk := ReplayChunk.Milliseconds()
+	chunk := firstChunk
 	tmp := newScratch()
 	p := newPrecomputed()
 	minutes := 0
-	for c := from; c <= to; c += chunk {
-		end := min(c+chunk-minute.Milliseconds(), to)
-		snap, err := e.view.Snapshot(ctx, c-e.need, end, ms...)
+	for c, end := from, int64(0); c <= to; c = end + minute.Milliseconds() {
+		end = min(c+chunk.Milliseconds()-minute.Milliseconds(), to)
+		snap, err := e.view.SnapshotFor(ctx, c-e.need, end, e.reach.reads(c), ms...)
 		if err != nil {
 			return err
 		}
+		chunk = e.nextChunk(snap.Series())
 		if err := p.compute(ctx, e, pass{items: items, q: mergeQueryable{snap, tmp}, sc: tmp}, c, end); err != nil {
 			return err
 		}

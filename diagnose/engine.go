@@ -588,7 +588,8 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		}
 	}
 	if e.snap == nil || e.chunk == 0 || func() bool { lo, hi := e.snap.Range(); return lo > tm-e.need || hi < tm }() {
-		snap, err := e.snapshot(ctx, tm-e.need, tm+e.chunk.Milliseconds())
+		maxt := tm + e.chunk.Milliseconds() // snapshot sizes the next chunk
+		snap, err := e.snapshot(ctx, tm-e.need, maxt)
 		if err != nil {
 			e.m.failures.Inc()
 			return fmt.Errorf("diagnose: read minute windows: %w", err)
@@ -597,7 +598,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 		e.query = mergeQueryable{e.snap, e.scratch}
 		e.pace.step(ctx)
 		if e.precomp != nil {
-			if err := e.precomp.compute(ctx, e, pass{items: e.items(), q: e.query, sc: e.scratch}, tm, tm+e.chunk.Milliseconds()); err != nil {
+			if err := e.precomp.compute(ctx, e, pass{items: e.items(), q: e.query, sc: e.scratch}, tm, maxt); err != nil {
 				return err
 			}
 		}
@@ -738,8 +739,9 @@ type prefetched struct {
 }
 
 // snapshot returns the minute data of [mint, maxt]. In replay (chunked) it
-// also starts reading the next chunk in the background, so the disk reads
-// of one chunk overlap the evaluation of the previous one.
+// also sizes the next chunk by the series this one holds (nextChunk) and
+// starts reading it in the background, so the disk reads of one chunk
+// overlap the evaluation of the previous one.
 func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteSnapshot, error) {
 	var snap *tiers.MinuteSnapshot
 	var err error
@@ -756,6 +758,7 @@ func (e *Engine) snapshot(ctx context.Context, mint, maxt int64) (*tiers.MinuteS
 	if err != nil || e.chunk == 0 {
 		return snap, err
 	}
+	e.chunk = e.nextChunk(snap.Series())
 	c := e.chunk.Milliseconds()
 	p := &prefetched{mint: maxt + minute.Milliseconds() - e.need, maxt: maxt + minute.Milliseconds() + c, done: make(chan struct{})}
 	e.ahead = p

@@ -3,8 +3,10 @@ package diagnose
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,6 +386,109 @@ func TestReplayFastPathEqualsInstant(t *testing.T) {
 	}
 	if len(instant) < 100 {
 		t.Fatalf("nothing diagnosed: %s", instant)
+	}
+}
+
+// TestReplayChunkSizeDoesNotMatter: a replay whose chunks are cut to the
+// shortest (as they are where the rules read hundreds of thousands of
+// series: nextChunk) gives the diagnoses, baselines included, of one that
+// loads six hours at a time; the baselines' read-back is chunked the same
+// way.
+func TestReplayChunkSizeDoesNotMatter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays four hours twice")
+	}
+	scfg := smallCluster(
+		sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 40 * time.Minute},
+		sim.FaultSpec{Kind: sim.KindPowerCap, Node: 0, GPU: gpu(3), At: faultAt + 25*time.Minute, Duration: 20 * time.Minute},
+	)
+	end := simStart.Add(4 * time.Hour)
+	minute := simHistory(t, scfg, end)
+	run := func(windows int) ([]byte, time.Duration) {
+		defer func(w int) { chunkWindows = w }(chunkWindows)
+		chunkWindows = windows
+		e, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := e.replay(context.Background(), simStart.Add(2*time.Hour+7*time.Minute), end, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.MarshalIndent(ds, "", " ")
+		return b, e.chunk
+	}
+	whole, wholeChunk := run(chunkWindows)
+	cut, cutChunk := run(1)
+	if wholeChunk != ReplayChunk || cutChunk != firstChunk {
+		t.Fatalf("chunks of %s and %s, want %s and %s", wholeChunk, cutChunk, ReplayChunk, firstChunk)
+	}
+	if string(whole) != string(cut) {
+		t.Fatalf("six-hour and %s chunks differ:\n%s\n%s", firstChunk, whole, cut)
+	}
+	if len(whole) < 100 || !strings.Contains(string(whole), `"baseline_source"`) {
+		t.Fatalf("nothing diagnosed with a baseline: %s", whole)
+	}
+}
+
+// TestBootstrapChunkSizeDoesNotMatter: the baselines read back from the
+// minute tier at start are the same whether the read-back loads six hours
+// at a time or the shortest chunks: every tracked series' state after it,
+// to the bit.
+func TestBootstrapChunkSizeDoesNotMatter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads back four hours twice")
+	}
+	end := simStart.Add(4 * time.Hour)
+	minute := simHistory(t, smallCluster(), end)
+	tm := end.Add(-7 * time.Minute).UnixMilli()
+	state := func(windows int) string {
+		defer func(w int) { chunkWindows = w }(chunkWindows)
+		chunkWindows = windows
+		e, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.bootstrap(context.Background(), tm); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, list := range e.base.byMetric {
+			for _, s := range list {
+				out = append(out, fmt.Sprintf("%s med=%x sig=%x rec=%x/%x/%x src=%d x=%x@%d cur=%v@%d",
+					s.lbls, math.Float64bits(s.med), math.Float64bits(s.sig), math.Float64bits(s.recMed), math.Float64bits(s.recSig),
+					math.Float64bits(s.recNoise), s.src, math.Float64bits(s.x), s.lastT, s.cur, s.hour))
+			}
+		}
+		slices.Sort(out)
+		return strings.Join(out, "\n")
+	}
+	whole, cut := state(chunkWindows), state(1)
+	if whole != cut {
+		t.Fatalf("six-hour and %s chunks read back different baselines:\n%s\n\n%s", firstChunk, whole, cut)
+	}
+	if n := strings.Count(whole, "\n") + 1; n < 50 || !strings.Contains(whole, "src=") {
+		t.Fatalf("%d tracked series read back", n)
+	}
+}
+
+// TestNextChunk: six hours where the rules read few series, fewer where a
+// chunk would hold more than chunkWindows windows, never below firstChunk.
+func TestNextChunk(t *testing.T) {
+	e := &Engine{need: (9 * time.Minute).Milliseconds()}
+	for _, tc := range []struct {
+		series int
+		want   time.Duration
+	}{
+		{0, ReplayChunk},
+		{1_000, ReplayChunk},
+		{10_000, ReplayChunk},                     // 419 minutes of 4 Mi windows
+		{100_000, 41*time.Minute - 9*time.Minute}, // the need's 9 read before
+		{500_000, firstChunk},
+	} {
+		if got := e.nextChunk(tc.series); got != tc.want {
+			t.Errorf("%d series: chunk %s, want %s", tc.series, got, tc.want)
+		}
 	}
 }
 

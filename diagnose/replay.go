@@ -8,8 +8,32 @@ import (
 	"time"
 )
 
-// ReplayChunk is how many minutes of windows Replay loads at once.
+// ReplayChunk is the most minutes of windows a chunked read (Replay, and
+// the baselines' read-back at start) loads at once.
 const ReplayChunk = 6 * time.Hour
+
+// chunkWindows bounds the windows a chunked read holds at once: a chunk is
+// shorter than ReplayChunk where the series the rules read would make it
+// hold more. Six hours of 500,000 series are 180 million windows, more than
+// 10 GB (docs/diagnosis.md, "Memory of the read-back"); 4 Mi windows are
+// about what a live minute's snapshot holds at that size. A var for tests.
+var chunkWindows = 4 << 20
+
+// firstChunk is the minutes a chunked read loads before it knows how many
+// series the rules read: the smallest chunk.
+const firstChunk = 10 * time.Minute
+
+// nextChunk returns how many minutes the chunk after one that read series
+// series loads: ReplayChunk, or as many as keep chunkWindows windows
+// (counting the need's windows read before each chunk), at least
+// firstChunk.
+func (e *Engine) nextChunk(series int) time.Duration {
+	c := ReplayChunk
+	if series > 0 {
+		c = min(c, time.Duration(chunkWindows/series)*time.Minute-time.Duration(e.need)*time.Millisecond)
+	}
+	return max(c.Truncate(time.Minute), firstChunk)
+}
 
 // Replay evaluates the minutes of [from, to] over the minute tier o.Minute
 // exactly as a live engine does, starting Warmup earlier, and returns the
@@ -31,7 +55,7 @@ func Replay(ctx context.Context, cfg Config, o Options, from, to time.Time) ([]D
 // replay evaluates the range; fast enables the range-query fast path
 // (fastpath.go) when the rules allow it.
 func (e *Engine) replay(ctx context.Context, from, to time.Time, fast bool) ([]Diagnosis, error) {
-	e.chunk = ReplayChunk
+	e.chunk = firstChunk
 	if fast && fastPathSafe(e.groups) {
 		e.precomp = newPrecomputed()
 	}
