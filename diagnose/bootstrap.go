@@ -212,7 +212,15 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 	tmp := newScratch()
 	p := newPrecomputed()
 	minutes := 0
+	logged := t0
 	for c, end := from, int64(0); c <= to; c = end + minute.Milliseconds() {
+		if time.Since(logged) >= bootstrapLogEvery {
+			// Hours at fleet scale (docs/diagnosis.md, "Memory of the
+			// read-back"): say how far it is.
+			e.logger.Info("reading the baselines back from the minute tier", "from", fmtMs(from), "at", fmtMs(c), "to", fmtMs(to),
+				"chunk", chunk, "took", time.Since(t0).Round(time.Second))
+			logged = time.Now()
+		}
 		end = min(c+chunk.Milliseconds()-minute.Milliseconds(), to)
 		snap, err := e.view.SnapshotFor(ctx, c-e.need, end, e.reach.reads(c), ms...)
 		if err != nil {
@@ -238,11 +246,17 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 	}
 	e.base.booted = true
 	if minutes > 0 {
-		e.logger.Info("baselines read back from the minute tier", "from", time.UnixMilli(from).UTC().Format(time.RFC3339),
+		e.logger.Info("baselines read back from the minute tier", "from", fmtMs(from),
 			"minutes", minutes, "written again", rewritten, "series", e.base.len(), "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return nil
 }
+
+// bootstrapLogEvery is how often a long read-back logs its progress.
+const bootstrapLogEvery = time.Minute
+
+// fmtMs formats a Unix millisecond time as RFC 3339, UTC.
+func fmtMs(t int64) string { return time.UnixMilli(t).UTC().Format(time.RFC3339) }
 
 // rewriteFrom is the first minute whose baselines bootstrap writes again:
 // the first whose write-back time (T+WriteBackDelay) is past the minute
