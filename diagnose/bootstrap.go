@@ -179,8 +179,9 @@ func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) 
 // evaluated as range queries (the fast path's, into a scratch store of
 // their own) a chunk at a time (at most six hours, fewer where the series
 // they read would make a chunk hold more than chunkWindows windows), and
-// every minute goes through the tracker as evaluation would have sent it. Live start and replay both
-// do this, so every baseline is the same whichever minute a run starts at.
+// every minute goes through the tracker as evaluation would have sent it.
+// Live start and replay both do this, so every baseline is the same
+// whichever minute a run starts at.
 //
 // With Options.Baselines, the baselines of the minutes whose write-back
 // time is past the minute tier's last partition are written again: the

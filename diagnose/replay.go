@@ -16,7 +16,8 @@ const ReplayChunk = 6 * time.Hour
 // shorter than ReplayChunk where the series the rules read would make it
 // hold more. Six hours of 500,000 series are 180 million windows, more than
 // 10 GB (docs/diagnosis.md, "Memory of the read-back"); 4 Mi windows are
-// about what a live minute's snapshot holds at that size. A var for tests.
+// about 64 MB of the columns the default rules read (16 bytes a window at
+// 500,000 series), besides the range queries' points. A var for tests.
 var chunkWindows = 4 << 20
 
 // firstChunk is the minutes a chunked read loads before it knows how many
