@@ -46,7 +46,17 @@ type Config struct {
 	// 168, a week of hour windows; the minute tier reads at most 360
 	// minutes): what an export holds besides the open steps' statistics.
 	ChunkWindows int
+	// ReadWindows bounds one read of a tier over all its series (0: 1 Mi
+	// windows, about 100 MB): where a selector matches many series, a read
+	// covers fewer windows per series than ChunkWindows, down to
+	// minChunkWindows. Reads are minChunkWindows long until a selector has
+	// found a series; each next one is sized by the most series a read has
+	// returned.
+	ReadWindows int
 }
+
+// minChunkWindows is the fewest windows per series a read covers.
+const minChunkWindows = 6
 
 // Exporter plans and runs exports. It is safe for concurrent use.
 type Exporter struct{ cfg Config }
@@ -58,6 +68,9 @@ func New(cfg Config) *Exporter {
 	}
 	if cfg.ChunkWindows <= 0 {
 		cfg.ChunkWindows = 168
+	}
+	if cfg.ReadWindows <= 0 {
+		cfg.ReadWindows = 1 << 20
 	}
 	return &Exporter{cfg: cfg}
 }
@@ -378,13 +391,34 @@ func (p *Plan) Steps() int { return len(p.steps) }
 
 // chunkLength bounds how much of a tier one read holds in memory: by
 // default a week of hour windows, six hours of minute windows (for 1,000
-// series: ~17 MB and ~35 MB of windows).
-func (p *Plan) chunkLength(res int64) int64 {
+// series: ~17 MB and ~35 MB of windows), fewer where the most series a
+// selector's read has returned so far (series) would hold more than
+// Config.ReadWindows: at 100,000 series, 10 windows a series (about 100
+// MB), where a week of hours would be 1.7 GB. Until a selector has found a
+// series, reads are minChunkWindows long. A plan of expressions alone is
+// read ChunkWindows at a time: the PromQL engine's sample limit bounds it.
+func (p *Plan) chunkLength(res int64, series int) int64 {
 	n := int64(p.e.cfg.ChunkWindows)
 	if res < time.Hour.Milliseconds() {
 		n = min(n, 360)
 	}
-	return n * res
+	if !p.selectors() {
+		return n * res
+	}
+	if series == 0 {
+		return min(n, minChunkWindows) * res
+	}
+	return min(n, max(minChunkWindows, int64(p.e.cfg.ReadWindows/series))) * res
+}
+
+// selectors reports whether a query of the plan is a series selector.
+func (p *Plan) selectors() bool {
+	for _, q := range p.queries {
+		if q.expr == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // statsOf returns the statistic columns of a query, after its _series and

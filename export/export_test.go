@@ -271,3 +271,45 @@ func TestExportDayInTimeZone(t *testing.T) {
 }
 
 func fmtUTC(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
+
+// widestRead is a tier that records the most windows a series could have
+// in one of its reads.
+type widestRead struct {
+	export.Tier
+	widest int64
+}
+
+func (w *widestRead) SelectFields(ctx context.Context, mint, maxt int64, fields tiers.WindowFields, ms ...*labels.Matcher) ([]tiers.SeriesWindows, error) {
+	w.widest = max(w.widest, (maxt-mint+1)/w.Config().Resolution.Milliseconds())
+	return w.Tier.SelectFields(ctx, mint, maxt, fields, ms...)
+}
+
+// TestExportReadWindows: an export whose reads are cut to the fewest
+// windows a series (as where a selector matches hundreds of thousands of
+// series: Config.ReadWindows) writes the rows of one read a week (or six
+// hours of minutes) at a time, cell for cell.
+func TestExportReadWindows(t *testing.T) {
+	const days = 3
+	tt := buildTiers(t, knownWorkload(days), days, t0+2*dayMs)
+	run := func(readWindows int) (*table, int64, int64) {
+		minute, hour := &widestRead{Tier: tt.minute}, &widestRead{Tier: tt.hour}
+		e := export.New(export.Config{Minute: minute, Hour: hour, Typing: export.Typing{Catalogue: catalogue.TypeOf}, ReadWindows: readWindows})
+		tb := runExport(t, e, export.Request{From: time.UnixMilli(t0), To: time.UnixMilli(t0 + days*dayMs), Step: "1h",
+			Queries: []string{"util=DCGM_FI_DEV_GPU_UTIL", "vllm:generation_tokens_total", "ttft=vllm:time_to_first_token_seconds"},
+			By:      []string{"Hostname"}})
+		return tb, minute.widest, hour.widest
+	}
+	whole, wm, wh := run(0)
+	cut, cm, ch := run(1)
+	if wm <= 6 || wh <= 6 || cm != 6 || ch != 6 {
+		t.Fatalf("widest reads: minute %d and %d windows a series, hour %d and %d; want more than 6, then 6", wm, cm, wh, ch)
+	}
+	if len(whole.rows) < 50 || len(cut.rows) != len(whole.rows) {
+		t.Fatalf("%d rows cut, %d whole", len(cut.rows), len(whole.rows))
+	}
+	for i := range whole.rows {
+		if fmt.Sprint(cut.rows[i]) != fmt.Sprint(whole.rows[i]) {
+			t.Fatalf("row %d:\n cut %v\nwhole %v", i, cut.rows[i], whole.rows[i])
+		}
+	}
+}

@@ -48,9 +48,9 @@ func (p *Plan) Run(ctx context.Context, w RowWriter, progress func(done, total i
 		if err := state.prime(ctx, t, p.steps[i].start); err != nil {
 			return err
 		}
-		state.first, state.next = i, i
+		state.first, state.next, state.series = i, i, 0
 		for c := p.steps[i].start; c < p.steps[j-1].end; {
-			end := min(p.steps[j-1].end, c+p.chunkLength(t.res))
+			end := min(p.steps[j-1].end, c+p.chunkLength(t.res, state.series))
 			if err := state.readChunk(ctx, t, span{c, end}); err != nil {
 				return err
 			}
@@ -172,6 +172,9 @@ type runState struct {
 	// first: the first step of the tier run being read; next: the next
 	// step to close
 	first, next int
+	// series is the most series a selector's read of the tier being
+	// read has returned: chunkLength sizes the next read by it.
+	series int
 	// counters and histograms: each series' last value, for the step
 	// across window (and chunk, and step) boundaries
 	prevLast []map[uint64]float64
@@ -284,6 +287,7 @@ func (s *runState) readChunk(ctx context.Context, t *tierInfo, c span) error {
 		if err != nil {
 			return fmt.Errorf("export %s: %w", q.text, err)
 		}
+		s.series = max(s.series, len(sel))
 		for _, sw := range sel {
 			g, ok := s.p.groupOf(sw.Labels)
 			if !ok {
