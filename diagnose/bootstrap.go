@@ -232,7 +232,7 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 			return err
 		}
 		if !p.ready {
-			return errors.New("a signal's range query failed")
+			return fmt.Errorf("a signal's range query over %s..%s failed: %w", fmtMs(c), fmtMs(end), p.notReady)
 		}
 		for t := c; t <= end; t += minute.Milliseconds() {
 			if t >= rewriteFrom {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"runtime"
 	"slices"
@@ -45,8 +46,10 @@ type precomputed struct {
 	// series' labels.
 	prev map[rules.Rule][]hashedLabels
 	// ready is true when every rule of the chunk was precomputed: groups of
-	// recording rules then need no per-minute evaluation.
-	ready bool
+	// recording rules then need no per-minute evaluation. notReady says
+	// why not (the rule and its error), for a caller that cannot fall back.
+	ready    bool
+	notReady error
 }
 
 func newPrecomputed() *precomputed {
@@ -162,7 +165,7 @@ func (e *Engine) items() []passItem {
 // next batch reads them. The baseline step is a batch of its own.
 func (p *precomputed) compute(ctx context.Context, e *Engine, ps pass, from, to int64) error {
 	p.byExpr = map[string]map[int64]promql.Vector{}
-	p.ready = false
+	p.ready, p.notReady = false, nil
 	all := ps.items
 	for start := 0; start < len(all); {
 		if all[start].r == nil {
@@ -210,6 +213,7 @@ func (p *precomputed) compute(ctx context.Context, e *Engine, ps pass, from, to 
 					return ctx.Err()
 				}
 				e.logger.Debug("fast path: rule left to instant evaluation", "rule", it.r.Name(), "err", results[i].err)
+				p.notReady = fmt.Errorf("rule %s: %w", it.r.Name(), results[i].err)
 				return nil
 			}
 			if results[i].vecs != nil {
@@ -221,6 +225,7 @@ func (p *precomputed) compute(ctx context.Context, e *Engine, ps pass, from, to 
 						return ctx.Err()
 					}
 					delete(p.byExpr, qs) // e.g. duplicate label sets at some minute: instant from here on
+					p.notReady = fmt.Errorf("rule %s: %w", it.r.Name(), err)
 					return nil
 				}
 			}

@@ -356,12 +356,10 @@ func TestReplayFastPathEqualsInstant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays four hours twice")
 	}
-	scfg := smallCluster(
+	minute, end := fourHours(t,
 		sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 40 * time.Minute},
 		sim.FaultSpec{Kind: sim.KindThermalThrottle, Node: 0, GPU: gpu(0), At: faultAt + 20*time.Minute, Duration: 30 * time.Minute},
 	)
-	end := simStart.Add(4 * time.Hour)
-	minute := simHistory(t, scfg, end)
 	run := func(fast bool) []byte {
 		e, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
 		if err != nil {
@@ -398,12 +396,10 @@ func TestReplayChunkSizeDoesNotMatter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays four hours twice")
 	}
-	scfg := smallCluster(
+	minute, end := fourHours(t,
 		sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt, Duration: 40 * time.Minute},
 		sim.FaultSpec{Kind: sim.KindPowerCap, Node: 0, GPU: gpu(3), At: faultAt + 25*time.Minute, Duration: 20 * time.Minute},
 	)
-	end := simStart.Add(4 * time.Hour)
-	minute := simHistory(t, scfg, end)
 	run := func(windows int) ([]byte, time.Duration) {
 		defer func(w int) { chunkWindows = w }(chunkWindows)
 		chunkWindows = windows
@@ -439,8 +435,7 @@ func TestBootstrapChunkSizeDoesNotMatter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads back four hours twice")
 	}
-	end := simStart.Add(4 * time.Hour)
-	minute := simHistory(t, smallCluster(), end)
+	minute, end := fourHours(t)
 	tm := end.Add(-7 * time.Minute).UnixMilli()
 	state := func(windows int) string {
 		defer func(w int) { chunkWindows = w }(chunkWindows)
@@ -501,12 +496,10 @@ func TestReplayStartDoesNotMatter(t *testing.T) {
 		t.Skip("replays four hours twice")
 	}
 	at := 3*time.Hour + 12*time.Minute
-	scfg := smallCluster(
+	minute, end := fourHours(t,
 		sim.FaultSpec{Kind: sim.KindUnderBatched, Node: 0, GPU: gpu(1), At: at, Duration: 20 * time.Minute},
 		sim.FaultSpec{Kind: sim.KindPowerCap, Node: 0, GPU: gpu(3), At: at + 5*time.Minute, Duration: 20 * time.Minute},
 	)
-	end := simStart.Add(4 * time.Hour)
-	minute := simHistory(t, scfg, end)
 	early, late := simStart.Add(2*time.Hour+7*time.Minute), simStart.Add(2*time.Hour+53*time.Minute)
 	a, err := Replay(context.Background(), DefaultConfig(), Options{Minute: minute, Logger: quietLogger()}, early, end)
 	if err != nil {

@@ -105,12 +105,10 @@ func TestScratchKeepEqualsFullRetention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays four hours twice")
 	}
-	scfg := smallCluster(
+	minute, end := fourHours(t,
 		sim.FaultSpec{Kind: sim.KindThermalThrottle, Node: 0, GPU: gpu(0), At: faultAt, Duration: 30 * time.Minute},
 		sim.FaultSpec{Kind: sim.KindKVCacheStorm, Node: 0, GPU: gpu(2), At: faultAt + 20*time.Minute, Duration: 40 * time.Minute},
 	)
-	end := simStart.Add(4 * time.Hour)
-	minute := simHistory(t, scfg, end)
 	run := func(full bool) (diagnoses []byte, recorded []string) {
 		e, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
 		if err != nil {

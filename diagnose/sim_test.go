@@ -24,4 +24,11 @@ func simHistory(t testing.TB, cfg sim.Config, to time.Time) *tiers.Rollup {
 	return diagtest.SimHistory(t, cfg, to)
 }
 
+// fourHours simulates the small cluster with faults for four hours from
+// simStart and returns its minute tier and the end.
+func fourHours(t testing.TB, faults ...sim.FaultSpec) (*tiers.Rollup, time.Time) {
+	end := simStart.Add(4 * time.Hour)
+	return simHistory(t, smallCluster(faults...), end), end
+}
+
 func gpu(i int) *int { return diagtest.GPU(i) }
