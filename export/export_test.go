@@ -286,8 +286,8 @@ func (w *widestRead) SelectFields(ctx context.Context, mint, maxt int64, fields 
 
 // TestExportReadWindows: an export whose reads are cut to the fewest
 // windows a series (as where a selector matches hundreds of thousands of
-// series: Config.ReadWindows) writes the rows of one read a week (or six
-// hours of minutes) at a time, cell for cell.
+// series: Config.ReadWindows) writes, cell for cell, the rows of one whose
+// reads hold up to a week of hours (six hours of minutes) a series.
 func TestExportReadWindows(t *testing.T) {
 	const days = 3
 	tt := buildTiers(t, knownWorkload(days), days, t0+2*dayMs)
