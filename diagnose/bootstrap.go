@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -190,67 +191,109 @@ func (w writeBackSink) appendDirect(t int64, hs []*scratchHandle, vs []float64) 
 // live engine wrote, since the tracker computes them from the same
 // minutes.
 func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
-	t0 := time.Now()
-	items := e.bootstrapItems()
-	from := floorDiv(tm, hourMs)*hourMs - e.base.readBack().Milliseconds()
-	to := tm - minute.Milliseconds()
-	var exprs []parser.Expr
-	for _, it := range items {
-		exprs = append(exprs, it.r.Query())
+	rb := e.boot
+	if rb == nil || rb.tm != tm {
+		rb = e.newReadBack(tm)
+		e.boot = rb
+	} else {
+		e.logger.Info("resuming the baselines' read-back where it failed", "from", fmtMs(rb.from), "at", fmtMs(rb.next), "to", fmtMs(rb.to))
 	}
-	reads := readSetExprs(exprs, map[string]bool{})
-	var ms []*labels.Matcher
-	if reads != nil {
-		ms = []*labels.Matcher{reads}
-	}
-	// Nothing to read before the minute tier's first partition.
-	if first, _, ok := e.o.Minute.Bounds(); ok {
-		from = max(from, floorDiv(first, hourMs)*hourMs)
-	}
-	rewriteFrom := e.rewriteFrom()
-	rewritten := 0
-	chunk := firstChunk
-	tmp := newScratch()
-	p := newPrecomputed()
-	minutes := 0
-	logged := t0
-	for c, end := from, int64(0); c <= to; c = end + minute.Milliseconds() {
+	logged := time.Now()
+	for rb.next <= rb.to {
+		c := rb.next
 		if time.Since(logged) >= bootstrapLogEvery {
 			// Hours at fleet scale (docs/diagnosis.md, "Memory of the
 			// read-back"): say how far it is.
-			e.logger.Info("reading the baselines back from the minute tier", "from", fmtMs(from), "at", fmtMs(c), "to", fmtMs(to),
-				"chunk", chunk, "took", time.Since(t0).Round(time.Second))
+			e.logger.Info("reading the baselines back from the minute tier", "from", fmtMs(rb.from), "at", fmtMs(c), "to", fmtMs(rb.to),
+				"chunk", rb.chunk, "took", time.Since(rb.t0).Round(time.Second))
 			logged = time.Now()
 		}
-		end = min(c+chunk.Milliseconds()-minute.Milliseconds(), to)
-		snap, err := e.view.SnapshotFor(ctx, c-e.need, end, e.reach.reads(c), ms...)
+		end := min(c+rb.chunk.Milliseconds()-minute.Milliseconds(), rb.to)
+		// A failed chunk leaves what compute materialised of it in tmp
+		// (written again, the same, when the chunk is read again) and its
+		// last minute's series in p.prev, which the next attempt's stale
+		// markers must not see.
+		prev := maps.Clone(rb.p.prev)
+		next, err := e.readBackChunk(ctx, rb, c, end)
 		if err != nil {
+			rb.p.prev = prev
 			return err
 		}
-		chunk = e.nextChunk(snap.Series())
-		if err := p.compute(ctx, e, pass{items: items, q: mergeQueryable{snap, tmp}, sc: tmp}, c, end); err != nil {
-			return err
-		}
-		if !p.ready {
-			return fmt.Errorf("a signal's range query over %s..%s failed: %w", fmtMs(c), fmtMs(end), p.notReady)
-		}
-		for t := c; t <= end; t += minute.Milliseconds() {
-			if t >= rewriteFrom {
-				e.base.minute(t, e.signalValues(tmp, t), writeBackSink{e})
-				rewritten++
-			} else {
-				e.base.minute(t, e.signalValues(tmp, t))
-			}
-			minutes++
-		}
-		tmp.truncate(end - e.lookback.Milliseconds())
+		rb.next, rb.chunk = end+minute.Milliseconds(), next
 	}
 	e.base.booted = true
-	if minutes > 0 {
-		e.logger.Info("baselines read back from the minute tier", "from", fmtMs(from),
-			"minutes", minutes, "written again", rewritten, "series", e.base.len(), "took", time.Since(t0).Round(time.Millisecond))
+	e.boot = nil
+	if rb.minutes > 0 {
+		e.logger.Info("baselines read back from the minute tier", "from", fmtMs(rb.from),
+			"minutes", rb.minutes, "written again", rb.rewritten, "series", e.base.len(), "took", time.Since(rb.t0).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// readBack is a read-back in progress (bootstrap). An attempt that fails
+// keeps it, and the next attempt for the same minute goes on from the chunk
+// that failed rather than from the first minute: at fleet scale the
+// read-back takes hours, and a range query may fail (the query engine's
+// timeout, on a loaded machine) where the next attempt would not.
+type readBack struct {
+	tm, from, to int64
+	next         int64         // the first minute not read back yet
+	chunk        time.Duration // the next chunk's length
+	rewriteFrom  int64
+	items        []passItem
+	ms           []*labels.Matcher
+	tmp          *scratch
+	p            *precomputed
+	minutes      int
+	rewritten    int
+	t0           time.Time
+}
+
+// newReadBack plans the read-back before minute tm.
+func (e *Engine) newReadBack(tm int64) *readBack {
+	rb := &readBack{tm: tm, to: tm - minute.Milliseconds(), chunk: firstChunk, items: e.bootstrapItems(),
+		tmp: newScratch(), p: newPrecomputed(), t0: time.Now()}
+	rb.from = floorDiv(tm, hourMs)*hourMs - e.base.readBack().Milliseconds()
+	var exprs []parser.Expr
+	for _, it := range rb.items {
+		exprs = append(exprs, it.r.Query())
+	}
+	if reads := readSetExprs(exprs, map[string]bool{}); reads != nil {
+		rb.ms = []*labels.Matcher{reads}
+	}
+	// Nothing to read before the minute tier's first partition.
+	if first, _, ok := e.o.Minute.Bounds(); ok {
+		rb.from = max(rb.from, floorDiv(first, hourMs)*hourMs)
+	}
+	rb.next = rb.from
+	rb.rewriteFrom = e.rewriteFrom()
+	return rb
+}
+
+// readBackChunk reads back the minutes [c, end] and returns how long the
+// next chunk is, sized by the series this one read.
+func (e *Engine) readBackChunk(ctx context.Context, rb *readBack, c, end int64) (time.Duration, error) {
+	snap, err := e.view.SnapshotFor(ctx, c-e.need, end, e.reach.reads(c), rb.ms...)
+	if err != nil {
+		return 0, err
+	}
+	if err := rb.p.compute(ctx, e, pass{items: rb.items, q: mergeQueryable{snap, rb.tmp}, sc: rb.tmp}, c, end); err != nil {
+		return 0, err
+	}
+	if !rb.p.ready {
+		return 0, fmt.Errorf("a signal's range query over %s..%s failed: %w", fmtMs(c), fmtMs(end), rb.p.notReady)
+	}
+	for t := c; t <= end; t += minute.Milliseconds() {
+		if t >= rb.rewriteFrom {
+			e.base.minute(t, e.signalValues(rb.tmp, t), writeBackSink{e})
+			rb.rewritten++
+		} else {
+			e.base.minute(t, e.signalValues(rb.tmp, t))
+		}
+		rb.minutes++
+	}
+	rb.tmp.truncate(end - e.lookback.Milliseconds())
+	return e.nextChunk(snap.Series()), nil
 }
 
 // bootstrapLogEvery is how often a long read-back logs its progress.

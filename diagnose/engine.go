@@ -140,6 +140,7 @@ type Engine struct {
 	reach    *readReach        // how far back they read each (nil: e.need)
 	query    storage.Queryable // minute data + scratch, for the minute being evaluated
 	chunk    time.Duration     // how far ahead a snapshot loads (replay); 0 reloads every minute
+	boot     *readBack         // the baselines' read-back, kept by a failed attempt (bootstrap.go)
 	inc      *incidents
 	precomp  *precomputed // replay's fast path (nil: instant queries)
 	// base computes the baselines (nil in static mode); it runs after

@@ -447,23 +447,91 @@ func TestBootstrapChunkSizeDoesNotMatter(t *testing.T) {
 		if err := e.bootstrap(context.Background(), tm); err != nil {
 			t.Fatal(err)
 		}
-		var out []string
-		for _, list := range e.base.byMetric {
-			for _, s := range list {
-				out = append(out, fmt.Sprintf("%s med=%x sig=%x rec=%x/%x/%x src=%d x=%x@%d cur=%v@%d",
-					s.lbls, math.Float64bits(s.med), math.Float64bits(s.sig), math.Float64bits(s.recMed), math.Float64bits(s.recSig),
-					math.Float64bits(s.recNoise), s.src, math.Float64bits(s.x), s.lastT, s.cur, s.hour))
-			}
-		}
-		slices.Sort(out)
-		return strings.Join(out, "\n")
+		return trackerState(t, e)
 	}
 	whole, cut := state(chunkWindows), state(1)
 	if whole != cut {
 		t.Fatalf("six-hour and %s chunks read back different baselines:\n%s\n\n%s", firstChunk, whole, cut)
 	}
-	if n := strings.Count(whole, "\n") + 1; n < 50 || !strings.Contains(whole, "src=") {
-		t.Fatalf("%d tracked series read back", n)
+}
+
+// trackerState is every tracked series' baseline state, to the bit.
+func trackerState(t *testing.T, e *Engine) string {
+	t.Helper()
+	var out []string
+	for _, list := range e.base.byMetric {
+		for _, s := range list {
+			out = append(out, fmt.Sprintf("%s med=%x sig=%x rec=%x/%x/%x src=%d x=%x@%d cur=%v@%d",
+				s.lbls, math.Float64bits(s.med), math.Float64bits(s.sig), math.Float64bits(s.recMed), math.Float64bits(s.recSig),
+				math.Float64bits(s.recNoise), s.src, math.Float64bits(s.x), s.lastT, s.cur, s.hour))
+		}
+	}
+	if len(out) < 50 {
+		t.Fatalf("%d tracked series read back", len(out))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+// failingOpen is an open-window source holding nothing that cancels a
+// context at its fail-th read (every snapshot reads it first), and records
+// where each read starts.
+type failingOpen struct {
+	fail   int
+	cancel context.CancelFunc
+	starts []int64
+}
+
+func (f *failingOpen) VisitOpenWindows(mint, _ int64, _ tiers.OpenWindowSink, _ ...*labels.Matcher) {
+	if f.starts = append(f.starts, mint); len(f.starts) == f.fail {
+		f.cancel()
+	}
+}
+
+// TestBootstrapResumes: a read-back that fails in a chunk goes on from
+// that chunk at the next attempt, not from its first minute, and ends with
+// the baselines of one that never failed.
+func TestBootstrapResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads back four hours twice")
+	}
+	defer func(w int) { chunkWindows = w }(chunkWindows)
+	chunkWindows = 1 // 10-minute chunks: about 24 of them
+	minute, end := fourHours(t)
+	tm := end.Add(-7 * time.Minute).UnixMilli()
+	whole, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := whole.bootstrap(context.Background(), tm); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := &failingOpen{fail: 6, cancel: cancel}
+	e, err := New(DefaultConfig(), Options{Minute: minute, Open: open, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bootstrap(ctx, tm); err == nil {
+		t.Fatal("the read-back did not fail")
+	}
+	if e.base.booted || e.boot == nil {
+		t.Fatal("a failed read-back left no state to resume")
+	}
+	failed := e.boot.next
+	if failed <= e.boot.from {
+		t.Fatalf("the read-back failed at its first minute (%s): nothing to resume", fmtMs(failed))
+	}
+	open.starts, open.fail = nil, 0
+	if err := e.bootstrap(context.Background(), tm); err != nil {
+		t.Fatal(err)
+	}
+	if len(open.starts) == 0 || open.starts[0] != failed-e.need {
+		t.Fatalf("the second attempt read from %s, want %s (the failed chunk)", fmtMs(open.starts[0]), fmtMs(failed-e.need))
+	}
+	if got, want := trackerState(t, e), trackerState(t, whole); got != want {
+		t.Fatalf("a resumed read-back's baselines differ from one that never failed:\n%s\n\n%s", got, want)
 	}
 }
 
