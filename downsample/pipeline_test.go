@@ -796,8 +796,13 @@ func TestHourBuildBesideTick(t *testing.T) {
 	}
 	tick := func() { t.Helper(); returns("Tick", func() error { return p.Tick(context.Background()) }) }
 	tick()
-	if got := <-minute.entered; got != day {
-		t.Fatalf("the first build is of %s, want %s", fmtTime(got), fmtTime(day))
+	select {
+	case got := <-minute.entered:
+		if got != day {
+			t.Fatalf("the first build is of %s, want %s", fmtTime(got), fmtTime(day))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the first tick started no hour partition build")
 	}
 	// The build waits at the gate; the ticks go on, and start no other.
 	tick()
