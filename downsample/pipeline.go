@@ -156,11 +156,22 @@ type Pipeline struct {
 	// The hour partitions' builds run beside the tick, one day at a time:
 	// a day of 500,000 series is minutes of work, which inside the tick
 	// held the minute windows, the flushes and the mark (docs/rollups.md,
-	// "The hour tier's build"). building is guarded by tickMu; Close
-	// cancels buildCtx.
+	// "The hour tier's build"). building, buildFails and buildRetry are
+	// guarded by tickMu; Close cancels buildCtx.
 	building    *dayBuild
 	buildCtx    context.Context
 	buildCancel context.CancelFunc
+	buildFails  int       // failed builds in a row
+	buildRetry  time.Time // no build starts before (p.now) after a failure
+}
+
+// buildBackoff is how long the ticks wait to start a build again after
+// fails failed builds in a row: a tick's interval, doubled with each
+// failure, at most an hour. A build that fails every time (a corrupt minute
+// partition, a full disk) read the whole day again every tick, as
+// Prometheus' compaction would without its backoff.
+func (p *Pipeline) buildBackoff(fails int) time.Duration {
+	return min(p.cfg.Interval<<min(fails-1, 20), time.Hour)
 }
 
 // dayBuild is a day's hour partition being built beside the tick. Its
@@ -320,7 +331,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // and starts building the hour partition of the first finished day without
 // one from the minute tier. The build runs beside the ticks, one day at a
 // time; a later tick collects it (a failed build is that tick's error, and
-// is started again) and starts the next day's. BuildHours waits for them.
+// is started again after a backoff: buildBackoff) and starts the next
+// day's. BuildHours waits for them.
 // The first tick also recovers: it recomputes every partition that has no
 // file while its source data still exists.
 func (p *Pipeline) Tick(ctx context.Context) error {
@@ -761,8 +773,12 @@ func (p *Pipeline) buildDays() error {
 		}
 		p.building = nil
 		if b.err != nil {
-			return b.err
+			p.buildFails++
+			wait := p.buildBackoff(p.buildFails)
+			p.buildRetry = p.now().Add(wait)
+			return fmt.Errorf("%w (built again in %s)", b.err, wait)
 		}
+		p.buildFails = 0
 		p.dayBuilt(b)
 		p.dayMark = b.day + DayLen
 	}
@@ -772,7 +788,7 @@ func (p *Pipeline) buildDays() error {
 	}
 	for d := p.dayMark; d+DayLen <= done; d += DayLen {
 		if !p.hour.HasPartition(d) && len(minuteHours(p.minute, d)) > 0 {
-			if !p.closed {
+			if !p.closed && !p.now().Before(p.buildRetry) {
 				p.startBuild(d)
 			}
 			return nil
@@ -827,6 +843,7 @@ func (p *Pipeline) BuildHours(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
+		p.buildRetry = time.Time{} // asked for now: no backoff
 		if err := p.buildDays(); err != nil {
 			return err
 		}

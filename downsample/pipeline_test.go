@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -850,6 +851,83 @@ func TestHourBuildBesideTick(t *testing.T) {
 	}
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHourBuildBackoff: a failed hour partition build is the collecting
+// tick's error and is not started again before its backoff (a tick's
+// interval, doubling with each failure in a row, at most an hour); then it
+// is, and a success resets the backoff.
+func TestHourBuildBackoff(t *testing.T) {
+	start := testStart + 2*HourRes
+	w := genWorkload(start, start+2*HourRes, 2_000) // 22:00-24:00: one day
+	minute, hour := newMemTier(MinuteRes, HourRes), newMemTier(HourRes, DayLen)
+	for h := timegrid.Floor(start, HourRes); h < w.end; h += HourRes {
+		if err := minute.WritePartition(h, w.reference(t, MinuteRes, h, h+HourRes)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	day := timegrid.Floor(start, DayLen)
+	failing := true
+	hour.fail = func(int64) error {
+		if failing {
+			return errors.New("no space left on device")
+		}
+		return nil
+	}
+	raw := openTestRaw(t)
+	app := raw.Appender(context.Background())
+	if _, err := app.Append(0, labelsFor("later"), w.end+DayLen, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.UnixMilli(w.end)}
+	cfg := testConfig()
+	p, err := New(cfg, raw, minute, hour, promslog.NewNopLogger(), prometheus.NewRegistry(), clock.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// tickUntil ticks until the build a tick started has been collected.
+	tickUntil := func() error {
+		t.Helper()
+		for range 1000 {
+			err := p.Tick(context.Background())
+			p.tickMu.Lock()
+			idle := p.building == nil
+			p.tickMu.Unlock()
+			if err != nil || idle {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatal("the hour partition's build did not end")
+		return nil
+	}
+	if err := tickUntil(); err == nil || !strings.Contains(err.Error(), "no space left") || !strings.Contains(err.Error(), "built again in 15s") {
+		t.Fatalf("the failed build's tick: %v", err)
+	}
+	failing = false
+	clock.t = clock.t.Add(cfg.Interval - time.Second)
+	if err := p.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p.building != nil || hour.HasPartition(day) {
+		t.Fatal("a build started again before its backoff")
+	}
+	clock.t = clock.t.Add(time.Second)
+	if err := tickUntil(); err != nil {
+		t.Fatal(err)
+	}
+	if !hour.HasPartition(day) || p.buildFails != 0 {
+		t.Fatalf("after the backoff: partition %v, failures in a row %d", hour.HasPartition(day), p.buildFails)
+	}
+	for fails, want := range map[int]time.Duration{1: 15 * time.Second, 2: 30 * time.Second, 3: time.Minute, 8: 32 * time.Minute, 9: time.Hour, 100: time.Hour} {
+		if got := p.buildBackoff(fails); got != want {
+			t.Errorf("backoff after %d failures: %s, want %s", fails, got, want)
+		}
 	}
 }
 
