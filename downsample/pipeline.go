@@ -771,16 +771,12 @@ func (p *Pipeline) buildDays() error {
 		default:
 			return nil
 		}
-		p.building = nil
-		if b.err != nil {
+		if err := p.collect(b); err != nil {
 			p.buildFails++
 			wait := p.buildBackoff(p.buildFails)
 			p.buildRetry = p.now().Add(wait)
-			return fmt.Errorf("%w (built again in %s)", b.err, wait)
+			return fmt.Errorf("%w (built again in %s)", err, wait)
 		}
-		p.buildFails = 0
-		p.dayBuilt(b)
-		p.dayMark = b.day + DayLen
 	}
 	done := p.mark // minute partitions before done are on disk
 	if starts := p.spillStarts(); len(starts) > 0 {
@@ -812,16 +808,25 @@ func (p *Pipeline) startBuild(d int64) {
 	}()
 }
 
-// dayBuilt counts a successful build. A day with no minute partition at all
-// (before the tier existed) was skipped: nothing to count.
-func (p *Pipeline) dayBuilt(b *dayBuild) {
+// collect takes the finished build b: a successful one is counted, resets
+// the backoff and moves dayMark past its day; a failed one returns its
+// error. A day with no minute partition left (before the tier existed) was
+// skipped: nothing to count.
+func (p *Pipeline) collect(b *dayBuild) error {
+	p.building = nil
+	if b.err != nil {
+		return b.err
+	}
+	p.buildFails = 0
+	p.dayMark = b.day + DayLen
 	if b.series < 0 {
-		return
+		return nil
 	}
 	p.m.partitions.WithLabelValues("hour").Inc()
 	p.m.windows.WithLabelValues("hour").Add(float64(b.windows))
 	p.m.buildTime.Set(b.took.Seconds())
 	p.logger.Info("hour partition written", "day", fmtTime(b.day), "series", b.series, "windows", b.windows, "took", b.took.Round(time.Millisecond))
+	return nil
 }
 
 // BuildHours builds the hour partition of every day whose minute partitions
@@ -863,17 +868,12 @@ func (p *Pipeline) stopBuild() error {
 		return nil
 	}
 	<-b.done
-	p.building = nil
-	switch {
-	case b.err == nil:
-		p.dayBuilt(b)
-		return nil
-	case errors.Is(b.err, context.Canceled):
+	err := p.collect(b)
+	if errors.Is(err, context.Canceled) {
 		p.logger.Info("hour partition build stopped by shutdown; it is built again at the next start", "day", fmtTime(b.day))
 		return nil
-	default:
-		return b.err
 	}
+	return err
 }
 
 // Close runs a last tick, so that minute partitions that became final are
