@@ -281,6 +281,12 @@ type tracker struct {
 	arena *pageArena
 	// buf is the hour summaries' scratch space (bseries.finish).
 	buf []float64
+	// firstHour is the hour of the first minute the tracker (or the run
+	// whose checkpoint it was restored from) processed: it has no
+	// summaries before it.
+	firstHour int64
+	// ckpt writes a checkpoint as each hour passes (nil: none; replay).
+	ckpt *checkpointer
 }
 
 // newTracker makes a tracker whose rings' pages are kept in arena (nil:
@@ -741,6 +747,11 @@ func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baseline
 	if t.started && ts <= t.done {
 		return
 	}
+	if !t.started {
+		t.firstHour = floorDiv(ts, hourMs)
+	} else if x := floorDiv(t.done, hourMs); floorDiv(ts, hourMs) > x {
+		t.passHour(x)
+	}
 	t.seen = t.seen[:0]
 	for _, n := range t.names {
 		for _, sa := range vals[n] {
@@ -780,6 +791,25 @@ func (t *tracker) minute(ts int64, vals map[string][]sampleAt, sinks ...baseline
 		t.lastGC = ts
 	}
 	t.arena.release()
+}
+
+// passHour finishes hour x, the last one a minute was processed in, as a
+// later one starts: every series' summary of it is made now, not when the
+// series is next seen (which makes no difference to a baseline: summaries
+// are read when a series' hour rolls, after it finished its last one), so
+// that the checkpoint after x holds every hour up to x whole.
+func (t *tracker) passHour(x int64) {
+	t.arena.touch()
+	for _, list := range t.byMetric {
+		for _, s := range list {
+			if len(s.cur) > 0 {
+				t.buf = s.finish(s.hour, t.hours, t.arena, t.buf)
+			}
+		}
+	}
+	if t.ckpt != nil {
+		t.ckpt.checkpoint(t, x)
+	}
 }
 
 func (t *tracker) write(ts int64, sinks []baselineSink) {

@@ -265,8 +265,23 @@ func (e *Engine) newReadBack(tm int64) *readBack {
 	if first, _, ok := e.o.Minute.Bounds(); ok {
 		rb.from = max(rb.from, floorDiv(first, hourMs)*hourMs)
 	}
-	rb.next = rb.from
 	rb.rewriteFrom = e.rewriteFrom()
+	// A checkpoint after the history's start spares the minutes before it:
+	// one at or before the first minute to write again if there is one,
+	// else the baselines of the minutes between are not written again
+	// (a gap in the stored baseline series, where the minute tier ends
+	// hours before the checkpoint: better than hours of read-back).
+	if ck := e.base.ckpt; ck != nil && !e.base.started {
+		if c, ok := ck.restore(e.base, rb.from, tm, rb.rewriteFrom); ok {
+			e.logger.Info("baselines restored from their checkpoint", "before", fmtMs(c), "series", e.base.len(),
+				"history from", fmtMs(rb.from), "took", time.Since(rb.t0).Round(time.Millisecond))
+			if c > rb.rewriteFrom {
+				e.logger.Warn("the baselines of minutes before their checkpoint are not written again", "from", fmtMs(rb.rewriteFrom), "to", fmtMs(c))
+			}
+			rb.from = c
+		}
+	}
+	rb.next = rb.from
 	return rb
 }
 

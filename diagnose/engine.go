@@ -86,8 +86,13 @@ type Options struct {
 	// (unlinked when opened; see pageArena) instead of the heap; empty is
 	// the temporary directory. Live mode gives the storage directory.
 	ScratchDir string
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	// BaselineDir holds the baselines' hourly checkpoints, from which a
+	// start restores the tracker instead of reading its whole history back
+	// (checkpoint.go; docs/format/baseline-checkpoint.md). Empty: none
+	// (replay). Live mode gives <storage>/baselines.
+	BaselineDir string
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // Update is what a Sink receives after each evaluated minute.
@@ -259,6 +264,12 @@ func New(cfg Config, o Options) (*Engine, error) {
 	}
 	if err := e.checkBaselineSignals(); err != nil {
 		return nil, err
+	}
+	if e.base != nil && o.BaselineDir != "" {
+		// A start restores a state at or before its first minute, which
+		// trails the newest state by the warm-up and the write-back delay.
+		keep := int((e.warmup+o.WriteBackDelay)/time.Hour) + 3
+		e.base.ckpt = newCheckpointer(o.BaselineDir, e.baselineFingerprint(), keep, e.logger, o.Registerer)
 	}
 	e.pinRules()
 	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden), tiers.WithSharedLabels(o.Labels))

@@ -455,15 +455,18 @@ func TestBootstrapChunkSizeDoesNotMatter(t *testing.T) {
 	}
 }
 
-// trackerState is every tracked series' baseline state, to the bit.
+// trackerState is every tracked series' baseline state, to the bit, but
+// for what writing its baseline series sets (lastOut, out), which a
+// read-back does not write.
 func trackerState(t *testing.T, e *Engine) string {
 	t.Helper()
 	var out []string
 	for _, list := range e.base.byMetric {
 		for _, s := range list {
-			out = append(out, fmt.Sprintf("%s med=%x sig=%x rec=%x/%x/%x src=%d x=%x@%d cur=%v@%d",
+			out = append(out, fmt.Sprintf("%s med=%x sig=%x rec=%x/%x/%x/%v src=%d x=%x@%d cur=%v@%d repl=%x srcs=%v/%v seas=%v ring=%s",
 				s.lbls, math.Float64bits(s.med), math.Float64bits(s.sig), math.Float64bits(s.recMed), math.Float64bits(s.recSig),
-				math.Float64bits(s.recNoise), s.src, math.Float64bits(s.x), s.lastT, s.cur, s.hour))
+				math.Float64bits(s.recNoise), s.hasRec, s.src, math.Float64bits(s.x), s.lastT, s.cur, s.hour,
+				s.repl, s.srcHour, s.srcOf, s.seas, ringState(e.base, s)))
 		}
 	}
 	if len(out) < 50 {
@@ -471,6 +474,19 @@ func trackerState(t *testing.T, e *Engine) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "\n")
+}
+
+// ringState is the summaries a baseline after the tracker's last minute
+// may read of s's ring.
+func ringState(tr *tracker, s *bseries) string {
+	var b strings.Builder
+	last := floorDiv(tr.done, hourMs)
+	for h := last - int64(tr.hours) + 2; h <= last; h++ {
+		if x, ok := s.ring.at(h); ok {
+			fmt.Fprintf(&b, "%d:%x/%x ", h, math.Float32bits(x.m), math.Float32bits(x.d))
+		}
+	}
+	return b.String()
 }
 
 // failingOpen is an open-window source holding nothing that cancels a

@@ -25,7 +25,9 @@ import (
 //
 // The file is a scratch file, unlinked as soon as it is opened: its pages
 // are derived from the minute tier, which a tracker reads back when it
-// starts (bootstrap.go), so nothing of it outlives the process. It grows
+// starts (bootstrap.go; or restores from its checkpoints, checkpoint.go,
+// which hold the same summaries in files of their own), so nothing of it
+// outlives the process. It grows
 // by arenaChunk, each chunk fallocated before it is mapped, so that a full
 // disk fails the growth (and the arena hands out heap pages from then on)
 // instead of a write into the mapping. Where mapping files is not

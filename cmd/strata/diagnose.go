@@ -177,7 +177,8 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		// the raw head.
 		Labels: s.raw,
 		Sinks:  sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
-		ScratchDir: s.cfg.Storage.Path, Logger: logger, Registerer: s.reg,
+		ScratchDir: s.cfg.Storage.Path, BaselineDir: filepath.Join(s.cfg.Storage.Path, "baselines"),
+		Logger: logger, Registerer: s.reg,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,672 @@
+package diagnose
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/atomicfile"
+)
+
+// The baselines' checkpoints (docs/format/baseline-checkpoint.md).
+//
+// Without them a start reads the baselines' history back from the minute
+// tier: four weeks of every tracked signal, evaluated minute by minute,
+// which takes hours at fleet scale (27-48 h for 500,000 series;
+// docs/diagnosis.md). The tracker's state is a pure function of the
+// minutes it has processed, so a start may instead load the state a
+// previous run had after some minute and read back only the minutes after
+// it. Two kinds of file hold that state:
+//
+//   - an hour's summaries (hour-<hour>.sum): the median and MAD of every
+//     tracked series' minutes of that hour, written once when the tracker
+//     passes the hour. They are most of the state (one summary an hour, a
+//     ring of four weeks a series) and never change once written.
+//   - a state file (state-<hour>.ckpt): everything else the tracker holds
+//     after the last minute before that hour (each series' labels and
+//     current baseline, its seasonal baselines of the last hours, its
+//     replica flags), written at the same time. Only the last few are kept.
+//
+// A start loads the newest state file that is usable (same configuration,
+// every summary file it needs present and whole), then the summaries of
+// the hours a baseline may read, then reads back the minutes from the
+// state's hour as it would have from the history's start. A file that is
+// missing, torn or from another configuration is never an error of the
+// engine: the start falls back to an older state, then to the whole
+// read-back.
+
+// checkpointVersion is the files' format version; a change to the format or
+// to what the tracker computes from a minute changes it.
+const checkpointVersion = 1
+
+var (
+	summaryMagic = [8]byte{'S', 'T', 'R', 'B', 'S', 'U', 'M', checkpointVersion}
+	stateMagic   = [8]byte{'S', 'T', 'R', 'B', 'C', 'K', 'P', checkpointVersion}
+)
+
+// flagIncomplete marks a summary file that leaves out series whose labels
+// share a hash with another tracked series (a 64-bit collision): a state
+// that needs the hour is not used.
+const flagIncomplete = 1
+
+// checkpointer writes the tracker's checkpoints into dir.
+type checkpointer struct {
+	dir string
+	// fp identifies what the tracker computes (its configuration, the
+	// signals' rules): a file with another is not used.
+	fp uint64
+	// keep is how many state files are kept: a start needs one at or
+	// before its first evaluated minute, which trails the newest by the
+	// warm-up.
+	keep   int
+	logger *slog.Logger
+	// lastHour is the last hour a summary file was written for (0: none
+	// this run).
+	lastHour int64
+	// lastState is the hour of the last state written or loaded: a
+	// tracker restored from it passes its hour again without writing.
+	lastState int64
+	m         checkpointMetrics
+}
+
+type checkpointMetrics struct {
+	writes, failures prometheus.Counter
+	duration         prometheus.Gauge
+	bytes            prometheus.Gauge
+}
+
+func newCheckpointer(dir string, fp uint64, keep int, logger *slog.Logger, reg prometheus.Registerer) *checkpointer {
+	f := promauto.With(reg)
+	return &checkpointer{dir: dir, fp: fp, keep: max(1, keep), logger: logger, m: checkpointMetrics{
+		writes:   f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_baseline_checkpoints_total", Help: "Hourly checkpoints of the baselines written (an hour's summaries and the tracker's state)."}),
+		failures: f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_baseline_checkpoint_failures_total", Help: "Hourly checkpoints of the baselines that could not be written; a start reads back from an older one, or the whole history."}),
+		duration: f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_baseline_checkpoint_duration_seconds", Help: "How long the last checkpoint of the baselines took to write."}),
+		bytes:    f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_baseline_checkpoint_bytes", Help: "Bytes of the baselines' checkpoint files on disk, after the last checkpoint."}),
+	}}
+}
+
+func hourName(h int64) string {
+	return time.Unix(h*3600, 0).UTC().Format("2006-01-02T15")
+}
+
+func parseHourName(s string) (int64, bool) {
+	t, err := time.Parse("2006-01-02T15", s)
+	if err != nil {
+		return 0, false
+	}
+	return t.Unix() / 3600, true
+}
+
+func (c *checkpointer) summaryPath(h int64) string {
+	return filepath.Join(c.dir, "hour-"+hourName(h)+".sum")
+}
+
+func (c *checkpointer) statePath(h int64) string {
+	return filepath.Join(c.dir, "state-"+hourName(h)+".ckpt")
+}
+
+// checkpoint is called as the tracker passes from hour x, finished, to a
+// later one: it writes the summary files of the hours since the last one
+// written up to x (those before x the tracker skipped hold no summaries),
+// then the state after x. A failure is logged and counted: the engine goes
+// on, and a start uses an older state.
+func (c *checkpointer) checkpoint(t *tracker, x int64) {
+	if x+1 <= c.lastState {
+		return
+	}
+	start := time.Now()
+	if err := c.write(t, x); err != nil {
+		c.m.failures.Inc()
+		c.logger.Warn("could not checkpoint the baselines; a start will read more of their history back", "hour", hourName(x), "err", err)
+		return
+	}
+	c.lastState = x + 1
+	c.m.writes.Inc()
+	c.m.duration.Set(time.Since(start).Seconds())
+	c.retain(t.hours)
+}
+
+func (c *checkpointer) write(t *tracker, x int64) error {
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return err
+	}
+	from := max(t.firstHour, x-int64(t.hours)+1)
+	if c.lastHour != 0 {
+		from = max(from, c.lastHour+1)
+	}
+	for h := from; h <= x; h++ {
+		if err := c.writeSummaries(t, h); err != nil {
+			return err
+		}
+		c.lastHour = h
+	}
+	return writeFileAtomic(c.statePath(x+1), stateMagic, func(w io.Writer) error { return c.encodeState(w, t, (x+1)*hourMs) })
+}
+
+// writeFileAtomic writes a checkpoint file through internal/atomicfile (a
+// crash leaves the old file or the new one, never a torn one): magic, then
+// the body in one zstd frame with its checksum.
+func writeFileAtomic(path string, magic [8]byte, body func(io.Writer) error) error {
+	f, err := atomicfile.Create(path, filepath.Base(path)+tmpSuffix+"*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Abort() }()
+	bw := bufio.NewWriterSize(f, 256<<10)
+	if _, err := bw.Write(magic[:]); err != nil {
+		return err
+	}
+	zw, err := zstd.NewWriter(bw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20))
+	if err != nil {
+		return err
+	}
+	zb := bufio.NewWriterSize(zw, 64<<10)
+	if err := body(zb); err != nil {
+		_ = zw.Close()
+		return err
+	}
+	if err := zb.Flush(); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return f.Commit()
+}
+
+// tmpSuffix marks a checkpoint file being written; retain removes those a
+// crash left.
+const tmpSuffix = ".tmp"
+
+// enc appends the fields of a file's body to w.
+type enc struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func (e *enc) flush() {
+	if e.err == nil && len(e.buf) > 0 {
+		_, e.err = e.w.Write(e.buf)
+	}
+	e.buf = e.buf[:0]
+}
+
+func (e *enc) uvarint(x uint64) { e.buf = binary.AppendUvarint(e.buf, x) }
+func (e *enc) varint(x int64)   { e.buf = binary.AppendVarint(e.buf, x) }
+func (e *enc) u64(x uint64)     { e.buf = binary.LittleEndian.AppendUint64(e.buf, x) }
+func (e *enc) u32(x uint32)     { e.buf = binary.LittleEndian.AppendUint32(e.buf, x) }
+func (e *enc) f64(x float64)    { e.u64(math.Float64bits(x)) }
+func (e *enc) byte(b byte)      { e.buf = append(e.buf, b) }
+func (e *enc) str(s string) {
+	e.uvarint(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+// writeSummaries writes hour h's summaries: every tracked series with one,
+// by label hash, in increasing hash order.
+func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
+	type entry struct {
+		hash uint64
+		x    summary
+	}
+	var es []entry
+	flags := uint32(0)
+	for hash, s := range t.series {
+		if s.next != nil {
+			flags |= flagIncomplete
+			continue
+		}
+		if x, ok := s.ring.at(h); ok {
+			es = append(es, entry{hash, x})
+		}
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		switch {
+		case a.hash < b.hash:
+			return -1
+		case a.hash > b.hash:
+			return 1
+		}
+		return 0
+	})
+	return writeFileAtomic(c.summaryPath(h), summaryMagic, func(w io.Writer) error {
+		e := &enc{w: w}
+		e.u64(c.fp)
+		e.varint(h)
+		e.u32(flags)
+		e.uvarint(uint64(len(es)))
+		prev := uint64(0)
+		for i, x := range es {
+			e.uvarint(x.hash - prev)
+			prev = x.hash
+			e.u32(math.Float32bits(x.x.m))
+			e.u32(math.Float32bits(x.x.d))
+			if i%4096 == 4095 {
+				e.flush()
+			}
+		}
+		e.flush()
+		return e.err
+	})
+}
+
+// encodeState writes the tracker's state before minute next (ms: next
+// hour's start): every tracked series but its ring (the summary files) and
+// its current hour's values (none: the tracker finished the hour).
+func (c *checkpointer) encodeState(w io.Writer, t *tracker, next int64) error {
+	e := &enc{w: w}
+	e.u64(c.fp)
+	e.varint(next)
+	e.varint(t.done)
+	e.varint(t.lastGC)
+	e.varint(t.firstHour)
+	e.uvarint(uint64(t.len()))
+	for _, name := range slices.Sorted(maps.Keys(t.byMetric)) {
+		for _, s := range t.byMetric[name] {
+			if len(s.cur) > 0 {
+				return fmt.Errorf("series %s holds an unfinished hour", s.lbls)
+			}
+			e.uvarint(uint64(s.lbls.Len()))
+			s.lbls.Range(func(l labels.Label) { e.str(l.Name); e.str(l.Value) })
+			e.varint(s.hour)
+			e.varint(s.lastT)
+			e.varint(s.lastOut)
+			e.f64(s.x)
+			e.f64(s.med)
+			e.f64(s.sig)
+			e.f64(s.recMed)
+			e.f64(s.recSig)
+			e.f64(s.recNoise)
+			e.byte(byte(s.src))
+			var fl byte
+			if s.hasRec {
+				fl |= 1
+			}
+			if s.out != nil {
+				fl |= 2
+			}
+			e.byte(fl)
+			for _, r := range s.repl {
+				e.uvarint(r)
+			}
+			for i := range s.srcHour {
+				e.varint(int64(s.srcHour[i]))
+				e.byte(byte(s.srcOf[i]))
+			}
+			e.uvarint(uint64(len(s.seas)))
+			for _, x := range s.seas {
+				e.varint(int64(x.hour))
+				e.f64(x.m)
+				e.f64(x.sig)
+			}
+			if len(e.buf) > 32<<10 {
+				e.flush()
+			}
+		}
+	}
+	e.flush()
+	return e.err
+}
+
+// retain keeps the states a start may restore and the summaries they need
+// (a state before hour c needs those of the hours - 1 hours before c).
+func (c *checkpointer) retain(hours int) {
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	var states []int64
+	for _, de := range ents {
+		if h, ok := fileHour(de.Name(), "state-", ".ckpt"); ok {
+			states = append(states, h)
+		} else if strings.Contains(de.Name(), tmpSuffix) {
+			c.remove(de.Name()) // a write a crash interrupted
+		}
+	}
+	slices.Sort(states)
+	for len(states) > c.keep {
+		c.remove(filepath.Base(c.statePath(states[0])))
+		states = states[1:]
+	}
+	var size int64
+	for _, de := range ents {
+		name := de.Name()
+		if h, ok := fileHour(name, "hour-", ".sum"); ok && (len(states) == 0 || h < states[0]-int64(hours)+1) {
+			c.remove(name)
+			continue
+		}
+		if h, ok := fileHour(name, "state-", ".ckpt"); ok && h < states[0] {
+			continue
+		}
+		if fi, err := de.Info(); err == nil {
+			size += fi.Size()
+		}
+	}
+	c.m.bytes.Set(float64(size))
+}
+
+func (c *checkpointer) remove(name string) {
+	if err := os.Remove(filepath.Join(c.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		c.logger.Warn("could not remove a baseline checkpoint file", "file", name, "err", err)
+	}
+}
+
+func fileHour(name, prefix, suffix string) (int64, bool) {
+	if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, suffix) {
+		return 0, false
+	}
+	return parseHourName(strings.TrimSuffix(strings.TrimPrefix(name, prefix), suffix))
+}
+
+// restore loads into t, which has processed nothing, the newest usable
+// state after minute notBefore and at or before minute notAfter, with the
+// summaries its baselines may read; states at or before minute prefer come
+// first. It returns the first minute t has not processed (false: nothing
+// usable; t is as it was, and why is logged).
+func (c *checkpointer) restore(t *tracker, notBefore, notAfter, prefer int64) (int64, bool) {
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			c.logger.Warn("could not read the baselines' checkpoints", "err", err)
+		}
+		return 0, false
+	}
+	var states []int64
+	for _, de := range ents {
+		if h, ok := fileHour(de.Name(), "state-", ".ckpt"); ok && h*hourMs <= notAfter && h*hourMs > notBefore {
+			states = append(states, h)
+		}
+	}
+	slices.Sort(states)
+	slices.Reverse(states)
+	slices.SortStableFunc(states, func(a, b int64) int {
+		pa, pb := a*hourMs <= prefer, b*hourMs <= prefer
+		switch {
+		case pa && !pb:
+			return -1
+		case pb && !pa:
+			return 1
+		}
+		return 0
+	})
+	for _, h := range states {
+		err := c.load(t, h)
+		if err == nil {
+			c.lastHour, c.lastState = h-1, h
+			return h * hourMs, true
+		}
+		t.reset()
+		c.logger.Warn("not using a checkpoint of the baselines", "state", filepath.Base(c.statePath(h)), "err", err)
+	}
+	return 0, false
+}
+
+// dec reads the fields of a file's body.
+type dec struct {
+	r   *bufio.Reader
+	err error
+	tmp [8]byte
+}
+
+func (d *dec) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, err := binary.ReadUvarint(d.r)
+	d.err = err
+	return x
+}
+
+func (d *dec) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	x, err := binary.ReadVarint(d.r)
+	d.err = err
+	return x
+}
+
+// fixed reads n bytes (at most 8), valid until the next read; zeros once
+// a read failed.
+func (d *dec) fixed(n int) []byte {
+	b := d.tmp[:n]
+	if d.err == nil {
+		_, d.err = io.ReadFull(d.r, b)
+	}
+	if d.err != nil {
+		clear(b)
+	}
+	return b
+}
+
+func (d *dec) u64() uint64  { return binary.LittleEndian.Uint64(d.fixed(8)) }
+func (d *dec) u32() uint32  { return binary.LittleEndian.Uint32(d.fixed(4)) }
+func (d *dec) f64() float64 { return math.Float64frombits(d.u64()) }
+func (d *dec) byte() byte   { return d.fixed(1)[0] }
+
+func (d *dec) str(limit uint64) string {
+	n := d.uvarint()
+	if d.err == nil && n > limit {
+		d.err = fmt.Errorf("a string of %d bytes", n)
+	}
+	if d.err != nil {
+		return ""
+	}
+	b := make([]byte, n)
+	if _, d.err = io.ReadFull(d.r, b); d.err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// end checks that the body ends here, and so that the zstd frame's
+// checksum was verified.
+func (d *dec) end() error {
+	if d.err != nil {
+		return d.err
+	}
+	if _, err := d.r.ReadByte(); err != io.EOF {
+		if err == nil {
+			return errors.New("bytes after the end")
+		}
+		return err
+	}
+	return nil
+}
+
+// openFile opens a checkpoint file and checks its magic.
+func openFile(path string, magic [8]byte, body func(d *dec) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	br := bufio.NewReaderSize(f, 256<<10)
+	var m [8]byte
+	if _, err := io.ReadFull(br, m[:]); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if m != magic {
+		return fmt.Errorf("%s: not a checkpoint file of this version", filepath.Base(path))
+	}
+	zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	d := &dec{r: bufio.NewReaderSize(zr, 64<<10)}
+	if err := body(d); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if err := d.end(); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// maxLabelBytes bounds a label name or value read from a file (a torn or
+// foreign file must not make the reader allocate without bound).
+const maxLabelBytes = 1 << 20
+
+// load reads state file c (the state before hour c) into t, then the
+// summaries of the hours a baseline after it may read.
+func (c *checkpointer) load(t *tracker, ch int64) error {
+	err := openFile(c.statePath(ch), stateMagic, func(d *dec) error {
+		if fp := d.u64(); d.err == nil && fp != c.fp {
+			return errors.New("written with another baseline configuration or other signal rules")
+		}
+		if next := d.varint(); d.err == nil && next != ch*hourMs {
+			return fmt.Errorf("holds the state before %s, not before its hour", fmtMs(next))
+		}
+		done, lastGC, firstHour := d.varint(), d.varint(), d.varint()
+		n := d.uvarint()
+		var b labels.ScratchBuilder
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			nl := d.uvarint()
+			if d.err == nil && nl > 1<<10 {
+				return fmt.Errorf("a series of %d labels", nl)
+			}
+			b.Reset()
+			for j := uint64(0); j < nl && d.err == nil; j++ {
+				name := d.str(maxLabelBytes)
+				b.Add(name, d.str(maxLabelBytes))
+			}
+			if d.err != nil {
+				break
+			}
+			b.Sort()
+			lbls := b.Labels()
+			h := lbls.Hash()
+			s := t.getHash(h, lbls)
+			if s.hour != 0 || s.lastT != 0 {
+				return fmt.Errorf("series %s twice", lbls)
+			}
+			s.hour, s.lastT, s.lastOut = d.varint(), d.varint(), d.varint()
+			s.x, s.med, s.sig, s.recMed, s.recSig, s.recNoise = d.f64(), d.f64(), d.f64(), d.f64(), d.f64(), d.f64()
+			s.src = baselineSource(d.byte())
+			fl := d.byte()
+			s.hasRec = fl&1 != 0
+			if fl&2 != 0 {
+				s.outputs()
+			}
+			for k := range s.repl {
+				s.repl[k] = d.uvarint()
+			}
+			for k := range s.srcHour {
+				s.srcHour[k] = int32(d.varint())
+				s.srcOf[k] = baselineSource(d.byte())
+			}
+			if ns := d.uvarint(); ns > 0 && d.err == nil {
+				if ns != uint64(t.shiftN+1) {
+					return fmt.Errorf("%d seasonal baselines a series, not %d", ns, t.shiftN+1)
+				}
+				s.seas = make([]seasonal, ns)
+				for k := range s.seas {
+					s.seas[k] = seasonal{hour: int32(d.varint()), m: d.f64(), sig: d.f64()}
+				}
+			}
+		}
+		if d.err != nil {
+			return d.err
+		}
+		if done >= ch*hourMs || done < firstHour*hourMs {
+			return fmt.Errorf("last minute %s outside its hours", fmtMs(done))
+		}
+		t.done, t.started, t.lastGC, t.firstHour = done, true, lastGC, firstHour
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for h := max(t.firstHour, ch-int64(t.hours)+1); h < ch; h++ {
+		if err := c.loadSummaries(t, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadSummaries puts hour h's summaries in the rings of the series t
+// tracks (those it has forgotten since are left out).
+func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
+	return openFile(c.summaryPath(h), summaryMagic, func(d *dec) error {
+		if fp := d.u64(); d.err == nil && fp != c.fp {
+			return errors.New("written with another baseline configuration or other signal rules")
+		}
+		if fh := d.varint(); d.err == nil && fh != h {
+			return fmt.Errorf("holds hour %s", hourName(fh))
+		}
+		if fl := d.u32(); d.err == nil && fl&flagIncomplete != 0 {
+			return errors.New("leaves out series whose label hashes collide")
+		}
+		n := d.uvarint()
+		hash := uint64(0)
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			hash += d.uvarint()
+			x := summary{m: math.Float32frombits(d.u32()), d: math.Float32frombits(d.u32())}
+			if d.err != nil {
+				break
+			}
+			s := t.series[hash]
+			if s == nil {
+				continue
+			}
+			if s.next != nil {
+				return errors.New("series whose label hashes collide")
+			}
+			s.ring.set(h, t.hours, x, t.arena)
+		}
+		return d.err
+	})
+}
+
+// reset forgets every series (a checkpoint that failed to load part way).
+func (t *tracker) reset() {
+	for _, list := range t.byMetric {
+		for _, s := range list {
+			t.arena.put(s.ring.pages)
+		}
+	}
+	clear(t.series)
+	clear(t.byMetric)
+	t.done, t.started, t.lastGC, t.firstHour = 0, false, 0, 0
+}
+
+// baselineFingerprint identifies what a tracker computes from the minute
+// data: its configuration and the rules that record its signals (with the
+// lookback they are evaluated with).
+func (e *Engine) baselineFingerprint() uint64 {
+	var b strings.Builder
+	c := e.cfg.Baseline
+	fmt.Fprintf(&b, "v%d k=%v history=%v min=%v shift=%v floor=%v lookback=%v\n", checkpointVersion,
+		c.K, c.History, c.MinHistory, c.LevelShiftAfter, c.SigmaFloor, e.lookback)
+	for _, n := range e.base.names {
+		fmt.Fprintf(&b, "signal %s floor=%v\n", n, e.base.floors[n])
+	}
+	for _, it := range e.bootstrapItems() {
+		fmt.Fprintf(&b, "rule %s %s %s\n", it.r.Name(), it.r.Labels(), it.r.Query())
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(b.String()))
+	return h.Sum64()
+}

@@ -1,0 +1,234 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// TestBaselineCheckpoint: a start restores the tracker from the newest
+// usable checkpoint at or before its first minute and reads back only the
+// minutes after it, and ends with the state, to the bit, of a start that
+// read the whole history back. A torn state, a missing summary file and
+// another configuration each fall back, to an older state or to the whole
+// read-back.
+func TestBaselineCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("evaluates two and a half hours and reads back four hours several times")
+	}
+	minute, end := fourHours(t)
+	tm := end.Add(-7 * time.Minute)
+	dir := t.TempDir()
+	ctx := context.Background()
+
+	// A run that starts 90 minutes in and evaluates every minute up to tm:
+	// its read-back passes the first hour, its live minutes the next two.
+	live, err := New(DefaultConfig(), Options{Minute: minute, BaselineDir: dir, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := simStart.Add(90 * time.Minute); m.Before(tm); m = m.Add(time.Minute) {
+		if err := live.EvalMinute(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ck := live.base.ckpt
+	hour := func(i int) int64 { return simStart.Add(time.Duration(i)*time.Hour).Unix() / 3600 }
+	for i := 1; i <= 3; i++ {
+		if _, err := os.Stat(ck.statePath(hour(i))); err != nil {
+			t.Fatalf("no state before hour %d: %v", i, err)
+		}
+		if _, err := os.Stat(ck.summaryPath(hour(i - 1))); err != nil {
+			t.Fatalf("no summaries of hour %d: %v", i-1, err)
+		}
+	}
+
+	whole, err := New(DefaultConfig(), Options{Minute: minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := whole.bootstrap(ctx, tm.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	want := trackerState(t, whole)
+
+	// start bootstraps an engine at tm and returns the first minute its
+	// read-back read and its state.
+	start := func(cfg Config) (time.Time, string) {
+		t.Helper()
+		open := &failingOpen{}
+		e, err := New(cfg, Options{Minute: minute, Open: open, BaselineDir: dir, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.bootstrap(ctx, tm.UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		if len(open.starts) == 0 {
+			t.Fatal("nothing read back")
+		}
+		return time.UnixMilli(open.starts[0] + e.need).UTC(), trackerState(t, e)
+	}
+	check := func(what string, hours int) {
+		t.Helper()
+		from, got := start(DefaultConfig())
+		if wantFrom := simStart.Add(time.Duration(hours) * time.Hour); !from.Equal(wantFrom) {
+			t.Fatalf("%s: read back from %s, want %s", what, from, wantFrom)
+		}
+		if got != want {
+			t.Fatalf("%s: the restored baselines differ from the whole read-back's:\n%s", what, firstDiff(got, want))
+		}
+	}
+	check("the newest state", 3)
+	// A state at or before the first minute whose baselines are written
+	// again comes first, newer or not.
+	fresh := newTracker(live.cfg.Baseline, nil)
+	if c, ok := ck.restore(fresh, 0, tm.UnixMilli(), hour(2)*hourMs+(30*time.Minute).Milliseconds()); !ok || c != hour(2)*hourMs {
+		t.Fatalf("restored the state before %s (%v), want the one before hour 2, at or before the minutes to write again", fmtMs(c), ok)
+	}
+
+	newest := ck.statePath(hour(3))
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newest, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("a torn newest state", 2)
+
+	if err := os.Remove(ck.summaryPath(hour(1))); err != nil {
+		t.Fatal(err)
+	}
+	check("the summaries of an hour missing", 1)
+
+	cfg := DefaultConfig()
+	cfg.Baseline.K = 2.5
+	if from, _ := start(cfg); !from.Equal(simStart) {
+		t.Fatalf("another configuration read back from %s, want the history's start %s", from, simStart)
+	}
+}
+
+// TestCheckpointRetention: as hours pass, the newest states are kept with
+// the summaries they need; the rest is removed.
+func TestCheckpointRetention(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig().Baseline
+	cfg.History = model.Duration(48 * time.Hour)
+	tr := newTracker(cfg, nil)
+	tr.ckpt = newCheckpointer(dir, 1, 3, quietLogger(), nil)
+	base := simStart.Add(5 * time.Hour)
+	passed := int64(3 * 24) // hours passed: states before hours 1..passed
+	for m := range passed*60 + 1 {
+		tr.minute(base.Add(time.Duration(m)*time.Minute).UnixMilli(), nil)
+	}
+	first := base.Unix() / 3600
+	last := first + passed // the newest state: before this hour
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, states := map[int64]bool{}, map[int64]bool{}
+	for _, de := range ents {
+		if h, ok := fileHour(de.Name(), "hour-", ".sum"); ok {
+			sums[h] = true
+		} else if h, ok := fileHour(de.Name(), "state-", ".ckpt"); ok {
+			states[h] = true
+		} else {
+			t.Errorf("unexpected file %s", de.Name())
+		}
+	}
+	for h := last - 2; h <= last; h++ {
+		if !states[h] {
+			t.Errorf("state before %s removed", hourName(h))
+		}
+		delete(states, h)
+	}
+	for h := range states {
+		t.Errorf("state before %s kept", hourName(h))
+	}
+	for h := last - 2 - int64(tr.hours) + 1; h < last; h++ {
+		if !sums[h] {
+			t.Errorf("summaries of %s removed", hourName(h))
+		}
+		delete(sums, h)
+	}
+	for h := range sums {
+		t.Errorf("summaries of %s kept", hourName(h))
+	}
+}
+
+// firstDiff is the first line two states differ in.
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range min(len(g), len(w)) {
+		if g[i] != w[i] {
+			return fmt.Sprintf("line %d:\n%s\nwant\n%s", i, g[i], w[i])
+		}
+	}
+	return fmt.Sprintf("%d lines, want %d", len(g), len(w))
+}
+
+// BenchmarkBaselineRestore is a start's restore of a tracker holding a
+// full history (the default 28 days plus the level-shift hours) of n
+// tracked series (STRATA_CHECKPOINT_BENCH_SERIES, default 20,000; about
+// 91,000 at 500,000 active series): the state and every hour's summaries
+// loaded, against write-s, the time to write them all once (a live
+// engine writes one hour's at a time), and the files' bytes per series.
+func BenchmarkBaselineRestore(b *testing.B) {
+	n := 20_000
+	if v := os.Getenv("STRATA_CHECKPOINT_BENCH_SERIES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := DefaultBaselineConfig()
+	dir := b.TempDir()
+	tr := fileTracker(b, cfg)
+	tr.ckpt = newCheckpointer(dir, 1, 1, quietLogger(), nil)
+	last := floorDiv(tStart, hourMs) + int64(tr.hours) - 1
+	first := last - int64(tr.hours) + 1
+	vals := fleetSignals(n, first*hourMs)
+	tr.minute(first*hourMs, vals)
+	for _, list := range tr.byMetric {
+		for i, s := range list {
+			s.cur = s.cur[:0]
+			for h := first; h <= last; h++ {
+				v := diurnal(h*hourMs, 10, uint64(i))
+				s.ring.set(h, tr.hours, summary{m: float32(v), d: float32(v / 20)}, tr.arena)
+			}
+		}
+	}
+	tr.done = (last+1)*hourMs - minute.Milliseconds()
+	t0 := time.Now()
+	if err := tr.ckpt.write(tr, last); err != nil {
+		b.Fatal(err)
+	}
+	write := time.Since(t0)
+	var size int64
+	ents, _ := os.ReadDir(dir)
+	for _, de := range ents {
+		if fi, err := de.Info(); err == nil {
+			size += fi.Size()
+		}
+	}
+	for b.Loop() {
+		r := fileTracker(b, cfg)
+		ck := newCheckpointer(dir, 1, 1, quietLogger(), nil)
+		if c, ok := ck.restore(r, 0, (last+1)*hourMs, math.MaxInt64); !ok || c != (last+1)*hourMs || r.len() != tr.len() {
+			b.Fatalf("restored %d series before %s, want %d before %s", r.len(), fmtMs(c), tr.len(), fmtMs((last+1)*hourMs))
+		}
+		r.reset()
+	}
+	b.ReportMetric(write.Seconds(), "write-s")
+	b.ReportMetric(float64(size)/float64(tr.len()), "disk-B/series")
+	b.ReportMetric(float64(tr.len()), "series")
+}
