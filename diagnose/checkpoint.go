@@ -670,3 +670,36 @@ func (e *Engine) baselineFingerprint() uint64 {
 	_, _ = h.Write([]byte(b.String()))
 	return h.Sum64()
 }
+
+// DropBaselineCheckpoints removes from dir (a live engine's BaselineDir)
+// the checkpoints that minute data from minT (ms) on would change: the
+// states after minT and the summaries of the hours from minT's. `strata
+// backfill` calls it before it writes history, so that the next start
+// reads the backfilled minutes back instead of restoring baselines that
+// never saw them. It returns how many files it removed.
+func DropBaselineCheckpoints(dir string, minT int64) (int, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, de := range ents {
+		h, ok := fileHour(de.Name(), "state-", ".ckpt")
+		if !ok {
+			if h, ok = fileHour(de.Name(), "hour-", ".sum"); ok {
+				h++ // the hour's summaries change with any minute of it
+			}
+		}
+		if !ok || h*hourMs <= minT {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, de.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -231,4 +232,40 @@ func BenchmarkBaselineRestore(b *testing.B) {
 	b.ReportMetric(write.Seconds(), "write-s")
 	b.ReportMetric(float64(size)/float64(tr.len()), "disk-B/series")
 	b.ReportMetric(float64(tr.len()), "series")
+}
+
+// TestDropBaselineCheckpoints: the states after the first backfilled
+// minute and the summaries of its hour and later go; the rest stays.
+func TestDropBaselineCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	h0 := simStart.Unix() / 3600
+	c := &checkpointer{dir: dir}
+	for h := h0; h < h0+4; h++ {
+		for _, p := range []string{c.statePath(h), c.summaryPath(h)} {
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	minT := simStart.Add(2*time.Hour + 30*time.Minute).UnixMilli() // in hour h0+2
+	n, err := DropBaselineCheckpoints(dir, minT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := h0; h < h0+4; h++ {
+		for _, f := range []struct {
+			path string
+			keep bool
+		}{{c.statePath(h), h <= h0+2}, {c.summaryPath(h), h < h0+2}} {
+			if _, err := os.Stat(f.path); (err == nil) != f.keep {
+				t.Errorf("%s: kept %v, want %v", filepath.Base(f.path), err == nil, f.keep)
+			}
+		}
+	}
+	if n != 3 {
+		t.Errorf("removed %d files, want 3", n)
+	}
+	if n, err := DropBaselineCheckpoints(filepath.Join(dir, "none"), minT); n != 0 || err != nil {
+		t.Errorf("a missing directory: %d, %v", n, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"os/signal"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/prometheus/storage/remote"
 
 	"github.com/strata-dev/strata/backfill"
+	"github.com/strata-dev/strata/diagnose"
 )
 
 type backfillCommand struct {
@@ -72,11 +74,21 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	n := 0
+	n, minT := 0, int64(math.MaxInt64)
 	for _, s := range input {
 		n += len(s.Samples)
+		for _, x := range s.Samples {
+			minT = min(minT, x.T)
+		}
 	}
 	logger.Info("read backfill input", "series", len(input), "samples", n)
+	// The diagnosis engine's checkpoints after the first backfilled minute
+	// never saw it: its next start reads the baselines back from there.
+	if dropped, err := diagnose.DropBaselineCheckpoints(baselineDir(cfg.Storage.Path), minT); err != nil {
+		return fmt.Errorf("remove the baselines' checkpoints the backfill makes stale: %w", err)
+	} else if dropped > 0 {
+		logger.Info("removed the baselines' checkpoints after the backfilled history's start", "files", dropped, "from", time.UnixMilli(minT).UTC().Format(time.RFC3339))
+	}
 
 	reg := prometheus.NewRegistry() // tiers' metrics are not served by this command
 	st, err := openTiers(cfg, logger, reg, reg)

@@ -177,7 +177,7 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		// the raw head.
 		Labels: s.raw,
 		Sinks:  sinks, ExternalURL: ext, LookbackDelta: time.Duration(s.cfg.Query.LookbackDelta),
-		ScratchDir: s.cfg.Storage.Path, BaselineDir: filepath.Join(s.cfg.Storage.Path, "baselines"),
+		ScratchDir: s.cfg.Storage.Path, BaselineDir: baselineDir(s.cfg.Storage.Path),
 		Logger: logger, Registerer: s.reg,
 	})
 	if err != nil {
@@ -196,6 +196,9 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 	s.closer = append(s.closer, func() error { <-done; return nil })
 	return nil
 }
+
+// baselineDir is where the diagnosis engine checkpoints its baselines.
+func baselineDir(storagePath string) string { return filepath.Join(storagePath, "baselines") }
 
 type diagnoseCommand struct {
 	cmd         *kingpin.CmdClause

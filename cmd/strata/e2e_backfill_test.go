@@ -49,9 +49,33 @@ func TestBackfillEndToEnd(t *testing.T) {
 		t.Fatalf("no OpenMetrics written: %v", err)
 	}
 	data := filepath.Join(dir, "data")
+	// The diagnosis engine's checkpoints after the history's start never
+	// saw it: the backfill removes them, and keeps those before.
+	ckpt := func(prefix string, ago time.Duration, suffix string) string {
+		return filepath.Join(baselineDir(data), prefix+time.Now().Add(-ago).UTC().Format("2006-01-02T15")+suffix)
+	}
+	stale, kept := []string{ckpt("state-", 24*time.Hour, ".ckpt"), ckpt("hour-", 24*time.Hour, ".sum")}, []string{ckpt("state-", 80*time.Hour, ".ckpt"), ckpt("hour-", 80*time.Hour, ".sum")}
+	if err := os.MkdirAll(baselineDir(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(stale, kept...) {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := runStrata(t, "backfill", "--storage.path="+data, "--no-progress-bar", om)
 	if !strings.Contains(out, "backfill done") {
 		t.Fatalf("backfill output lacks its summary:\n%s", out)
+	}
+	for _, f := range stale {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("backfill kept %s, after the history's start", filepath.Base(f))
+		}
+	}
+	for _, f := range kept {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("backfill removed %s, before the history's start: %v", filepath.Base(f), err)
+		}
 	}
 	minuteFiles, _ := filepath.Glob(filepath.Join(data, "minute", "*.parquet"))
 	hourFiles, _ := filepath.Glob(filepath.Join(data, "hour", "*.parquet"))
