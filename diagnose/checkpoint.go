@@ -82,7 +82,9 @@ type checkpointer struct {
 	// lastState is the hour of the last state written or loaded: a
 	// tracker restored from it passes its hour again without writing.
 	lastState int64
-	m         checkpointMetrics
+	// readOnly: restore, never write (replay).
+	readOnly bool
+	m        checkpointMetrics
 }
 
 type checkpointMetrics struct {
@@ -127,7 +129,7 @@ func (c *checkpointer) statePath(h int64) string {
 // then the state after x. A failure is logged and counted: the engine goes
 // on, and a start uses an older state.
 func (c *checkpointer) checkpoint(t *tracker, x int64) {
-	if x+1 <= c.lastState {
+	if c.readOnly || x+1 <= c.lastState {
 		return
 	}
 	start := time.Now()

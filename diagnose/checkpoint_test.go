@@ -62,10 +62,10 @@ func TestBaselineCheckpoint(t *testing.T) {
 
 	// start bootstraps an engine at tm and returns the first minute its
 	// read-back read and its state.
-	start := func(cfg Config) (time.Time, string) {
+	start := func(cfg Config, readOnly bool) (time.Time, string) {
 		t.Helper()
 		open := &failingOpen{}
-		e, err := New(cfg, Options{Minute: minute, Open: open, BaselineDir: dir, Logger: quietLogger()})
+		e, err := New(cfg, Options{Minute: minute, Open: open, BaselineDir: dir, BaselineReadOnly: readOnly, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestBaselineCheckpoint(t *testing.T) {
 	}
 	check := func(what string, hours int) {
 		t.Helper()
-		from, got := start(DefaultConfig())
+		from, got := start(DefaultConfig(), false)
 		if wantFrom := simStart.Add(time.Duration(hours) * time.Hour); !from.Equal(wantFrom) {
 			t.Fatalf("%s: read back from %s, want %s", what, from, wantFrom)
 		}
@@ -110,9 +110,25 @@ func TestBaselineCheckpoint(t *testing.T) {
 	}
 	check("the summaries of an hour missing", 1)
 
+	// Read-only (replay): restores, and writes nothing as it passes hours.
+	for _, h := range []int64{hour(2), hour(3)} {
+		if err := os.Remove(ck.statePath(h)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from, got := start(DefaultConfig(), true)
+	if wantFrom := simStart.Add(time.Hour); !from.Equal(wantFrom) || got != want {
+		t.Fatalf("read-only: read back from %s, want %s; same baselines: %v", from, wantFrom, got == want)
+	}
+	for _, h := range []int64{hour(2), hour(3)} {
+		if _, err := os.Stat(ck.statePath(h)); err == nil {
+			t.Fatalf("a read-only start wrote %s", filepath.Base(ck.statePath(h)))
+		}
+	}
+
 	cfg := DefaultConfig()
 	cfg.Baseline.K = 2.5
-	if from, _ := start(cfg); !from.Equal(simStart) {
+	if from, _ := start(cfg, false); !from.Equal(simStart) {
 		t.Fatalf("another configuration read back from %s, want the history's start %s", from, simStart)
 	}
 }

@@ -91,8 +91,11 @@ type Options struct {
 	// (checkpoint.go; docs/format/baseline-checkpoint.md). Empty: none
 	// (replay). Live mode gives <storage>/baselines.
 	BaselineDir string
-	Logger      *slog.Logger
-	Registerer  prometheus.Registerer
+	// BaselineReadOnly restores from BaselineDir but writes nothing there
+	// (replay beside a running server).
+	BaselineReadOnly bool
+	Logger           *slog.Logger
+	Registerer       prometheus.Registerer
 }
 
 // Update is what a Sink receives after each evaluated minute.
@@ -270,6 +273,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 		// trails the newest state by the warm-up and the write-back delay.
 		keep := int((e.warmup+o.WriteBackDelay)/time.Hour) + 3
 		e.base.ckpt = newCheckpointer(o.BaselineDir, e.baselineFingerprint(), keep, e.logger, o.Registerer)
+		e.base.ckpt.readOnly = o.BaselineReadOnly
 	}
 	e.pinRules()
 	e.view = tiers.NewMinuteView(o.Minute, o.Open, tiers.WithHiddenNames(e.isHidden), tiers.WithSharedLabels(o.Labels))

@@ -46,6 +46,7 @@ func Replay(ctx context.Context, cfg Config, o Options, from, to time.Time) ([]D
 		return nil, fmt.Errorf("replay range: from %s is not before to %s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	o.Open, o.WriteBack, o.Baselines, o.Sinks = nil, nil, nil, nil
+	o.BaselineReadOnly = true // a server may be writing them
 	e, err := New(cfg, o)
 	if err != nil {
 		return nil, err

@@ -278,8 +278,10 @@ func (c *diagnoseCommand) replay(ctx context.Context, logger *slog.Logger, from,
 	if err != nil {
 		return nil, err
 	}
+	// The baselines are restored from the server's checkpoints when one is
+	// kept from before the range (the last hours'), never written.
 	return diagnose.Replay(ctx, cfg.Diagnose.Config, diagnose.Options{Minute: minute, Signals: signals, Logger: logger,
-		LookbackDelta: time.Duration(cfg.Query.LookbackDelta)}, from, to)
+		LookbackDelta: time.Duration(cfg.Query.LookbackDelta), BaselineDir: baselineDir(cfg.Storage.Path), BaselineReadOnly: true}, from, to)
 }
 
 // fetchDiagnoses reads GET /api/v1/diagnoses of a running server.
