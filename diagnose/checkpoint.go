@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -242,15 +243,7 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 			es = append(es, entry{hash, x})
 		}
 	}
-	slices.SortFunc(es, func(a, b entry) int {
-		switch {
-		case a.hash < b.hash:
-			return -1
-		case a.hash > b.hash:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.hash, b.hash) })
 	return writeFileAtomic(c.summaryPath(h), summaryMagic, func(w io.Writer) error {
 		e := &enc{w: w}
 		e.u64(c.fp)
