@@ -337,6 +337,10 @@ func (t *tracker) get(lbls labels.Labels) *bseries {
 func (t *tracker) getHash(h uint64, lbls labels.Labels) *bseries {
 	for s := t.series[h]; s != nil; s = s.next {
 		if labels.Equal(s.lbls, lbls) {
+			// The caller's copy, the scratch store's: the one the tracker
+			// held (the read-back's scratch store's, or decoded from a
+			// checkpoint) is then no longer held, by the tracker at least.
+			s.lbls = lbls
 			return s
 		}
 	}
