@@ -45,7 +45,9 @@ import (
 //     replica flags), written at the same time. Only the last few are kept.
 //
 // A start loads the newest state file that is usable (same configuration,
-// every summary file it needs present and whole), then the summaries of
+// every summary file it needs present and whole; one at or before the
+// first minute whose baselines it writes again comes first), then the
+// summaries of
 // the hours a baseline may read, then reads back the minutes from the
 // state's hour as it would have from the history's start. A file that is
 // missing, torn or from another configuration is never an error of the

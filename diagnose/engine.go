@@ -88,8 +88,9 @@ type Options struct {
 	ScratchDir string
 	// BaselineDir holds the baselines' hourly checkpoints, from which a
 	// start restores the tracker instead of reading its whole history back
-	// (checkpoint.go; docs/format/baseline-checkpoint.md). Empty: none
-	// (replay). Live mode gives <storage>/baselines.
+	// (checkpoint.go; docs/format/baseline-checkpoint.md). Empty: none.
+	// Live mode gives <storage>/baselines, and `strata diagnose` the same,
+	// read-only.
 	BaselineDir string
 	// BaselineReadOnly restores from BaselineDir but writes nothing there
 	// (replay beside a running server).
