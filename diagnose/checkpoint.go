@@ -135,6 +135,13 @@ func (c *checkpointer) checkpoint(t *tracker, x int64) {
 	if c.readOnly || x+1 <= c.lastState {
 		return
 	}
+	if t.len() == 0 {
+		// Nothing to restore, and no summaries up to x: a read-back over
+		// an empty store (four weeks of empty minutes at a first start)
+		// writes no file a minute.
+		t.firstHour = x + 1
+		return
+	}
 	start := time.Now()
 	if err := c.write(t, x); err != nil {
 		c.m.failures.Inc()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 )
 
 // TestBaselineCheckpoint: a start restores the tracker from the newest
@@ -143,8 +144,20 @@ func TestCheckpointRetention(t *testing.T) {
 	tr.ckpt = newCheckpointer(dir, 1, 3, quietLogger(), nil)
 	base := simStart.Add(5 * time.Hour)
 	passed := int64(3 * 24) // hours passed: states before hours 1..passed
+	// A tracker with no series writes nothing as hours pass.
+	empty := newTracker(cfg, nil)
+	empty.ckpt = newCheckpointer(dir, 1, 3, quietLogger(), nil)
+	for m := range 3*60 + 1 {
+		empty.minute(base.Add(time.Duration(m)*time.Minute).UnixMilli(), nil)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+		t.Fatalf("a tracker with no series wrote %d files (%v)", len(ents), err)
+	}
+	// One series from the first minute on.
+	lbls := labels.FromStrings(model.MetricNameLabel, "strata:requests_running", "pod", "a")
 	for m := range passed*60 + 1 {
-		tr.minute(base.Add(time.Duration(m)*time.Minute).UnixMilli(), nil)
+		ts := base.Add(time.Duration(m) * time.Minute).UnixMilli()
+		tr.minute(ts, map[string][]sampleAt{"strata:requests_running": {{lbls, float64(m % 7)}}})
 	}
 	first := base.Unix() / 3600
 	last := first + passed // the newest state: before this hour
