@@ -18,9 +18,10 @@ import (
 // TestBaselineCheckpoint: a start restores the tracker from the newest
 // usable checkpoint at or before its first minute and reads back only the
 // minutes after it, and ends with the state, to the bit, of a start that
-// read the whole history back. A torn state, a missing summary file and
-// another configuration each fall back, to an older state or to the whole
-// read-back.
+// read the whole history back. A state at or before the minutes to write
+// again comes first; a read-only start (replay) writes nothing. A torn
+// state, a missing summary file and another configuration each fall back,
+// to an older state or to the whole read-back.
 func TestBaselineCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("evaluates two and a half hours and reads back four hours several times")
