@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/strata-dev/strata/internal/atomicfile"
+	"github.com/strata-dev/strata/internal/binio"
 )
 
 // The baselines' checkpoints (docs/format/baseline-checkpoint.md).
@@ -229,10 +230,6 @@ func (e *enc) u64(x uint64)     { e.buf = binary.LittleEndian.AppendUint64(e.buf
 func (e *enc) u32(x uint32)     { e.buf = binary.LittleEndian.AppendUint32(e.buf, x) }
 func (e *enc) f64(x float64)    { e.u64(math.Float64bits(x)) }
 func (e *enc) byte(b byte)      { e.buf = append(e.buf, b) }
-func (e *enc) str(s string) {
-	e.uvarint(uint64(len(s)))
-	e.buf = append(e.buf, s...)
-}
 
 // writeSummaries writes hour h's summaries: every tracked series with one,
 // by label hash, in increasing hash order.
@@ -290,8 +287,7 @@ func (c *checkpointer) encodeState(w io.Writer, t *tracker, next int64) error {
 			if len(s.cur) > 0 {
 				return fmt.Errorf("series %s holds an unfinished hour", s.lbls)
 			}
-			e.uvarint(uint64(s.lbls.Len()))
-			s.lbls.Range(func(l labels.Label) { e.str(l.Name); e.str(l.Value) })
+			e.buf = binio.AppendLabels(e.buf, s.lbls)
 			e.varint(s.hour)
 			e.varint(s.lastT)
 			e.varint(s.lastOut)
@@ -425,71 +421,13 @@ func (c *checkpointer) restore(t *tracker, notBefore, notAfter, prefer int64) (i
 	return 0, false
 }
 
-// dec reads the fields of a file's body.
-type dec struct {
-	r   *bufio.Reader
-	err error
-	tmp [8]byte
-}
-
-func (d *dec) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	x, err := binary.ReadUvarint(d.r)
-	d.err = err
-	return x
-}
-
-func (d *dec) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	x, err := binary.ReadVarint(d.r)
-	d.err = err
-	return x
-}
-
-// fixed reads n bytes (at most 8), valid until the next read; zeros once
-// a read failed.
-func (d *dec) fixed(n int) []byte {
-	b := d.tmp[:n]
-	if d.err == nil {
-		_, d.err = io.ReadFull(d.r, b)
-	}
-	if d.err != nil {
-		clear(b)
-	}
-	return b
-}
-
-func (d *dec) u64() uint64  { return binary.LittleEndian.Uint64(d.fixed(8)) }
-func (d *dec) u32() uint32  { return binary.LittleEndian.Uint32(d.fixed(4)) }
-func (d *dec) f64() float64 { return math.Float64frombits(d.u64()) }
-func (d *dec) byte() byte   { return d.fixed(1)[0] }
-
-func (d *dec) str(limit uint64) string {
-	n := d.uvarint()
-	if d.err == nil && n > limit {
-		d.err = fmt.Errorf("a string of %d bytes", n)
-	}
-	if d.err != nil {
-		return ""
-	}
-	b := make([]byte, n)
-	if _, d.err = io.ReadFull(d.r, b); d.err != nil {
-		return ""
-	}
-	return string(b)
-}
-
 // end checks that the body ends here, and so that the zstd frame's
 // checksum was verified.
-func (d *dec) end() error {
-	if d.err != nil {
-		return d.err
+func end(d *binio.Reader) error {
+	if d.Err != nil {
+		return d.Err
 	}
-	if _, err := d.r.ReadByte(); err != io.EOF {
+	if _, err := d.R.ReadByte(); err != io.EOF {
 		if err == nil {
 			return errors.New("bytes after the end")
 		}
@@ -499,7 +437,7 @@ func (d *dec) end() error {
 }
 
 // openFile opens a checkpoint file and checks its magic.
-func openFile(path string, magic [8]byte, body func(d *dec) error) error {
+func openFile(path string, magic [8]byte, body func(d *binio.Reader) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -518,57 +456,43 @@ func openFile(path string, magic [8]byte, body func(d *dec) error) error {
 		return err
 	}
 	defer zr.Close()
-	d := &dec{r: bufio.NewReaderSize(zr, 64<<10)}
+	d := &binio.Reader{R: bufio.NewReaderSize(zr, 64<<10)}
 	if err := body(d); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
-	if err := d.end(); err != nil {
+	if err := end(d); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	return nil
 }
 
-// maxLabelBytes bounds a label name or value read from a file (a torn or
-// foreign file must not make the reader allocate without bound).
-const maxLabelBytes = 1 << 20
-
 // load reads state file c (the state before hour c) into t, then the
 // summaries of the hours a baseline after it may read.
 func (c *checkpointer) load(t *tracker, ch int64) error {
-	err := openFile(c.statePath(ch), stateMagic, func(d *dec) error {
-		if fp := d.u64(); d.err == nil && fp != c.fp {
+	err := openFile(c.statePath(ch), stateMagic, func(d *binio.Reader) error {
+		if fp := d.U64(); d.Err == nil && fp != c.fp {
 			return errors.New("written with another baseline configuration or other signal rules")
 		}
-		if next := d.varint(); d.err == nil && next != ch*hourMs {
+		if next := d.Varint(); d.Err == nil && next != ch*hourMs {
 			return fmt.Errorf("holds the state before %s, not before its hour", fmtMs(next))
 		}
-		done, lastGC, firstHour := d.varint(), d.varint(), d.varint()
-		n := d.uvarint()
+		done, lastGC, firstHour := d.Varint(), d.Varint(), d.Varint()
+		n := d.Uvarint()
 		var b labels.ScratchBuilder
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			nl := d.uvarint()
-			if d.err == nil && nl > 1<<10 {
-				return fmt.Errorf("a series of %d labels", nl)
-			}
-			b.Reset()
-			for j := uint64(0); j < nl && d.err == nil; j++ {
-				name := d.str(maxLabelBytes)
-				b.Add(name, d.str(maxLabelBytes))
-			}
-			if d.err != nil {
+		for i := uint64(0); i < n && d.Err == nil; i++ {
+			lbls := d.Labels(&b)
+			if d.Err != nil {
 				break
 			}
-			b.Sort()
-			lbls := b.Labels()
 			h := lbls.Hash()
 			s := t.getHash(h, lbls)
 			if s.hour != 0 || s.lastT != 0 {
 				return fmt.Errorf("series %s twice", lbls)
 			}
-			s.hour, s.lastT, s.lastOut = d.varint(), d.varint(), d.varint()
-			s.x, s.med, s.sig, s.recMed, s.recSig, s.recNoise = d.f64(), d.f64(), d.f64(), d.f64(), d.f64(), d.f64()
-			s.src = baselineSource(d.byte())
-			fl := d.byte()
+			s.hour, s.lastT, s.lastOut = d.Varint(), d.Varint(), d.Varint()
+			s.x, s.med, s.sig, s.recMed, s.recSig, s.recNoise = d.F64(), d.F64(), d.F64(), d.F64(), d.F64(), d.F64()
+			s.src = baselineSource(d.Byte())
+			fl := d.Byte()
 			s.hasRec = fl&1 != 0
 			if fl&2 != 0 && s.lastOut == ch*hourMs-minute.Milliseconds() {
 				// Its stale markers at the state's minute need its baseline
@@ -578,24 +502,24 @@ func (c *checkpointer) load(t *tracker, ch int64) error {
 				s.outputs()
 			}
 			for k := range s.repl {
-				s.repl[k] = d.uvarint()
+				s.repl[k] = d.Uvarint()
 			}
 			for k := range s.srcHour {
-				s.srcHour[k] = int32(d.varint())
-				s.srcOf[k] = baselineSource(d.byte())
+				s.srcHour[k] = int32(d.Varint())
+				s.srcOf[k] = baselineSource(d.Byte())
 			}
-			if ns := d.uvarint(); ns > 0 && d.err == nil {
+			if ns := d.Uvarint(); ns > 0 && d.Err == nil {
 				if ns != uint64(t.shiftN+1) {
 					return fmt.Errorf("%d seasonal baselines a series, not %d", ns, t.shiftN+1)
 				}
 				s.seas = make([]seasonal, ns)
 				for k := range s.seas {
-					s.seas[k] = seasonal{hour: int32(d.varint()), m: d.f64(), sig: d.f64()}
+					s.seas[k] = seasonal{hour: int32(d.Varint()), m: d.F64(), sig: d.F64()}
 				}
 			}
 		}
-		if d.err != nil {
-			return d.err
+		if d.Err != nil {
+			return d.Err
 		}
 		if done >= ch*hourMs || done < firstHour*hourMs {
 			return fmt.Errorf("last minute %s outside its hours", fmtMs(done))
@@ -617,22 +541,22 @@ func (c *checkpointer) load(t *tracker, ch int64) error {
 // loadSummaries puts hour h's summaries in the rings of the series t
 // tracks (those it has forgotten since are left out).
 func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
-	return openFile(c.summaryPath(h), summaryMagic, func(d *dec) error {
-		if fp := d.u64(); d.err == nil && fp != c.fp {
+	return openFile(c.summaryPath(h), summaryMagic, func(d *binio.Reader) error {
+		if fp := d.U64(); d.Err == nil && fp != c.fp {
 			return errors.New("written with another baseline configuration or other signal rules")
 		}
-		if fh := d.varint(); d.err == nil && fh != h {
+		if fh := d.Varint(); d.Err == nil && fh != h {
 			return fmt.Errorf("holds hour %s", hourName(fh))
 		}
-		if fl := d.u32(); d.err == nil && fl&flagIncomplete != 0 {
+		if fl := d.U32(); d.Err == nil && fl&flagIncomplete != 0 {
 			return errors.New("leaves out series whose label hashes collide")
 		}
-		n := d.uvarint()
+		n := d.Uvarint()
 		hash := uint64(0)
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			hash += d.uvarint()
-			x := summary{m: math.Float32frombits(d.u32()), d: math.Float32frombits(d.u32())}
-			if d.err != nil {
+		for i := uint64(0); i < n && d.Err == nil; i++ {
+			hash += d.Uvarint()
+			x := summary{m: math.Float32frombits(d.U32()), d: math.Float32frombits(d.U32())}
+			if d.Err != nil {
 				break
 			}
 			s := t.series[hash]
@@ -644,7 +568,7 @@ func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
 			}
 			s.ring.set(h, t.hours, x, t.arena)
 		}
-		return d.err
+		return d.Err
 	})
 }
 

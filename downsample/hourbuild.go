@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/strata-dev/strata/internal/binio"
 	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
@@ -190,7 +191,7 @@ func (b *hourBuild) flushGroup(w io.Writer) error {
 	slices.SortFunc(b.group, func(x, y groupedSeries) int { return labels.Compare(x.lset, y.lset) })
 	buf := b.buf[:0]
 	for _, g := range b.group {
-		buf = appendLabels(buf, g.lset)
+		buf = binio.AppendLabels(buf, g.lset)
 		buf = appendHourWindow(buf, g.w)
 	}
 	b.buf, b.group = buf, b.group[:0]
@@ -239,10 +240,10 @@ func (b *hourBuild) merge() iter.Seq2[tiers.SeriesWindows, error] {
 				yield(tiers.SeriesWindows{}, fmt.Errorf("read hour build run: %w", err))
 				return
 			}
-			c := &runCursor{d: spillReader{r: bufio.NewReaderSize(snappy.NewReader(f), 16<<10)}, seq: i}
+			c := &runCursor{d: newSpillReader(bufio.NewReaderSize(snappy.NewReader(f), 16<<10), windowCodec{}), seq: i}
 			if c.next() {
 				h = append(h, c)
-			} else if err := c.d.err; err != nil {
+			} else if err := c.d.Err; err != nil {
 				yield(tiers.SeriesWindows{}, err)
 				return
 			}
@@ -259,7 +260,7 @@ func (b *hourBuild) merge() iter.Seq2[tiers.SeriesWindows, error] {
 					heap.Fix(&h, 0)
 					continue
 				}
-				if err := c.d.err; err != nil {
+				if err := c.d.Err; err != nil {
 					yield(tiers.SeriesWindows{}, err)
 					return
 				}
@@ -279,46 +280,37 @@ type runCursor struct {
 	d   spillReader
 	seq int // the run's hour, in order
 	sb  labels.ScratchBuilder
-	tmp []byte
 	key spillKey
 	w   tiers.Window
 }
 
-// next reads the next record; false at the run's end or on error (d.err).
+// next reads the next record; false at the run's end or on error (d.Err).
 func (c *runCursor) next() bool {
-	if _, err := c.d.r.Peek(1); err != nil {
+	if _, err := c.d.R.Peek(1); err != nil {
 		if !errors.Is(err, io.EOF) {
-			c.d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
+			c.d.Fail(err)
 		}
 		return false
 	}
-	c.key.lset = c.d.labels(&c.sb, &c.tmp)
+	c.key.lset = c.d.Labels(&c.sb)
 	c.key.name = c.key.lset.Get(model.MetricNameLabel)
 	c.key.id = tiers.SeriesID(c.key.lset)
 	c.w = c.readWindow()
-	return c.d.err == nil
+	return c.d.Err == nil
 }
 
 func (c *runCursor) readWindow() tiers.Window {
 	d := &c.d
 	var w tiers.Window
-	w.Start = d.varint()
-	w.FirstT = w.Start + d.varint()
-	w.LastT = w.Start + d.varint()
-	w.Count = uint32(min(d.uvarint(), math.MaxUint32))  //nolint:gosec // bounded
-	w.Resets = uint32(min(d.uvarint(), math.MaxUint32)) //nolint:gosec // bounded
-	var f [8]byte
+	w.Start = d.Varint()
+	w.FirstT = w.Start + d.Varint()
+	w.LastT = w.Start + d.Varint()
+	w.Count = uint32(min(d.Uvarint(), math.MaxUint32))  //nolint:gosec // bounded
+	w.Resets = uint32(min(d.Uvarint(), math.MaxUint32)) //nolint:gosec // bounded
 	for _, v := range [...]*float64{&w.Sum, &w.Min, &w.Max, &w.First, &w.Last, &w.Increase} {
-		if d.err != nil {
-			return w
-		}
-		if _, err := io.ReadFull(d.r, f[:]); err != nil {
-			d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
-			return w
-		}
-		*v = math.Float64frombits(binary.LittleEndian.Uint64(f[:]))
+		*v = d.F64()
 	}
-	w.Stale = d.byte() == 1
+	w.Stale = d.Byte() == 1
 	return w
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
+	"github.com/strata-dev/strata/internal/binio"
 	"github.com/strata-dev/strata/internal/timegrid"
 	"github.com/strata-dev/strata/tiers"
 )
@@ -746,7 +747,7 @@ func (r *rawSpiller) flush() error {
 	blk := spillBlock{records: len(r.series), inline: true, minStart: math.MaxInt64, maxStart: math.MinInt64}
 	enc := windowCodec{h: r.sp.start}
 	for _, s := range r.series {
-		buf = appendLabels(buf, s.lset)
+		buf = binio.AppendLabels(buf, s.lset)
 		buf = binary.AppendUvarint(buf, uint64(len(s.ws)))
 		for _, w := range s.ws {
 			buf = enc.appendWindow(buf, w)

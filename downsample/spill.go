@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/strata-dev/strata/internal/binio"
 	"github.com/strata-dev/strata/tiers"
 )
 
@@ -383,95 +384,71 @@ var errCorruptSpill = errors.New("corrupt rollup spill")
 
 // spillReader decodes a block.
 type spillReader struct {
-	r   *bufio.Reader
-	c   windowCodec
-	err error
+	binio.Reader
+	c windowCodec
 }
 
-func (d *spillReader) uvarint() uint64 { return readVar(d, binary.ReadUvarint) }
-
-func (d *spillReader) varint() int64 { return readVar(d, binary.ReadVarint) }
-
-// readVar reads a value with read, unless d has failed.
-func readVar[T any](d *spillReader, read func(io.ByteReader) (T, error)) T {
-	var v T
-	if d.err != nil {
-		return v
-	}
-	v, err := read(d.r)
-	if err != nil {
-		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
-	}
-	return v
+// newSpillReader reads r, its errors wrapping errCorruptSpill.
+func newSpillReader(r *bufio.Reader, c windowCodec) spillReader {
+	return spillReader{Reader: binio.Reader{R: r, Corrupt: errCorruptSpill}, c: c}
 }
 
 // float reads a float appendFloat wrote against ref.
 func (d *spillReader) float(ref float64) float64 {
-	hdr := d.byte()
-	if d.err != nil {
+	hdr := d.Byte()
+	if d.Err != nil {
 		return 0
 	}
 	lead, n := int(hdr>>4), int(hdr&0xf)
 	if lead+n > 8 {
-		d.err = fmt.Errorf("%w: float header %#x", errCorruptSpill, hdr)
+		d.Fail(fmt.Errorf("float header %#x", hdr))
 		return 0
 	}
 	var x uint64
 	for i := range n {
-		x |= uint64(d.byte()) << (8 * i)
+		x |= uint64(d.Byte()) << (8 * i)
 	}
 	x <<= 8 * (8 - lead - n)
 	return math.Float64frombits(x ^ math.Float64bits(ref))
 }
 
-func (d *spillReader) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	c, err := d.r.ReadByte()
-	if err != nil {
-		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
-	}
-	return c
-}
-
 func (d *spillReader) window() tiers.Window {
 	var w tiers.Window
 	c := &d.c
-	f := d.byte()
+	f := d.Byte()
 	var g byte
 	switch {
 	case f == flagsRepeat:
 		f, g = c.f, c.g
 	case f&flagsRepeat == flagsRepeat || f&(flagMaxIsFirst|flagMaxIsLast) == flagMaxIsFirst|flagMaxIsLast:
-		d.err = fmt.Errorf("%w: flags %#x", errCorruptSpill, f)
+		d.Fail(fmt.Errorf("flags %#x", f))
 		return w
 	default:
-		g = d.byte()
+		g = d.Byte()
 	}
 	if g&^flagsG != 0 {
-		d.err = fmt.Errorf("%w: flags %#x", errCorruptSpill, g)
+		d.Fail(fmt.Errorf("flags %#x", g))
 		return w
 	}
 	c.f, c.g = f, g
 	if g&flagSameMinute == 0 {
-		c.minute = d.byte()
+		c.minute = d.Byte()
 	}
 	if g&flagSameFirstOff == 0 {
-		c.firstOff = d.uvarint()
+		c.firstOff = d.Uvarint()
 	}
 	if g&flagSameSpan == 0 {
-		c.span = d.uvarint()
+		c.span = d.Uvarint()
 	}
 	if g&flagSameCount == 0 {
-		c.count = d.uvarint()
+		c.count = d.Uvarint()
 	}
 	w.Start = c.h + int64(c.minute)*MinuteRes
 	w.FirstT = w.Start + int64(c.firstOff) //nolint:gosec // written from an int64 difference
 	w.LastT = w.FirstT + int64(c.span)     //nolint:gosec // written from an int64 difference
 	w.Count = uint32(c.count)              //nolint:gosec // written from a uint32
 	if f&flagNoResets == 0 {
-		w.Resets = uint32(d.uvarint()) //nolint:gosec // written from a uint32
+		w.Resets = uint32(d.Uvarint()) //nolint:gosec // written from a uint32
 	}
 	w.Stale = f&flagStale != 0
 	lastRef := 0.0
@@ -514,45 +491,6 @@ func (d *spillReader) window() tiers.Window {
 	return w
 }
 
-func appendLabels(b []byte, lset labels.Labels) []byte {
-	b = binary.AppendUvarint(b, uint64(lset.Len()))
-	lset.Range(func(l labels.Label) {
-		b = binary.AppendUvarint(b, uint64(len(l.Name)))
-		b = append(b, l.Name...)
-		b = binary.AppendUvarint(b, uint64(len(l.Value)))
-		b = append(b, l.Value...)
-	})
-	return b
-}
-
-func (d *spillReader) labels(sb *labels.ScratchBuilder, tmp *[]byte) labels.Labels {
-	n := d.uvarint()
-	sb.Reset()
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		name := d.str(tmp)
-		value := d.str(tmp)
-		sb.Add(name, value)
-	}
-	return sb.Labels()
-}
-
-func (d *spillReader) str(tmp *[]byte) string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > 1<<20 {
-		d.err = fmt.Errorf("%w: label of %d bytes", errCorruptSpill, n)
-		return ""
-	}
-	*tmp = slices.Grow((*tmp)[:0], int(n))[:n]
-	if _, err := io.ReadFull(d.r, *tmp); err != nil {
-		d.err = fmt.Errorf("%w: %w", errCorruptSpill, err)
-		return ""
-	}
-	return string(*tmp)
-}
-
 // spillKey names a series in partition order.
 type spillKey struct {
 	lset labels.Labels
@@ -580,7 +518,6 @@ type blockCursor struct {
 	seq     int // the block's index in its hour: later blocks win
 	rec     int // records read
 	sb      labels.ScratchBuilder
-	tmp     []byte
 	inlineN uint64 // windows left of the current inline series
 
 	key   spillKey
@@ -597,7 +534,7 @@ type blockCursor struct {
 func (p *Pipeline) newCursor(sp *hourSpill, seq int, bufSize int) *blockCursor {
 	blk := sp.blocks[seq]
 	return &blockCursor{
-		d:   spillReader{r: bufio.NewReaderSize(io.NewSectionReader(sp.f, blk.off, blk.len), bufSize), c: windowCodec{h: sp.start}},
+		d:   newSpillReader(bufio.NewReaderSize(io.NewSectionReader(sp.f, blk.off, blk.len), bufSize), windowCodec{h: sp.start}),
 		p:   p,
 		blk: blk,
 		seq: seq,
@@ -617,7 +554,7 @@ func (c *blockCursor) next() bool {
 
 // nextRecord reads the next record.
 func (c *blockCursor) nextRecord() bool {
-	if c.d.err != nil {
+	if c.d.Err != nil {
 		return false
 	}
 	if c.blk.inline {
@@ -626,11 +563,11 @@ func (c *blockCursor) nextRecord() bool {
 				return false
 			}
 			c.rec++
-			c.key.lset = c.d.labels(&c.sb, &c.tmp)
+			c.key.lset = c.d.Labels(&c.sb)
 			c.key.name = c.key.lset.Get(model.MetricNameLabel)
 			c.key.id = tiers.SeriesID(c.key.lset)
-			c.inlineN = c.d.uvarint()
-			if c.d.err != nil {
+			c.inlineN = c.d.Uvarint()
+			if c.d.Err != nil {
 				return false
 			}
 		}
@@ -640,13 +577,13 @@ func (c *blockCursor) nextRecord() bool {
 			return false
 		}
 		c.rec++
-		s := c.d.uvarint()
-		if c.d.err != nil {
+		s := c.d.Uvarint()
+		if c.d.Err != nil {
 			return false
 		}
 		pages := c.p.tap.series.pages.Load()
 		if pages == nil || s >= uint64(len(*pages))*slotPageSize {
-			c.d.err = fmt.Errorf("%w: slot %d", errCorruptSpill, s)
+			c.d.Fail(fmt.Errorf("slot %d", s))
 			return false
 		}
 		c.slot = uint32(s)
@@ -655,10 +592,10 @@ func (c *blockCursor) nextRecord() bool {
 	}
 	c.w = c.d.window()
 	c.order++
-	return c.d.err == nil
+	return c.d.Err == nil
 }
 
-func (c *blockCursor) Err() error { return c.d.err }
+func (c *blockCursor) Err() error { return c.d.Err }
 
 // keyedCursor is a cursor over records in partition order: its current
 // record's series, and the cursor's place among those merged (a later one

@@ -39,16 +39,16 @@ func encodeBlock(h int64, ws []tiers.Window) []byte {
 // decodeBlock decodes n windows of hour h and reports whether b had
 // exactly their bytes.
 func decodeBlock(h int64, b []byte, n int) ([]tiers.Window, error) {
-	d := spillReader{r: bufio.NewReader(bytes.NewReader(b)), c: windowCodec{h: h}}
+	d := newSpillReader(bufio.NewReader(bytes.NewReader(b)), windowCodec{h: h})
 	out := make([]tiers.Window, 0, n)
 	for range n {
 		w := d.window()
-		if d.err != nil {
-			return out, d.err
+		if d.Err != nil {
+			return out, d.Err
 		}
 		out = append(out, w)
 	}
-	if _, err := d.r.ReadByte(); err == nil {
+	if _, err := d.R.ReadByte(); err == nil {
 		return out, errors.New("bytes left after the block's windows")
 	}
 	return out, nil
@@ -272,13 +272,13 @@ func benchmarkSpillBlock(b *testing.B, interval, phase int64) {
 			buf = binary.AppendUvarint(buf, uint64(order[i]))
 			buf = c.appendWindow(buf, w)
 		}
-		d := spillReader{r: bufio.NewReaderSize(bytes.NewReader(buf), 8<<10), c: windowCodec{h: h}}
+		d := newSpillReader(bufio.NewReaderSize(bytes.NewReader(buf), 8<<10), windowCodec{h: h})
 		for range series {
-			d.uvarint()
+			d.Uvarint()
 			d.window()
 		}
-		if d.err != nil {
-			b.Fatal(d.err)
+		if d.Err != nil {
+			b.Fatal(d.Err)
 		}
 	}
 	b.SetBytes(int64(len(buf)))
