@@ -45,24 +45,45 @@ import (
 //     current baseline, its seasonal baselines of the last hours, its
 //     replica flags), written at the same time. Only the last few are kept.
 //
-// A start loads the newest state file that is usable (same configuration,
-// every summary file it needs present and whole; one at or before the
-// first minute whose baselines it writes again comes first), then the
-// summaries of
-// the hours a baseline may read, then reads back the minutes from the
-// state's hour as it would have from the history's start. A file that is
-// missing, torn or from another configuration is never an error of the
-// engine: the start falls back to an older state, then to the whole
-// read-back.
+// A start loads the newest state file that is usable (same signals, rules
+// and hours held, see fingerprints; every summary file it needs present
+// and whole; one at or before the first minute whose baselines it writes
+// again comes first), then the summaries of the hours a baseline may read,
+// then reads back the minutes from the state's hour as it would have from
+// the history's start. A file that is missing, torn or from another
+// configuration is never an error of the engine: the start falls back to
+// an older state, then to the whole read-back.
 
 // checkpointVersion is the files' format version; a change to the format or
-// to what the tracker computes from a minute changes it.
-const checkpointVersion = 1
+// to what the tracker computes from a minute changes it. Version 1 files
+// (one fingerprint of everything) are still read.
+const checkpointVersion = 2
 
+// The files' magic: seven bytes naming the kind, then the version.
 var (
-	summaryMagic = [8]byte{'S', 'T', 'R', 'B', 'S', 'U', 'M', checkpointVersion}
-	stateMagic   = [8]byte{'S', 'T', 'R', 'B', 'C', 'K', 'P', checkpointVersion}
+	summaryMagic = [7]byte{'S', 'T', 'R', 'B', 'S', 'U', 'M'}
+	stateMagic   = [7]byte{'S', 'T', 'R', 'B', 'C', 'K', 'P'}
 )
+
+// fingerprints identify what a checkpoint was computed with.
+type fingerprints struct {
+	// data is what the summaries and the state's shape depend on: the
+	// format, the signals' rules and lookback, the history and the
+	// level-shift hours (which hours the tracker holds). A file with
+	// another is never used.
+	data uint64
+	// params are the parameters the baselines are computed with from the
+	// summaries (k, min_history, sigma_floor, the signals' floors). A live
+	// start restores a state computed with others and applies its own from
+	// then on, as a changed recording rule applies from its next
+	// evaluation: tuning k costs no read-back of four weeks (hours at
+	// fleet scale). A replay (read-only) does not: what it computes must
+	// be what a server with its configuration would have.
+	params uint64
+	// v1 is the one fingerprint of version-1 files, data and params
+	// together.
+	v1 uint64
+}
 
 // flagIncomplete marks a summary file that leaves out series whose labels
 // share a hash with another tracked series (a 64-bit collision): a state
@@ -72,9 +93,8 @@ const flagIncomplete = 1
 // checkpointer writes the tracker's checkpoints into dir.
 type checkpointer struct {
 	dir string
-	// fp identifies what the tracker computes (its configuration, the
-	// signals' rules): a file with another is not used.
-	fp uint64
+	// fp identifies what the tracker computes.
+	fp fingerprints
 	// keep is how many state files are kept: a start needs one at or
 	// before its first evaluated minute, which trails the newest by the
 	// warm-up.
@@ -88,7 +108,9 @@ type checkpointer struct {
 	lastState int64
 	// readOnly: restore, never write (replay).
 	readOnly bool
-	m        checkpointMetrics
+	// restoredParams is the params fingerprint of the state last loaded.
+	restoredParams uint64
+	m              checkpointMetrics
 }
 
 type checkpointMetrics struct {
@@ -97,7 +119,7 @@ type checkpointMetrics struct {
 	bytes            prometheus.Gauge
 }
 
-func newCheckpointer(dir string, fp uint64, keep int, logger *slog.Logger, reg prometheus.Registerer) *checkpointer {
+func newCheckpointer(dir string, fp fingerprints, keep int, logger *slog.Logger, reg prometheus.Registerer) *checkpointer {
 	f := promauto.With(reg)
 	return &checkpointer{dir: dir, fp: fp, keep: max(1, keep), logger: logger, m: checkpointMetrics{
 		writes:   f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_baseline_checkpoints_total", Help: "Hourly checkpoints of the baselines written (an hour's summaries and the tracker's state)."}),
@@ -175,14 +197,14 @@ func (c *checkpointer) write(t *tracker, x int64) error {
 // writeFileAtomic writes a checkpoint file through internal/atomicfile (a
 // crash leaves the old file or the new one, never a torn one): magic, then
 // the body in one zstd frame with its checksum.
-func writeFileAtomic(path string, magic [8]byte, body func(io.Writer) error) error {
+func writeFileAtomic(path string, magic [7]byte, body func(io.Writer) error) error {
 	f, err := atomicfile.Create(path, filepath.Base(path)+tmpSuffix+"*")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Abort() }()
 	bw := bufio.NewWriterSize(f, 256<<10)
-	if _, err := bw.Write(magic[:]); err != nil {
+	if _, err := bw.Write(append(magic[:], checkpointVersion)); err != nil {
 		return err
 	}
 	zw, err := zstd.NewWriter(bw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20))
@@ -252,7 +274,7 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.hash, b.hash) })
 	return writeFileAtomic(c.summaryPath(h), summaryMagic, func(w io.Writer) error {
 		e := &enc{w: w}
-		e.u64(c.fp)
+		e.u64(c.fp.data)
 		e.varint(h)
 		e.u32(flags)
 		e.uvarint(uint64(len(es)))
@@ -276,7 +298,8 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 // its current hour's values (none: the tracker finished the hour).
 func (c *checkpointer) encodeState(w io.Writer, t *tracker, next int64) error {
 	e := &enc{w: w}
-	e.u64(c.fp)
+	e.u64(c.fp.data)
+	e.u64(c.fp.params)
 	e.varint(next)
 	e.varint(t.done)
 	e.varint(t.lastGC)
@@ -413,6 +436,10 @@ func (c *checkpointer) restore(t *tracker, notBefore, notAfter, prefer int64) (i
 		err := c.load(t, h)
 		if err == nil {
 			c.lastHour, c.lastState = h-1, h
+			if c.restoredParams != c.fp.params {
+				c.logger.Info("the baseline parameters (k, min_history, sigma_floor) changed since the checkpoint: the restored baselines were computed with the old ones, the new ones apply from now on; remove the directory to read the whole history back with them",
+					"dir", c.dir, "state", filepath.Base(c.statePath(h)))
+			}
 			return h * hourMs, true
 		}
 		t.reset()
@@ -436,8 +463,9 @@ func end(d *binio.Reader) error {
 	return nil
 }
 
-// openFile opens a checkpoint file and checks its magic.
-func openFile(path string, magic [8]byte, body func(d *binio.Reader) error) error {
+// openFile opens a checkpoint file, checks its magic and gives body its
+// version.
+func openFile(path string, magic [7]byte, body func(d *binio.Reader, version byte) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -448,8 +476,8 @@ func openFile(path string, magic [8]byte, body func(d *binio.Reader) error) erro
 	if _, err := io.ReadFull(br, m[:]); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
-	if m != magic {
-		return fmt.Errorf("%s: not a checkpoint file of this version", filepath.Base(path))
+	if [7]byte(m[:7]) != magic || m[7] < 1 || m[7] > checkpointVersion {
+		return fmt.Errorf("%s: not a checkpoint file of this kind and version", filepath.Base(path))
 	}
 	zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
 	if err != nil {
@@ -457,7 +485,7 @@ func openFile(path string, magic [8]byte, body func(d *binio.Reader) error) erro
 	}
 	defer zr.Close()
 	d := &binio.Reader{R: bufio.NewReaderSize(zr, 64<<10)}
-	if err := body(d); err != nil {
+	if err := body(d, m[7]); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	if err := end(d); err != nil {
@@ -469,9 +497,9 @@ func openFile(path string, magic [8]byte, body func(d *binio.Reader) error) erro
 // load reads state file c (the state before hour c) into t, then the
 // summaries of the hours a baseline after it may read.
 func (c *checkpointer) load(t *tracker, ch int64) error {
-	err := openFile(c.statePath(ch), stateMagic, func(d *binio.Reader) error {
-		if fp := d.U64(); d.Err == nil && fp != c.fp {
-			return errors.New("written with another baseline configuration or other signal rules")
+	err := openFile(c.statePath(ch), stateMagic, func(d *binio.Reader, version byte) error {
+		if err := c.checkState(d, version); err != nil {
+			return err
 		}
 		if next := d.Varint(); d.Err == nil && next != ch*hourMs {
 			return fmt.Errorf("holds the state before %s, not before its hour", fmtMs(next))
@@ -538,12 +566,42 @@ func (c *checkpointer) load(t *tracker, ch int64) error {
 	return nil
 }
 
+var errOtherData = errors.New("written with other signal rules, lookback, history or level_shift_after")
+
+// checkState reads a state file's fingerprints. A live start takes a state
+// computed with other parameters (params) and notes it in c.restoredParams;
+// a read-only one does not.
+func (c *checkpointer) checkState(d *binio.Reader, version byte) error {
+	if version == 1 {
+		if fp := d.U64(); d.Err == nil && fp != c.fp.v1 {
+			return errors.New("a version-1 file written with another baseline configuration or other signal rules")
+		}
+		c.restoredParams = c.fp.params
+		return d.Err
+	}
+	data, params := d.U64(), d.U64()
+	switch {
+	case d.Err != nil:
+		return d.Err
+	case data != c.fp.data:
+		return errOtherData
+	case params != c.fp.params && c.readOnly:
+		return errors.New("written with other baseline parameters (k, min_history, sigma_floor): a replay restores only its own")
+	}
+	c.restoredParams = params
+	return nil
+}
+
 // loadSummaries puts hour h's summaries in the rings of the series t
 // tracks (those it has forgotten since are left out).
 func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
-	return openFile(c.summaryPath(h), summaryMagic, func(d *binio.Reader) error {
-		if fp := d.U64(); d.Err == nil && fp != c.fp {
-			return errors.New("written with another baseline configuration or other signal rules")
+	return openFile(c.summaryPath(h), summaryMagic, func(d *binio.Reader, version byte) error {
+		want := c.fp.data
+		if version == 1 {
+			want = c.fp.v1
+		}
+		if fp := d.U64(); d.Err == nil && fp != want {
+			return errOtherData
 		}
 		if fh := d.Varint(); d.Err == nil && fh != h {
 			return fmt.Errorf("holds hour %s", hourName(fh))
@@ -584,22 +642,34 @@ func (t *tracker) reset() {
 	t.done, t.started, t.lastGC, t.firstHour = 0, false, 0, 0
 }
 
-// baselineFingerprint identifies what a tracker computes from the minute
-// data: its configuration and the rules that record its signals (with the
-// lookback they are evaluated with).
-func (e *Engine) baselineFingerprint() uint64 {
-	var b strings.Builder
+// baselineFingerprints identify what a tracker computes from the minute
+// data: the rules that record its signals (with the lookback they are
+// evaluated with) and the hours it holds (data), and the parameters of its
+// baselines (params).
+func (e *Engine) baselineFingerprints() fingerprints {
 	c := e.cfg.Baseline
-	fmt.Fprintf(&b, "v%d k=%v history=%v min=%v shift=%v floor=%v lookback=%v\n", checkpointVersion,
+	var data, params, v1 strings.Builder
+	fmt.Fprintf(&data, "v%d history=%v shift=%v lookback=%v\n", checkpointVersion, c.History, c.LevelShiftAfter, e.lookback)
+	fmt.Fprintf(&params, "k=%v min=%v floor=%v\n", c.K, c.MinHistory, c.SigmaFloor)
+	// Version 1's, for its files.
+	fmt.Fprintf(&v1, "v1 k=%v history=%v min=%v shift=%v floor=%v lookback=%v\n",
 		c.K, c.History, c.MinHistory, c.LevelShiftAfter, c.SigmaFloor, e.lookback)
 	for _, n := range e.base.names {
-		fmt.Fprintf(&b, "signal %s floor=%v\n", n, e.base.floors[n])
+		fmt.Fprintf(&data, "signal %s\n", n)
+		fmt.Fprintf(&params, "signal %s floor=%v\n", n, e.base.floors[n])
+		fmt.Fprintf(&v1, "signal %s floor=%v\n", n, e.base.floors[n])
 	}
 	for _, it := range e.bootstrapItems() {
-		fmt.Fprintf(&b, "rule %s %s %s\n", it.r.Name(), it.r.Labels(), it.r.Query())
+		r := fmt.Sprintf("rule %s %s %s\n", it.r.Name(), it.r.Labels(), it.r.Query())
+		data.WriteString(r)
+		v1.WriteString(r)
 	}
+	return fingerprints{data: fnv64(data.String()), params: fnv64(params.String()), v1: fnv64(v1.String())}
+}
+
+func fnv64(s string) uint64 {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte(b.String()))
+	_, _ = h.Write([]byte(s))
 	return h.Sum64()
 }
 

@@ -1,8 +1,11 @@
 package diagnose
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 )
@@ -19,9 +23,10 @@ import (
 // usable checkpoint at or before its first minute and reads back only the
 // minutes after it, and ends with the state, to the bit, of a start that
 // read the whole history back. A state at or before the minutes to write
-// again comes first; a read-only start (replay) writes nothing. A torn
-// state, a missing summary file and another configuration each fall back,
-// to an older state or to the whole read-back.
+// again comes first; a read-only start (replay) writes nothing; version-1
+// files are read. A torn state, a missing summary file and other rules or
+// hours held each fall back, to an older state or to the whole read-back;
+// other baseline parameters (k) do in a replay, not in a live start.
 func TestBaselineCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("evaluates two and a half hours and reads back four hours several times")
@@ -64,7 +69,7 @@ func TestBaselineCheckpoint(t *testing.T) {
 
 	// start bootstraps an engine at tm and returns the first minute its
 	// read-back read and its state.
-	start := func(cfg Config, readOnly bool) (time.Time, string) {
+	startIn := func(dir string, cfg Config, readOnly bool) (time.Time, string) {
 		t.Helper()
 		open := &failingOpen{}
 		e, err := New(cfg, Options{Minute: minute, Open: open, BaselineDir: dir, BaselineReadOnly: readOnly, Logger: quietLogger()})
@@ -79,6 +84,10 @@ func TestBaselineCheckpoint(t *testing.T) {
 		}
 		return time.UnixMilli(open.starts[0] + e.need).UTC(), trackerState(t, e)
 	}
+	start := func(cfg Config, readOnly bool) (time.Time, string) {
+		t.Helper()
+		return startIn(dir, cfg, readOnly)
+	}
 	check := func(what string, hours int) {
 		t.Helper()
 		from, got := start(DefaultConfig(), false)
@@ -90,6 +99,12 @@ func TestBaselineCheckpoint(t *testing.T) {
 		}
 	}
 	check("the newest state", 3)
+	// Version-1 files (one fingerprint of everything) are read.
+	v1 := t.TempDir()
+	toVersion1(t, dir, v1, ck.fp.v1)
+	if from, got := startIn(v1, DefaultConfig(), true); !from.Equal(simStart.Add(3*time.Hour)) || got != want {
+		t.Fatalf("version 1: read back from %s, want %s; same baselines: %v", from, simStart.Add(3*time.Hour), got == want)
+	}
 	// A state at or before the first minute whose baselines are written
 	// again comes first, newer or not.
 	fresh := newTracker(live.cfg.Baseline, nil)
@@ -128,10 +143,61 @@ func TestBaselineCheckpoint(t *testing.T) {
 		}
 	}
 
+	// Other baseline parameters: a replay reads the whole history back
+	// with its own, a live start restores and applies its own from then on.
 	cfg := DefaultConfig()
 	cfg.Baseline.K = 2.5
+	cfg.Baseline.SigmaFloor = 0.05
+	if from, _ := start(cfg, true); !from.Equal(simStart) {
+		t.Fatalf("read-only with other parameters: read back from %s, want the history's start %s", from, simStart)
+	}
+	if from, _ := start(cfg, false); !from.Equal(simStart.Add(time.Hour)) {
+		t.Fatalf("live with other parameters: read back from %s, want the state before %s", from, simStart.Add(time.Hour))
+	}
+	// Other rules or hours held: neither restores.
+	cfg = DefaultConfig()
+	cfg.Baseline.LevelShiftAfter = model.Duration(4 * time.Hour)
 	if from, _ := start(cfg, false); !from.Equal(simStart) {
-		t.Fatalf("another configuration read back from %s, want the history's start %s", from, simStart)
+		t.Fatalf("other level-shift hours: read back from %s, want the history's start %s", from, simStart)
+	}
+}
+
+// toVersion1 writes into dst the checkpoint files of src as version 1
+// wrote them: one fingerprint (fp) where version 2 has the data's and,
+// in a state, the parameters'.
+func toVersion1(t *testing.T, src, dst string, fp uint64) {
+	t.Helper()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, de := range ents {
+		b, err := os.ReadFile(filepath.Join(src, de.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := zstd.NewReader(bytes.NewReader(b[8:]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(zr)
+		zr.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		skip := 8 // the data's fingerprint
+		if strings.HasPrefix(de.Name(), "state-") {
+			skip = 16 // and the parameters'
+		}
+		out := append(binary.LittleEndian.AppendUint64(nil, fp), body[skip:]...)
+		zw, err := zstd.NewWriter(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := append(append(b[:7:7], 1), zw.EncodeAll(out, nil)...)
+		if err := os.WriteFile(filepath.Join(dst, de.Name()), file, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -142,12 +208,12 @@ func TestCheckpointRetention(t *testing.T) {
 	cfg := DefaultConfig().Baseline
 	cfg.History = model.Duration(48 * time.Hour)
 	tr := newTracker(cfg, nil)
-	tr.ckpt = newCheckpointer(dir, 1, 3, quietLogger(), nil)
+	tr.ckpt = newCheckpointer(dir, fingerprints{data: 1}, 3, quietLogger(), nil)
 	base := simStart.Add(5 * time.Hour)
 	passed := int64(3 * 24) // hours passed: states before hours 1..passed
 	// A tracker with no series writes nothing as hours pass.
 	empty := newTracker(cfg, nil)
-	empty.ckpt = newCheckpointer(dir, 1, 3, quietLogger(), nil)
+	empty.ckpt = newCheckpointer(dir, fingerprints{data: 1}, 3, quietLogger(), nil)
 	for m := range 3*60 + 1 {
 		empty.minute(base.Add(time.Duration(m)*time.Minute).UnixMilli(), nil)
 	}
@@ -224,7 +290,7 @@ func BenchmarkBaselineRestore(b *testing.B) {
 	cfg := DefaultBaselineConfig()
 	dir := b.TempDir()
 	tr := fileTracker(b, cfg)
-	tr.ckpt = newCheckpointer(dir, 1, 1, quietLogger(), nil)
+	tr.ckpt = newCheckpointer(dir, fingerprints{data: 1}, 1, quietLogger(), nil)
 	last := floorDiv(tStart, hourMs) + int64(tr.hours) - 1
 	first := last - int64(tr.hours) + 1
 	vals := fleetSignals(n, first*hourMs)
@@ -253,7 +319,7 @@ func BenchmarkBaselineRestore(b *testing.B) {
 	}
 	for b.Loop() {
 		r := fileTracker(b, cfg)
-		ck := newCheckpointer(dir, 1, 1, quietLogger(), nil)
+		ck := newCheckpointer(dir, fingerprints{data: 1}, 1, quietLogger(), nil)
 		if c, ok := ck.restore(r, 0, (last+1)*hourMs, math.MaxInt64); !ok || c != (last+1)*hourMs || r.len() != tr.len() {
 			b.Fatalf("restored %d series before %s, want %d before %s", r.len(), fmtMs(c), tr.len(), fmtMs((last+1)*hourMs))
 		}

@@ -273,7 +273,7 @@ func New(cfg Config, o Options) (*Engine, error) {
 		// A start restores a state at or before its first minute, which
 		// trails the newest state by the warm-up and the write-back delay.
 		keep := int((e.warmup+o.WriteBackDelay)/time.Hour) + 3
-		e.base.ckpt = newCheckpointer(o.BaselineDir, e.baselineFingerprint(), keep, e.logger, o.Registerer)
+		e.base.ckpt = newCheckpointer(o.BaselineDir, e.baselineFingerprints(), keep, e.logger, o.Registerer)
 		e.base.ckpt.readOnly = o.BaselineReadOnly
 	}
 	e.pinRules()
