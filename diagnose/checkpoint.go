@@ -85,9 +85,10 @@ type fingerprints struct {
 	v1 uint64
 }
 
-// flagIncomplete marks a summary file that leaves out series whose labels
-// share a hash with another tracked series (a 64-bit collision): a state
-// that needs the hour is not used.
+// flagIncomplete marks a version-1 summary file that left out series whose
+// labels share a hash with another tracked series (a 64-bit collision): a
+// state that needs the hour is not used. Version 2 lists such series by
+// their labels instead.
 const flagIncomplete = 1
 
 // checkpointer writes the tracker's checkpoints into dir.
@@ -254,17 +255,22 @@ func (e *enc) f64(x float64)    { e.u64(math.Float64bits(x)) }
 func (e *enc) byte(b byte)      { e.buf = append(e.buf, b) }
 
 // writeSummaries writes hour h's summaries: every tracked series with one,
-// by label hash, in increasing hash order.
+// by label hash, in increasing hash order, then those whose label hash
+// another tracked series shares, by their labels.
 func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 	type entry struct {
 		hash uint64
 		x    summary
 	}
 	var es []entry
-	flags := uint32(0)
+	var collided []*bseries
 	for hash, s := range t.series {
 		if s.next != nil {
-			flags |= flagIncomplete
+			for ; s != nil; s = s.next {
+				if _, ok := s.ring.at(h); ok {
+					collided = append(collided, s)
+				}
+			}
 			continue
 		}
 		if x, ok := s.ring.at(h); ok {
@@ -276,7 +282,7 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 		e := &enc{w: w}
 		e.u64(c.fp.data)
 		e.varint(h)
-		e.u32(flags)
+		e.u32(0)
 		e.uvarint(uint64(len(es)))
 		prev := uint64(0)
 		for i, x := range es {
@@ -287,6 +293,13 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 			if i%4096 == 4095 {
 				e.flush()
 			}
+		}
+		e.uvarint(uint64(len(collided)))
+		for _, s := range collided {
+			x, _ := s.ring.at(h)
+			e.buf = binio.AppendLabels(e.buf, s.lbls)
+			e.u32(math.Float32bits(x.m))
+			e.u32(math.Float32bits(x.d))
 		}
 		e.flush()
 		return e.err
@@ -593,7 +606,10 @@ func (c *checkpointer) checkState(d *binio.Reader, version byte) error {
 }
 
 // loadSummaries puts hour h's summaries in the rings of the series t
-// tracks (those it has forgotten since are left out).
+// tracks (those it has forgotten since are left out). A series whose label
+// hash another tracked series has come to share since the hour was written
+// cannot be told from it by the hash: both go without that hour's summary
+// (a 64-bit collision; none has been seen), the rest is restored.
 func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
 	return openFile(c.summaryPath(h), summaryMagic, func(d *binio.Reader, version byte) error {
 		want := c.fp.data
@@ -622,12 +638,48 @@ func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
 				continue
 			}
 			if s.next != nil {
-				return errors.New("series whose label hashes collide")
+				c.logger.Warn("two tracked series share a label hash: neither gets this hour's summary from the checkpoint", "hour", hourName(h), "series", s.lbls)
+				continue
 			}
 			s.ring.set(h, t.hours, x, t.arena)
 		}
+		if version == 1 {
+			return d.Err
+		}
+		var b labels.ScratchBuilder
+		n = d.Uvarint()
+		for i := uint64(0); i < n && d.Err == nil; i++ {
+			lbls := d.Labels(&b)
+			x := summary{m: math.Float32frombits(d.U32()), d: math.Float32frombits(d.U32())}
+			if d.Err != nil {
+				break
+			}
+			if s := t.collidedSeries(lbls); s != nil {
+				s.ring.set(h, t.hours, x, t.arena)
+			}
+		}
 		return d.Err
 	})
+}
+
+// collidedSeries is the tracked series with labels lbls, which a summary
+// file lists by its labels (it shared its label hash with another series
+// when the file was written): under its hash, else in any hash's chain (a
+// test's series, whose hash the test chose).
+func (t *tracker) collidedSeries(lbls labels.Labels) *bseries {
+	for s := t.series[lbls.Hash()]; s != nil; s = s.next {
+		if labels.Equal(s.lbls, lbls) {
+			return s
+		}
+	}
+	for _, head := range t.series {
+		for s := head; head.next != nil && s != nil; s = s.next {
+			if labels.Equal(s.lbls, lbls) {
+				return s
+			}
+		}
+	}
+	return nil
 }
 
 // reset forgets every series (a checkpoint that failed to load part way).

@@ -164,7 +164,7 @@ func TestBaselineCheckpoint(t *testing.T) {
 
 // toVersion1 writes into dst the checkpoint files of src as version 1
 // wrote them: one fingerprint (fp) where version 2 has the data's and,
-// in a state, the parameters'.
+// in a state, the parameters', and no series listed by labels.
 func toVersion1(t *testing.T, src, dst string, fp uint64) {
 	t.Helper()
 	ents, err := os.ReadDir(src)
@@ -188,6 +188,10 @@ func toVersion1(t *testing.T, src, dst string, fp uint64) {
 		skip := 8 // the data's fingerprint
 		if strings.HasPrefix(de.Name(), "state-") {
 			skip = 16 // and the parameters'
+		} else if body[len(body)-1] == 0 {
+			body = body[:len(body)-1] // no series listed by labels
+		} else {
+			t.Fatalf("%s lists series by labels: version 1 cannot", de.Name())
 		}
 		out := append(binary.LittleEndian.AppendUint64(nil, fp), body[skip:]...)
 		zw, err := zstd.NewWriter(nil)
@@ -363,5 +367,59 @@ func TestDropBaselineCheckpoints(t *testing.T) {
 	}
 	if n, err := DropBaselineCheckpoints(filepath.Join(dir, "none"), minT); n != 0 || err != nil {
 		t.Errorf("a missing directory: %d, %v", n, err)
+	}
+}
+
+// TestCheckpointCollisions: series whose label hashes collide are written
+// by their labels and restored exactly; a hash that a restored tracker's
+// series have come to share since the hour was written leaves both without
+// that hour's summary, and restores the rest.
+func TestCheckpointCollisions(t *testing.T) {
+	cfg := DefaultBaselineConfig()
+	lset := func(pod string) labels.Labels {
+		return labels.FromStrings(model.MetricNameLabel, "strata:requests_running", "pod", pod)
+	}
+	a, b, c := lset("a"), lset("b"), lset("c")
+	const shared = 42 // a and b's hash
+	h := simStart.Unix() / 3600
+	sum := func(v float32) summary { return summary{m: v, d: v / 10} }
+	write := func(dir string, colliding bool) {
+		t.Helper()
+		tr := newTracker(cfg, nil)
+		tr.ckpt = newCheckpointer(dir, fingerprints{data: 1}, 3, quietLogger(), nil)
+		tr.getHash(shared, a).ring.set(h, tr.hours, sum(1), nil)
+		if colliding {
+			tr.getHash(shared, b).ring.set(h, tr.hours, sum(2), nil)
+		}
+		tr.get(c).ring.set(h, tr.hours, sum(3), nil)
+		if err := tr.ckpt.writeSummaries(tr, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// load restores hour h into a tracker holding a, b (under the shared
+	// hash) and c, and returns their summaries.
+	load := func(dir string) [3]summary {
+		t.Helper()
+		tr := newTracker(cfg, nil)
+		ck := newCheckpointer(dir, fingerprints{data: 1}, 3, quietLogger(), nil)
+		ss := []*bseries{tr.getHash(shared, a), tr.getHash(shared, b), tr.get(c)}
+		if err := ck.loadSummaries(tr, h); err != nil {
+			t.Fatal(err)
+		}
+		var out [3]summary
+		for i, s := range ss {
+			out[i], _ = s.ring.at(h)
+		}
+		return out
+	}
+	dir := t.TempDir()
+	write(dir, true)
+	if got, want := load(dir), [3]summary{sum(1), sum(2), sum(3)}; got != want {
+		t.Fatalf("colliding series restored %v, want %v", got, want)
+	}
+	dir = t.TempDir()
+	write(dir, false)
+	if got, want := load(dir), [3]summary{{}, {}, sum(3)}; got != want {
+		t.Fatalf("a hash shared since the hour: restored %v, want %v", got, want)
 	}
 }
