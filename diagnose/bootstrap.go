@@ -265,6 +265,11 @@ func (e *Engine) newReadBack(tm int64) *readBack {
 	if first, _, ok := e.o.Minute.Bounds(); ok {
 		rb.from = max(rb.from, floorDiv(first, hourMs)*hourMs)
 	}
+	// A tracker that has read back already goes on from its last minute
+	// (Run moved the warm-up to the live edge: readBackToLive).
+	if e.base.started {
+		rb.from = max(rb.from, e.base.done+minute.Milliseconds())
+	}
 	rb.rewriteFrom = e.rewriteFrom()
 	// A checkpoint after the history's start spares the minutes before it:
 	// one at or before the first minute to write again if there is one,

@@ -185,6 +185,7 @@ type engineMetrics struct {
 	lag         prometheus.Gauge
 	diagnoses   *prometheus.GaugeVec
 	failures    prometheus.Counter
+	skipped     prometheus.Counter
 	scratchSeries,
 	scratchSamples prometheus.Gauge
 }
@@ -200,6 +201,7 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 		lag:            f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_lag_seconds", Help: "How far the last evaluated minute trails the newest final minute (the rollup pipeline's mark)."}),
 		diagnoses:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_diagnose_diagnoses", Help: "Diagnoses held, by cause and state."}, []string{"cause", "state"}),
 		failures:       f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluation_failures_total", Help: "Minutes whose evaluation failed (minute data unreadable); the minute is retried."}),
+		skipped:        f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_minutes_skipped_total", Help: "Minutes not evaluated because the baselines' read-back at start outlasted 15 minutes: the engine warmed up at the live edge instead of catching up (their baselines were read back)."}),
 		scratchSeries:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_scratch_series", Help: "Series of the engine's own recorded series held in memory (the scratch store), after its last truncation."}),
 		scratchSamples: f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_scratch_samples", Help: "Samples the scratch store holds (16 bytes each), after its last truncation."}),
 	}

@@ -170,3 +170,64 @@ func TestRunLagFollowsMark(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunWarmsUpAtTheLiveEdge: when the baselines' read-back outlasts
+// readBackCatchUp and the mark has moved past it meanwhile, the engine
+// warms up at the new live edge instead of evaluating every minute since;
+// the read-back goes on to the new warm-up, and the baselines are those of
+// an engine that planned there from the start.
+func TestRunWarmsUpAtTheLiveEdge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads back up to four hours twice")
+	}
+	catchUp := readBackCatchUp
+	readBackCatchUp = 0 // any read-back is long enough
+	t.Cleanup(func() { readBackCatchUp = catchUp })
+	minute, end := fourHours(t)
+	planned, moved := end.Add(-2*time.Hour), end.Add(-10*time.Minute)
+	// run runs an engine whose mark is at from when it plans its warm-up
+	// and at to from its first hold on (during its read-back), until it
+	// has evaluated minute to less one; it returns the engine.
+	run := func(from, to time.Time) *Engine {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.Warmup = model.Duration(10 * time.Minute)
+		open := &failingOpen{}
+		e, err := New(cfg, Options{Minute: minute, Open: open, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := &holdingMarks{ch: make(chan struct{})}
+		src.mark.Store(from.UnixMilli())
+		src.onHold = func(int64) { src.mark.Store(to.UnixMilli()) }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- e.Run(ctx, src) }()
+		src.waitFor(t, "caught up", func() bool { return len(src.holds) > 0 && src.holds[len(src.holds)-1] == to.UnixMilli()-e.need })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// The read-back goes on from its last minute: no snapshot starts
+		// before the one it read last.
+		if !slices.IsSorted(open.starts) {
+			t.Fatalf("snapshots went back in time: %v", open.starts)
+		}
+		return e
+	}
+	e := run(planned, moved)
+	// The warm-up's 10 minutes and the live minute, at the new edge.
+	if n := testutil.ToFloat64(e.m.evaluations); n != 11 {
+		t.Fatalf("evaluated %v minutes, want 11: the warm-up did not move to the live edge", n)
+	}
+	if n, want := testutil.ToFloat64(e.m.skipped), moved.Sub(planned).Minutes(); n != want {
+		t.Fatalf("%v minutes counted as skipped, want %v", n, want)
+	}
+	want := run(moved, moved)
+	if n := testutil.ToFloat64(want.m.evaluations); n != 11 {
+		t.Fatalf("an engine planned at the edge evaluated %v minutes, want 11", n)
+	}
+	if got, want := trackerState(t, e), trackerState(t, want); got != want {
+		t.Fatalf("the baselines differ from an engine's planned at the live edge:\n%s", firstDiff(got, want))
+	}
+}

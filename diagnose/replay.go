@@ -148,6 +148,28 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 				e.logger.Info("diagnosis engine warming up", "from", next.UTC().Format(time.RFC3339), "minutes", int(e.warmup/minute))
 			}
 			e.upTo(src, holder, next)
+			if e.base != nil && !e.base.booted {
+				planned := next
+				err := e.readBackToLive(ctx, src, &live, &next)
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err != nil {
+					// It goes on from the chunk that failed (bootstrap).
+					e.m.failures.Inc()
+					e.logger.Error("reading the baselines back failed; retrying", "err", err)
+					if !waitMark(ctx, src, holder) {
+						return nil
+					}
+					continue
+				}
+				if !next.Equal(planned) {
+					e.upTo(src, holder, next)
+				}
+				if mark, ok := src.Mark(); ok {
+					end = time.UnixMilli(mark).Truncate(minute)
+				}
+			}
 			for ; next.Add(minute).Compare(end) <= 0; next = next.Add(minute) {
 				if ctx.Err() != nil {
 					return nil
@@ -167,6 +189,49 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 		}
 	}
 }
+
+// readBackToLive reads the baselines' history back up to *next, the
+// warm-up's first minute. At fleet scale that takes hours (a first start
+// over a store without checkpoints, or after a change of the signals'
+// rules), and every minute since would then be evaluated as live: hours
+// of catching up, and the sinks told of incidents hours old. So when the
+// read-back took more than readBackCatchUp and the mark has moved more
+// than that past the live minute meanwhile, the warm-up moves to the new
+// live edge and the read-back goes on to its first minute (the minutes
+// between are read into the baselines, not evaluated: like a Prometheus
+// whose rules do not run while it is down, their recorded series and
+// diagnoses are not made), until it ends within readBackCatchUp of the
+// mark. (Both: a mark that moves faster than the clock is a feed of past
+// data, as in tests, which the engine evaluates whole.)
+func (e *Engine) readBackToLive(ctx context.Context, src MarkSource, live, next *time.Time) error {
+	for {
+		start := time.Now()
+		if err := e.bootstrap(ctx, next.UnixMilli()); err != nil {
+			return err
+		}
+		mark, ok := src.Mark()
+		if !ok {
+			return nil
+		}
+		newLive := time.UnixMilli(mark).Truncate(minute).Add(-minute)
+		if time.Since(start) <= readBackCatchUp || newLive.Sub(*live) <= readBackCatchUp {
+			return nil
+		}
+		e.logger.Info("the baselines' read-back outlasted the warm-up's start: warming up at the live edge instead of catching up",
+			"live was", live.UTC().Format(time.RFC3339), "live", newLive.UTC().Format(time.RFC3339),
+			"minutes not evaluated", int(newLive.Sub(*live)/minute))
+		e.m.skipped.Add(float64(newLive.Sub(*live) / minute))
+		*live, *next = newLive, newLive.Add(-e.warmup)
+		e.base.booted = false
+	}
+}
+
+// readBackCatchUp is how long the baselines' read-back may take, and how
+// far the live edge may move meanwhile, before the engine warms up there
+// instead of evaluating every minute since (readBackToLive): a read-back
+// of minutes (a restart's, from its checkpoint; a small fleet's four
+// weeks) is caught up as before. A variable for tests.
+var readBackCatchUp = 15 * time.Minute
 
 // upTo records that next is the first minute not evaluated: a holder
 // holds the open windows from where next's snapshot starts, and
