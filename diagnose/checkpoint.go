@@ -256,7 +256,7 @@ func (e *enc) byte(b byte)      { e.buf = append(e.buf, b) }
 
 // writeSummaries writes hour h's summaries: every tracked series with one,
 // by label hash, in increasing hash order, then those whose label hash
-// another tracked series shares, by their labels.
+// another tracked series shares, by their labels, in label order.
 func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 	type entry struct {
 		hash uint64
@@ -278,6 +278,7 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 		}
 	}
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.hash, b.hash) })
+	slices.SortFunc(collided, func(a, b *bseries) int { return labels.Compare(a.lbls, b.lbls) })
 	return writeFileAtomic(c.summaryPath(h), summaryMagic, func(w io.Writer) error {
 		e := &enc{w: w}
 		e.u64(c.fp.data)
