@@ -201,8 +201,9 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 // between are read into the baselines, not evaluated: like a Prometheus
 // whose rules do not run while it is down, their recorded series and
 // diagnoses are not made), until it ends within readBackCatchUp of the
-// mark. (Both: a mark that moves faster than the clock is a feed of past
-// data, as in tests, which the engine evaluates whole.)
+// mark. A read-back shorter than readBackCatchUp is caught up however far
+// the mark moved: a feed of past data faster than the clock (the tests'
+// simulated fleets) is evaluated whole.
 func (e *Engine) readBackToLive(ctx context.Context, src MarkSource, live, next *time.Time) error {
 	for {
 		start := time.Now()
