@@ -266,7 +266,8 @@ func (e *Engine) rangeVectors(ctx context.Context, qy storage.Queryable, qs stri
 	}
 	// Each step's vector is made at its size: grown by append, the steps'
 	// vectors (500,000 series in a read-back's chunk at fleet scale) held
-	// up to twice their samples and allocated as much again as garbage.
+	// up to a quarter more than their samples (small ones twice) and
+	// allocated several times their size as garbage on the way.
 	n := map[int64]int{}
 	for _, s := range m {
 		if len(s.Histograms) > 0 {
