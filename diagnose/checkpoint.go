@@ -109,9 +109,7 @@ type checkpointer struct {
 	lastState int64
 	// readOnly: restore, never write (replay).
 	readOnly bool
-	// restoredParams is the params fingerprint of the state last loaded.
-	restoredParams uint64
-	m              checkpointMetrics
+	m        checkpointMetrics
 }
 
 type checkpointMetrics struct {
@@ -256,29 +254,31 @@ func (e *enc) byte(b byte)      { e.buf = append(e.buf, b) }
 
 // writeSummaries writes hour h's summaries: every tracked series with one,
 // by label hash, in increasing hash order, then those whose label hash
-// another tracked series shares, by their labels, in label order.
+// another tracked series shares, by hash and labels, in that order.
 func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 	type entry struct {
 		hash uint64
 		x    summary
+		s    *bseries // a colliding series
 	}
-	var es []entry
-	var collided []*bseries
+	var es, collided []entry
 	for hash, s := range t.series {
 		if s.next != nil {
 			for ; s != nil; s = s.next {
-				if _, ok := s.ring.at(h); ok {
-					collided = append(collided, s)
+				if x, ok := s.ring.at(h); ok {
+					collided = append(collided, entry{hash, x, s})
 				}
 			}
 			continue
 		}
 		if x, ok := s.ring.at(h); ok {
-			es = append(es, entry{hash, x})
+			es = append(es, entry{hash, x, nil})
 		}
 	}
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.hash, b.hash) })
-	slices.SortFunc(collided, func(a, b *bseries) int { return labels.Compare(a.lbls, b.lbls) })
+	slices.SortFunc(collided, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.hash, b.hash), labels.Compare(a.s.lbls, b.s.lbls))
+	})
 	return writeFileAtomic(c.summaryPath(h), summaryMagic, func(w io.Writer) error {
 		e := &enc{w: w}
 		e.u64(c.fp.data)
@@ -296,11 +296,11 @@ func (c *checkpointer) writeSummaries(t *tracker, h int64) error {
 			}
 		}
 		e.uvarint(uint64(len(collided)))
-		for _, s := range collided {
-			x, _ := s.ring.at(h)
-			e.buf = binio.AppendLabels(e.buf, s.lbls)
-			e.u32(math.Float32bits(x.m))
-			e.u32(math.Float32bits(x.d))
+		for _, x := range collided {
+			e.u64(x.hash)
+			e.buf = binio.AppendLabels(e.buf, x.s.lbls)
+			e.u32(math.Float32bits(x.x.m))
+			e.u32(math.Float32bits(x.x.d))
 		}
 		e.flush()
 		return e.err
@@ -447,10 +447,10 @@ func (c *checkpointer) restore(t *tracker, notBefore, notAfter, prefer int64) (i
 		return 0
 	})
 	for _, h := range states {
-		err := c.load(t, h)
+		otherParams, err := c.load(t, h)
 		if err == nil {
 			c.lastHour, c.lastState = h-1, h
-			if c.restoredParams != c.fp.params {
+			if otherParams {
 				c.logger.Info("the baseline parameters (k, min_history, sigma_floor) changed since the checkpoint: the restored baselines were computed with the old ones, the new ones apply from now on; remove the directory to read the whole history back with them",
 					"dir", c.dir, "state", filepath.Base(c.statePath(h)))
 			}
@@ -509,10 +509,12 @@ func openFile(path string, magic [7]byte, body func(d *binio.Reader, version byt
 }
 
 // load reads state file c (the state before hour c) into t, then the
-// summaries of the hours a baseline after it may read.
-func (c *checkpointer) load(t *tracker, ch int64) error {
-	err := openFile(c.statePath(ch), stateMagic, func(d *binio.Reader, version byte) error {
-		if err := c.checkState(d, version); err != nil {
+// summaries of the hours a baseline after it may read. It reports whether
+// the state was computed with other baseline parameters.
+func (c *checkpointer) load(t *tracker, ch int64) (otherParams bool, err error) {
+	err = openFile(c.statePath(ch), stateMagic, func(d *binio.Reader, version byte) error {
+		var err error
+		if otherParams, err = c.checkState(d, version); err != nil {
 			return err
 		}
 		if next := d.Varint(); d.Err == nil && next != ch*hourMs {
@@ -570,40 +572,38 @@ func (c *checkpointer) load(t *tracker, ch int64) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	for h := max(t.firstHour, ch-int64(t.hours)+1); h < ch; h++ {
 		if err := c.loadSummaries(t, h); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return otherParams, nil
 }
 
 var errOtherData = errors.New("written with other signal rules, lookback, history or level_shift_after")
 
-// checkState reads a state file's fingerprints. A live start takes a state
-// computed with other parameters (params) and notes it in c.restoredParams;
-// a read-only one does not.
-func (c *checkpointer) checkState(d *binio.Reader, version byte) error {
+// checkState reads a state file's fingerprints and reports whether it was
+// computed with other parameters (params): a live start takes such a
+// state, a read-only one does not.
+func (c *checkpointer) checkState(d *binio.Reader, version byte) (otherParams bool, err error) {
 	if version == 1 {
 		if fp := d.U64(); d.Err == nil && fp != c.fp.v1 {
-			return errors.New("a version-1 file written with another baseline configuration or other signal rules")
+			return false, errors.New("a version-1 file written with another baseline configuration or other signal rules")
 		}
-		c.restoredParams = c.fp.params
-		return d.Err
+		return false, d.Err
 	}
 	data, params := d.U64(), d.U64()
 	switch {
 	case d.Err != nil:
-		return d.Err
+		return false, d.Err
 	case data != c.fp.data:
-		return errOtherData
+		return false, errOtherData
 	case params != c.fp.params && c.readOnly:
-		return errors.New("written with other baseline parameters (k, min_history, sigma_floor): a replay restores only its own")
+		return false, errors.New("written with other baseline parameters (k, min_history, sigma_floor): a replay restores only its own")
 	}
-	c.restoredParams = params
-	return nil
+	return params != c.fp.params, nil
 }
 
 // loadSummaries puts hour h's summaries in the rings of the series t
@@ -650,37 +650,20 @@ func (c *checkpointer) loadSummaries(t *tracker, h int64) error {
 		var b labels.ScratchBuilder
 		n = d.Uvarint()
 		for i := uint64(0); i < n && d.Err == nil; i++ {
-			lbls := d.Labels(&b)
+			hash, lbls := d.U64(), d.Labels(&b)
 			x := summary{m: math.Float32frombits(d.U32()), d: math.Float32frombits(d.U32())}
 			if d.Err != nil {
 				break
 			}
-			if s := t.collidedSeries(lbls); s != nil {
-				s.ring.set(h, t.hours, x, t.arena)
+			for s := t.series[hash]; s != nil; s = s.next {
+				if labels.Equal(s.lbls, lbls) {
+					s.ring.set(h, t.hours, x, t.arena)
+					break
+				}
 			}
 		}
 		return d.Err
 	})
-}
-
-// collidedSeries is the tracked series with labels lbls, which a summary
-// file lists by its labels (it shared its label hash with another series
-// when the file was written): under its hash, else in any hash's chain (a
-// test's series, whose hash the test chose).
-func (t *tracker) collidedSeries(lbls labels.Labels) *bseries {
-	for s := t.series[lbls.Hash()]; s != nil; s = s.next {
-		if labels.Equal(s.lbls, lbls) {
-			return s
-		}
-	}
-	for _, head := range t.series {
-		for s := head; head.next != nil && s != nil; s = s.next {
-			if labels.Equal(s.lbls, lbls) {
-				return s
-			}
-		}
-	}
-	return nil
 }
 
 // reset forgets every series (a checkpoint that failed to load part way).
