@@ -90,6 +90,16 @@ func (e *Engine) bootstrapItems() []passItem {
 	return out
 }
 
+// tracking is the tracker live evaluation uses: nil without baselines, and
+// while their history is read back beside it (Engine.beside), when the
+// read-back owns the tracker and the minutes have no baselines.
+func (e *Engine) tracking() *tracker {
+	if e.beside {
+		return nil
+	}
+	return e.base
+}
+
 // baselineMinute runs the baseline step at minute tm from the signals the
 // scratch store holds at tm, writing the baseline series to it (and, live,
 // back to the store).

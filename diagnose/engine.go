@@ -154,7 +154,13 @@ type Engine struct {
 	precomp  *precomputed // replay's fast path (nil: instant queries)
 	// base computes the baselines (nil in static mode); it runs after
 	// signalsGroup at every minute.
-	base         *tracker
+	base *tracker
+	// beside is set while the baselines' history is read back beside live
+	// evaluation (readBackToLive): the read-back owns base, and the live
+	// minutes are evaluated without baselines (tracking). bg is that
+	// read-back while it runs.
+	beside       bool
+	bg           *bgReadBack
 	signalsGroup *rules.Group
 	// evalGroup is rules.DefaultEvalIterationFunc with the recording rules'
 	// stale-marker state kept by a rulestale.Tracker (buildGroups).
@@ -186,6 +192,7 @@ type engineMetrics struct {
 	diagnoses   *prometheus.GaugeVec
 	failures    prometheus.Counter
 	skipped     prometheus.Counter
+	beside      prometheus.Gauge
 	scratchSeries,
 	scratchSamples prometheus.Gauge
 }
@@ -202,6 +209,7 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 		diagnoses:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_diagnose_diagnoses", Help: "Diagnoses held, by cause and state."}, []string{"cause", "state"}),
 		failures:       f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_evaluation_failures_total", Help: "Minutes whose evaluation failed (minute data unreadable); the minute is retried."}),
 		skipped:        f.NewCounter(prometheus.CounterOpts{Name: "strata_diagnose_minutes_skipped_total", Help: "Minutes not evaluated because the baselines' read-back at start outlasted 15 minutes: the engine warmed up at the live edge instead of catching up (their baselines were read back)."}),
+		beside:         f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_baselines_reading_back", Help: "1 while the baselines' history is read back beside live evaluation (a read-back at start that outlasted 15 minutes): the minutes evaluated meanwhile have no baselines."}),
 		scratchSeries:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_scratch_series", Help: "Series of the engine's own recorded series held in memory (the scratch store), after its last truncation."}),
 		scratchSamples: f.NewGauge(prometheus.GaugeOpts{Name: "strata_diagnose_scratch_samples", Help: "Samples the scratch store holds (16 bytes each), after its last truncation."}),
 	}
@@ -600,7 +608,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 	tm := t.UnixMilli()
 	e.pace.begin(!warm && e.chunk == 0 && e.newest(tm))
 	defer e.pace.end()
-	if e.base != nil && !e.base.booted {
+	if b := e.tracking(); b != nil && !b.booted {
 		if err := e.bootstrap(ctx, tm); err != nil {
 			e.m.failures.Inc()
 			return fmt.Errorf("diagnose: read back the baselines' history: %w", err)
@@ -642,7 +650,7 @@ func (e *Engine) evalMinute(ctx context.Context, t time.Time, warm bool) error {
 			// their allocation triggers.
 			e.snap, e.query = nil, e.scratch
 		}
-		if g == e.signalsGroup && e.base != nil {
+		if g == e.signalsGroup && e.tracking() != nil {
 			e.baselineMinute(tm) // a no-op when the fast path did it
 			e.pace.step(ctx)
 		}

@@ -135,11 +135,12 @@ func fingerprinted(name string) bool {
 // series serves every entity: a series' entities are read once, not once
 // an incident (91,000 tracked series at 500,000 series of 15 s).
 func (e *Engine) deviations(fps []Fingerprint, ents []Entities, keyed []bool, tm int64) {
-	if e.base == nil {
+	base := e.tracking()
+	if base == nil {
 		return
 	}
-	for _, n := range e.base.names {
-		for _, s := range e.base.byMetric[n] {
+	for _, n := range base.names {
+		for _, s := range base.byMetric[n] {
 			se := entitiesOf(s.lbls)
 			read, ok := false, false
 			var z float64
@@ -173,13 +174,14 @@ func (e *Engine) deviations(fps []Fingerprint, ents []Entities, keyed []bool, tm
 // that puts v furthest from normal in the direction of op (the series of
 // the entity with a baseline; several for a pod on several GPUs).
 func (e *Engine) baselineOf(metric string, ent Entities, op string, v float64, tm int64) (evidenceBase, bool) {
-	if e.base == nil {
+	base := e.tracking()
+	if base == nil {
 		return evidenceBase{}, false
 	}
 	var best evidenceBase
 	var bestLbls labels.Labels
 	bestDev := math.Inf(-1)
-	for _, s := range e.base.lookup(metric, ent) {
+	for _, s := range base.lookup(metric, ent) {
 		med, sig, _, src, ok := e.scratch.baselineAt(s, tm)
 		if !ok {
 			continue

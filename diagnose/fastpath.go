@@ -148,7 +148,7 @@ func (e *Engine) items() []passItem {
 		for _, r := range g.Rules() {
 			all = append(all, passItem{g, r})
 		}
-		if e.base != nil && g == e.signalsGroup {
+		if e.tracking() != nil && g == e.signalsGroup {
 			all = append(all, passItem{g: g})
 		}
 	}

@@ -495,10 +495,13 @@ func ringState(tr *tracker, s *bseries) string {
 type failingOpen struct {
 	fail   int
 	cancel context.CancelFunc
+	mu     sync.Mutex // a read-back beside live evaluation reads too
 	starts []int64
 }
 
 func (f *failingOpen) VisitOpenWindows(mint, _ int64, _ tiers.OpenWindowSink, _ ...*labels.Matcher) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.starts = append(f.starts, mint); len(f.starts) == f.fail {
 		f.cancel()
 	}

@@ -171,24 +171,27 @@ func TestRunLagFollowsMark(t *testing.T) {
 	}
 }
 
-// TestRunWarmsUpAtTheLiveEdge: when the baselines' read-back outlasts
-// readBackCatchUp and the mark has moved past it meanwhile, the engine
-// warms up at the new live edge instead of evaluating every minute since;
-// the read-back goes on to the new warm-up, and the baselines are those of
-// an engine that planned there from the start.
-func TestRunWarmsUpAtTheLiveEdge(t *testing.T) {
+// TestRunEvaluatesBesideReadBack: when the baselines' read-back outlasts
+// readBackCatchUp, the engine warms up at the live edge and evaluates its
+// minutes without baselines while the read-back goes on beside (the
+// minutes in between are read into the baselines, not evaluated); the
+// read-back then follows the live loop to its next minute, and the
+// baselines are those of an engine that read back first and planned at
+// that edge.
+func TestRunEvaluatesBesideReadBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads back up to four hours twice")
 	}
 	catchUp := readBackCatchUp
-	readBackCatchUp = 0 // any read-back is long enough
 	t.Cleanup(func() { readBackCatchUp = catchUp })
 	minute, end := fourHours(t)
 	planned, moved := end.Add(-2*time.Hour), end.Add(-10*time.Minute)
 	// run runs an engine whose mark is at from when it plans its warm-up
 	// and at to from its first hold on (during its read-back), until it
-	// has evaluated minute to less one; it returns the engine.
-	run := func(from, to time.Time) *Engine {
+	// has evaluated minute to less one and read the baselines back to
+	// there; it returns the engine, the starts of its snapshots and
+	// whether a hold saw the read-back beside.
+	run := func(from, to time.Time) (*Engine, []int64, bool) {
 		t.Helper()
 		cfg := DefaultConfig()
 		cfg.Warmup = model.Duration(10 * time.Minute)
@@ -199,23 +202,28 @@ func TestRunWarmsUpAtTheLiveEdge(t *testing.T) {
 		}
 		src := &holdingMarks{ch: make(chan struct{})}
 		src.mark.Store(from.UnixMilli())
-		src.onHold = func(int64) { src.mark.Store(to.UnixMilli()) }
+		beside := false
+		src.onHold = func(int64) {
+			src.mark.Store(to.UnixMilli())
+			beside = beside || testutil.ToFloat64(e.m.beside) == 1
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() { done <- e.Run(ctx, src) }()
-		src.waitFor(t, "caught up", func() bool { return len(src.holds) > 0 && src.holds[len(src.holds)-1] == to.UnixMilli()-e.need })
+		src.waitFor(t, "caught up", func() bool {
+			return len(src.holds) > 0 && src.holds[len(src.holds)-1] == to.UnixMilli()-e.need && testutil.ToFloat64(e.m.beside) == 0
+		})
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		// The read-back goes on from its last minute: no snapshot starts
-		// before the one it read last.
-		if !slices.IsSorted(open.starts) {
-			t.Fatalf("snapshots went back in time: %v", open.starts)
-		}
-		return e
+		return e, open.starts, beside
 	}
-	e := run(planned, moved)
+	readBackCatchUp = 0 // any read-back is long enough
+	e, starts, beside := run(planned, moved)
+	if !beside {
+		t.Fatal("no hold saw the read-back beside live evaluation")
+	}
 	// The warm-up's 10 minutes and the live minute, at the new edge.
 	if n := testutil.ToFloat64(e.m.evaluations); n != 11 {
 		t.Fatalf("evaluated %v minutes, want 11: the warm-up did not move to the live edge", n)
@@ -223,11 +231,37 @@ func TestRunWarmsUpAtTheLiveEdge(t *testing.T) {
 	if n, want := testutil.ToFloat64(e.m.skipped), moved.Sub(planned).Minutes(); n != want {
 		t.Fatalf("%v minutes counted as skipped, want %v", n, want)
 	}
-	want := run(moved, moved)
+	// Each leg of the read-back goes on from the last: the history's
+	// first chunk is read once.
+	first := slices.Min(starts)
+	if n := len(slices.DeleteFunc(slices.Clone(starts), func(s int64) bool { return s != first })); n != 1 {
+		t.Fatalf("the history's first chunk (%d) was read %d times: %v", first, n, starts)
+	}
+	// The minutes evaluated beside the read-back had no baselines.
+	if n, _ := e.scratch.namedSamples(BaselineMedianSeries); n != 0 {
+		t.Fatalf("%d baseline series in the scratch store: minutes were evaluated with baselines", n)
+	}
+	readBackCatchUp = time.Hour // read back, then evaluate
+	want, _, _ := run(moved, moved)
 	if n := testutil.ToFloat64(want.m.evaluations); n != 11 {
 		t.Fatalf("an engine planned at the edge evaluated %v minutes, want 11", n)
+	}
+	if n, _ := want.scratch.namedSamples(BaselineMedianSeries); n == 0 {
+		t.Fatal("no baseline series in the scratch store of an engine that read back first")
 	}
 	if got, want := trackerState(t, e), trackerState(t, want); got != want {
 		t.Fatalf("the baselines differ from an engine's planned at the live edge:\n%s", firstDiff(got, want))
 	}
+}
+
+// namedSamples is how many series named name the store holds, and their
+// samples.
+func (s *scratch) namedSamples(name string) (series, samples int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.byName[name] {
+		series++
+		samples += len(e.vs)
+	}
+	return series, samples
 }

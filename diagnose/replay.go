@@ -139,6 +139,7 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 	if holder != nil {
 		defer holder.ReleaseReads()
 	}
+	defer e.stopReadBack()
 	for {
 		if mark, ok := src.Mark(); ok {
 			end := time.UnixMilli(mark).Truncate(minute) // minutes t with t+1m <= mark
@@ -148,7 +149,7 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 				e.logger.Info("diagnosis engine warming up", "from", next.UTC().Format(time.RFC3339), "minutes", int(e.warmup/minute))
 			}
 			e.upTo(src, holder, next)
-			if e.base != nil && !e.base.booted {
+			if e.base != nil && (e.beside || !e.base.booted) {
 				planned := next
 				err := e.readBackToLive(ctx, src, &live, &next)
 				if ctx.Err() != nil {
@@ -182,9 +183,14 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 					break
 				}
 				e.upTo(src, holder, next.Add(minute))
+				if e.bg != nil && e.bg.finished() {
+					// The read-back beside has ended: on with it.
+					next = next.Add(minute)
+					break
+				}
 			}
 		}
-		if !waitMark(ctx, src, holder) {
+		if !e.waitMark(ctx, src, holder) {
 			return nil
 		}
 	}
@@ -193,46 +199,139 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 // readBackToLive reads the baselines' history back up to *next, the
 // warm-up's first minute. At fleet scale that takes hours (a first start
 // over a store without checkpoints, or after a change of the signals'
-// rules), and every minute since would then be evaluated as live: hours
-// of catching up, and the sinks told of incidents hours old. So when the
-// read-back took more than readBackCatchUp and the mark has moved more
-// than that past the live minute meanwhile, the warm-up moves to the new
-// live edge and the read-back goes on to its first minute (the minutes
-// between are read into the baselines, not evaluated: like a Prometheus
-// whose rules do not run while it is down, their recorded series and
-// diagnoses are not made), until it ends within readBackCatchUp of the
-// mark. A read-back shorter than readBackCatchUp is caught up however far
-// the mark moved: a feed of past data faster than the clock (the tests'
-// simulated fleets) is evaluated whole.
+// rules: 33 minutes for a day of 500,000 series), and an engine that
+// waited for it diagnosed nothing meanwhile, then evaluated as live every
+// minute that had passed. So the read-back runs beside: when it has not
+// ended within readBackCatchUp, the warm-up moves to the live edge (the
+// minutes between are read into the baselines, not evaluated: like a
+// Prometheus whose rules do not run while it is down, their recorded
+// series and diagnoses are not made), and the engine evaluates from there
+// without baselines, as a new install does, while the read-back goes on
+// (beside: the read-back owns the tracker). Each time it ends it goes on
+// to the live loop's next minute, beside again while the last leg took
+// longer than readBackCatchUp, else here, after which the minutes have
+// their baselines again. A read-back that ends within readBackCatchUp is
+// caught up however far the mark moved: a restart from a checkpoint, a
+// small fleet's four weeks, and a feed of past data faster than the clock
+// (the tests' simulated fleets) are evaluated whole, as a replay would.
 func (e *Engine) readBackToLive(ctx context.Context, src MarkSource, live, next *time.Time) error {
-	for {
-		start := time.Now()
-		if err := e.bootstrap(ctx, next.UnixMilli()); err != nil {
+	if !e.beside {
+		e.startReadBack(ctx, *next)
+		if ended, err := e.bg.wait(ctx, readBackCatchUp); ended {
+			e.bg = nil
 			return err
 		}
-		mark, ok := src.Mark()
-		if !ok {
+		if ctx.Err() != nil {
 			return nil
 		}
-		newLive := time.UnixMilli(mark).Truncate(minute).Add(-minute)
-		if time.Since(start) <= readBackCatchUp || newLive.Sub(*live) <= readBackCatchUp {
-			return nil
+		e.beside = true
+		e.m.beside.Set(1)
+		newLive := *live
+		if mark, ok := src.Mark(); ok && time.UnixMilli(mark).Truncate(minute).Add(-minute).After(newLive) {
+			newLive = time.UnixMilli(mark).Truncate(minute).Add(-minute)
 		}
-		e.logger.Info("the baselines' read-back outlasted the warm-up's start: warming up at the live edge instead of catching up",
+		e.logger.Info("the baselines' read-back outlasted its start: evaluating from the live edge without baselines while it goes on",
 			"live was", live.UTC().Format(time.RFC3339), "live", newLive.UTC().Format(time.RFC3339),
 			"minutes not evaluated", int(newLive.Sub(*live)/minute))
 		e.m.skipped.Add(float64(newLive.Sub(*live) / minute))
 		*live, *next = newLive, newLive.Add(-e.warmup)
-		e.base.booted = false
+		return nil
+	}
+	if e.bg == nil { // a leg failed: on from its failed chunk
+		e.startReadBack(ctx, time.UnixMilli(e.boot.tm))
+		return nil
+	}
+	if !e.bg.finished() {
+		return nil
+	}
+	err, leg, to := e.bg.err, time.Since(e.bg.start), e.bg.tm
+	e.bg = nil
+	if err != nil {
+		return err
+	}
+	if to.Equal(*next) {
+		return e.caughtUp()
+	}
+	e.base.booted = false
+	if leg > readBackCatchUp {
+		e.startReadBack(ctx, *next)
+		return nil
+	}
+	if err := e.bootstrap(ctx, next.UnixMilli()); err != nil {
+		return err
+	}
+	return e.caughtUp()
+}
+
+// caughtUp ends a read-back beside live evaluation: the tracker has read
+// every minute before the next one evaluated, which has its baselines.
+func (e *Engine) caughtUp() error {
+	e.beside = false
+	e.m.beside.Set(0)
+	e.logger.Info("the baselines are read back: the minutes from now on have them", "series", e.base.len())
+	return nil
+}
+
+// readBackCatchUp is how long the baselines' read-back may take before the
+// engine evaluates beside it, from the live edge (readBackToLive): a
+// read-back of minutes (a restart's, from its checkpoint; a small fleet's
+// four weeks) is caught up as before. A variable for tests.
+var readBackCatchUp = 15 * time.Minute
+
+// bgReadBack is a read-back of the baselines running in a goroutine of its
+// own (bootstrap before minute tm).
+type bgReadBack struct {
+	tm    time.Time
+	start time.Time
+	done  chan struct{}
+	err   error
+}
+
+// startReadBack starts bootstrap before minute tm in a goroutine.
+func (e *Engine) startReadBack(ctx context.Context, tm time.Time) {
+	b := &bgReadBack{tm: tm, start: time.Now(), done: make(chan struct{})}
+	e.bg = b
+	go func() {
+		defer close(b.done)
+		b.err = e.bootstrap(ctx, tm.UnixMilli())
+	}()
+}
+
+// finished reports whether the read-back has ended.
+func (b *bgReadBack) finished() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
 	}
 }
 
-// readBackCatchUp is how long the baselines' read-back may take, and how
-// far the live edge may move meanwhile, before the engine warms up there
-// instead of evaluating every minute since (readBackToLive): a read-back
-// of minutes (a restart's, from its checkpoint; a small fleet's four
-// weeks) is caught up as before. A variable for tests.
-var readBackCatchUp = 15 * time.Minute
+// wait waits up to d for the read-back to end, and returns whether it
+// ended (false when ctx ended first, or d passed) and its error.
+func (b *bgReadBack) wait(ctx context.Context, d time.Duration) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-b.done:
+		return true, b.err
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if b.finished() {
+		return true, b.err
+	}
+	return false, nil
+}
+
+// stopReadBack waits for a read-back running beside to end (Run's ctx
+// has ended, and it with it): the tracker is the engine's again.
+func (e *Engine) stopReadBack() {
+	if e.bg != nil {
+		<-e.bg.done
+		e.bg = nil
+	}
+}
 
 // upTo records that next is the first minute not evaluated: a holder
 // holds the open windows from where next's snapshot starts, and
@@ -249,10 +348,25 @@ func (e *Engine) upTo(src MarkSource, holder ReadHolder, next time.Time) {
 	}
 }
 
+// waitMark is the package's waitMark, which a read-back beside that ends
+// also wakes: the live loop goes on with it at once.
+func (e *Engine) waitMark(ctx context.Context, src MarkSource, holder ReadHolder) bool {
+	var ended <-chan struct{}
+	if e.bg != nil {
+		ended = e.bg.done
+	}
+	return waitMarkOr(ctx, src, holder, ended)
+}
+
 // waitMark waits for src's mark to advance, and reports false if ctx ends
 // first. A holder's hold is released once the mark has stood still for
 // readHoldIdle (Run holds again at its next minute).
 func waitMark(ctx context.Context, src MarkSource, holder ReadHolder) bool {
+	return waitMarkOr(ctx, src, holder, nil)
+}
+
+// waitMarkOr is waitMark, also returning true when wake is closed.
+func waitMarkOr(ctx context.Context, src MarkSource, holder ReadHolder, wake <-chan struct{}) bool {
 	var idle <-chan time.Time
 	if holder != nil {
 		t := time.NewTimer(readHoldIdle)
@@ -264,6 +378,8 @@ func waitMark(ctx context.Context, src MarkSource, holder ReadHolder) bool {
 		case <-ctx.Done():
 			return false
 		case <-src.MarkAdvanced():
+			return true
+		case <-wake:
 			return true
 		case <-idle:
 			holder.ReleaseReads()
