@@ -312,18 +312,45 @@ func (p *precomputed) materialise(ctx context.Context, sc *scratch, g *rules.Gro
 	vecs := p.byExpr[rr.Query().String()]
 	lb := labels.NewBuilder(labels.EmptyLabels())
 	stale := math.Float64frombits(value.StaleNaN)
+	// A range query's steps list its series in one order, with the same
+	// label sets (rangeVectors), so a step that has the series of the one
+	// before takes their recorded label sets from it, and its sorted set
+	// (prev) is that step's: checked already, and nothing went stale.
+	// Built, hashed and sorted at every step, they were two thirds of the
+	// read-back's materialising (500,000 series in 10-minute chunks).
+	var in, inBefore []labels.Labels
+	var out, outBefore []hashedLabels
 	for t := from; t <= to; t += minute.Milliseconds() {
 		// What RecordingRule.Eval returns at t: the name and the rule's
 		// labels set on each sample.
 		vec := vecs[t]
-		cur := make([]hashedLabels, len(vec))
+		in, out = slices.Grow(in[:0], len(vec)), slices.Grow(out[:0], len(vec))
+		same := t > from && len(vec) == len(inBefore)
 		for i, s := range vec {
-			lb.Reset(s.Metric)
-			lb.Set(model.MetricNameLabel, rr.Name())
-			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
-			l := lb.Labels()
-			cur[i] = hashedLabels{l.Hash(), l}
+			if i < len(inBefore) && labels.Equal(inBefore[i], s.Metric) {
+				out = append(out, outBefore[i])
+			} else {
+				same = false
+				lb.Reset(s.Metric)
+				lb.Set(model.MetricNameLabel, rr.Name())
+				rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+				l := lb.Labels()
+				out = append(out, hashedLabels{l.Hash(), l})
+			}
+			in = append(in, s.Metric)
 		}
+		in, inBefore = inBefore, in
+		out, outBefore = outBefore, out
+		if same {
+			for i, s := range vec {
+				if _, err := app.Append(0, outBefore[i].l, 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+					_ = app.Rollback()
+					return err
+				}
+			}
+			continue
+		}
+		cur := slices.Clone(outBefore)
 		// Appended in the result's order, once the whole result is known
 		// to have no duplicate label set and to be within the limit.
 		for i, s := range vec {
