@@ -238,7 +238,11 @@ func (e *Engine) readBackToLive(ctx context.Context, src MarkSource, live, next 
 		return nil
 	}
 	if e.bg == nil { // a leg failed: on from its failed chunk
-		e.startReadBack(ctx, time.UnixMilli(e.boot.tm))
+		tm := *next
+		if e.boot != nil {
+			tm = time.UnixMilli(e.boot.tm)
+		}
+		e.startReadBack(ctx, tm)
 		return nil
 	}
 	if !e.bg.finished() {
