@@ -178,10 +178,10 @@ func TestRunLagFollowsMark(t *testing.T) {
 // read-back then follows the live loop to its next minute, and the
 // baselines are those of an engine that read back first and planned at
 // that edge.
+//
+// It runs under -short, so that make test runs it under the race detector:
+// the read-back and live evaluation run at once.
 func TestRunEvaluatesBesideReadBack(t *testing.T) {
-	if testing.Short() {
-		t.Skip("reads back up to four hours twice")
-	}
 	catchUp := readBackCatchUp
 	t.Cleanup(func() { readBackCatchUp = catchUp })
 	minute, end := fourHours(t)
