@@ -319,47 +319,38 @@ func (p *precomputed) materialise(ctx context.Context, sc *scratch, g *rules.Gro
 	// Built, hashed, sorted and merged at every step, they were more than
 	// half of the read-back's materialising (500,000 series in 10-minute
 	// chunks).
-	var in, inBefore []labels.Labels
 	var out, outBefore []hashedLabels
 	for t := from; t <= to; t += minute.Milliseconds() {
 		// What RecordingRule.Eval returns at t: the name and the rule's
 		// labels set on each sample.
-		vec := vecs[t]
-		in, out = slices.Grow(in[:0], len(vec)), slices.Grow(out[:0], len(vec))
-		same := t > from && len(vec) == len(inBefore)
+		vec, before := vecs[t], vecs[t-minute.Milliseconds()] // none before from: another chunk's
+		out = slices.Grow(out[:0], len(vec))
+		same := t > from && len(vec) == len(before)
 		for i, s := range vec {
-			if i < len(inBefore) && labels.Equal(inBefore[i], s.Metric) {
+			if t > from && i < len(before) && labels.Equal(before[i].Metric, s.Metric) {
 				out = append(out, outBefore[i])
-			} else {
-				same = false
-				lb.Reset(s.Metric)
-				lb.Set(model.MetricNameLabel, rr.Name())
-				rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
-				l := lb.Labels()
-				out = append(out, hashedLabels{l.Hash(), l})
+				continue
 			}
-			in = append(in, s.Metric)
+			same = false
+			lb.Reset(s.Metric)
+			lb.Set(model.MetricNameLabel, rr.Name())
+			rr.Labels().Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+			l := lb.Labels()
+			out = append(out, hashedLabels{l.Hash(), l})
 		}
-		in, inBefore = inBefore, in
 		out, outBefore = outBefore, out
-		if same {
-			for i, s := range vec {
-				if _, err := app.Append(0, outBefore[i].l, 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
-					_ = app.Rollback()
-					return err
-				}
-			}
-			continue
-		}
-		cur := slices.Clone(outBefore)
-		// Appended in the result's order, once the whole result is known
-		// to have no duplicate label set and to be within the limit.
+		// Appended in the result's order; a duplicate label set or a
+		// result over the limit rolls the chunk back.
 		for i, s := range vec {
-			if _, err := app.Append(0, cur[i].l, 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
+			if _, err := app.Append(0, outBefore[i].l, 0, t, s.F, nil, nil, storage.AppendV2Options{}); err != nil {
 				_ = app.Rollback()
 				return err
 			}
 		}
+		if same {
+			continue
+		}
+		cur := slices.Clone(outBefore)
 		slices.SortFunc(cur, compareHashed)
 		for i := 1; i < len(cur); i++ {
 			if cur[i].h == cur[i-1].h && labels.Equal(cur[i].l, cur[i-1].l) {

@@ -159,7 +159,7 @@ func (e *Engine) Run(ctx context.Context, src MarkSource) error {
 					// It goes on from the chunk that failed (bootstrap).
 					e.m.failures.Inc()
 					e.logger.Error("reading the baselines back failed; retrying", "err", err)
-					if !waitMark(ctx, src, holder) {
+					if !e.waitMark(ctx, src, holder) {
 						return nil
 					}
 					continue
@@ -352,25 +352,15 @@ func (e *Engine) upTo(src MarkSource, holder ReadHolder, next time.Time) {
 	}
 }
 
-// waitMark is the package's waitMark, which a read-back beside that ends
-// also wakes: the live loop goes on with it at once.
+// waitMark waits for src's mark to advance, or a read-back running beside
+// to end (the live loop goes on with it at once), and reports false if ctx
+// ends first. A holder's hold is released once the mark has stood still
+// for readHoldIdle (Run holds again at its next minute).
 func (e *Engine) waitMark(ctx context.Context, src MarkSource, holder ReadHolder) bool {
-	var ended <-chan struct{}
+	var ended <-chan struct{} // nil: never
 	if e.bg != nil {
 		ended = e.bg.done
 	}
-	return waitMarkOr(ctx, src, holder, ended)
-}
-
-// waitMark waits for src's mark to advance, and reports false if ctx ends
-// first. A holder's hold is released once the mark has stood still for
-// readHoldIdle (Run holds again at its next minute).
-func waitMark(ctx context.Context, src MarkSource, holder ReadHolder) bool {
-	return waitMarkOr(ctx, src, holder, nil)
-}
-
-// waitMarkOr is waitMark, also returning true when wake is closed.
-func waitMarkOr(ctx context.Context, src MarkSource, holder ReadHolder, wake <-chan struct{}) bool {
 	var idle <-chan time.Time
 	if holder != nil {
 		t := time.NewTimer(readHoldIdle)
@@ -383,7 +373,7 @@ func waitMarkOr(ctx context.Context, src MarkSource, holder ReadHolder, wake <-c
 			return false
 		case <-src.MarkAdvanced():
 			return true
-		case <-wake:
+		case <-ended:
 			return true
 		case <-idle:
 			holder.ReleaseReads()
