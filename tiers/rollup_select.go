@@ -161,6 +161,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	workers := min(parallel.Budget(ctx), len(parts))
 	readers := make([]*fileReader, workers)
 	errs := make([]error, workers)
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -186,6 +187,11 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	wg.Wait()
 	for _, fr := range readers {
 		r.batches.putBack(fr)
+	}
+	if parent.Err() == nil && slices.ContainsFunc(errs, readerFailed) {
+		// The readers another's failure stopped say only "context
+		// canceled": the failure names the partition.
+		errs = slices.DeleteFunc(errs, func(err error) bool { return errors.Is(err, context.Canceled) })
 	}
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrTooManyWindows) {
@@ -359,3 +365,6 @@ func (q *rollupQuery) keepRows(keep []int32, lastT []int64, lo, hi int, loT int6
 	}
 	return append(keep, int32(hi-1)) //nolint:gosec // as above
 }
+
+// readerFailed reports whether err is a reader's own failure, not its stop.
+func readerFailed(err error) bool { return err != nil && !errors.Is(err, context.Canceled) }

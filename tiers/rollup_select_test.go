@@ -2,14 +2,19 @@ package tiers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/strata-dev/strata/internal/parallel"
 )
 
 // TestSelectColumnsMatchesWindows checks the column-block reader against the
@@ -420,5 +425,42 @@ func TestSkipOf(t *testing.T) {
 	q := newRollupQuery(math.MinInt64+1, 0, res, nil, selectOptions{seriesFrom: func(labels.Labels) int64 { return -1 }})
 	if got := q.skipOf(labels.EmptyLabels()); got != 0 {
 		t.Errorf("a span past int32's windows: skip %d, want 0", got)
+	}
+}
+
+// TestSelectColumnsNamesFailedPartition: a select over partitions read in
+// parallel, one of which cannot be read (its file emptied in place, as a
+// disk error leaves it), fails naming that partition, without the
+// "context canceled" of the readers its failure stopped.
+func TestSelectColumnsNamesFailedPartition(t *testing.T) {
+	cfg := DefaultMinuteConfig(t.TempDir())
+	r := openRollupForTest(t, cfg, nil)
+	res, plen := cfg.Resolution.Milliseconds(), cfg.PartitionLength.Milliseconds()
+	l := labels.FromStrings("__name__", "m", "i", "0")
+	const nParts = 24
+	for p := range nParts {
+		start := deriveT0 + int64(p)*plen
+		var ws []Window
+		for s := start; s < start+plen; s += res {
+			ws = append(ws, Window{Start: s, FirstT: s, LastT: s, Count: 1, Sum: 1, Min: 1, Max: 1, First: 1, Last: 1})
+		}
+		if err := r.WritePartition(start, []SeriesWindows{{Labels: l, Windows: ws}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := r.Partitions()[0] // the first reader fails while the others read
+	if err := os.Truncate(bad.Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx := parallel.WithBudget(context.Background(), 4) // readers that the failure stops
+	_, err := r.selectColumns(ctx, deriveT0, deriveT0+nParts*plen, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")}, selectOptions{})
+	if err == nil {
+		t.Fatal("a select over an emptied partition file did not fail")
+	}
+	if !strings.Contains(err.Error(), bad.Path) {
+		t.Errorf("the error does not name the partition %s: %v", bad.Path, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Errorf("the error carries the stopped readers' cancellation: %v", err)
 	}
 }
