@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
+
+	"github.com/strata-dev/strata/tiers"
 )
 
 // holdingMarks is a MarkSource that records the engine's read holds, as
@@ -186,41 +189,8 @@ func TestRunEvaluatesBesideReadBack(t *testing.T) {
 	t.Cleanup(func() { readBackCatchUp = catchUp })
 	minute, end := fourHours(t)
 	planned, moved := end.Add(-2*time.Hour), end.Add(-10*time.Minute)
-	// run runs an engine whose mark is at from when it plans its warm-up
-	// and at to from its first hold on (during its read-back), until it
-	// has evaluated minute to less one and read the baselines back to
-	// there; it returns the engine, the starts of its snapshots and
-	// whether a hold saw the read-back beside.
-	run := func(from, to time.Time) (*Engine, []int64, bool) {
-		t.Helper()
-		cfg := DefaultConfig()
-		cfg.Warmup = model.Duration(10 * time.Minute)
-		open := &failingOpen{}
-		e, err := New(cfg, Options{Minute: minute, Open: open, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		src := &holdingMarks{ch: make(chan struct{})}
-		src.mark.Store(from.UnixMilli())
-		beside := false
-		src.onHold = func(int64) {
-			src.mark.Store(to.UnixMilli())
-			beside = beside || testutil.ToFloat64(e.m.beside) == 1
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- e.Run(ctx, src) }()
-		src.waitFor(t, "caught up", func() bool {
-			return len(src.holds) > 0 && src.holds[len(src.holds)-1] == to.UnixMilli()-e.need && testutil.ToFloat64(e.m.beside) == 0
-		})
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		return e, open.starts, beside
-	}
 	readBackCatchUp = 0 // any read-back is long enough
-	e, starts, beside := run(planned, moved)
+	e, starts, beside := runUntilCaughtUp(t, minute, planned, moved, nil)
 	if !beside {
 		t.Fatal("no hold saw the read-back beside live evaluation")
 	}
@@ -234,7 +204,7 @@ func TestRunEvaluatesBesideReadBack(t *testing.T) {
 	// Each leg of the read-back goes on from the last: the history's
 	// first chunk is read once.
 	first := slices.Min(starts)
-	if n := len(slices.DeleteFunc(slices.Clone(starts), func(s int64) bool { return s != first })); n != 1 {
+	if n := countOf(starts, first); n != 1 {
 		t.Fatalf("the history's first chunk (%d) was read %d times: %v", first, n, starts)
 	}
 	// The minutes evaluated beside the read-back had no baselines.
@@ -242,7 +212,7 @@ func TestRunEvaluatesBesideReadBack(t *testing.T) {
 		t.Fatalf("%d baseline series in the scratch store: minutes were evaluated with baselines", n)
 	}
 	readBackCatchUp = time.Hour // read back, then evaluate
-	want, _, _ := run(moved, moved)
+	want, _, _ := runUntilCaughtUp(t, minute, moved, moved, nil)
 	if n := testutil.ToFloat64(want.m.evaluations); n != 11 {
 		t.Fatalf("an engine planned at the edge evaluated %v minutes, want 11", n)
 	}
@@ -252,6 +222,129 @@ func TestRunEvaluatesBesideReadBack(t *testing.T) {
 	if got, want := trackerState(t, e), trackerState(t, want); got != want {
 		t.Fatalf("the baselines differ from an engine's planned at the live edge:\n%s", firstDiff(got, want))
 	}
+}
+
+// TestRunBesideReadBackLegFails: a leg of the read-back that fails while
+// the engine evaluates beside it (a minute partition it reads is
+// unreadable) is counted as a failure, and the next leg, started at the
+// next mark, goes on from the chunk that failed: the history's first chunk
+// is read once, the failed one twice, and the baselines end where an
+// engine's whose read-back never failed do.
+func TestRunBesideReadBackLegFails(t *testing.T) {
+	catchUp, windows := readBackCatchUp, chunkWindows
+	t.Cleanup(func() { readBackCatchUp, chunkWindows = catchUp, windows })
+	// Beside at once; 10-minute chunks, so that a failure leaves chunks
+	// before and after it.
+	readBackCatchUp, chunkWindows = 0, 1
+	minute, end := fourHours(t)
+	planned, moved := end.Add(-2*time.Hour), end.Add(-10*time.Minute)
+	parts := minute.Partitions()
+	if len(parts) < 3 {
+		t.Fatalf("%d minute partitions, want at least 3", len(parts))
+	}
+	// The second hour's partition cannot be read until the first leg has
+	// failed on it: its file is emptied in place (the tier may hold it
+	// open), then written back. Live evaluation reads the last hour's only.
+	bad := parts[1]
+	saved, err := os.ReadFile(bad.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(bad.Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	mended := false
+	e, starts, beside := runUntilCaughtUp(t, minute, planned, moved, func(e *Engine, src *holdingMarks) {
+		deadline := time.Now().Add(time.Minute)
+		for testutil.ToFloat64(e.m.failures) == 0 {
+			if time.Now().After(deadline) {
+				t.Errorf("the read-back did not fail on the unreadable partition within a minute (partitions %v)", parts)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := os.WriteFile(bad.Path, saved, 0o600); err != nil {
+			t.Error(err)
+			return
+		}
+		mended = true
+		src.ch <- struct{}{} // the next mark: the engine tries again
+	})
+	if !mended {
+		t.FailNow()
+	}
+	if !beside {
+		t.Fatal("no hold saw the read-back beside live evaluation")
+	}
+	if n := testutil.ToFloat64(e.m.failures); n != 1 {
+		t.Fatalf("%v failures counted, want 1", n)
+	}
+	failed := bad.Start - e.need // the chunk from the partition's first minute
+	if n := countOf(starts, failed); n != 2 {
+		t.Fatalf("the failed chunk (%s) was read %d times, want 2: %v", fmtMs(failed), n, starts)
+	}
+	if first := slices.Min(starts); countOf(starts, first) != 1 {
+		t.Fatalf("the history's first chunk (%s) was read %d times, want once: the leg after the failure started over", fmtMs(first), countOf(starts, first))
+	}
+	readBackCatchUp = time.Hour
+	want, _, _ := runUntilCaughtUp(t, minute, moved, moved, nil)
+	if got, want := trackerState(t, e), trackerState(t, want); got != want {
+		t.Fatalf("the baselines differ from an engine's whose read-back did not fail:\n%s", firstDiff(got, want))
+	}
+}
+
+// runUntilCaughtUp runs an engine with the default rules over minute,
+// warming up over 10 minutes, whose mark is at from when it plans its
+// warm-up and at to from its first hold on (during its read-back), until
+// it has evaluated minute to less one and read the baselines back to
+// there. during, when set, runs while the engine does. It returns the
+// engine, the starts of its snapshots and whether a hold saw the read-back
+// beside.
+func runUntilCaughtUp(t *testing.T, minute *tiers.Rollup, from, to time.Time, during func(*Engine, *holdingMarks)) (*Engine, []int64, bool) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Warmup = model.Duration(10 * time.Minute)
+	open := &failingOpen{}
+	e, err := New(cfg, Options{Minute: minute, Open: open, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &holdingMarks{ch: make(chan struct{})}
+	src.mark.Store(from.UnixMilli())
+	beside := false
+	src.onHold = func(int64) {
+		src.mark.Store(to.UnixMilli())
+		beside = beside || testutil.ToFloat64(e.m.beside) == 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx, src) }()
+	if during != nil {
+		during(e, src)
+	}
+	if !t.Failed() {
+		src.waitFor(t, "caught up", func() bool {
+			return len(src.holds) > 0 && src.holds[len(src.holds)-1] == to.UnixMilli()-e.need && testutil.ToFloat64(e.m.beside) == 0
+		})
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	open.mu.Lock()
+	defer open.mu.Unlock()
+	return e, open.starts, beside
+}
+
+// countOf is how many times v is in s.
+func countOf(s []int64, v int64) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }
 
 // namedSeries is how many series named name the store holds.
