@@ -215,7 +215,7 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 			// Hours at fleet scale (docs/diagnosis.md, "Memory of the
 			// read-back"): say how far it is.
 			e.logger.Info("reading the baselines back from the minute tier", "from", fmtMs(rb.from), "at", fmtMs(c), "to", fmtMs(rb.to),
-				"chunk", rb.chunk, "took", time.Since(rb.t0).Round(time.Second))
+				"chunk", rb.chunk, "took", time.Since(rb.t0).Round(time.Second), "left about", rb.left(c))
 			logged = time.Now()
 		}
 		end := min(c+rb.chunk.Milliseconds()-minute.Milliseconds(), rb.to)
@@ -257,6 +257,17 @@ type readBack struct {
 	minutes      int
 	rewritten    int
 	t0           time.Time
+}
+
+// left estimates how long the read-back has left at minute c, at the pace
+// of the minutes it has read since it started (a history with hours
+// missing reads faster where they are missing).
+func (rb *readBack) left(c int64) time.Duration {
+	done := c - rb.from
+	if done <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Since(rb.t0)) * float64(rb.to-c) / float64(done)).Round(time.Minute)
 }
 
 // newReadBack plans the read-back before minute tm.

@@ -554,6 +554,19 @@ func TestBootstrapResumes(t *testing.T) {
 	}
 }
 
+// TestReadBackLeft: the read-back's estimate of the time it has left, at
+// the pace of the minutes read so far.
+func TestReadBackLeft(t *testing.T) {
+	m := minute.Milliseconds()
+	rb := &readBack{from: 0, to: 100 * m, t0: time.Now().Add(-10 * time.Minute)}
+	if got := rb.left(20 * m); got != 40*time.Minute {
+		t.Errorf("20 of 100 minutes read in 10 minutes: %s left, want 40m", got)
+	}
+	if got := rb.left(0); got != 0 {
+		t.Errorf("nothing read yet: %s left, want 0 (no pace to go by)", got)
+	}
+}
+
 // TestNextChunk: six hours where the rules read few series, fewer where a
 // chunk would hold more than chunkWindows windows, never below firstChunk.
 func TestNextChunk(t *testing.T) {
