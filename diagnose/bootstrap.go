@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/strata-dev/strata/tiers"
 )
 
 // checkBaselineSignals: every tracked signal is recorded by the signals
@@ -215,7 +217,7 @@ func (e *Engine) bootstrap(ctx context.Context, tm int64) error {
 			// Hours at fleet scale (docs/diagnosis.md, "Memory of the
 			// read-back"): say how far it is.
 			e.logger.Info("reading the baselines back from the minute tier", "from", fmtMs(rb.from), "at", fmtMs(c), "to", fmtMs(rb.to),
-				"chunk", rb.chunk, "took", time.Since(rb.t0).Round(time.Second), "left about", rb.left(c))
+				"chunk", rb.chunk, "took", time.Since(rb.t0).Round(time.Second), "left about", rb.left(c, e.o.Minute.Partitions()))
 			logged = time.Now()
 		}
 		end := min(c+rb.chunk.Milliseconds()-minute.Milliseconds(), rb.to)
@@ -260,14 +262,27 @@ type readBack struct {
 }
 
 // left estimates how long the read-back has left at minute c, at the pace
-// of the minutes it has read since it started (a history with hours
-// missing reads faster where they are missing).
-func (rb *readBack) left(c int64) time.Duration {
-	done := c - rb.from
+// of the minutes with data it has read since it started: those the minute
+// tier's partitions parts cover. A minute without data takes next to
+// nothing to read back: a history with hours missing (a fleet down, a
+// store younger than its history) would otherwise be estimated as long as
+// a full one. The open hours after the last partition are not counted: an
+// hour or two of the history.
+func (rb *readBack) left(c int64, parts []tiers.PartitionInfo) time.Duration {
+	done, ahead := dataMinutes(parts, rb.from, c), dataMinutes(parts, c, rb.to+minute.Milliseconds())
 	if done <= 0 {
-		return 0
+		return 0 // no pace to go by yet
 	}
-	return time.Duration(float64(time.Since(rb.t0)) * float64(rb.to-c) / float64(done)).Round(time.Minute)
+	return time.Duration(float64(time.Since(rb.t0)) * float64(ahead) / float64(done)).Round(time.Minute)
+}
+
+// dataMinutes is how much of [from, to) the partitions parts cover.
+func dataMinutes(parts []tiers.PartitionInfo, from, to int64) int64 {
+	n := int64(0)
+	for _, p := range parts {
+		n += max(0, min(p.End, to)-max(p.Start, from))
+	}
+	return n
 }
 
 // newReadBack plans the read-back before minute tm.

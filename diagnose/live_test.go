@@ -555,15 +555,29 @@ func TestBootstrapResumes(t *testing.T) {
 }
 
 // TestReadBackLeft: the read-back's estimate of the time it has left, at
-// the pace of the minutes read so far.
+// the pace of the minutes with data read so far: those of the minute
+// tier's partitions.
 func TestReadBackLeft(t *testing.T) {
-	m := minute.Milliseconds()
-	rb := &readBack{from: 0, to: 100 * m, t0: time.Now().Add(-10 * time.Minute)}
-	if got := rb.left(20 * m); got != 40*time.Minute {
-		t.Errorf("20 of 100 minutes read in 10 minutes: %s left, want 40m", got)
+	m, h := minute.Milliseconds(), time.Hour.Milliseconds()
+	rb := &readBack{from: 0, to: 10*h - m, t0: time.Now().Add(-12 * time.Minute)}
+	// Hours 0, 1, 2, 5 and 7 hold data, the others none.
+	var parts []tiers.PartitionInfo
+	for _, x := range []int64{0, 1, 2, 5, 7} {
+		parts = append(parts, tiers.PartitionInfo{Start: x * h, End: (x + 1) * h})
 	}
-	if got := rb.left(0); got != 0 {
-		t.Errorf("nothing read yet: %s left, want 0 (no pace to go by)", got)
+	for _, tc := range []struct {
+		at   int64
+		want time.Duration
+	}{
+		{2 * h, 18 * time.Minute},   // 2 hours of data in 12 minutes, 3 ahead (2, 5, 7)
+		{4 * h, 8 * time.Minute},    // 3 in 12 minutes, 2 ahead: the empty hours count for nothing (18m if they counted)
+		{30 * m, 108 * time.Minute}, // half an hour in 12 minutes, 4.5 ahead
+		{0, 0},                      // nothing read yet: no pace to go by
+		{9 * h, 0},                  // no data ahead
+	} {
+		if got := rb.left(tc.at, parts); got != tc.want {
+			t.Errorf("at %s: %s left, want %s", time.Duration(tc.at)*time.Millisecond, got, tc.want)
+		}
 	}
 }
 
