@@ -269,15 +269,16 @@ type readBack struct {
 // a full one. The open hours after the last partition are not counted: an
 // hour or two of the history.
 func (rb *readBack) left(c int64, parts []tiers.PartitionInfo) time.Duration {
-	done, ahead := dataMinutes(parts, rb.from, c), dataMinutes(parts, c, rb.to+minute.Milliseconds())
+	done, ahead := dataSpan(parts, rb.from, c), dataSpan(parts, c, rb.to+minute.Milliseconds())
 	if done <= 0 {
 		return 0 // no pace to go by yet
 	}
 	return time.Duration(float64(time.Since(rb.t0)) * float64(ahead) / float64(done)).Round(time.Minute)
 }
 
-// dataMinutes is how much of [from, to) the partitions parts cover.
-func dataMinutes(parts []tiers.PartitionInfo, from, to int64) int64 {
+// dataSpan is how much of [from, to) the partitions parts cover, in
+// milliseconds.
+func dataSpan(parts []tiers.PartitionInfo, from, to int64) int64 {
 	n := int64(0)
 	for _, p := range parts {
 		n += max(0, min(p.End, to)-max(p.Start, from))
