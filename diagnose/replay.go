@@ -237,12 +237,11 @@ func (e *Engine) readBackToLive(ctx context.Context, src MarkSource, live, next 
 		*live, *next = newLive, newLive.Add(-e.warmup)
 		return nil
 	}
-	if e.bg == nil { // a leg failed: on from its failed chunk
-		tm := *next
-		if e.boot != nil {
-			tm = time.UnixMilli(e.boot.tm)
-		}
-		e.startReadBack(ctx, tm)
+	if e.bg == nil {
+		// A leg failed: the next goes on from the tracker's last minute,
+		// the failed chunk's start (newReadBack), as a leg after one that
+		// ended does.
+		e.startReadBack(ctx, *next)
 		return nil
 	}
 	if !e.bg.finished() {
