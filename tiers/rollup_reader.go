@@ -405,7 +405,7 @@ func (fr *fileReader) flush() {
 func (fr *fileReader) keepRun(ls *localSeries, r batchRun) {
 	rows := int(r.hi - r.lo)
 	if ls.blk == nil {
-		need := fr.q.opts.need
+		need := fr.q.opts.keep
 		if f := fr.q.opts.seriesNeed; f != nil {
 			need &= f(ls.lbls)
 		}

@@ -56,9 +56,10 @@ const (
 )
 
 // SelectFields is Select decoding only fields of each window (and the
-// columns the null rules of docs/format/hour-parquet.md derive them from);
-// the other fields read as zero. For readers that need a few aggregates of
-// many windows (strata export): a column not decoded costs nothing.
+// columns the null rules of docs/format/hour-parquet.md derive them from,
+// which are not kept); the other fields read as zero. For readers that need
+// a few aggregates of many windows (strata export): a column not decoded
+// costs nothing, and one decoded only to derive another is not held.
 func (r *Rollup) SelectFields(ctx context.Context, mint, maxt int64, fields WindowFields, matchers ...*labels.Matcher) ([]SeriesWindows, error) {
 	if fields == 0 {
 		fields = FieldLast // 0 would mean every column
@@ -96,6 +97,10 @@ func (r *Rollup) SelectLabels(ctx context.Context, mint, maxt int64, matchers ..
 
 type selectOptions struct {
 	need colSet // aggregate columns to decode (0: all); the others read as zero
+	// keep is the columns the series' blocks hold: need as asked, set by
+	// selectColumns before need gains the columns the null rules derive
+	// it from (derivationInputs), which are decoded into the batch only.
+	keep colSet
 	// seriesNeed, when set, is the columns of need a series' block keeps
 	// (the minute snapshot's: only those its readers read of its metric
 	// name). Called from the readers' goroutines, once a series and reader.
@@ -153,7 +158,8 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	if opts.batchRows <= 0 {
 		opts.batchRows = defaultBatchRows
 	}
-	opts.need = derivationInputs(opts.need | colLastT)
+	opts.keep = opts.need | colLastT
+	opts.need = derivationInputs(opts.keep)
 	res := r.cfg.Resolution.Milliseconds()
 	q := newRollupQuery(mint, maxt, res, matchers, opts)
 	q.batches = &r.batches

@@ -93,7 +93,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 				t.Fatalf("%s: %d windows, want %d", s.lbls, len(got), len(exp))
 			}
 			for k := range got {
-				if e := projectWindow(exp[k], derivationInputs(need|colLastT)); got[k] != e {
+				if e := projectWindow(exp[k], need|colLastT); got[k] != e {
 					t.Fatalf("%s window %d:\n got %+v\nwant %+v", s.lbls, k, got[k], e)
 				}
 			}
@@ -184,7 +184,7 @@ func testSelectColumnsMatchesWindows(t *testing.T, seriesRuns bool) {
 				return fmt.Errorf("fields %b, %s: %d windows, want %d", f, sw.Labels, len(sw.Windows), len(exp))
 			}
 			for k, w := range sw.Windows {
-				if e := projectWindow(exp[k], derivationInputs(colSet(f)|colLastT)); w != e {
+				if e := projectWindow(exp[k], colSet(f)|colLastT); w != e {
 					return fmt.Errorf("fields %b, %s window %d:\n got %+v\nwant %+v", f, sw.Labels, k, w, e)
 				}
 			}
@@ -358,7 +358,7 @@ func TestSelectSharedBlocks(t *testing.T) {
 					t.Fatalf("batch %d, %s: %d windows, want %d", batchRows, s.lbls, len(got), len(exp))
 				}
 				for k := range got {
-					if e := projectWindow(exp[k], derivationInputs(need|colLastT)); got[k] != e {
+					if e := projectWindow(exp[k], need|colLastT); got[k] != e {
 						t.Fatalf("batch %d, %s window %d:\n got %+v\nwant %+v", batchRows, s.lbls, k, got[k], e)
 					}
 				}
@@ -373,7 +373,7 @@ func TestSelectSharedBlocks(t *testing.T) {
 // of its own, and neither series' windows change.
 func TestKeepRunSharedNotContiguous(t *testing.T) {
 	const res = 60_000
-	fr := newFileReader(newRollupQuery(0, 1<<40, res, nil, selectOptions{need: colAll}))
+	fr := newFileReader(newRollupQuery(0, 1<<40, res, nil, selectOptions{need: colAll, keep: colAll}))
 	fr.batch = newWindowBlock(res, colAll, 16)
 	var ws []Window
 	for i := range 7 {
