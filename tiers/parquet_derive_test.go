@@ -137,7 +137,31 @@ func randomPartitions(rng *rand.Rand, parts, nSeries int) map[int64][]SeriesWind
 func TestRollupRoundTripBitExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // deterministic test data
 	r := openDeriveTestRollup(t, t.TempDir())
-	parts := randomPartitions(rng, 3, 40)
+	parts := randomPartitions(rng, 4, 40)
+	// The second hour's windows have no null but some min and max (whose
+	// first is not null), the third's none: their row groups come between
+	// others' in a reader's batch, and a select that asks for an aggregate
+	// alone decodes that aggregate's rule inputs in the row groups with
+	// nulls only.
+	for k, start := range []int64{deriveT0 + 3600_000, deriveT0 + 2*3600_000} {
+		for i := range parts[start] {
+			for j, w := range parts[start][i].Windows {
+				last := 2 + float64(j)
+				w = Window{Start: w.Start, FirstT: w.Start + 1, LastT: w.Start + 59_000, Count: 5,
+					Sum: 7.5 + float64(j), Min: 0.5, Max: last + 1 + float64(i), First: 1, Last: last, Increase: 1.25, Resets: 1}
+				if k == 0 && i%2 == 0 {
+					w.Max = last // null: the rule's max(first, last)
+				}
+				if k == 0 && i%3 == 1 {
+					w.Min = 1 // null: the rule's min(first, last)
+				}
+				if nm := nullAggregates(w); nm&^(nullMin|nullMax) != 0 || k == 1 && nm != 0 {
+					t.Fatalf("window %+v has nulls %b", w, nm)
+				}
+				parts[start][i].Windows[j] = w
+			}
+		}
+	}
 	want := map[string]map[int64]Window{}
 	var seen nullMask
 	nulls := map[nullMask]int{}
@@ -192,16 +216,22 @@ func TestRollupRoundTripBitExact(t *testing.T) {
 		}
 	}
 	t.Run("Select", func(t *testing.T) {
-		got, err := r.Select(context.Background(), deriveT0, deriveT0+3*3600_000)
+		got, err := r.Select(context.Background(), deriveT0, deriveT0+4*3600_000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(t, got, bitsEqual)
 	})
+	// Each mode's columns, then each aggregate alone: its rule's inputs
+	// are decoded, where it has nulls, without being asked for.
+	var needs []colSet
 	for mode := modeLast; mode <= modeDelta; mode++ {
-		need := columnsFor(mode)
-		t.Run(fmt.Sprintf("columns %d", mode), func(t *testing.T) {
-			sel, err := r.selectColumns(context.Background(), deriveT0, deriveT0+3*3600_000, nil, selectOptions{need: need})
+		needs = append(needs, columnsFor(mode))
+	}
+	needs = append(needs, colSum, colMin, colMax, colFirst, colIncrease, colCount, colMax|colSum)
+	for _, need := range needs {
+		t.Run(fmt.Sprintf("columns %b", need), func(t *testing.T) {
+			sel, err := r.selectColumns(context.Background(), deriveT0, deriveT0+4*3600_000, nil, selectOptions{need: need})
 			if err != nil {
 				t.Fatal(err)
 			}
