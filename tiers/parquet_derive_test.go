@@ -140,9 +140,9 @@ func TestRollupRoundTripBitExact(t *testing.T) {
 	parts := randomPartitions(rng, 4, 40)
 	// The second hour's windows have no null but some min and max (whose
 	// first is not null), the third's none: their row groups come between
-	// others' in a reader's batch, and a select that asks for an aggregate
-	// alone decodes that aggregate's rule inputs in the row groups with
-	// nulls only.
+	// the random hours' in a reader's batch, so that a select asking for
+	// an aggregate alone meets row groups where its rule's inputs fill
+	// nulls and row groups where they fill none.
 	for k, start := range []int64{deriveT0 + 3600_000, deriveT0 + 2*3600_000} {
 		for i := range parts[start] {
 			for j, w := range parts[start][i].Windows {
@@ -223,7 +223,7 @@ func TestRollupRoundTripBitExact(t *testing.T) {
 		check(t, got, bitsEqual)
 	})
 	// Each mode's columns, then each aggregate alone: its rule's inputs
-	// are decoded, where it has nulls, without being asked for.
+	// are decoded without being asked for, and not returned.
 	var needs []colSet
 	for mode := modeLast; mode <= modeDelta; mode++ {
 		needs = append(needs, columnsFor(mode))

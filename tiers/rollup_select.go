@@ -96,12 +96,14 @@ func (r *Rollup) SelectLabels(ctx context.Context, mint, maxt int64, matchers ..
 }
 
 type selectOptions struct {
-	need colSet // aggregate columns to decode (0: all); the others read as zero
-	// keep is the columns the series' blocks hold: need as asked, set by
-	// selectColumns before need gains the columns the null rules derive
-	// it from (derivationInputs), which are decoded into the batch only.
+	// need is the aggregate columns asked for (0: all; the others read as
+	// zero), and once selectColumns has set keep to them, the columns to
+	// decode: those plus the ones the null rules derive them from
+	// (derivationInputs), decoded into the batch only.
+	need colSet
+	// keep is the columns the series' blocks hold: need as asked.
 	keep colSet
-	// seriesNeed, when set, is the columns of need a series' block keeps
+	// seriesNeed, when set, is the columns of keep a series' block holds
 	// (the minute snapshot's: only those its readers read of its metric
 	// name). Called from the readers' goroutines, once a series and reader.
 	seriesNeed func(lbls labels.Labels) colSet
