@@ -328,6 +328,12 @@ func openPartition(path string) (of *openFile, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open partition: %w", err)
 	}
+	return openPartitionFile(f, path)
+}
+
+// openPartitionFile is openPartition of a file already open (f, named path
+// in errors); it takes f, closing it on an error.
+func openPartitionFile(f *os.File, path string) (of *openFile, err error) {
 	defer func() {
 		if err != nil {
 			_ = f.Close()

@@ -314,42 +314,52 @@ func (rm *remote) upload(start int64) (err error) {
 
 // fetch downloads partition p's file into the local directory (written to
 // a temporary name and renamed, like every partition file) and opens it.
-// The file is opened before the local cache may evict it again: a query
-// reads through the open descriptor whatever happens to the path.
+// The file is opened before its rename and before the local cache counts
+// it: a query reads through the descriptor whatever happens to the path
+// (another query's fetch evicts too, and may download the same partition
+// and count and evict it in between). A fetch that opened the path after
+// counting it could find it evicted, and a missing file reads to a select
+// as a partition retention deleted: the partition was skipped.
 func (rm *remote) fetch(p PartitionInfo) (*openFile, error) {
-	if err := rm.download(p); err != nil {
-		return nil, err
-	}
-	of, err := openPartition(p.Path)
+	f, n, err := rm.download(p)
 	if err != nil {
 		return nil, err
 	}
+	of, err := openPartitionFile(f, p.Path)
+	if err != nil {
+		return nil, err
+	}
+	rm.present(p.Start, n)
 	rm.evict()
 	return of, nil
 }
 
-func (rm *remote) download(p PartitionInfo) (err error) {
+// download writes partition p's object to its local path and returns the
+// file open for reading, and its size; the caller counts it in the cache
+// (present).
+func (rm *remote) download(p PartitionInfo) (rd *os.File, n int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rm.cfg.Timeout)
 	defer cancel()
 	rc, err := rm.cfg.Bucket.Get(ctx, rm.object(p.Start))
 	if err != nil {
-		return fmt.Errorf("download %s: %w", rm.object(p.Start), err)
+		return nil, 0, fmt.Errorf("download %s: %w", rm.object(p.Start), err)
 	}
 	defer func() { err = errors.Join(err, rc.Close()) }()
 	f, err := atomicfile.Create(p.Path, tempPrefix+"*"+partitionSuffix)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	n, err := io.Copy(f, rc)
-	if err != nil {
-		return errors.Join(fmt.Errorf("download %s: %w", rm.object(p.Start), err), f.Abort())
+	if n, err = io.Copy(f, rc); err != nil {
+		return nil, 0, errors.Join(fmt.Errorf("download %s: %w", rm.object(p.Start), err), f.Abort())
+	}
+	if rd, err = f.OpenRead(); err != nil {
+		return nil, 0, errors.Join(fmt.Errorf("download %s: %w", rm.object(p.Start), err), f.Abort())
 	}
 	if err := f.Commit(); err != nil {
-		return err
+		return nil, 0, errors.Join(err, rd.Close())
 	}
 	rm.downloads.Inc()
-	rm.present(p.Start, n)
-	return nil
+	return rd, n, nil
 }
 
 // delete removes a partition's object (retention).

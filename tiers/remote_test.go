@@ -148,6 +148,57 @@ func openHour(t *testing.T, dir string, b objstore.Bucket, cacheBytes int64, reg
 	return r
 }
 
+// TestRemoteTierConcurrentFetches: queries at once over partitions that
+// are only in the bucket, with a local cache that holds none, each get
+// every partition's windows. A fetch used to count its download in the
+// cache before opening it, so another query's eviction could remove the
+// file in between, and the select skipped the partition as one retention
+// had deleted: a window of the answer silently missing.
+func TestRemoteTierConcurrentFetches(t *testing.T) {
+	b, _ := fakeS3(t, "shard-0")
+	dir := t.TempDir()
+	r := openHour(t, dir, b, 1, prometheus.NewRegistry(), time.UnixMilli(T0+5*dayMs))
+	defer r.Close()
+	parts, want := hourDays(3)
+	for p, sws := range parts {
+		if err := r.WritePartition(p, sws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "three partitions uploaded and evicted locally", func() bool {
+		return len(objects(t, b, "hour/")) == 3 && len(localFiles(t, dir)) == 0
+	})
+	const queriers, rounds = 4, 8
+	errs := make(chan error, queriers)
+	for range queriers {
+		go func() {
+			for range rounds {
+				got, err := r.Select(context.Background(), T0, T0+3*dayMs, labels.MustNewMatcher(labels.MatchEqual, "__name__", "gpu_temp"))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) != len(want) {
+					errs <- fmt.Errorf("read back %d series, want %d", len(got), len(want))
+					return
+				}
+				for i := range want {
+					if !slices.Equal(got[i].Windows, want[i].Windows) {
+						errs <- fmt.Errorf("series %s: %d windows read back, want %d", want[i].Labels, len(got[i].Windows), len(want[i].Windows))
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range queriers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestRemoteTierS3: partitions are uploaded under their own names, evicted
 // from a small local cache, read back from the bucket by queries, and
 // deleted there by retention.

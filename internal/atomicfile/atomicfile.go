@@ -59,6 +59,18 @@ func (f *File) Size() int64 { return f.size }
 // replacement). It must be called before Commit or Abort.
 func (f *File) Stat() (os.FileInfo, error) { return f.f.Stat() }
 
+// OpenRead opens the file being written for reading. The descriptor reads
+// the same file after Commit renames it (and after the name is removed),
+// so a caller that must read what it wrote, while others may replace or
+// remove path, opens it before Commit. It must be called before Commit or
+// Abort; the caller closes the descriptor.
+func (f *File) OpenRead() (*os.File, error) {
+	if f.done {
+		return nil, fmt.Errorf("open %s: %w", f.path, os.ErrClosed)
+	}
+	return os.Open(f.f.Name())
+}
+
 // Commit fsyncs and closes the temporary file, renames it over path and
 // fsyncs the directory. On an error up to the rename, the temporary file is
 // removed and path is left as it was. An error fsyncing the directory comes

@@ -201,3 +201,34 @@ func TestStatIsTheCommittedFile(t *testing.T) {
 		t.Fatalf("the replaced file is the same file (err %v)", err)
 	}
 }
+
+// TestOpenReadOutlivesThePath: a descriptor OpenRead returned before Commit
+// reads what was written after the rename, and after the path is removed
+// (the bucket cache's eviction, racing a fetch).
+func TestOpenReadOutlivesThePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.parquet")
+	f, err := Create(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("written")); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := f.OpenRead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(rd); err != nil || string(b) != "written" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if _, err := f.OpenRead(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("OpenRead after Commit: %v, want os.ErrClosed", err)
+	}
+}
