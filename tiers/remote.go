@@ -326,11 +326,13 @@ func (rm *remote) fetch(p PartitionInfo) (*openFile, error) {
 		return nil, err
 	}
 	of, err := openPartitionFile(f, p.Path)
+	// Counted even when it does not open (a damaged object): the cache
+	// evicts it like any other file, and a later read fetches it again.
+	rm.present(p.Start, n)
+	rm.evict()
 	if err != nil {
 		return nil, err
 	}
-	rm.present(p.Start, n)
-	rm.evict()
 	return of, nil
 }
 
@@ -344,7 +346,13 @@ func (rm *remote) download(p PartitionInfo) (rd *os.File, n int64, err error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("download %s: %w", rm.object(p.Start), err)
 	}
-	defer func() { err = errors.Join(err, rc.Close()) }()
+	defer func() {
+		err = errors.Join(err, rc.Close())
+		if err != nil && rd != nil {
+			_ = rd.Close()
+			rd = nil
+		}
+	}()
 	f, err := atomicfile.Create(p.Path, tempPrefix+"*"+partitionSuffix)
 	if err != nil {
 		return nil, 0, err
