@@ -199,7 +199,7 @@ func (fr *fileReader) readRowGroup(rg parquet.RowGroup, c rollupColumns, runs []
 	if err != nil || !matched || q.opts.labelsOnly {
 		return err
 	}
-	need := q.opts.need
+	need := q.decode
 	thin := q.opts.thinStep > 0
 	// Columns are decoded straight into the batch, after its rows; the rows
 	// not kept are then squeezed out in place. The batch grows with what is
@@ -350,7 +350,7 @@ func (fr *fileReader) decodeAggregates(chunks []parquet.ColumnChunk, c rollupCol
 			return false, err
 		}
 	}
-	if fr.q.opts.need&colStale != 0 && !allFalse(chunks[c.stale]) { // else no series ended in this row group: nothing to decode
+	if fr.q.decode&colStale != 0 && !allFalse(chunks[c.stale]) { // else no series ended in this row group: nothing to decode
 		if fr.stale, err = readBools(chunks[c.stale], "stale", n, fr.stale[:0], &fr.values); err != nil {
 			return false, err
 		}
@@ -405,7 +405,7 @@ func (fr *fileReader) flush() {
 func (fr *fileReader) keepRun(ls *localSeries, r batchRun) {
 	rows := int(r.hi - r.lo)
 	if ls.blk == nil {
-		need := fr.q.opts.keep
+		need := fr.q.opts.need
 		if f := fr.q.opts.seriesNeed; f != nil {
 			need &= f(ls.lbls)
 		}

@@ -97,13 +97,11 @@ func (r *Rollup) SelectLabels(ctx context.Context, mint, maxt int64, matchers ..
 
 type selectOptions struct {
 	// need is the aggregate columns asked for (0: all; the others read as
-	// zero), and once selectColumns has set keep to them, the columns to
-	// decode: those plus the ones the null rules derive them from
-	// (derivationInputs), decoded into the batch only.
+	// zero), which the series' blocks hold. The query decodes the columns
+	// the null rules derive them from too (rollupQuery.decode), into the
+	// reader's batch only.
 	need colSet
-	// keep is the columns the series' blocks hold: need as asked.
-	keep colSet
-	// seriesNeed, when set, is the columns of keep a series' block holds
+	// seriesNeed, when set, is the columns of need a series' block holds
 	// (the minute snapshot's: only those its readers read of its metric
 	// name). Called from the readers' goroutines, once a series and reader.
 	seriesNeed func(lbls labels.Labels) colSet
@@ -160,8 +158,7 @@ func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers [
 	if opts.batchRows <= 0 {
 		opts.batchRows = defaultBatchRows
 	}
-	opts.keep = opts.need | colLastT
-	opts.need = derivationInputs(opts.keep)
+	opts.need |= colLastT
 	res := r.cfg.Resolution.Milliseconds()
 	q := newRollupQuery(mint, maxt, res, matchers, opts)
 	q.batches = &r.batches
@@ -256,8 +253,11 @@ type rollupQuery struct {
 	res        int64 // the tier's resolution, ms
 	// loT, hiT: a window starts in [mint, maxt] iff its last sample's
 	// time is in [loT, hiT).
-	loT, hiT  int64
-	matchers  []*labels.Matcher
+	loT, hiT int64
+	matchers []*labels.Matcher
+	// decode is the columns read from each row group: opts.need and the
+	// columns the null rules derive them from (derivationInputs).
+	decode    colSet
 	nameEq    *parquet.Value // metric name equality matcher, for pruning
 	nameEqStr string
 	// nameEqJSON is that matcher's label as the labels column encodes it
@@ -270,7 +270,7 @@ type rollupQuery struct {
 }
 
 func newRollupQuery(mint, maxt, res int64, ms []*labels.Matcher, opts selectOptions) *rollupQuery {
-	q := &rollupQuery{mint: mint, maxt: maxt, res: res, matchers: ms, opts: opts}
+	q := &rollupQuery{mint: mint, maxt: maxt, res: res, matchers: ms, opts: opts, decode: derivationInputs(opts.need)}
 	// Window starts are multiples of res: one starts at or after mint iff
 	// its last sample does, at or before maxt iff its last sample is
 	// before the window after maxt's.

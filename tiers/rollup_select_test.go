@@ -373,7 +373,7 @@ func TestSelectSharedBlocks(t *testing.T) {
 // of its own, and neither series' windows change.
 func TestKeepRunSharedNotContiguous(t *testing.T) {
 	const res = 60_000
-	fr := newFileReader(newRollupQuery(0, 1<<40, res, nil, selectOptions{need: colAll, keep: colAll}))
+	fr := newFileReader(newRollupQuery(0, 1<<40, res, nil, selectOptions{need: colAll}))
 	fr.batch = newWindowBlock(res, colAll, 16)
 	var ws []Window
 	for i := range 7 {
