@@ -39,6 +39,19 @@ const defaultPacerHeadroom = 0.35
 // chooses with its GOGC of 75 (config.DefaultGoGCPercentage).
 const defaultPacerInterval = 3 * time.Second
 
+// defaultPacerRise is --runtime.heap-pacer.rise's default: the time
+// constant with which a rise of the allocation rate reaches the pacer's
+// decisions. An hour's flush and the diagnosis engine's work around it
+// allocate several times the steady rate for a few minutes; read at once,
+// that rate raised the paced headroom (and could switch the pacer off)
+// just when the live heap was largest, and the heap filled the extra
+// headroom: the peak RSS of a large paced fleet. Read through this time
+// constant, such a burst is collected more often instead (at most twice
+// the configured headroom's collections: the headroom never goes below
+// half of it); a lasting rise is followed within a few of them, and a fall
+// at once.
+const defaultPacerRise = 10 * time.Minute
+
 // heapPacerWindow is how many collections the baseline is the minimum of.
 // A burst lasts a few collections; a lasting rise of the live heap (a new
 // fleet) raises the baseline once this many collections have seen it: in a
@@ -89,10 +102,15 @@ type heapPacer struct {
 	// interval is the collection interval the headroom holds at
 	// (effectiveHeadroom); 0: the headroom at any interval
 	interval time.Duration
-	recs     [heapPacerWindow]heapPacerRecord
-	n        int     // collections recorded, up to heapPacerWindow
-	next     int     // where the next one goes in recs
-	paced    float64 // the headroom of the latest paced limit (effectiveHeadroom), 0 when not pacing
+	// rise is the time constant with which the allocation rate the
+	// decisions read follows a rise of the window's (0: at once).
+	rise   time.Duration
+	rate   float64   // the allocation rate the decisions read, bytes a second
+	rateAt time.Time // when rate was last updated (zero: never)
+	recs   [heapPacerWindow]heapPacerRecord
+	n      int     // collections recorded, up to heapPacerWindow
+	next   int     // where the next one goes in recs
+	paced  float64 // the headroom of the latest paced limit (effectiveHeadroom), 0 when not pacing
 }
 
 // heapReading is what the pacer reads from the runtime once a period.
@@ -116,6 +134,9 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 		p.recs[p.next] = latest
 		p.next = (p.next + 1) % heapPacerWindow
 		p.n = min(p.n+1, heapPacerWindow)
+		if p.n == heapPacerWindow {
+			p.followRate(now)
+		}
 	}
 	if p.n == 0 {
 		return p.ceiling, 0
@@ -140,11 +161,31 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 	return (int64(l)>>20 + 1) << 20, baseline
 }
 
+// followRate updates p.rate from the window's allocation rate, once a new
+// collection is recorded in a full window: a fall at once, a rise through
+// the time constant p.rise (at once when it is 0 or nothing was read yet).
+func (p *heapPacer) followRate(now time.Time) {
+	oldest := p.recs[p.next]
+	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
+	secs := latest.at.Sub(oldest.at).Seconds()
+	if secs <= 0 {
+		return
+	}
+	window := float64(latest.allocs-oldest.allocs) / secs
+	if p.rateAt.IsZero() || window <= p.rate || p.rise <= 0 {
+		p.rate = window
+	} else {
+		p.rate += (window - p.rate) * -math.Expm1(-now.Sub(p.rateAt).Seconds()/p.rise.Seconds())
+	}
+	p.rateAt = now
+}
+
 // effectiveHeadroom is the paced headroom for the window's allocation rate:
 // the configured one (at most GOGC's) where it makes collections come at
 // most every p.interval (--runtime.heap-pacer.interval), less where they
 // would come less often; the configured one at any rate when p.interval is
-// 0. The default, 3 s (defaultPacerInterval), started together with 0 and
+// 0. The rate is p.rate, which follows a rise slowly (followRate). The
+// default, 3 s (defaultPacerInterval), started together with 0 and
 // Prometheus at 500,000 series of 15 s: peak RSS 1.05x Prometheus' instead
 // of 1.21x, CPU 1.06x instead of 0.85x; at 50,000 of 1 Hz 0.94x the peak
 // of 0 for 1.15x the CPU (docs/bench.md, issue 13, 2026-12-04).
@@ -172,15 +213,11 @@ func (p *heapPacer) effectiveHeadroom(baseline uint64) float64 {
 	if p.interval <= 0 {
 		return h
 	}
-	oldest := p.recs[p.next]
-	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
-	secs := latest.at.Sub(oldest.at).Seconds()
-	allocated := float64(latest.allocs - oldest.allocs)
-	if baseline == 0 || secs <= 0 || allocated <= 0 {
+	if baseline == 0 || p.rate <= 0 {
 		return h / heapPacerMinHeadroomDiv
 	}
 	// interval is how often collections come at the configured share.
-	interval := h * float64(baseline) / (allocated / secs)
+	interval := h * float64(baseline) / p.rate
 	if interval <= p.interval.Seconds() {
 		return h
 	}
@@ -188,21 +225,20 @@ func (p *heapPacer) effectiveHeadroom(baseline uint64) float64 {
 }
 
 // gogcCollectsSlowly reports whether GOGC alone would collect at most once
-// per heapPacerMinInterval at the window's allocation rate: whether GOGC's
-// headroom above the window's mean live heap takes that long to allocate.
+// per heapPacerMinInterval at the allocation rate (p.rate, which follows a
+// rise slowly: a burst does not switch the pacer off, heavy ingest that
+// lasts does): whether GOGC's headroom above the window's mean live heap
+// takes that long to allocate.
 // The mean, not the baseline: GOGC's goal follows each collection's live
 // heap, and on a paced fleet the minimum of a window is about a third
 // below its median (docs/bench.md, s11-gc). The window must be full.
 func (p *heapPacer) gogcCollectsSlowly() bool {
-	oldest := p.recs[p.next]
-	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
 	var sum float64
 	for _, rec := range p.recs {
 		sum += float64(rec.live)
 	}
 	headroom := sum / heapPacerWindow * float64(p.gcPercent) / 100
-	allocated := float64(latest.allocs - oldest.allocs)
-	return headroom*latest.at.Sub(oldest.at).Seconds() >= allocated*heapPacerMinInterval.Seconds()
+	return headroom >= p.rate*heapPacerMinInterval.Seconds()
 }
 
 // heapPacerMetrics are the runtime/metrics the pacer reads: the collection
@@ -223,7 +259,7 @@ var heapPacerMetrics = []string{
 // is on and GOGC is not off.
 func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer) {
 	if gcPercent := gcPercentOrDefault(m.gogc); m.pacer && gcPercent > 0 {
-		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom, interval: m.pacerInterval}, reg)
+		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom, interval: m.pacerInterval, rise: m.pacerRise}, reg)
 	}
 }
 

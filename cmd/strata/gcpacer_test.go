@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ type testPacer struct {
 
 func newTestPacer(ceiling int64) *testPacer {
 	return &testPacer{
-		heapPacer: heapPacer{gcPercent: 50, headroom: testHeadroom, ceiling: ceiling, interval: heapPacerMinInterval},
+		heapPacer: heapPacer{gcPercent: 50, headroom: testHeadroom, ceiling: ceiling, interval: heapPacerMinInterval, rise: defaultPacerRise},
 		now:       time.Unix(0, 0),
 		rate:      pacedAllocs,
 	}
@@ -117,8 +118,17 @@ func TestHeapPacerFollowsALastingRise(t *testing.T) {
 			t.Fatalf("collection %d after the rise: limit %d MiB below %d", i, got, floor)
 		}
 	}
+	// The rate that doubled is followed through the time constant: until
+	// then the headroom is below the configured one, and then it is the new
+	// heap's steady limit.
+	if got, want := p.feed(pacedCollections, 400)[0], steadyLimit(400); got > want {
+		t.Fatalf("limit %d MiB %d collections after the rise, want at most %d", got, heapPacerWindow, want)
+	}
+	for range int(3 * defaultPacerRise / pacedCollections) {
+		p.feed(pacedCollections, 400)
+	}
 	if got, want := p.feed(pacedCollections, 400)[0], steadyLimit(400); got != want {
-		t.Fatalf("limit %d MiB %d collections after the rise, want %d", got, heapPacerWindow, want)
+		t.Fatalf("limit %d MiB %s after the rise, want %d", got, 3*defaultPacerRise, want)
 	}
 	// A fall is followed at once: the baseline is a minimum.
 	if got, want := p.feed(pacedCollections, 150)[0], steadyLimit(150); got != want {
@@ -160,8 +170,10 @@ func TestHeapPacerHeadroomAtMostGOGC(t *testing.T) {
 
 // TestHeapPacerIdle: the limit is the ceiling until a window of collections
 // is recorded, and while the allocation rate would make GOGC alone collect
-// more often than heapPacerMinInterval (heavy ingest), bursts or not; it
-// caps again once the rate falls.
+// more often than heapPacerMinInterval (heavy ingest), bursts or not: from
+// the first window when ingest starts heavy, once the slowly followed rate
+// gets there when it becomes heavy later; it caps again as soon as the rate
+// falls.
 func TestHeapPacerIdle(t *testing.T) {
 	p := newTestPacer(math.MaxInt64)
 	for i, got := range p.feed(pacedCollections, 100, 120, 140, 160, 180, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200) {
@@ -171,15 +183,82 @@ func TestHeapPacerIdle(t *testing.T) {
 	}
 	p.steady(200)
 	p.rate = heavyAllocs
-	for i, got := range p.feed(time.Second, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260, 200, 230, 260) {
-		if i >= heapPacerWindow && got != ceilingMiB {
-			t.Fatalf("collection %d at %d MiB/s: limit %d MiB, want the ceiling", i, heavyAllocs, got)
+	heavy := func(n int) []int64 {
+		lives := make([]uint64, n)
+		for i := range lives {
+			lives[i] = uint64(200 + 30*(i%3))
+		}
+		return p.feed(time.Second, lives...)
+	}
+	// GOGC 50 collects about 230 MiB every 1.15 s at 100 MiB/s: the pacer
+	// steps aside once the followed rate passes 38 MiB/s, 2.5 minutes
+	// after the rise at the default time constant, not within 30 s.
+	for i, got := range heavy(30) {
+		if got == ceilingMiB {
+			t.Fatalf("collection %d at %d MiB/s, 30 s after the rise: the ceiling, want a paced limit", i, heavyAllocs)
+		}
+	}
+	for i, got := range heavy(int(defaultPacerRise.Seconds())) {
+		if i >= 150 && got != ceilingMiB {
+			t.Fatalf("collection %d s after the rise at %d MiB/s: limit %d MiB, want the ceiling", 30+i, heavyAllocs, got)
 		}
 	}
 	p.rate = pacedAllocs
 	lims := p.feed(pacedCollections, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230, 230)
 	if got, want := lims[len(lims)-1], steadyLimit(230); got != want {
 		t.Fatalf("allocation slowed down: limit %d MiB, want %d", got, want)
+	}
+
+	// Heavy from the start: the ceiling as soon as the window is full.
+	p = newTestPacer(math.MaxInt64)
+	p.rate = heavyAllocs
+	for i, got := range heavy(3 * heapPacerWindow) {
+		if got != ceilingMiB {
+			t.Fatalf("collection %d of a heavy start: limit %d MiB, want the ceiling", i, got)
+		}
+	}
+}
+
+// TestHeapPacerAllocationBurst: a few minutes of allocation several times
+// the steady rate (an hour's flush, the engine's work around it) raise the
+// paced headroom by far less than reading the rate at once does, and do
+// not switch the pacer off even where GOGC alone would then collect more
+// often than heapPacerMinInterval. --runtime.heap-pacer.rise=0 reads the
+// window's rate at once, as before it was added.
+func TestHeapPacerAllocationBurst(t *testing.T) {
+	burst := func(rise time.Duration, rate uint64) (steady, highest int64) {
+		p := newTestPacer(math.MaxInt64)
+		p.rise = rise
+		p.rate = 30
+		p.steady(1000)
+		steady = p.feed(pacedCollections, 1000)[0]
+		p.rate = rate
+		for _, got := range p.feed(pacedCollections, slices.Repeat([]uint64{1000}, int(4*time.Minute/pacedCollections))...) {
+			highest = max(highest, got)
+		}
+		return steady, highest
+	}
+	// 120 MiB/s, four times the steady 30: read at once, the configured
+	// 0.25 holds (collections every 2.1 s at it), 1,332 MiB; followed over
+	// 10 minutes the rate is 60 MiB/s after the 4 minutes, 0.21, 1,292.
+	steady, at := burst(0, 120)
+	_, slow := burst(defaultPacerRise, 120)
+	if want := steadyLimitAt(1000, 0.15); steady != want {
+		t.Fatalf("steady limit %d MiB, want %d", steady, want)
+	}
+	if at != steadyLimitAt(1000, testHeadroom) {
+		t.Fatalf("a burst read at once: highest limit %d MiB, want %d (the configured headroom)", at, steadyLimitAt(1000, testHeadroom))
+	}
+	if slow-steady > (at-steady)*2/3 {
+		t.Fatalf("a burst followed slowly: highest limit %d MiB, want at most two thirds of the way from %d to %d", slow, steady, at)
+	}
+	// 200 MiB/s: GOGC 50 alone would collect the 1,000 MiB every 2.5 s.
+	// Read at once the pacer steps aside; followed slowly it stays on.
+	if _, at := burst(0, 200); at != ceilingMiB {
+		t.Fatalf("a heavy burst read at once: highest limit %d MiB, want the ceiling", at)
+	}
+	if _, slow := burst(defaultPacerRise, 200); slow >= steadyLimitAt(1000, testHeadroom) {
+		t.Fatalf("a heavy burst followed slowly: highest limit %d MiB, want below the configured headroom's %d", slow, steadyLimitAt(1000, testHeadroom))
 	}
 }
 
@@ -301,12 +380,13 @@ func TestHeapPacerIntervalOff(t *testing.T) {
 	}
 }
 
-// TestHeapPacerFlagsValidated: a headroom of 0 or a negative interval is
+// TestHeapPacerFlagsValidated: a headroom of 0, a negative interval or rise is
 // refused before anything is set.
 func TestHeapPacerFlagsValidated(t *testing.T) {
 	for _, m := range []memoryPolicy{
 		{gogc: 50, ratio: 0.9, pacer: true, pacerHeadroom: 0},
 		{gogc: 50, ratio: 0.9, pacer: true, pacerHeadroom: testHeadroom, pacerInterval: -time.Second},
+		{gogc: 50, ratio: 0.9, pacer: true, pacerHeadroom: testHeadroom, pacerRise: -time.Second},
 	} {
 		if err := m.apply(memorySources{root: t.TempDir()}, slog.New(slog.DiscardHandler)); err == nil {
 			t.Fatalf("%+v: no error", m)

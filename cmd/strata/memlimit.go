@@ -37,6 +37,9 @@ type memoryPolicy struct {
 	// holds at, less headroom where collections would come less often (0:
 	// the headroom always; heapPacer.interval)
 	pacerInterval time.Duration
+	// --runtime.heap-pacer.rise: the time constant with which a rise of the
+	// allocation rate reaches the pacer (0: at once; heapPacer.rise)
+	pacerRise time.Duration
 }
 
 // memorySources are the files the limit is read from, for tests.
@@ -56,6 +59,9 @@ func (m memoryPolicy) apply(src memorySources, logger *slog.Logger) error {
 	}
 	if m.pacerInterval < 0 {
 		return fmt.Errorf("--runtime.heap-pacer.interval must not be negative, got %s", m.pacerInterval)
+	}
+	if m.pacerRise < 0 {
+		return fmt.Errorf("--runtime.heap-pacer.rise must not be negative, got %s", m.pacerRise)
 	}
 	gogc := gcPercentOrDefault(m.gogc)
 	if os.Getenv("GOGC") == "" {

@@ -64,6 +64,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		Default(strconv.FormatFloat(defaultPacerHeadroom, 'g', -1, 64)).Float64Var(&s.memory.pacerHeadroom)
 	s.cmd.Flag("runtime.heap-pacer.interval", "Collection interval the heap pacer's headroom holds at: where the allocation rate would make collections at --runtime.heap-pacer.headroom come every T above it (a large heap allocated slowly), the headroom is sqrt(interval / T) of it, at least half, so that they come every sqrt(interval x T); 0 keeps the headroom at any rate (more memory, less CPU on a large paced fleet).").
 		Default(defaultPacerInterval.String()).DurationVar(&s.memory.pacerInterval)
+	s.cmd.Flag("runtime.heap-pacer.rise", "Time constant with which a rise of the allocation rate reaches the heap pacer (its headroom, and whether it steps aside for heavy ingest): a burst shorter than this (an hour's flush) is collected more often rather than given more heap; a fall is followed at once; 0 follows the last 16 collections' rate at once.").
+		Default(defaultPacerRise.String()).DurationVar(&s.memory.pacerRise)
 	s.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment.").
 		Default("true").BoolVar(&s.memory.autoLimit)
 	s.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
