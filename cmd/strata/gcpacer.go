@@ -51,8 +51,9 @@ const defaultPacerInterval = 3 * time.Second
 // headroom's collections: the headroom never goes below half of it); a
 // lasting rise is followed within a few time constants, and a fall at
 // once. Beside 0 at 50,000 series: peak RSS 321.9 against 331.7 MiB for
-// 3 % more CPU; at 500,000 series of 15 s no difference, the headroom
-// sitting at its floor there (docs/bench.md, stop 50).
+// 3 % more CPU, in a run that ended during both writes; at 500,000
+// series of 15 s no difference, the headroom sitting at its floor there
+// (docs/bench.md, stop 50).
 const defaultPacerRise = 10 * time.Minute
 
 // heapPacerWindow is how many collections the baseline is the minimum of.
