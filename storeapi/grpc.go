@@ -72,6 +72,9 @@ type gogoCodec struct{}
 func (gogoCodec) Name() string { return proto.Name }
 
 func (gogoCodec) Marshal(v any) ([]byte, error) {
+	if w, ok := v.(wireMessage); ok {
+		return w, nil // encoded by encodeSeries
+	}
 	m, ok := v.(gogoMessage)
 	if !ok {
 		return encoding.GetCodec(proto.Name).Marshal(v)

@@ -101,8 +101,12 @@ func (qs *QueryServer) Query(req *querypb.QueryRequest, srv querypb.Query_QueryS
 			return qs.engine.NewInstantQuery(ctx, q, opts, req.Query, ts)
 		}),
 		func(ws []error) error { return srv.Send(querypb.NewQueryWarningsResponse(ws...)) },
-		func(b []*prompb.TimeSeries) error {
-			if int(req.ResponseBatchSize) <= 1 {
+		func(b []*prompb.TimeSeries, sizes []int) error {
+			batch := int(req.ResponseBatchSize) > 1
+			switch {
+			case sizes != nil:
+				return srv.SendMsg(encodeSeries(b, sizes, batch))
+			case !batch:
 				return srv.Send(querypb.NewQueryResponse(b[0]))
 			}
 			return srv.Send(querypb.NewQueryBatchResponse(b))
@@ -135,8 +139,12 @@ func (qs *QueryServer) QueryRange(req *querypb.QueryRangeRequest, srv querypb.Qu
 	}
 	return qs.run(srv.Context(), ev, int(req.ResponseBatchSize), exec,
 		func(ws []error) error { return srv.Send(querypb.NewQueryRangeWarningsResponse(ws...)) },
-		func(b []*prompb.TimeSeries) error {
-			if int(req.ResponseBatchSize) <= 1 {
+		func(b []*prompb.TimeSeries, sizes []int) error {
+			batch := int(req.ResponseBatchSize) > 1
+			switch {
+			case sizes != nil:
+				return srv.SendMsg(encodeSeries(b, sizes, batch))
+			case !batch:
 				return srv.Send(querypb.NewQueryRangeResponse(b[0]))
 			}
 			return srv.Send(querypb.NewQueryRangeBatchResponse(b))
@@ -201,7 +209,7 @@ func engineExec(newQuery func(context.Context, storage.Queryable, promql.QueryOp
 // the series in batches of batchSize (one a message when at most 1), then
 // the query's sample statistics, as Thanos' own Query API does.
 func (qs *QueryServer) run(ctx context.Context, ev evaluation, batchSize int, exec execFunc,
-	sendWarnings func([]error) error, sendBatch func([]*prompb.TimeSeries) error, sendStats func(*querypb.QueryStats) error,
+	sendWarnings func([]error) error, sendBatch func([]*prompb.TimeSeries, []int) error, sendStats func(*querypb.QueryStats) error,
 ) error {
 	if ev.query == "" {
 		if ev.plan != nil {
@@ -359,17 +367,25 @@ func resultSeries(v parser.Value) ([]*prompb.TimeSeries, error) {
 }
 
 // seriesBatcher groups result series into messages of at most size series
-// and about maxFrameBytes of samples.
+// and about maxFrameBytes of samples. send is given the series' encoded
+// sizes (wireSize) when every one of them has one, so that the message is
+// encoded by encodeSeries, else nil.
 type seriesBatcher struct {
-	send  func([]*prompb.TimeSeries) error
+	send  func(series []*prompb.TimeSeries, sizes []int) error
 	size  int
 	batch []*prompb.TimeSeries
+	sizes []int
+	gogo  bool // a series of the batch is gogoproto's to encode
 	bytes int
 }
 
 func (b *seriesBatcher) add(s *prompb.TimeSeries) error {
-	b.batch = append(b.batch, s)
-	b.bytes += s.Size()
+	n, ok := wireSize(s)
+	if !ok {
+		n, b.gogo = s.Size(), true
+	}
+	b.batch, b.sizes = append(b.batch, s), append(b.sizes, n)
+	b.bytes += n
 	if len(b.batch) >= b.size || b.bytes >= maxFrameBytes {
 		return b.flush()
 	}
@@ -380,17 +396,25 @@ func (b *seriesBatcher) flush() error {
 	if len(b.batch) == 0 {
 		return nil
 	}
+	sizes := b.sizes
+	if b.gogo {
+		sizes = nil
+	}
 	if b.size == 1 {
-		for _, s := range b.batch {
-			if err := b.send([]*prompb.TimeSeries{s}); err != nil {
+		for i, s := range b.batch {
+			var n []int
+			if sizes != nil {
+				n = sizes[i : i+1]
+			}
+			if err := b.send([]*prompb.TimeSeries{s}, n); err != nil {
 				return err
 			}
 		}
-	} else if err := b.send(b.batch); err != nil {
+	} else if err := b.send(b.batch, sizes); err != nil {
 		return err
 	}
 	clear(b.batch)
-	b.batch, b.bytes = b.batch[:0], 0
+	b.batch, b.sizes, b.bytes, b.gogo = b.batch[:0], b.sizes[:0], 0, false
 	return nil
 }
 
