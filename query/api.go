@@ -32,7 +32,9 @@ const apiPrefix = "/api/v1"
 // servedRoutes are the Prometheus API v1 routes Strata answers with
 // Prometheus' own handlers; /targets is served too when the API has a
 // TargetSource (WithTargets), /rules and /alerts when it has rules,
-// /alertmanagers when it has a notifier. Everything else under /api/v1/
+// /alertmanagers when it has a notifier, /status/tsdb, /status/tsdb/blocks
+// and /status/walreplay when it has the raw tier's status (WithRawStatus),
+// /status/runtimeinfo with WithRuntimeInfo. Everything else under /api/v1/
 // (admin, targets/metadata, ...) depends on parts of Prometheus that Strata
 // does not have and gets a JSON 404 instead of reaching a handler whose
 // retriever is nil. /api/v1/metadata and /api/v1/status/config are served by
@@ -179,20 +181,31 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		ar = func(context.Context) v1.AlertmanagerRetriever { return cfg.Alertmanagers }
 		routes = append(routes, "/alertmanagers")
 	}
+	var (
+		db       v1.TSDBAdminStats
+		gatherer prometheus.Gatherer
+	)
+	if o.raw != nil {
+		db, gatherer = tsdbAdmin{o.raw}, headChunksGatherer{metrics: o.rawMetrics, prefix: o.rawPrefix}
+		routes = append(routes, "/status/tsdb", "/status/tsdb/blocks", "/status/walreplay")
+	}
+	if o.runtimeInfo != nil {
+		routes = append(routes, "/status/runtimeinfo")
+	}
 	papi := v1.NewAPI(
 		split, q, nil, exemplars,
 		nil, o.targetRetriever(), ar, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
 		flags, o.globalURLOptions(),
 		func(f http.HandlerFunc) http.HandlerFunc { return f }, // always ready
-		nil, "", false, // no TSDB admin API
+		db, "", false, // the raw tier's status, no TSDB admin API
 		false, 0, // no search API
 		logger.With("component", "api"),
 		rr,
 		cfg.RemoteReadSampleLimit, cfg.RemoteReadConcurrency, cfg.RemoteReadMaxBytesInFrame,
-		false, cors, nil, buildInfo,
+		false, cors, o.runtimeInfo, buildInfo,
 		nil, nil, // no notifications
-		nil, reg, nil,
+		gatherer, reg, nil,
 		false, nil, // remote write is served by the remotewrite package
 		false, false, false, // no OTLP
 		cfg.LookbackDelta,

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/labels"
@@ -53,6 +54,11 @@ type options struct {
 	targets       TargetSource
 	listenAddress string
 	externalHost  string
+
+	raw         RawStatus // WithRawStatus
+	rawMetrics  prometheus.Gatherer
+	rawPrefix   string
+	runtimeInfo func() (v1.RuntimeInfo, error) // WithRuntimeInfo
 }
 
 // WithTargets serves /api/v1/targets from src, in Prometheus' format and with

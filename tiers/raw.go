@@ -117,8 +117,9 @@ const MaxExemplars = 100_000
 //
 // Raw is safe for concurrent use.
 type Raw struct {
-	db  *tsdb.DB
-	cfg RawConfig
+	db    *tsdb.DB
+	cfg   RawConfig
+	stats *tsdb.DBStats // the WAL replay's progress (WALReplayStatus)
 
 	// oooBounds caches the sample bounds of out-of-order blocks, whose
 	// meta.json gives their block range instead (see Bounds), by ULID.
@@ -185,11 +186,12 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if maxBlock := cfg.Retention.Milliseconds() / 10; maxBlock < opts.MaxBlockDuration {
 		opts.MaxBlockDuration = max(maxBlock, opts.MinBlockDuration)
 	}
-	db, err := tsdb.Open(cfg.Dir, slog.New(toggleFilter{logger.With("tier", "raw").Handler()}), reg, opts, nil)
+	stats := tsdb.NewDBStats()
+	db, err := tsdb.Open(cfg.Dir, slog.New(toggleFilter{logger.With("tier", "raw").Handler()}), reg, opts, stats)
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	r := &Raw{db: db, cfg: cfg, oooBounds: map[ulid.ULID][2]int64{}}
+	r := &Raw{db: db, cfg: cfg, stats: stats, oooBounds: map[ulid.ULID][2]int64{}}
 	// The WAL is replayed into a storage of the full size, so exemplars
 	// written before a restart are kept; only an empty one is given up.
 	if err := r.releaseEmptyExemplars(); err != nil {
@@ -241,6 +243,22 @@ func (r *Raw) Config() RawConfig { return r.cfg }
 // HeadSeries returns the number of series in the head (what the
 // remote-write receiver's series cache sizes itself to).
 func (r *Raw) HeadSeries() int { return int(r.db.Head().NumSeries()) }
+
+// Stats is the head's statistics and its postings' cardinality by
+// statsByLabelName, the top limit of each (/api/v1/status/tsdb).
+func (r *Raw) Stats(statsByLabelName string, limit int) (*tsdb.Stats, error) {
+	return r.db.Head().Stats(statsByLabelName, limit), nil
+}
+
+// WALReplayStatus is the WAL replay's progress: the segments' range and the
+// one replayed last (/api/v1/status/walreplay). OpenRaw returns after the
+// replay, so a server answers with the finished replay's.
+func (r *Raw) WALReplayStatus() (tsdb.WALReplayStatus, error) {
+	return r.stats.Head.WALReplayStatus.GetWALReplayStatus(), nil
+}
+
+// BlockMetas are the persisted blocks' metadata (/api/v1/status/tsdb/blocks).
+func (r *Raw) BlockMetas() ([]tsdb.BlockMeta, error) { return r.db.BlockMetas(), nil }
 
 // DB returns the underlying TSDB, for the receiver's appends and for stats.
 func (r *Raw) DB() *tsdb.DB { return r.db }

@@ -176,6 +176,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	// what its evaluation allocates); the no-op provider, which Prometheus
 	// installs when tracing is off, does not.
 	otel.SetTracerProvider(noop.NewTracerProvider())
+	start := time.Now().UTC()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -195,7 +196,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err := os.MkdirAll(cfg.Storage.Path, 0o750); err != nil {
 		return nil, fmt.Errorf("create storage path: %w", err)
 	}
-	st, err := openTiers(cfg, logger, prometheus.WrapRegistererWithPrefix("strata_raw_", reg), reg)
+	st, err := openTiers(cfg, logger, prometheus.WrapRegistererWithPrefix(rawMetricPrefix, reg), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +257,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 	qcfg.Flags = cfg.flags
 	srv.api, err = query.New(qcfg, srv.stitched, srv.meta, logger.With("component", "query"), reg,
-		query.WithTargets(srv.targets, cfg.Web.ListenAddress, externalHost(cfg.Web.ListenAddress)))
+		query.WithTargets(srv.targets, cfg.Web.ListenAddress, externalHost(cfg.Web.ListenAddress)),
+		query.WithRawStatus(srv.raw, reg, rawMetricPrefix),
+		query.WithRuntimeInfo(runtimeInfo(cfg, start, reg)))
 	if err != nil {
 		return nil, err
 	}

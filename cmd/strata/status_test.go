@@ -161,7 +161,10 @@ func TestStatusFlags(t *testing.T) {
 }
 
 // TestStatusEndpoints: strata serve answers /api/v1/status/config and
-// /api/v1/status/flags with its effective configuration and flags.
+// /api/v1/status/flags with its effective configuration and flags,
+// /api/v1/status/runtimeinfo with its process's (GOGC in force, the tiers'
+// retention) and /api/v1/status/tsdb with its raw head's statistics (the
+// chunk count read from the raw TSDB's own metrics).
 func TestStatusEndpoints(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "strata.yml")
 	if err := os.WriteFile(file, []byte("query:\n  max_samples: 1234567\n"), 0o600); err != nil {
@@ -192,6 +195,37 @@ func TestStatusEndpoints(t *testing.T) {
 	getJSON(t, p.url("/api/v1/status/flags"), &flagsReply)
 	if f := flagsReply.Data; f["query.max-samples"] != "1234567" || f["query.max-concurrency"] != "7" || f["config.file"] != file {
 		t.Errorf("status/flags = %v", f)
+	}
+
+	var rtReply struct {
+		Data struct {
+			GOGC             string `json:"GOGC"`
+			GOMAXPROCS       int    `json:"GOMAXPROCS"`
+			StorageRetention string `json:"storageRetention"`
+			StartTime        string `json:"startTime"`
+		} `json:"data"`
+	}
+	getJSON(t, p.url("/api/v1/status/runtimeinfo"), &rtReply)
+	wantGOGC := os.Getenv("GOGC")
+	if wantGOGC == "" {
+		wantGOGC = "50" // --runtime.gogc's default
+	}
+	if rt := rtReply.Data; rt.GOGC != wantGOGC || rt.GOMAXPROCS < 1 || rt.StorageRetention != "1d raw, 30d minute, 1y hour" || rt.StartTime == "" {
+		t.Errorf("status/runtimeinfo = %+v, want GOGC %s and the default retentions", rt, wantGOGC)
+	}
+	var tsdbReply struct {
+		Data struct {
+			HeadStats struct {
+				NumSeries  uint64 `json:"numSeries"`
+				ChunkCount int64  `json:"chunkCount"`
+			} `json:"headStats"`
+		} `json:"data"`
+	}
+	getJSON(t, p.url("/api/v1/status/tsdb"), &tsdbReply)
+	// Prometheus' handler reports an int64 NaN (a negative count) when it
+	// finds no prometheus_tsdb_head_chunks.
+	if hs := tsdbReply.Data.HeadStats; hs.ChunkCount < 0 {
+		t.Errorf("status/tsdb head stats %+v: the head's chunk count was not found", hs)
 	}
 }
 
