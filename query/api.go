@@ -38,8 +38,9 @@ const apiPrefix = "/api/v1"
 // (admin, targets/metadata, ...) depends on parts of Prometheus that Strata
 // does not have and gets a JSON 404 instead of reaching a handler whose
 // retriever is nil. /api/v1/metadata and /api/v1/status/config are served by
-// this package (metadata.go, status.go): Strata's metadata comes from remote
-// write, not from scrape targets, and its configuration is not Prometheus'.
+// this package (metadata.go, status.go): Strata's metadata is what remote
+// write sends and what its own scrapes read (the remotewrite package's store),
+// not a scrape manager's targets, and its configuration is not Prometheus'.
 var servedRoutes = []string{
 	"/query",
 	"/query_range",

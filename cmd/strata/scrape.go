@@ -38,7 +38,8 @@ func (s *server) startScraper(ctx context.Context, addr string) error {
 		return nil
 	}
 	client := &http.Client{Transport: &inProcessTransport{host: selfHost, handler: s.metricsHandler(), next: http.DefaultTransport}}
-	scr, err := scrape.New(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now, scrape.WithHTTPClient(client))
+	scr, err := scrape.New(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now,
+		scrape.WithHTTPClient(client), scrape.WithMetadata(s.meta))
 	if err != nil {
 		return err
 	}

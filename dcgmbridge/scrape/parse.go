@@ -82,6 +82,9 @@ type Sample struct {
 // Exposition is a fully parsed and validated body.
 type Exposition struct {
 	Samples []Sample
+	// Metadata is what the body says of its families (# TYPE, # HELP,
+	// # UNIT), by family name as written there.
+	Metadata map[string]remotewrite.Metadata
 	// Sentinels counts the DCGM sentinel values dropped, per field.
 	Sentinels map[string]int
 }
@@ -118,6 +121,15 @@ func (p *ExpositionParser) Parse(body []byte, contentType string, target labels.
 	}
 	out := &Exposition{}
 	types := map[string]model.MetricType{}
+	// setMeta records one of a family's # TYPE, # HELP or # UNIT lines.
+	setMeta := func(name []byte, set func(*remotewrite.Metadata)) {
+		if out.Metadata == nil {
+			out.Metadata = map[string]remotewrite.Metadata{}
+		}
+		m := out.Metadata[string(name)]
+		set(&m)
+		out.Metadata[string(name)] = m
+	}
 	seen := map[uint64]struct{}{}
 	var (
 		lset labels.Labels
@@ -138,6 +150,15 @@ func (p *ExpositionParser) Parse(body []byte, contentType string, target labels.
 				return nil, reject(ReasonWrongType, "metric family %s declared as %s and %s", name, prev, typ)
 			}
 			types[string(name)] = typ
+			setMeta(name, func(m *remotewrite.Metadata) { m.Type = typ })
+			continue
+		case textparse.EntryHelp:
+			name, help := tp.Help()
+			setMeta(name, func(m *remotewrite.Metadata) { m.Help = string(help) })
+			continue
+		case textparse.EntryUnit:
+			name, unit := tp.Unit()
+			setMeta(name, func(m *remotewrite.Metadata) { m.Unit = string(unit) })
 			continue
 		case textparse.EntryHistogram:
 			return nil, reject(ReasonWrongType, "native histograms are not accepted from scrapes")

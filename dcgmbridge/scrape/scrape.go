@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/metadata"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 
@@ -203,6 +204,7 @@ type scrapeMetrics struct {
 type Scraper struct {
 	cfg     Config
 	app     storage.AppendableV2
+	meta    MetadataStore // nil: the expositions' metadata is not kept
 	logger  *slog.Logger
 	now     func() time.Time
 	client  *http.Client
@@ -220,6 +222,20 @@ type Scraper struct {
 
 // Option adjusts a Scraper.
 type Option func(*Scraper)
+
+// MetadataStore keeps the metadata of the scraped families, as the
+// remote-write receiver keeps what senders send (remotewrite.MetadataStore,
+// which /api/v1/metadata answers from).
+type MetadataStore interface {
+	Set(family string, m remotewrite.Metadata) (metadata.Metadata, bool)
+	Sync() error
+}
+
+// WithMetadata keeps each successful scrape's metadata (# TYPE, # HELP,
+// # UNIT of its families) in store, as Prometheus keeps its targets'.
+func WithMetadata(store MetadataStore) Option {
+	return func(s *Scraper) { s.meta = store }
+}
 
 // WithHTTPClient replaces the HTTP client (TLS, proxies). Timeouts are still
 // set per scrape.
@@ -418,8 +434,25 @@ func (l *scrapeLoop) scrape(ctx context.Context) {
 		for field, c := range exp.Sentinels {
 			l.s.parser.Sentinels.count(field, c)
 		}
+		l.keepMetadata(exp)
 	}
 	l.appendHealth(ctx, start, up, dur, n)
+}
+
+// keepMetadata stores the metadata of a scrape whose samples were appended.
+// An unchanged family costs a map lookup under a read lock; a change is
+// written to the store's change log at once, as a remote write's is before
+// its reply.
+func (l *scrapeLoop) keepMetadata(exp *Exposition) {
+	if l.s.meta == nil || len(exp.Metadata) == 0 {
+		return
+	}
+	for family, m := range exp.Metadata {
+		l.s.meta.Set(family, m)
+	}
+	if err := l.s.meta.Sync(); err != nil {
+		l.s.logger.Warn("store scraped metadata", "target", l.t.Name, "err", err)
+	}
 }
 
 // fetch downloads and parses the body; a non-empty reason goes with an error.

@@ -18,8 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/metadata"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -642,4 +644,64 @@ func TestTargetsReportScrapes(t *testing.T) {
 	if got[1].LastError == nil || !strings.Contains(got[1].LastError.Error(), "503") || got[1].LastScrape.IsZero() {
 		t.Errorf("bad target: %+v", got[1])
 	}
+}
+
+// TestScrapeKeepsMetadata: a scrape's # TYPE, # HELP and # UNIT lines
+// (Prometheus text and OpenMetrics) reach the metadata store that
+// /api/v1/metadata answers from, and survive a reopening of it; a failed
+// scrape changes nothing, a changed help replaces the old one.
+func TestScrapeKeepsMetadata(t *testing.T) {
+	p := &ExpositionParser{}
+	om := "# TYPE vllm:prompt_tokens counter\n# HELP vllm:prompt_tokens Prefill tokens processed.\n# UNIT vllm:prompt_tokens tokens\nvllm:prompt_tokens_total 7\n# EOF\n"
+	exp, err := p.Parse([]byte(om), "application/openmetrics-text; version=1.0.0", labels.EmptyLabels(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := remotewrite.Metadata{Type: model.MetricTypeCounter, Help: "Prefill tokens processed.", Unit: "tokens"}
+	if got := exp.Metadata["vllm:prompt_tokens"]; len(exp.Metadata) != 1 || got != want {
+		t.Fatalf("OpenMetrics metadata %v, want vllm:prompt_tokens %+v", exp.Metadata, want)
+	}
+
+	e := newScrapeEnv(t)
+	path := filepath.Join(t.TempDir(), "metadata.json")
+	store, err := remotewrite.OpenMetadataStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 41\n# TYPE untyped_help_only untyped\nuntyped_help_only 1\n"
+	srv := newBodyServer(t, []byte(body))
+	s := e.scraper(t, Config{Targets: []Target{{Name: "dcgm", URL: srv.URL, Kind: KindGeneric}}}, WithMetadata(store))
+	s.ScrapeOnce(context.Background())
+	check := func(st *remotewrite.MetadataStore, family string, want metadata.Metadata) {
+		t.Helper()
+		got := st.Metadata(family)[family]
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("metadata of %s: %v, want %+v", family, got, want)
+		}
+	}
+	temp := metadata.Metadata{Type: model.MetricTypeGauge, Help: "GPU temperature (in C)."}
+	check(store, "DCGM_FI_DEV_GPU_TEMP", temp)
+	if got := store.Metadata("untyped_help_only"); len(got) != 0 {
+		t.Errorf("an untyped family with no help or unit is empty metadata, kept as %v", got)
+	}
+
+	srv.set([]byte("not an exposition {"), http.StatusOK)
+	e.clock.advance(15 * time.Second)
+	s.ScrapeOnce(context.Background())
+	check(store, "DCGM_FI_DEV_GPU_TEMP", temp)
+
+	srv.set([]byte("# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature, degrees C.\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 42\n"), http.StatusOK)
+	e.clock.advance(15 * time.Second)
+	s.ScrapeOnce(context.Background())
+	temp.Help = "GPU temperature, degrees C."
+	check(store, "DCGM_FI_DEV_GPU_TEMP", temp)
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := remotewrite.OpenMetadataStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	check(again, "DCGM_FI_DEV_GPU_TEMP", temp)
 }
