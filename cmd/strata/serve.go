@@ -27,6 +27,7 @@ import (
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/util/httputil"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -124,6 +125,7 @@ type server struct {
 	api      *query.API
 	targets  *scrapeTargets        // the scraper's targets, for /api/v1/targets
 	export   http.Handler          // GET /api/v1/export
+	federate http.Handler          // GET /federate
 	rules    *ruleSources          // /api/v1/rules and /api/v1/alerts
 	ams      *alertmanagers        // /api/v1/alertmanagers
 	diag     *diagSource           // /api/v1/diagnoses
@@ -264,6 +266,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.api.Close)
+	ext, err := cfg.externalLabels()
+	if err != nil {
+		return nil, err
+	}
+	srv.federate = httputil.CompressionHandler{Handler: query.NewFederation(srv.stitched, ext,
+		time.Duration(cfg.Query.LookbackDelta), time.Now, logger.With("component", "federate"), reg)}
 	ex, _, err := openExporter(cfg, logger, srv.minute, srv.hour, srv.api.Engine(), srv.meta)
 	if err != nil {
 		return nil, err
@@ -298,6 +306,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle("/api/v1/write", s.write)
 	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
 	mux.Handle("GET /api/v1/export", s.export)
+	mux.Handle("GET /federate", s.federate)
 	diag := diagnose.NewHandler(s.diag, time.Now)
 	mux.Handle("GET /api/v1/diagnoses", diag)
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)

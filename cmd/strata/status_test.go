@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -167,7 +169,7 @@ func TestStatusFlags(t *testing.T) {
 // chunk count read from the raw TSDB's own metrics).
 func TestStatusEndpoints(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "strata.yml")
-	if err := os.WriteFile(file, []byte("query:\n  max_samples: 1234567\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("query:\n  max_samples: 1234567\nself_scrape:\n  interval: 1s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startStrata(t, t.TempDir(), "--config.file="+file, "--query.max-concurrency=7")
@@ -226,6 +228,32 @@ func TestStatusEndpoints(t *testing.T) {
 	// finds no prometheus_tsdb_head_chunks.
 	if hs := tsdbReply.Data.HeadStats; hs.ChunkCount < 0 {
 		t.Errorf("status/tsdb head stats %+v: the head's chunk count was not found", hs)
+	}
+
+	// /federate: the self-scrape's up series, once scraped, in the text
+	// format; a bad selector is a 400.
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get(p.url("/federate?match[]=up"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /federate: %s %s", resp.Status, b)
+		}
+		if body = string(b); strings.Contains(body, "up{") {
+			break
+		}
+	}
+	if !strings.Contains(body, "# TYPE up untyped\nup{") || !strings.Contains(body, `job="strata"`) {
+		t.Errorf("GET /federate?match[]=up: %q, want the self-scrape's up", body)
+	}
+	if resp, err := http.Get(p.url("/federate?match[]=%7B")); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("GET /federate with a bad selector: %s, want 400", resp.Status)
 	}
 }
 
