@@ -17,6 +17,7 @@ import (
 	"github.com/thanos-io/thanos/pkg/api/query/querypb"
 	"github.com/thanos-io/thanos/pkg/store/storepb"
 	"github.com/thanos-io/thanos/pkg/store/storepb/prompb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -101,16 +102,9 @@ func (qs *QueryServer) Query(req *querypb.QueryRequest, srv querypb.Query_QueryS
 			return qs.engine.NewInstantQuery(ctx, q, opts, req.Query, ts)
 		}),
 		func(ws []error) error { return srv.Send(querypb.NewQueryWarningsResponse(ws...)) },
-		func(b []*prompb.TimeSeries, sizes []int) error {
-			batch := int(req.ResponseBatchSize) > 1
-			switch {
-			case sizes != nil:
-				return srv.SendMsg(encodeSeries(b, sizes, batch))
-			case !batch:
-				return srv.Send(querypb.NewQueryResponse(b[0]))
-			}
-			return srv.Send(querypb.NewQueryBatchResponse(b))
-		},
+		seriesSender(srv, req.ResponseBatchSize,
+			func(s *prompb.TimeSeries) error { return srv.Send(querypb.NewQueryResponse(s)) },
+			func(b []*prompb.TimeSeries) error { return srv.Send(querypb.NewQueryBatchResponse(b)) }),
 		func(st *querypb.QueryStats) error { return srv.Send(querypb.NewQueryStatsResponse(st)) })
 }
 
@@ -139,17 +133,27 @@ func (qs *QueryServer) QueryRange(req *querypb.QueryRangeRequest, srv querypb.Qu
 	}
 	return qs.run(srv.Context(), ev, int(req.ResponseBatchSize), exec,
 		func(ws []error) error { return srv.Send(querypb.NewQueryRangeWarningsResponse(ws...)) },
-		func(b []*prompb.TimeSeries, sizes []int) error {
-			batch := int(req.ResponseBatchSize) > 1
-			switch {
-			case sizes != nil:
-				return srv.SendMsg(encodeSeries(b, sizes, batch))
-			case !batch:
-				return srv.Send(querypb.NewQueryRangeResponse(b[0]))
-			}
-			return srv.Send(querypb.NewQueryRangeBatchResponse(b))
-		},
+		seriesSender(srv, req.ResponseBatchSize,
+			func(s *prompb.TimeSeries) error { return srv.Send(querypb.NewQueryRangeResponse(s)) },
+			func(b []*prompb.TimeSeries) error { return srv.Send(querypb.NewQueryRangeBatchResponse(b)) }),
 		func(st *querypb.QueryStats) error { return srv.Send(querypb.NewQueryRangeStatsResponse(st)) })
+}
+
+// seriesSender sends a Query or QueryRange answer's series: batches of
+// more than one when the request asks for them (batchSize), encoded by
+// encodeSeries when the batcher gives their sizes, else by gogoproto
+// through one (a series) or many (a batch).
+func seriesSender(srv grpc.ServerStream, batchSize int64, one func(*prompb.TimeSeries) error, many func([]*prompb.TimeSeries) error) func([]*prompb.TimeSeries, []int) error {
+	batch := batchSize > 1
+	return func(b []*prompb.TimeSeries, sizes []int) error {
+		switch {
+		case sizes != nil:
+			return srv.SendMsg(encodeSeries(b, sizes, batch))
+		case !batch:
+			return one(b[0])
+		}
+		return many(b)
+	}
 }
 
 // evaluation is what Query and QueryRange requests share.
