@@ -1,6 +1,7 @@
 package query
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -102,7 +103,7 @@ func (h *Federation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // newest is the newest sample in [mint, maxt] of every series the sets
 // select (each once), stale markers left out, sorted by metric name.
-func (h *Federation) newest(r *http.Request, sets [][]*labels.Matcher, mint, maxt int64) ([]fedSample, error) {
+func (h *Federation) newest(r *http.Request, sets [][]*labels.Matcher, mint, maxt int64) (_ []fedSample, err error) {
 	if len(sets) == 0 {
 		return nil, nil
 	}
@@ -110,7 +111,7 @@ func (h *Federation) newest(r *http.Request, sets [][]*labels.Matcher, mint, max
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close()
+	defer func() { err = errors.Join(err, q.Close()) }()
 	hints := &storage.SelectHints{Start: mint, End: maxt}
 	selected := make([]storage.SeriesSet, len(sets))
 	for i, ms := range sets {

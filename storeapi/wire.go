@@ -33,7 +33,7 @@ const (
 	tagSample = 2<<3 | 2 // TimeSeries.samples
 	tagValue  = 2<<3 | 2 // Label.value
 	tagFloat  = 1<<3 | 1 // Sample.value
-	tagTime   = 2<<3 | 0 // Sample.timestamp
+	tagTime   = 2 << 3   // Sample.timestamp (wire type 0, a varint)
 )
 
 // wireSize is the encoded size of a series' message body, and false when
