@@ -26,14 +26,14 @@ import (
 // Federation serves GET /federate as Prometheus does, so that a Prometheus
 // can scrape a Strata's series (a global Prometheus pulling the canonical
 // strata:* series of each region, for instance): the newest sample within
-// the lookback delta of every series a match[] selector selects (at least
-// one; none answers nothing), stale markers left out, with
-// the sample's timestamp, each family untyped (floats) or a histogram,
-// grouped by metric name, and the external labels (global.external_labels,
-// and an empty instance) added after its own where the series lacks them. The format is
-// negotiated from Accept: the protobuf formats, else the text format, which
-// cannot carry a native histogram with exponential buckets (those are left
-// out of a text answer, as Prometheus leaves them out).
+// the lookback delta of every series a match[] selector selects (none
+// answers nothing), stale markers left out, at the sample's timestamp, each
+// family untyped (floats) or a histogram, grouped by metric name, and the
+// external labels (global.external_labels, and an empty instance) after a
+// series' own where it lacks them. The format is negotiated from Accept: the
+// protobuf formats, else the text format, which cannot carry a native
+// histogram with exponential buckets (those are left out of a text answer,
+// as Prometheus leaves them out).
 type Federation struct {
 	q        storage.Queryable
 	parser   parser.Parser
