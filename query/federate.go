@@ -45,12 +45,14 @@ type Federation struct {
 	warnings prometheus.Counter
 }
 
-// NewFederation returns the /federate handler over q; external are the
-// server's external labels, lookback the query lookback delta.
-func NewFederation(q storage.Queryable, external labels.Labels, lookback time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Federation {
+// NewFederation returns the /federate handler over q, parsing match[] with
+// p (the query API's parser, API.PinnedExprs, as Prometheus federates with
+// its API's); external are the server's external labels, lookback the
+// query lookback delta.
+func NewFederation(q storage.Queryable, p parser.Parser, external labels.Labels, lookback time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Federation {
 	f := promauto.With(reg)
 	return &Federation{
-		q: q, parser: parser.NewParser(parser.Options{}), external: external, lookback: lookback, now: now, logger: logger,
+		q: q, parser: p, external: external, lookback: lookback, now: now, logger: logger,
 		errors: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_query_federation_errors_total",
 			Help: "Federation requests that failed after their parameters were accepted (a storage error, a write to the client).",

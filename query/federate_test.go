@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/tsdbutil"
 	"github.com/prometheus/prometheus/web"
@@ -100,7 +101,7 @@ func TestFederationEqualsPrometheus(t *testing.T) {
 	prom.SetReady(web.Ready)
 	go func() { _ = prom.Run(ctx, []net.Listener{ln}, "") }()
 
-	strata := httptest.NewServer(NewFederation(raw, external, 5*time.Minute, time.Now, slog.New(slog.DiscardHandler), prometheus.NewRegistry()))
+	strata := httptest.NewServer(NewFederation(raw, parser.NewParser(parser.Options{}), external, 5*time.Minute, time.Now, slog.New(slog.DiscardHandler), prometheus.NewRegistry()))
 	t.Cleanup(strata.Close)
 
 	get := func(base, query, accept string) (int, string, string) {

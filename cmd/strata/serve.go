@@ -270,7 +270,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.federate = httputil.CompressionHandler{Handler: query.NewFederation(srv.stitched, ext,
+	srv.federate = httputil.CompressionHandler{Handler: query.NewFederation(srv.stitched, srv.api.PinnedExprs(), ext,
 		time.Duration(cfg.Query.LookbackDelta), time.Now, logger.With("component", "federate"), reg)}
 	ex, _, err := openExporter(cfg, logger, srv.minute, srv.hour, srv.api.Engine(), srv.meta)
 	if err != nil {
