@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -20,10 +21,16 @@ import (
 // the whole test data set, accepting the given response types.
 func readRequest(t *testing.T, url string, types ...prompb.ReadRequest_ResponseType) *http.Request {
 	t.Helper()
-	q, err := remote.ToQuery(t0, t0+int64(testSamples)*testStep, []*labels.Matcher{
+	return readRequestFor(t, url, nil, types...)
+}
+
+// readRequestFor is readRequest with more matchers.
+func readRequestFor(t *testing.T, url string, more []*labels.Matcher, types ...prompb.ReadRequest_ResponseType) *http.Request {
+	t.Helper()
+	q, err := remote.ToQuery(t0, t0+int64(testSamples)*testStep, append([]*labels.Matcher{
 		labels.MustNewMatcher(labels.MatchEqual, "__name__", "http_requests_total"),
 		labels.MustNewMatcher(labels.MatchEqual, "code", "500"),
-	}, nil)
+	}, more...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +52,18 @@ func readRequest(t *testing.T, url string, types ...prompb.ReadRequest_ResponseT
 // {code="500"} with value i at t0 + i*15s.
 func checkReadSeries(t *testing.T, lset []prompb.Label, ts []int64, vs []float64) {
 	t.Helper()
+	checkReadSeriesLabels(t, lset, ts, vs, labels.FromStrings("__name__", "http_requests_total", "code", "500", "instance", "a", "job", "vllm"))
+}
+
+// checkReadSeriesLabels is checkReadSeries with the labels expected.
+func checkReadSeriesLabels(t *testing.T, lset []prompb.Label, ts []int64, vs []float64, wantLabels labels.Labels) {
+	t.Helper()
 	b := labels.NewScratchBuilder(len(lset))
 	for _, l := range lset {
 		b.Add(l.Name, l.Value)
 	}
 	b.Sort()
 	gotLabels := b.Labels()
-	wantLabels := labels.FromStrings("__name__", "http_requests_total", "code", "500", "instance", "a", "job", "vllm")
 	if !labels.Equal(gotLabels, wantLabels) {
 		t.Errorf("labels %s, want %s", gotLabels, wantLabels)
 	}
@@ -154,6 +166,38 @@ func TestRemoteRead(t *testing.T) {
 		checkReadSeries(t, lset, ts, vs)
 	})
 
+	t.Run("external labels", func(t *testing.T) {
+		// As Prometheus' global external_labels: added to every series
+		// returned (a series' own label of the same name wins), and an
+		// equality matcher on one is answered by the label, not the
+		// storage: cluster="eu" selects the series, cluster="us" none.
+		cfg := DefaultConfig()
+		cfg.ExternalLabels = labels.FromStrings("cluster", "eu", "instance", "external")
+		ext, _ := newTestServer(t, cfg)
+		want := labels.FromStrings("__name__", "http_requests_total", "cluster", "eu", "code", "500", "instance", "a", "job", "vllm")
+		for _, tc := range []struct {
+			name   string
+			more   []*labels.Matcher
+			series int
+		}{
+			{"no matcher on them", nil, 1},
+			{"matching one", []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "cluster", "eu")}, 1},
+			{"not matching one", []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "cluster", "us")}, 0},
+		} {
+			for _, rt := range []prompb.ReadRequest_ResponseType{prompb.ReadRequest_SAMPLES, prompb.ReadRequest_STREAMED_XOR_CHUNKS} {
+				t.Run(tc.name+"/"+rt.String(), func(t *testing.T) {
+					got := readAll(t, ext, readRequestFor(t, ext.URL, tc.more, rt))
+					if len(got) != tc.series {
+						t.Fatalf("%d series, want %d", len(got), tc.series)
+					}
+					for _, s := range got {
+						checkReadSeriesLabels(t, s.labels, s.ts, s.vs, want)
+					}
+				})
+			}
+		}
+	})
+
 	t.Run("sample limit", func(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.RemoteReadSampleLimit = 10
@@ -181,4 +225,80 @@ func TestRemoteRead(t *testing.T) {
 			t.Fatalf("status %d, want 405", resp.StatusCode)
 		}
 	})
+}
+
+// readSeries is one series a remote read returned.
+type readSeries struct {
+	labels []prompb.Label
+	ts     []int64
+	vs     []float64
+}
+
+// readAll sends req, which asks for one response type, and returns the
+// series of the answer, decoding either type.
+func readAll(t *testing.T, srv *httptest.Server, req *http.Request) []readSeries {
+	t.Helper()
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var out []readSeries
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-streamed-protobuf") {
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := snappy.Decode(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rr prompb.ReadResponse
+		if err := rr.Unmarshal(data); err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range rr.Results {
+			for _, s := range res.Timeseries {
+				rs := readSeries{labels: s.Labels}
+				for _, smp := range s.Samples {
+					rs.ts, rs.vs = append(rs.ts, smp.Timestamp), append(rs.vs, smp.Value)
+				}
+				out = append(out, rs)
+			}
+		}
+		return out
+	}
+	reader := remote.NewChunkedReader(resp.Body, config.DefaultChunkedReadLimit, nil)
+	for {
+		var msg prompb.ChunkedReadResponse
+		err := reader.NextProto(&msg)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range msg.ChunkedSeries {
+			rs := readSeries{labels: s.Labels}
+			for _, c := range s.Chunks {
+				chk, err := chunkenc.FromData(chunkenc.Encoding(c.Type), c.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				it := chk.Iterator(nil)
+				for it.Next() == chunkenc.ValFloat {
+					tt, v := it.At()
+					rs.ts, rs.vs = append(rs.ts, tt), append(rs.vs, v)
+				}
+				if err := it.Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out = append(out, rs)
+		}
+	}
 }

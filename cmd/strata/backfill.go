@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	config_util "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage/remote"
@@ -36,6 +37,7 @@ type backfillCommand struct {
 	readURL      string
 	match        string
 	from, to     string
+	dropLabels   []string
 	progressFile string
 	noProgress   bool
 }
@@ -49,6 +51,7 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("remote-read.match", "Series selector for --remote-read.url.").Default(`{__name__=~".+"}`).StringVar(&c.match)
 	c.cmd.Flag("remote-read.from", "Start of the range to read (RFC 3339 or a duration before now, e.g. 30d).").Default("7d").StringVar(&c.from)
 	c.cmd.Flag("remote-read.to", "End of the range to read (RFC 3339, or a duration before now; 0s is now).").Default("0s").StringVar(&c.to)
+	c.cmd.Flag("remote-read.drop-label", "Label to remove from every series read with --remote-read.url (repeatable), e.g. the external labels a Prometheus or Strata source adds to what it answers. Two series that only this label told apart are an error.").StringsVar(&c.dropLabels)
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
 	return c
@@ -61,6 +64,9 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	}
 	if (len(c.files) == 0) == (c.readURL == "") {
 		return errors.New("give either input files or --remote-read.url")
+	}
+	if len(c.dropLabels) > 0 && c.readURL == "" {
+		return errors.New("--remote-read.drop-label applies to --remote-read.url only")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -168,6 +174,11 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 	if err != nil {
 		return nil, err
 	}
+	for _, n := range c.dropLabels {
+		if !model.UTF8Validation.IsValidLabelName(n) || n == model.MetricNameLabel {
+			return nil, fmt.Errorf("--remote-read.drop-label: %q is not a label that can be dropped", n)
+		}
+	}
 	pm, err := remote.ToQuery(from.UnixMilli(), to.UnixMilli(), matchers, nil)
 	if err != nil {
 		return nil, err
@@ -198,7 +209,31 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 	if err := set.Err(); err != nil {
 		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
 	}
-	return out, nil
+	return dropLabels(out, c.dropLabels)
+}
+
+// dropLabels removes the labels names from every series. Series that only
+// those labels told apart would be merged into one, their samples mixed:
+// that is an error naming the series.
+func dropLabels(series []backfill.Series, names []string) ([]backfill.Series, error) {
+	if len(names) == 0 {
+		return series, nil
+	}
+	b := labels.NewBuilder(labels.EmptyLabels())
+	seen := make(map[string]labels.Labels, len(series))
+	var buf []byte
+	for i := range series {
+		b.Reset(series[i].Labels)
+		b.Del(names...)
+		l := b.Labels()
+		buf = l.Bytes(buf)
+		if before, ok := seen[string(buf)]; ok {
+			return nil, fmt.Errorf("--remote-read.drop-label: %s and %s would both become %s", before, series[i].Labels, l)
+		}
+		seen[string(buf)] = series[i].Labels
+		series[i].Labels = l
+	}
+	return series, nil
 }
 
 // parseTimeOrAgo reads RFC 3339, or a Prometheus duration meaning that long before now.

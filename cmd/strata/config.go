@@ -62,7 +62,8 @@ type DiagnoseSection struct {
 // Prometheus' `global:` section.
 type GlobalConfig struct {
 	// ExternalLabels tell a Thanos Querier in front of several Strata nodes
-	// which node (shard, replica) a series comes from (docs/scale-out.md).
+	// which node (shard, replica) a series comes from (docs/scale-out.md);
+	// /federate and remote read add them too, as Prometheus does.
 	ExternalLabels map[string]string `yaml:"external_labels"`
 }
 

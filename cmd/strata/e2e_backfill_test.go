@@ -132,10 +132,18 @@ func TestBackfillFromRemoteRead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("backfill end-to-end: skipped under -short")
 	}
-	src := startStrata(t, t.TempDir())
+	// The source's external labels come with what it answers, as
+	// Prometheus' do; --remote-read.drop-label leaves them out of the copy.
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "src.yml")
+	if err := os.WriteFile(cfg, []byte("global:\n  external_labels:\n    cluster: src\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := startStrata(t, filepath.Join(dir, "src"), "--config.file="+cfg)
 	now := time.Now().Truncate(time.Second)
 	writeCopiedSeries(t, src, now.Add(-1200*time.Second), now)
-	checkRemoteReadCopy(t, src, now, "30m")
+	checkRemoteReadCopy(t, src, now, "30m", "", "--remote-read.drop-label=cluster")
+	checkRemoteReadCopy(t, src, now, "30m", "src")
 }
 
 // TestBackfillFromRemoteReadFirstHourFinal is TestBackfillFromRemoteRead
@@ -171,7 +179,7 @@ func TestBackfillFromRemoteReadFirstHourFinal(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	checkRemoteReadCopy(t, src, now, "2h")
+	checkRemoteReadCopy(t, src, now, "2h", "")
 }
 
 // writeCopiedSeries writes three counters copied_total{instance="0".."2"}
@@ -192,15 +200,23 @@ func writeCopiedSeries(t *testing.T, p *strataProc, first, end time.Time) {
 }
 
 // checkRemoteReadCopy copies the last hour and a half of copied_total from
-// src into a new store with `strata backfill --remote-read.url`, starts a
-// server on the copy, and checks that the count and the sum of every
-// series' samples over rng before now are the source's.
-func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng string) {
+// src into a new store with `strata backfill --remote-read.url` (and args),
+// starts a server on the copy, and checks that the count and the sum of
+// every series' samples over rng before now are the source's, and that the
+// copy's series have the label cluster="<cluster>" ("": none).
+func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng, cluster string, args ...string) {
 	t.Helper()
 	dst := t.TempDir()
-	runStrata(t, "backfill", "--storage.path="+dst, "--no-progress-bar",
-		"--remote-read.url="+src.url("/api/v1/read"), "--remote-read.match=copied_total", "--remote-read.from=90m")
+	runStrata(t, append([]string{"backfill", "--storage.path=" + dst, "--no-progress-bar",
+		"--remote-read.url=" + src.url("/api/v1/read"), "--remote-read.match=copied_total", "--remote-read.from=90m"}, args...)...)
 	p := startStrata(t, dst)
+	clusters, _, _, err := newAPIClient(t, p).Query(context.Background(), `count by (cluster) (last_over_time(copied_total[90m]))`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := clusters.(model.Vector); !ok || len(v) != 1 || string(v[0].Metric["cluster"]) != cluster || v[0].Value != 3 {
+		t.Errorf("the copy's series by cluster: %v, want 3 with cluster=%q", clusters, cluster)
+	}
 	q := fmt.Sprintf(`sum by (instance) (count_over_time(copied_total[%[1]s])) * 1000 + sum by (instance) (sum_over_time(copied_total[%[1]s]))`, rng)
 	want, _, _, err := newAPIClient(t, src).Query(context.Background(), q, now)
 	if err != nil {

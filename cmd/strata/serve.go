@@ -252,7 +252,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.targets = &scrapeTargets{}
+	ext, err := cfg.externalLabels()
+	if err != nil {
+		return nil, err
+	}
 	qcfg := cfg.query()
+	qcfg.ExternalLabels = ext
 	qcfg.Rules, qcfg.Alertmanagers = srv.rules, srv.ams
 	if qcfg.ConfigYAML, err = cfg.statusYAML(); err != nil {
 		return nil, err
@@ -266,10 +271,6 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	srv.closer = append(srv.closer, srv.api.Close)
-	ext, err := cfg.externalLabels()
-	if err != nil {
-		return nil, err
-	}
 	srv.federate = httputil.CompressionHandler{Handler: query.NewFederation(srv.stitched, srv.api.PinnedExprs(), ext,
 		time.Duration(cfg.Query.LookbackDelta), time.Now, logger.With("component", "federate"), reg)}
 	ex, _, err := openExporter(cfg, logger, srv.minute, srv.hour, srv.api.Engine(), srv.meta)
