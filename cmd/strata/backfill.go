@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/strata-dev/strata/backfill"
 	"github.com/strata-dev/strata/diagnose"
@@ -73,7 +74,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 
 	var input []backfill.Series
 	if c.readURL != "" {
-		input, err = c.remoteRead(ctx)
+		input, err = c.remoteRead(ctx, logger)
 	} else {
 		input, err = c.readFiles()
 	}
@@ -147,7 +148,9 @@ func (c *backfillCommand) readFiles() ([]backfill.Series, error) {
 
 // remoteRead reads [from, to] of the series matching c.match from a
 // Prometheus-compatible remote-read endpoint with Prometheus' own client.
-func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, error) {
+// Native histogram samples are left out, and counted in a warning: the
+// backfill writes floats (the rollup tiers hold no histograms).
+func (c *backfillCommand) remoteRead(ctx context.Context, logger *slog.Logger) ([]backfill.Series, error) {
 	now := time.Now()
 	from, err := parseTimeOrAgo(c.from, now)
 	if err != nil {
@@ -187,14 +190,19 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 	if err != nil {
 		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
 	}
-	var out []backfill.Series
+	var (
+		out                 []backfill.Series
+		histograms, hSeries int
+	)
 	for set.Next() {
 		s := set.At()
 		bs := backfill.Series{Labels: s.Labels()}
 		it := s.Iterator(nil)
-		for vt := it.Next(); vt != 0; vt = it.Next() {
-			if vt.String() != "float" {
-				continue // native histograms are not backfilled (they are raw-only)
+		n := 0
+		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+			if vt != chunkenc.ValFloat {
+				n++
+				continue
 			}
 			t, v := it.At()
 			bs.Samples = append(bs.Samples, backfill.Sample{T: t, V: v})
@@ -202,12 +210,18 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 		if err := it.Err(); err != nil {
 			return nil, err
 		}
+		if n > 0 {
+			histograms, hSeries = histograms+n, hSeries+1
+		}
 		if len(bs.Samples) > 0 {
 			out = append(out, bs)
 		}
 	}
 	if err := set.Err(); err != nil {
 		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
+	}
+	if histograms > 0 {
+		logger.Warn("native histogram samples are not backfilled: left out", "samples", histograms, "series", hSeries)
 	}
 	return dropLabels(out, c.dropLabels)
 }

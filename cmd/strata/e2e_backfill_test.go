@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang/snappy"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	remoteapi "github.com/prometheus/client_golang/exp/api/remote"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 
@@ -142,7 +144,23 @@ func TestBackfillFromRemoteRead(t *testing.T) {
 	src := startStrata(t, filepath.Join(dir, "src"), "--config.file="+cfg)
 	now := time.Now().Truncate(time.Second)
 	writeCopiedSeries(t, src, now.Add(-1200*time.Second), now)
-	checkRemoteReadCopy(t, src, now, "30m", "", "--remote-read.drop-label=cluster")
+	// A native histogram series is read, left out and counted in a warning.
+	hist := prompb.TimeSeries{Labels: []prompb.Label{{Name: "__name__", Value: "copied_hist"}}}
+	for i := range 10 {
+		h := &histogram.Histogram{Count: uint64(i), Sum: float64(i), ZeroCount: uint64(i), ZeroThreshold: 0.001}
+		hist.Histograms = append(hist.Histograms, prompb.FromIntHistogram(now.Add(time.Duration(i-10)*10*time.Second).UnixMilli(), h))
+	}
+	body, err := (&prompb.WriteRequest{Timeseries: []prompb.TimeSeries{hist}}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newWriteClient(t, src, remoteapi.WriteV1MessageType).Store(context.Background(), snappy.Encode(nil, body), 0); err != nil {
+		t.Fatal(err)
+	}
+	out := checkRemoteReadCopy(t, src, now, "30m", "", "--remote-read.drop-label=cluster")
+	if !strings.Contains(out, "native histogram samples are not backfilled") || !strings.Contains(out, "samples=10 series=1") {
+		t.Errorf("backfill's output does not count the 10 histogram samples left out:\n%s", out)
+	}
 	checkRemoteReadCopy(t, src, now, "30m", "src")
 }
 
@@ -199,16 +217,17 @@ func writeCopiedSeries(t *testing.T, p *strataProc, first, end time.Time) {
 	}
 }
 
-// checkRemoteReadCopy copies the last hour and a half of copied_total from
-// src into a new store with `strata backfill --remote-read.url` (and args),
+// checkRemoteReadCopy copies the last hour and a half of copied_* from src
+// into a new store with `strata backfill --remote-read.url` (and args),
 // starts a server on the copy, and checks that the count and the sum of
-// every series' samples over rng before now are the source's, and that the
-// copy's series have the label cluster="<cluster>" ("": none).
-func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng, cluster string, args ...string) {
+// every copied_total series' samples over rng before now are the source's,
+// and that the copy's series have the label cluster="<cluster>" ("": none).
+// It returns the backfill's output.
+func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng, cluster string, args ...string) string {
 	t.Helper()
 	dst := t.TempDir()
-	runStrata(t, append([]string{"backfill", "--storage.path=" + dst, "--no-progress-bar",
-		"--remote-read.url=" + src.url("/api/v1/read"), "--remote-read.match=copied_total", "--remote-read.from=90m"}, args...)...)
+	out := runStrata(t, append([]string{"backfill", "--storage.path=" + dst, "--no-progress-bar",
+		"--remote-read.url=" + src.url("/api/v1/read"), `--remote-read.match={__name__=~"copied_.*"}`, "--remote-read.from=90m"}, args...)...)
 	p := startStrata(t, dst)
 	clusters, _, _, err := newAPIClient(t, p).Query(context.Background(), `count by (cluster) (last_over_time(copied_total[90m]))`, now)
 	if err != nil {
@@ -229,4 +248,5 @@ func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng, clus
 	if got.String() != want.String() || len(got.(model.Vector)) != 3 {
 		t.Errorf("copy answers\n%v\nsource answers\n%v", got, want)
 	}
+	return out
 }
