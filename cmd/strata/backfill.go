@@ -69,6 +69,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if len(c.dropLabels) > 0 && c.readURL == "" {
 		return errors.New("--remote-read.drop-label applies to --remote-read.url only")
 	}
+	for _, n := range c.dropLabels {
+		if !model.UTF8Validation.IsValidLabelName(n) || n == model.MetricNameLabel {
+			return fmt.Errorf("--remote-read.drop-label: %q is not a label that can be dropped", n)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -177,11 +182,6 @@ func (c *backfillCommand) remoteRead(ctx context.Context, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range c.dropLabels {
-		if !model.UTF8Validation.IsValidLabelName(n) || n == model.MetricNameLabel {
-			return nil, fmt.Errorf("--remote-read.drop-label: %q is not a label that can be dropped", n)
-		}
-	}
 	pm, err := remote.ToQuery(from.UnixMilli(), to.UnixMilli(), matchers, nil)
 	if err != nil {
 		return nil, err
@@ -226,9 +226,9 @@ func (c *backfillCommand) remoteRead(ctx context.Context, logger *slog.Logger) (
 	return dropLabels(out, c.dropLabels)
 }
 
-// dropLabels removes the labels names from every series. Series that only
-// those labels told apart would be merged into one, their samples mixed:
-// that is an error naming the series.
+// dropLabels removes the labels named names from every series. Series that
+// only those labels told apart would be merged into one, their samples
+// mixed: that is an error naming the series.
 func dropLabels(series []backfill.Series, names []string) ([]backfill.Series, error) {
 	if len(names) == 0 {
 		return series, nil
