@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,88 +84,25 @@ func checkReadSeriesLabels(t *testing.T, lset []prompb.Label, ts []int64, vs []f
 func TestRemoteRead(t *testing.T) {
 	srv, _ := newTestServer(t, DefaultConfig())
 
-	t.Run("samples", func(t *testing.T) {
-		resp, err := srv.Client().Do(readRequest(t, srv.URL, prompb.ReadRequest_SAMPLES))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "snappy" {
-			t.Fatalf("status %d, encoding %q: %s", resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
-		}
-		data, err := snappy.Decode(nil, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rr prompb.ReadResponse
-		if err := rr.Unmarshal(data); err != nil {
-			t.Fatal(err)
-		}
-		if len(rr.Results) != 1 || len(rr.Results[0].Timeseries) != 1 {
-			t.Fatalf("got %d results, want one with one series: %v", len(rr.Results), rr.Results)
-		}
-		series := rr.Results[0].Timeseries[0]
-		var ts []int64
-		var vs []float64
-		for _, s := range series.Samples {
-			ts = append(ts, s.Timestamp)
-			vs = append(vs, s.Value)
-		}
-		checkReadSeries(t, series.Labels, ts, vs)
-	})
-
-	t.Run("streamed chunks", func(t *testing.T) {
-		resp, err := srv.Client().Do(readRequest(t, srv.URL, prompb.ReadRequest_STREAMED_XOR_CHUNKS))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "application/x-streamed-protobuf") {
-			t.Fatalf("status %d, Content-Type %q", resp.StatusCode, ct)
-		}
-		reader := remote.NewChunkedReader(resp.Body, config.DefaultChunkedReadLimit, nil)
-		var ts []int64
-		var vs []float64
-		var lset []prompb.Label
-		for {
-			var msg prompb.ChunkedReadResponse
-			err := reader.NextProto(&msg)
-			if errors.Is(err, io.EOF) {
-				break
+	// Each response type, decoded as Prometheus' remote-read client does.
+	for _, tc := range []struct {
+		rt            prompb.ReadRequest_ResponseType
+		header, value string // a header the answer must have, by prefix
+	}{
+		{prompb.ReadRequest_SAMPLES, "Content-Encoding", "snappy"},
+		{prompb.ReadRequest_STREAMED_XOR_CHUNKS, "Content-Type", "application/x-streamed-protobuf"},
+	} {
+		t.Run(tc.rt.String(), func(t *testing.T) {
+			got, h := readAll(t, srv, readRequest(t, srv.URL, tc.rt))
+			if !strings.HasPrefix(h.Get(tc.header), tc.value) {
+				t.Errorf("%s: %q, want %q", tc.header, h.Get(tc.header), tc.value)
 			}
-			if err != nil {
-				t.Fatal(err)
+			if len(got) != 1 {
+				t.Fatalf("%d series, want 1", len(got))
 			}
-			for _, s := range msg.ChunkedSeries {
-				lset = s.Labels
-				for _, c := range s.Chunks {
-					// Decoded by the encoding the chunk declares, as
-					// Prometheus' remote-read client does: the raw tier
-					// answers here with its own chunks (XOR2 by
-					// default; strata serve's stitched view re-encodes
-					// them as XOR).
-					chk, err := chunkenc.FromData(chunkenc.Encoding(c.Type), c.Data)
-					if err != nil {
-						t.Fatal(err)
-					}
-					it := chk.Iterator(nil)
-					for it.Next() == chunkenc.ValFloat {
-						tt, v := it.At()
-						ts = append(ts, tt)
-						vs = append(vs, v)
-					}
-					if err := it.Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-		}
-		checkReadSeries(t, lset, ts, vs)
-	})
+			checkReadSeries(t, got[0].labels, got[0].ts, got[0].vs)
+		})
+	}
 
 	t.Run("external labels", func(t *testing.T) {
 		// As Prometheus' global external_labels: added to every series
@@ -186,7 +124,7 @@ func TestRemoteRead(t *testing.T) {
 		} {
 			for _, rt := range []prompb.ReadRequest_ResponseType{prompb.ReadRequest_SAMPLES, prompb.ReadRequest_STREAMED_XOR_CHUNKS} {
 				t.Run(tc.name+"/"+rt.String(), func(t *testing.T) {
-					got := readAll(t, ext, readRequestFor(t, ext.URL, tc.more, rt))
+					got, _ := readAll(t, ext, readRequestFor(t, ext.URL, tc.more, rt))
 					if len(got) != tc.series {
 						t.Fatalf("%d series, want %d", len(got), tc.series)
 					}
@@ -235,8 +173,12 @@ type readSeries struct {
 }
 
 // readAll sends req, which asks for one response type, and returns the
-// series of the answer, decoding either type.
-func readAll(t *testing.T, srv *httptest.Server, req *http.Request) []readSeries {
+// series of the answer, decoding either type, and the answer's headers. A
+// streamed series whose chunks span frames is one series. Chunks are
+// decoded by the encoding they declare, as Prometheus' remote-read client
+// does: the raw tier answers with its own chunks (XOR2 by default; strata
+// serve's stitched view re-encodes them as XOR).
+func readAll(t *testing.T, srv *httptest.Server, req *http.Request) ([]readSeries, http.Header) {
 	t.Helper()
 	resp, err := srv.Client().Do(req)
 	if err != nil {
@@ -270,20 +212,23 @@ func readAll(t *testing.T, srv *httptest.Server, req *http.Request) []readSeries
 				out = append(out, rs)
 			}
 		}
-		return out
+		return out, resp.Header
 	}
 	reader := remote.NewChunkedReader(resp.Body, config.DefaultChunkedReadLimit, nil)
 	for {
 		var msg prompb.ChunkedReadResponse
 		err := reader.NextProto(&msg)
 		if errors.Is(err, io.EOF) {
-			return out
+			return out, resp.Header
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range msg.ChunkedSeries {
-			rs := readSeries{labels: s.Labels}
+			if n := len(out); n == 0 || !slices.EqualFunc(out[n-1].labels, s.Labels, func(a, b prompb.Label) bool { return a.Name == b.Name && a.Value == b.Value }) {
+				out = append(out, readSeries{labels: s.Labels})
+			}
+			rs := &out[len(out)-1]
 			for _, c := range s.Chunks {
 				chk, err := chunkenc.FromData(chunkenc.Encoding(c.Type), c.Data)
 				if err != nil {
@@ -298,7 +243,6 @@ func readAll(t *testing.T, srv *httptest.Server, req *http.Request) []readSeries
 					t.Fatal(err)
 				}
 			}
-			out = append(out, rs)
 		}
 	}
 }
