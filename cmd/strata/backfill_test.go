@@ -30,7 +30,7 @@ func TestDropLabels(t *testing.T) {
 		}
 	}
 	if same, err := dropLabels(read(), nil); err != nil || same[0].Labels.Get("cluster") != "eu" {
-		t.Errorf("no label to drop changed the series: %v, %v", same, err)
+		t.Errorf("dropping no label changed the series: %v, %v", same, err)
 	}
 
 	_, err = dropLabels(read(), []string{"instance"})
