@@ -42,11 +42,36 @@ type Sample struct {
 	V float64
 }
 
+// HistogramSample is one native histogram sample: exactly one of H and FH
+// is set.
+type HistogramSample struct {
+	T  int64 // ms since the epoch
+	H  *histogram.Histogram
+	FH *histogram.FloatHistogram
+}
+
 // Series is one series and its samples. Run sorts the samples by time and
 // keeps the last of samples sharing a timestamp.
 type Series struct {
 	Labels  labels.Labels
 	Samples []Sample
+	// Histograms are the series' native histogram samples. Like live ones
+	// they go to the raw tier only (the rollup tiers hold floats): those
+	// older than the raw retention are dropped and counted. A float sample
+	// at a timestamp a histogram sample holds is dropped.
+	Histograms []HistogramSample
+}
+
+// span is the time of the series' first and last sample of either kind.
+func (s Series) span() (first, last int64) {
+	first, last = math.MaxInt64, math.MinInt64
+	if n := len(s.Samples); n > 0 {
+		first, last = s.Samples[0].T, s.Samples[n-1].T
+	}
+	if n := len(s.Histograms); n > 0 {
+		first, last = min(first, s.Histograms[0].T), max(last, s.Histograms[n-1].T)
+	}
+	return first, last
 }
 
 // Config configures a backfill.
@@ -107,6 +132,12 @@ type Progress struct {
 	// a minute), a restarted one at once.
 	RawBlockSamples int
 	DroppedSamples  int // older than the hour tier's retention, or rejected by raw
+	// HistogramSamples are the native histogram samples written to raw, in
+	// the head or in blocks (also in RawSamples or RawBlockSamples).
+	HistogramSamples int
+	// DroppedHistogramSamples are the native histogram samples older than
+	// the raw retention, which no tier takes (also in DroppedSamples).
+	DroppedHistogramSamples int
 }
 
 // Result is the final Progress.
@@ -156,9 +187,12 @@ const rawBlockRange = 2 * time.Hour
 //     `strata serve` at start; they may overlap the head, which the TSDB
 //     merges at query time and compacts vertically.
 //
+// Native histogram samples go to raw only, in the head or in blocks, and
+// are dropped when older than the raw retention.
+//
 // Run is resumable through cfg.ProgressFile and reports progress to
 // progress (which may be nil). All input is held in memory (16 bytes per
-// sample).
+// float sample).
 func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress func(Progress)) (Result, error) {
 	var res Result
 	if cfg.Now == nil {
@@ -212,23 +246,45 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		return saveProgress(cfg.ProgressFile, st)
 	}
 
-	mint, maxt := series[0].Samples[0].T, int64(math.MinInt64)
+	// mint and maxt span every sample; fmint and fmaxt the float samples,
+	// which alone reach the rollup tiers.
+	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)
+	fmint, fmaxt := mint, maxt
 	for _, s := range series {
-		mint = min(mint, s.Samples[0].T)
-		maxt = max(maxt, s.Samples[len(s.Samples)-1].T)
+		first, last := s.span()
+		mint, maxt = min(mint, first), max(maxt, last)
+		if n := len(s.Samples); n > 0 {
+			fmint, fmaxt = min(fmint, s.Samples[0].T), max(fmaxt, s.Samples[n-1].T)
+		}
 	}
+	// Raw blocks start at rawFrom; the head takes everything from the
+	// cutoff. A histogram before both has no tier.
+	rawFrom := int64(math.MaxInt64)
+	if t.Raw != nil && cfg.RawRetention > 0 {
+		rawFrom = now - cfg.RawRetention.Milliseconds()
+	}
+	histFrom := min(rawFrom, cutoff)
 	for _, s := range series {
 		for _, x := range s.Samples {
 			if x.T < oldest {
 				res.DroppedSamples++
 			}
 		}
+		for _, x := range s.Histograms {
+			if x.T < histFrom {
+				res.DroppedSamples++
+				res.DroppedHistogramSamples++
+			}
+		}
 	}
 
 	// Minute partitions below the cutoff.
-	first := max(timegrid.Floor(mint, downsample.HourRes), oldest)
-	last := min(cutoff, maxt+1) // exclusive
-	total := int(max(0, (last-first+downsample.HourRes-1)/downsample.HourRes))
+	first := max(timegrid.Floor(fmint, downsample.HourRes), oldest)
+	last := min(cutoff, fmaxt+1) // exclusive
+	total := 0
+	if last > first {
+		total = int((last - first + downsample.HourRes - 1) / downsample.HourRes)
+	}
 	days := map[int64]bool{}
 	for i, h := 0, first; h < last; i, h = i+1, h+downsample.HourRes {
 		if err := ctx.Err(); err != nil {
@@ -286,7 +342,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 
 	// History behind the cutoff but within the raw retention: raw blocks.
 	if t.Raw != nil && cfg.RawRetention > 0 {
-		from := max(mint, now-cfg.RawRetention.Milliseconds())
+		from := max(mint, rawFrom)
 		if err := writeRawBlocks(ctx, series, t.Raw.DB().Dir(), from, min(cutoff, maxt+1), &st, &res, save, progress); err != nil {
 			return res, err
 		}
@@ -336,20 +392,58 @@ func minuteWindows(series []Series, h int64, kindOf downsample.KindFunc) ([]tier
 	return out, nil
 }
 
-// cursor is one series' position in the time-ordered merge into raw.
+// cursor is one series' position in a time-ordered walk of its float (i)
+// and histogram (j) samples, which normalize leaves no timestamp in common.
 type cursor struct {
-	s *Series
-	i int
+	s    *Series
+	i, j int
 }
+
+// cursorAt returns a cursor on s's first samples at or after t.
+func cursorAt(s *Series, t int64) cursor {
+	i, _ := slices.BinarySearchFunc(s.Samples, t, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
+	j, _ := slices.BinarySearchFunc(s.Histograms, t, func(x HistogramSample, t int64) int { return cmp.Compare(x.T, t) })
+	return cursor{s: s, i: i, j: j}
+}
+
+// t is the time of the cursor's sample; math.MaxInt64 when it has none.
+func (c *cursor) t() int64 {
+	t := int64(math.MaxInt64)
+	if c.i < len(c.s.Samples) {
+		t = c.s.Samples[c.i].T
+	}
+	if c.j < len(c.s.Histograms) {
+		t = min(t, c.s.Histograms[c.j].T)
+	}
+	return t
+}
+
+// next returns the cursor's sample (a float when h and fh are nil) and
+// moves past it; ok is false when there is none left.
+func (c *cursor) next() (t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, ok bool) {
+	hasF, hasH := c.i < len(c.s.Samples), c.j < len(c.s.Histograms)
+	switch {
+	case hasH && (!hasF || c.s.Histograms[c.j].T < c.s.Samples[c.i].T):
+		x := c.s.Histograms[c.j]
+		c.j++
+		return x.T, 0, x.H, x.FH, true
+	case hasF:
+		x := c.s.Samples[c.i]
+		c.i++
+		return x.T, x.V, nil, nil, true
+	}
+	return 0, 0, nil, nil, false
+}
+
+// left is the number of samples after the cursor.
+func (c *cursor) left() int { return len(c.s.Samples) - c.i + len(c.s.Histograms) - c.j }
 
 type cursorHeap []*cursor
 
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	return h[i].s.Samples[h[i].i].T < h[j].s.Samples[h[j].i].T
-}
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
+func (h cursorHeap) Len() int           { return len(h) }
+func (h cursorHeap) Less(i, j int) bool { return h[i].t() < h[j].t() }
+func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(*cursor)) }
 func (h *cursorHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -365,11 +459,10 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.App
 	h := cursorHeap{}
 	total := 0
 	for i := range series {
-		s := &series[i]
-		j, _ := slices.BinarySearchFunc(s.Samples, from, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
-		if j < len(s.Samples) {
-			h = append(h, &cursor{s: s, i: j})
-			total += len(s.Samples) - j
+		c := cursorAt(&series[i], from)
+		if n := c.left(); n > 0 {
+			h = append(h, &c)
+			total += n
 		}
 	}
 	heap.Init(&h)
@@ -391,25 +484,31 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.App
 	}
 	for h.Len() > 0 {
 		c := h[0]
-		x := c.s.Samples[c.i]
 		// Commit only between timestamps, so the mark means "everything
 		// before it is in raw" and a resume never skips half a timestamp.
-		if n >= cfg.BatchSize && x.T > st.RawMark {
-			if err := commit(x.T); err != nil {
+		if t := c.t(); n >= cfg.BatchSize && t > st.RawMark {
+			if err := commit(t); err != nil {
 				return errors.Join(err, app.Rollback())
 			}
 		}
-		if _, err := app.Append(0, c.s.Labels, 0, x.T, x.V, nil, nil, storage.AppendV2Options{}); err != nil {
+		t, v, hist, fhist, _ := c.next()
+		if _, err := app.Append(0, c.s.Labels, 0, t, v, hist, fhist, storage.AppendV2Options{}); err != nil {
 			if !errors.Is(err, storage.ErrTooOldSample) && !errors.Is(err, storage.ErrOutOfBounds) && !errors.Is(err, storage.ErrOutOfOrderSample) {
 				return errors.Join(fmt.Errorf("backfill raw append %s: %w", c.s.Labels, err), app.Rollback())
 			}
 			res.DroppedSamples++
+			if hist != nil || fhist != nil {
+				res.DroppedHistogramSamples++
+			}
 		} else {
 			res.RawSamples++
+			if hist != nil || fhist != nil {
+				res.HistogramSamples++
+			}
 		}
 		n++
 		done++
-		if c.i++; c.i < len(c.s.Samples) {
+		if c.left() > 0 {
 			heap.Fix(&h, 0)
 		} else {
 			heap.Pop(&h)
@@ -436,11 +535,12 @@ func writeRawBlocks(ctx context.Context, series []Series, dir string, from, to i
 			return err
 		}
 		if !slices.Contains(st.RawBlocks, b) {
-			n, err := writeRawBlock(ctx, series, dir, max(b, from), min(b+span, to))
+			n, nh, err := writeRawBlock(ctx, series, dir, max(b, from), min(b+span, to))
 			if err != nil {
 				return fmt.Errorf("backfill raw block %s: %w", time.UnixMilli(b).UTC().Format(time.RFC3339), err)
 			}
 			res.RawBlockSamples += n
+			res.HistogramSamples += nh
 			st.RawBlocks = append(st.RawBlocks, b)
 			if err := save(); err != nil {
 				return err
@@ -453,32 +553,37 @@ func writeRawBlocks(ctx context.Context, series []Series, dir string, from, to i
 }
 
 // writeRawBlock writes the samples in [from, to) as one block in dir and
-// returns how many it holds (none written when there are none).
-func writeRawBlock(ctx context.Context, series []Series, dir string, from, to int64) (n int, err error) {
+// returns how many it holds, and how many of them are native histograms
+// (none written when there are none).
+func writeRawBlock(ctx context.Context, series []Series, dir string, from, to int64) (n, nh int, err error) {
 	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, rawBlockRange.Milliseconds())
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer func() { err = errors.Join(err, w.Close()) }()
-	app := w.Appender(ctx)
-	for _, s := range series {
-		i, _ := slices.BinarySearchFunc(s.Samples, from, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
+	app := w.AppenderV2(ctx)
+	for i := range series {
+		c := cursorAt(&series[i], from)
 		var ref storage.SeriesRef
-		for ; i < len(s.Samples) && s.Samples[i].T < to; i++ {
-			if ref, err = app.Append(ref, s.Labels, s.Samples[i].T, s.Samples[i].V); err != nil {
-				return 0, errors.Join(fmt.Errorf("%s: %w", s.Labels, err), app.Rollback())
+		for c.t() < to {
+			t, v, h, fh, _ := c.next()
+			if ref, err = app.Append(ref, c.s.Labels, 0, t, v, h, fh, storage.AppendV2Options{}); err != nil {
+				return 0, 0, errors.Join(fmt.Errorf("%s: %w", c.s.Labels, err), app.Rollback())
 			}
 			n++
+			if h != nil || fh != nil {
+				nh++
+			}
 		}
 	}
 	if err := app.Commit(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if n == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	_, err = w.Flush(ctx)
-	return n, err
+	return n, nh, err
 }
 
 // normalize drops empty series, sorts samples by time and keeps the last of
@@ -487,35 +592,60 @@ func writeRawBlock(ctx context.Context, series []Series, dir string, from, to in
 func normalize(in []Series) []Series {
 	out := make([]Series, 0, len(in))
 	for _, s := range in {
-		if len(s.Samples) == 0 {
+		if len(s.Samples) == 0 && len(s.Histograms) == 0 {
 			continue
 		}
-		ss := slices.Clone(s.Samples)
-		slices.SortStableFunc(ss, func(a, b Sample) int { return cmp.Compare(a.T, b.T) })
-		j := 0
-		for i := range ss {
-			if j > 0 && ss[j-1].T == ss[i].T {
-				ss[j-1] = ss[i]
-				continue
-			}
-			ss[j] = ss[i]
-			j++
+		ss := sortLast(s.Samples, func(x Sample) int64 { return x.T })
+		hs := sortLast(s.Histograms, func(x HistogramSample) int64 { return x.T })
+		if len(hs) > 0 && len(ss) > 0 {
+			// A float at a histogram's timestamp: the raw tier would take
+			// one of the two, so the histogram is kept.
+			ss = slices.DeleteFunc(ss, func(x Sample) bool {
+				_, found := slices.BinarySearchFunc(hs, x.T, func(h HistogramSample, t int64) int { return cmp.Compare(h.T, t) })
+				return found
+			})
 		}
-		out = append(out, Series{Labels: s.Labels, Samples: ss[:j]})
+		out = append(out, Series{Labels: s.Labels, Samples: ss, Histograms: hs})
 	}
 	slices.SortFunc(out, func(a, b Series) int { return labels.Compare(a.Labels, b.Labels) })
 	return out
 }
 
-// fingerprint identifies an input by its series, sample counts and time range.
+// sortLast returns a sorted copy of xs (by the time t gives) with the last
+// of the samples sharing a timestamp.
+func sortLast[S any](xs []S, t func(S) int64) []S {
+	if len(xs) == 0 {
+		return nil
+	}
+	out := slices.Clone(xs)
+	slices.SortStableFunc(out, func(a, b S) int { return cmp.Compare(t(a), t(b)) })
+	j := 0
+	for i := range out {
+		if j > 0 && t(out[j-1]) == t(out[i]) {
+			out[j-1] = out[i]
+			continue
+		}
+		out[j] = out[i]
+		j++
+	}
+	return out[:j]
+}
+
+// fingerprint identifies an input by its series, sample counts and time
+// range (a float-only input's as before histograms were backfilled, so that
+// its progress file still resumes).
 func fingerprint(series []Series) string {
 	var h uint64 = 14695981039346656037
 	mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
 	for _, s := range series {
+		first, last := s.span()
 		mix(s.Labels.Hash())
 		mix(uint64(len(s.Samples)))
-		mix(uint64(s.Samples[0].T))
-		mix(uint64(s.Samples[len(s.Samples)-1].T))
+		mix(uint64(first))
+		mix(uint64(last))
+		if len(s.Histograms) > 0 {
+			mix(uint64(len(s.Histograms)))
+		}
 	}
 	return fmt.Sprintf("%d-series-%016x", len(series), h)
 }

@@ -12,9 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/internal/timegrid"
@@ -498,5 +500,166 @@ func TestBackfillRawBlocks(t *testing.T) {
 	}
 	if n := len(raw2.DB().Blocks()); n != blocks {
 		t.Errorf("%d raw blocks after the resumed run, want %d", n, blocks)
+	}
+}
+
+// testHistogram is the i-th sample of a growing native histogram counter.
+func testHistogram(i int) *histogram.Histogram {
+	n := uint64(i + 1)
+	return &histogram.Histogram{Count: 2*n + 1, ZeroCount: 1, ZeroThreshold: 0.001, Sum: float64(i),
+		PositiveSpans: []histogram.Span{{Offset: 0, Length: 2}}, PositiveBuckets: []int64{int64(n), 0}}
+}
+
+// TestBackfillHistograms: native histograms, integer and float, over 30
+// hours up to a raw tier that holds the last half hour: those within the raw
+// retention go to raw (as blocks behind the head, into the head after it)
+// and come back exactly after a restart; older ones are dropped and
+// counted; none reach a rollup partition; a float at a histogram's
+// timestamp gives way to it; a resumed run writes nothing again.
+func TestBackfillHistograms(t *testing.T) {
+	e := openEnv(t, true)
+	now := histEnd
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+	app := e.raw.AppenderV2(context.Background())
+	if _, err := app.Append(0, labels.FromStrings(model.MetricNameLabel, "live"), 0, now-30*minute, 1, nil, nil, storage.AppendV2Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ints := Series{Labels: labels.FromStrings(model.MetricNameLabel, "h_int")}
+	floats := Series{Labels: labels.FromStrings(model.MetricNameLabel, "h_float")}
+	mixed := Series{Labels: labels.FromStrings(model.MetricNameLabel, "mixed")}
+	for i, ts := 0, now-30*hour; ts < now; i, ts = i+1, ts+time.Minute.Milliseconds() {
+		ints.Histograms = append(ints.Histograms, HistogramSample{T: ts, H: testHistogram(i)})
+		floats.Histograms = append(floats.Histograms, HistogramSample{T: ts, FH: testHistogram(2 * i).ToFloat(nil)})
+		// mixed: floats every minute, a histogram every tenth minute at
+		// the same time as a float.
+		mixed.Samples = append(mixed.Samples, Sample{ts, float64(i)})
+		if i%10 == 0 {
+			mixed.Histograms = append(mixed.Histograms, HistogramSample{T: ts, H: testHistogram(i)})
+		}
+	}
+	input := []Series{ints, floats, mixed}
+	res, err := Run(context.Background(), cfg, input, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept, dropped int
+	for _, s := range input {
+		for _, x := range s.Histograms {
+			if x.T >= now-24*hour {
+				kept++
+			} else {
+				dropped++
+			}
+		}
+	}
+	if res.HistogramSamples != kept || res.DroppedHistogramSamples != dropped {
+		t.Fatalf("histogram samples written %d, dropped %d; want %d and %d", res.HistogramSamples, res.DroppedHistogramSamples, kept, dropped)
+	}
+
+	// No rollup partition holds a histogram series; mixed's floats other
+	// than those at a histogram's timestamp are rolled up.
+	h := timegrid.Floor(now-27*hour, hour)
+	got, err := e.minute.Select(context.Background(), h, h+hour-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Labels.Get(model.MetricNameLabel) != "mixed" {
+		t.Fatalf("minute partition %s holds %d series, want mixed only", time.UnixMilli(h).UTC(), len(got))
+	}
+	var count uint32
+	for _, w := range got[0].Windows {
+		count += uint32(w.Count)
+	}
+	if count != 54 {
+		t.Errorf("mixed's floats rolled up in an hour: %d, want 54 (60 less the 6 at a histogram's timestamp)", count)
+	}
+
+	// A restart loads the blocks: raw holds every kept sample, exactly.
+	dir := e.raw.DB().Dir()
+	if err := e.raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rcfg := tiers.DefaultRawConfig(dir)
+	rcfg.Retention = 30 * 24 * time.Hour
+	raw, err := tiers.OpenRaw(rcfg, promslog.NewNopLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := raw.Querier(now-30*hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type point struct {
+		t  int64
+		v  float64
+		fh *histogram.FloatHistogram
+	}
+	read := map[string][]point{}
+	set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, "h_.*|mixed"))
+	for set.Next() {
+		it := set.At().Iterator(nil)
+		name := set.At().Labels().Get(model.MetricNameLabel)
+		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+			var p point
+			switch vt {
+			case chunkenc.ValFloat:
+				p.t, p.v = it.At()
+			default:
+				p.t, p.fh = it.AtFloatHistogram(nil)
+			}
+			read[name] = append(read[name], p)
+		}
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(read["mixed"]); n != 24*60 {
+		t.Errorf("mixed has %d samples in raw, want one a minute for 24 hours (%d)", n, 24*60)
+	}
+	for _, s := range normalize(input) {
+		var want []point
+		c := cursorAt(&s, now-24*hour)
+		for {
+			ts, v, h, fh, ok := c.next()
+			if !ok {
+				break
+			}
+			if h != nil {
+				fh = h.ToFloat(nil)
+			}
+			want = append(want, point{ts, v, fh})
+		}
+		name := s.Labels.Get(model.MetricNameLabel)
+		g := read[name]
+		if len(g) != len(want) {
+			t.Errorf("%s: %d samples in raw, want %d", name, len(g), len(want))
+			continue
+		}
+		for i := range want {
+			w := want[i]
+			if g[i].t != w.t || (w.fh == nil) != (g[i].fh == nil) || w.fh == nil && g[i].v != w.v || w.fh != nil && !g[i].fh.Equals(w.fh) {
+				t.Errorf("%s sample %d: got %d %v %v, want %d %v %v", name, i, g[i].t, g[i].v, g[i].fh, w.t, w.v, w.fh)
+				break
+			}
+		}
+	}
+
+	// Resuming writes nothing again.
+	e.raw = raw
+	t.Cleanup(func() { raw.Close() })
+	res2, err := Run(context.Background(), cfg, input, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.RawBlockSamples != 0 || res2.RawSamples != 0 || res2.HistogramSamples != 0 || res2.PartitionsWritten != 0 {
+		t.Errorf("resumed run wrote %+v, want nothing", res2)
 	}
 }

@@ -79,21 +79,22 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 
 	var input []backfill.Series
 	if c.readURL != "" {
-		input, err = c.remoteRead(ctx, logger)
+		input, err = c.remoteRead(ctx)
 	} else {
 		input, err = c.readFiles()
 	}
 	if err != nil {
 		return err
 	}
-	n, minT := 0, int64(math.MaxInt64)
+	n, nh, minT := 0, 0, int64(math.MaxInt64)
 	for _, s := range input {
 		n += len(s.Samples)
+		nh += len(s.Histograms)
 		for _, x := range s.Samples {
 			minT = min(minT, x.T)
 		}
 	}
-	logger.Info("read backfill input", "series", len(input), "samples", n)
+	logger.Info("read backfill input", "series", len(input), "samples", n, "histogram_samples", nh)
 	// The diagnosis engine's checkpoints after the first backfilled minute
 	// never saw it: its next start reads the baselines back from there.
 	if dropped, err := diagnose.DropBaselineCheckpoints(baselineDir(cfg.Storage.Path), minT); err != nil {
@@ -127,7 +128,12 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
 	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
-		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "dropped_samples", res.DroppedSamples)
+		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "histogram_samples", res.HistogramSamples,
+		"dropped_samples", res.DroppedSamples)
+	if res.DroppedHistogramSamples > 0 {
+		logger.Warn("native histogram samples older than the raw retention are not backfilled: the rollup tiers hold floats only",
+			"samples", res.DroppedHistogramSamples, "raw_retention", cfg.Storage.Raw.Retention)
+	}
 	return nil
 }
 
@@ -152,10 +158,9 @@ func (c *backfillCommand) readFiles() ([]backfill.Series, error) {
 }
 
 // remoteRead reads [from, to] of the series matching c.match from a
-// Prometheus-compatible remote-read endpoint with Prometheus' own client.
-// Native histogram samples are left out, and counted in a warning: the
-// backfill writes floats (the rollup tiers hold no histograms).
-func (c *backfillCommand) remoteRead(ctx context.Context, logger *slog.Logger) ([]backfill.Series, error) {
+// Prometheus-compatible remote-read endpoint with Prometheus' own client,
+// native histograms included (the backfill puts them in the raw tier only).
+func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, error) {
 	now := time.Now()
 	from, err := parseTimeOrAgo(c.from, now)
 	if err != nil {
@@ -190,38 +195,35 @@ func (c *backfillCommand) remoteRead(ctx context.Context, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
 	}
-	var (
-		out                 []backfill.Series
-		histograms, hSeries int
-	)
+	var out []backfill.Series
 	for set.Next() {
 		s := set.At()
 		bs := backfill.Series{Labels: s.Labels()}
 		it := s.Iterator(nil)
-		n := 0
 		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
-			if vt != chunkenc.ValFloat {
-				n++
-				continue
+			// At*Histogram(nil) returns a histogram of its own, which the
+			// iterator does not reuse.
+			switch vt {
+			case chunkenc.ValFloat:
+				t, v := it.At()
+				bs.Samples = append(bs.Samples, backfill.Sample{T: t, V: v})
+			case chunkenc.ValHistogram:
+				t, h := it.AtHistogram(nil)
+				bs.Histograms = append(bs.Histograms, backfill.HistogramSample{T: t, H: h})
+			case chunkenc.ValFloatHistogram:
+				t, fh := it.AtFloatHistogram(nil)
+				bs.Histograms = append(bs.Histograms, backfill.HistogramSample{T: t, FH: fh})
 			}
-			t, v := it.At()
-			bs.Samples = append(bs.Samples, backfill.Sample{T: t, V: v})
 		}
 		if err := it.Err(); err != nil {
 			return nil, err
 		}
-		if n > 0 {
-			histograms, hSeries = histograms+n, hSeries+1
-		}
-		if len(bs.Samples) > 0 {
+		if len(bs.Samples)+len(bs.Histograms) > 0 {
 			out = append(out, bs)
 		}
 	}
 	if err := set.Err(); err != nil {
 		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
-	}
-	if histograms > 0 {
-		logger.Warn("native histogram samples are not backfilled: left out", "samples", histograms, "series", hSeries)
 	}
 	return dropLabels(out, c.dropLabels)
 }
