@@ -422,19 +422,7 @@ func TestBackfillRawBlocks(t *testing.T) {
 	}
 
 	// A restart loads the blocks.
-	dir := e.raw.DB().Dir()
-	if err := e.raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rcfg := tiers.DefaultRawConfig(dir)
-	rcfg.Retention = 30 * 24 * time.Hour
-	raw, err := tiers.OpenRaw(rcfg, promslog.NewNopLogger(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if raw.DB().Dir() != dir {
-		t.Fatalf("reopened %s, want %s", raw.DB().Dir(), dir)
-	}
+	raw := reopenRaw(t, e.raw)
 
 	// Every sample of the 20 minutes ending 20 hours back, exactly.
 	from, to := now-20*hour-20*minute, now-20*hour
@@ -482,14 +470,7 @@ func TestBackfillRawBlocks(t *testing.T) {
 
 	// Resuming writes no block again.
 	blocks := len(raw.DB().Blocks())
-	if err := raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw2, err := tiers.OpenRaw(rcfg, promslog.NewNopLogger(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw2.Close()
+	raw2 := reopenRaw(t, raw)
 	e.raw = raw2
 	res2, err := Run(context.Background(), cfg, past, e.targets(), nil)
 	if err != nil {
@@ -501,6 +482,24 @@ func TestBackfillRawBlocks(t *testing.T) {
 	if n := len(raw2.DB().Blocks()); n != blocks {
 		t.Errorf("%d raw blocks after the resumed run, want %d", n, blocks)
 	}
+}
+
+// reopenRaw closes raw and opens its directory again, as a restart does:
+// the new one has loaded the blocks a backfill wrote.
+func reopenRaw(t *testing.T, raw *tiers.Raw) *tiers.Raw {
+	t.Helper()
+	dir := raw.DB().Dir()
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tiers.DefaultRawConfig(dir)
+	cfg.Retention = 30 * 24 * time.Hour
+	r, err := tiers.OpenRaw(cfg, promslog.NewNopLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // testHistogram is the i-th sample of a growing native histogram counter.
@@ -580,16 +579,7 @@ func TestBackfillHistograms(t *testing.T) {
 	}
 
 	// A restart loads the blocks: raw holds every kept sample, exactly.
-	dir := e.raw.DB().Dir()
-	if err := e.raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rcfg := tiers.DefaultRawConfig(dir)
-	rcfg.Retention = 30 * 24 * time.Hour
-	raw, err := tiers.OpenRaw(rcfg, promslog.NewNopLogger(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := reopenRaw(t, e.raw)
 	q, err := raw.Querier(now-30*hour, now)
 	if err != nil {
 		t.Fatal(err)
@@ -654,7 +644,6 @@ func TestBackfillHistograms(t *testing.T) {
 
 	// Resuming writes nothing again.
 	e.raw = raw
-	t.Cleanup(func() { raw.Close() })
 	res2, err := Run(context.Background(), cfg, input, e.targets(), nil)
 	if err != nil {
 		t.Fatal(err)
