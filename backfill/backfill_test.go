@@ -572,7 +572,7 @@ func TestBackfillHistograms(t *testing.T) {
 	}
 	var count uint32
 	for _, w := range got[0].Windows {
-		count += uint32(w.Count)
+		count += w.Count
 	}
 	if count != 54 {
 		t.Errorf("mixed's floats rolled up in an hour: %d, want 54 (60 less the 6 at a histogram's timestamp)", count)
