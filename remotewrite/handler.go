@@ -424,41 +424,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { h.m.duration.WithLabelValues(ver.label()).Observe(h.now().Sub(start).Seconds()) }()
 
-	if r.ContentLength > int64(h.cfg.MaxCompressedBytes) {
-		h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
-			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, r.ContentLength, h.cfg.MaxCompressedBytes)})
-		return
-	}
-	// Admission: refuse while memory is short, then bound requests and
-	// body bytes in flight, all before reading the body.
-	if h.cfg.MaxHeapBytes > 0 {
-		if live := h.liveHeap(); live > uint64(h.cfg.MaxHeapBytes) {
-			h.tooMuchHeap(w, ver, live)
-			return
+	adm, e := h.admitRequest(r)
+	if e != nil {
+		if e.code == http.StatusTooManyRequests {
+			h.setRetryAfter(w)
 		}
-	}
-	reserve := r.ContentLength
-	if reserve < 0 {
-		reserve = int64(h.cfg.MaxCompressedBytes)
-	}
-	if !h.admit(reserve) {
-		h.overload(w, ver)
+		h.reject(w, ver, *e)
 		return
 	}
-	defer func() {
-		h.inflightReqs.Add(-1)
-		h.inflightBytes.Add(-reserve)
-	}()
-
+	defer adm.release()
 	body := h.bodies.Get().(*bodyBuffer)
 	defer h.bodies.Put(body)
-	body.b, err = readBody(r.Body, body.b, r.ContentLength, h.cfg.MaxCompressedBytes)
-	if err != nil {
-		if errors.Is(err, ErrBodyTooLarge) {
-			h.reject(w, ver, httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, err})
-		} else {
-			h.reject(w, ver, httpError{http.StatusBadRequest, "read_error", err})
-		}
+	if e := h.readRequestBody(r, body); e != nil {
+		h.reject(w, ver, *e)
 		return
 	}
 	// Exchange the reservation for the real sizes.
@@ -471,12 +449,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	need := int64(len(body.b) + n)
-	if !h.addBytes(need-reserve, need) {
+	if !adm.resize(int64(len(body.b) + n)) {
 		h.overload(w, ver)
 		return
 	}
-	reserve = need
 
 	// Decompress, decode and append with at most MaxActiveRequests at once.
 	if !h.acquire(r) {
@@ -515,6 +491,68 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res := h.write(r, ver, req, &bufs.ws)
 	h.respond(w, ver, res)
+}
+
+// admission is an admitted request's hold on the in-flight bounds.
+type admission struct {
+	h       *Handler
+	reserve int64 // body bytes held
+}
+
+// admitRequest applies the admission every write request passes before
+// its body is read: its declared size, the heap gate (refused while memory
+// is short), then the bounds on requests and body bytes in flight. A
+// refusal is an httpError; a 429 goes out with Retry-After. An admission
+// must be released.
+func (h *Handler) admitRequest(r *http.Request) (admission, *httpError) {
+	if r.ContentLength > int64(h.cfg.MaxCompressedBytes) {
+		return admission{}, &httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, r.ContentLength, h.cfg.MaxCompressedBytes)}
+	}
+	if h.cfg.MaxHeapBytes > 0 {
+		if live := h.liveHeap(); live > uint64(h.cfg.MaxHeapBytes) {
+			return admission{}, &httpError{http.StatusTooManyRequests, ReasonHeapLimit,
+				fmt.Errorf("memory pressure: live heap %d bytes is over the receiver's bound of %d, retry later", live, h.cfg.MaxHeapBytes)}
+		}
+	}
+	reserve := r.ContentLength
+	if reserve < 0 {
+		reserve = int64(h.cfg.MaxCompressedBytes)
+	}
+	if !h.admit(reserve) {
+		return admission{}, &httpError{http.StatusTooManyRequests, ReasonOverload,
+			errors.New("too many write requests or bytes in flight, retry later")}
+	}
+	return admission{h: h, reserve: reserve}, nil
+}
+
+// resize exchanges the reservation for need bytes; false, the reservation
+// kept, when that would pass the bound on bytes in flight.
+func (a *admission) resize(need int64) bool {
+	if !a.h.addBytes(need-a.reserve, need) {
+		return false
+	}
+	a.reserve = need
+	return true
+}
+
+func (a *admission) release() {
+	a.h.inflightReqs.Add(-1)
+	a.h.inflightBytes.Add(-a.reserve)
+}
+
+// readRequestBody reads an admitted request's body into body, within
+// MaxCompressedBytes.
+func (h *Handler) readRequestBody(r *http.Request, body *bodyBuffer) *httpError {
+	var err error
+	body.b, err = readBody(r.Body, body.b, r.ContentLength, h.cfg.MaxCompressedBytes)
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		return &httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, err}
+	case err != nil:
+		return &httpError{http.StatusBadRequest, "read_error", err}
+	}
+	return nil
 }
 
 // acquire takes an active slot, waiting at most MaxQueueWait; false when
@@ -596,12 +634,6 @@ func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
 	h.setRetryAfter(w)
 	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
 		errors.New("too many remote-write requests or bytes in flight, retry later")})
-}
-
-func (h *Handler) tooMuchHeap(w http.ResponseWriter, ver protoVersion, live uint64) {
-	h.setRetryAfter(w)
-	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonHeapLimit,
-		fmt.Errorf("memory pressure: live heap %d bytes is over the receiver's bound of %d, retry later", live, h.cfg.MaxHeapBytes)})
 }
 
 // reject answers a request that wrote nothing.
