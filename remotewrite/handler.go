@@ -252,6 +252,7 @@ type requestState struct {
 	decompressed []byte
 	dec          Decoder
 	ws           writeState
+	otlp         []byte // a gzipped OTLP body, decompressed
 }
 
 // NewHandler returns a receiver appending into app (the raw tier: *tiers.Raw

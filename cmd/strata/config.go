@@ -45,6 +45,9 @@ type Config struct {
 	// Alerting is Prometheus' `alerting:` section, parsed by Prometheus'
 	// configuration code (see alertingConfig).
 	Alerting yaml.Node `yaml:"alerting"`
+	// OTLP is Prometheus' `otlp:` section (how OTLP metrics become
+	// series), parsed by Prometheus' configuration code (see otlpConfig).
+	OTLP yaml.Node `yaml:"otlp"`
 
 	// flags are the command line's flags and their effective values, for
 	// /api/v1/status/flags (statusFlags); not part of the file.
@@ -317,6 +320,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("diagnose.archive.retention must not be negative, got %s", c.Diagnose.Archive.Retention))
 	}
 	if err := c.Diagnose.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.otlpConfig(); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := c.alertingConfig(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	promconfig "github.com/prometheus/prometheus/config"
 )
 
 func TestLoadConfigDefault(t *testing.T) {
@@ -153,5 +155,43 @@ func TestByteSizeSet(t *testing.T) {
 	var b ByteSize
 	if err := b.Set("lots"); err == nil {
 		t.Error(`Set("lots"): no error`)
+	}
+}
+
+// TestOTLPConfig: the otlp: section is Prometheus' own, its defaults where
+// it is absent or silent, its errors refused by validate.
+func TestOTLPConfig(t *testing.T) {
+	cfg, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := cfg.otlpConfig()
+	if err != nil || oc.TranslationStrategy != promconfig.DefaultOTLPConfig.TranslationStrategy {
+		t.Fatalf("default otlp = %+v, %v; want Prometheus' default", oc, err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"otlp:\n  translation_strategy: NoTranslation\n  promote_resource_attributes: [k8s.pod.name]\n", ""},
+		{"otlp:\n  translation_strategy: Sideways\n", "Sideways"},
+		{"otlp:\n  promote_all_resource_attributes: true\n  promote_resource_attributes: [a]\n", "promote_all_resource_attributes"},
+	} {
+		path := filepath.Join(t.TempDir(), "strata.yml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadConfig(path)
+		if err == nil {
+			err = cfg.validate()
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one naming %q", tc.yaml, err, tc.want)
+		case tc.want == "":
+			oc, _ := cfg.otlpConfig()
+			if string(oc.TranslationStrategy) != "NoTranslation" || len(oc.PromoteResourceAttributes) != 1 {
+				t.Errorf("%q: %+v", tc.yaml, oc)
+			}
+		}
 	}
 }

@@ -36,15 +36,39 @@ func (c Config) alertingConfig() (promconfig.AlertingConfig, error) {
 	if c.Alerting.Kind == 0 {
 		return promconfig.AlertingConfig{}, nil
 	}
-	body, err := yaml.Marshal(map[string]*yaml.Node{"alerting": &c.Alerting})
+	pc, err := promSection("alerting", &c.Alerting)
 	if err != nil {
-		return promconfig.AlertingConfig{}, fmt.Errorf("alerting: %w", err)
+		return promconfig.AlertingConfig{}, err
+	}
+	return pc.AlertingConfig, nil
+}
+
+// otlpConfig is the `otlp:` section as Prometheus reads it (its defaults
+// where the section is absent or silent, its validation).
+func (c Config) otlpConfig() (promconfig.OTLPConfig, error) {
+	if c.OTLP.Kind == 0 {
+		return promconfig.DefaultOTLPConfig, nil
+	}
+	pc, err := promSection("otlp", &c.OTLP)
+	if err != nil {
+		return promconfig.OTLPConfig{}, err
+	}
+	return pc.OTLPConfig, nil
+}
+
+// promSection reads node, the section name of Strata's configuration that
+// is Prometheus' own, with Prometheus' configuration code: its defaults, its
+// validation.
+func promSection(name string, node *yaml.Node) (*promconfig.Config, error) {
+	body, err := yaml.Marshal(map[string]*yaml.Node{name: node})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	pc, err := promconfig.Load(string(body), slog.New(slog.DiscardHandler))
 	if err != nil {
-		return promconfig.AlertingConfig{}, fmt.Errorf("alerting (line numbers within the section): %w", err)
+		return nil, fmt.Errorf("%s (line numbers within the section): %w", name, err)
 	}
-	return pc.AlertingConfig, nil
+	return pc, nil
 }
 
 // ruleSources is what /api/v1/rules and /api/v1/alerts list: the canonical

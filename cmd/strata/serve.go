@@ -122,6 +122,7 @@ type server struct {
 	rawApp   storage.AppendableV2 // the raw tier through the rollup pipeline's tee
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
+	otlp     *remotewrite.OTLPHandler
 	api      *query.API
 	targets  *scrapeTargets        // the scraper's targets, for /api/v1/targets
 	export   http.Handler          // GET /api/v1/export
@@ -241,6 +242,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	otlpCfg, err := cfg.otlpConfig()
+	if err != nil {
+		return nil, err
+	}
+	srv.otlp = remotewrite.NewOTLPHandler(srv.write, otlpCfg, time.Duration(cfg.Query.LookbackDelta), time.Duration(cfg.Storage.Raw.Retention), reg)
 
 	stitchOpts := []tiers.StitchOption{tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta))}
 	if cfg.Diagnose.Enabled {
@@ -305,6 +311,7 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	s.api.Register(mux)
 	mux.Handle("/api/v1/write", s.write)
+	mux.Handle("/api/v1/otlp/v1/metrics", s.otlp)
 	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
 	mux.Handle("GET /api/v1/export", s.export)
 	mux.Handle("GET /federate", s.federate)

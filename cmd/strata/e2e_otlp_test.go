@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+)
+
+// TestOTLPEndToEnd: an OTLP/HTTP export, as an OpenTelemetry collector's
+// otlphttp exporter sends it, to a running strata serve whose otlp:
+// section promotes a resource attribute: the series answer PromQL with
+// Prometheus' OTLP names and labels, and their metadata is served.
+func TestOTLPEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "strata.yml")
+	if err := os.WriteFile(cfg, []byte("otlp:\n  promote_resource_attributes: [k8s.pod.name]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfg)
+	now := time.Now().Truncate(time.Second)
+
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "vllm")
+	rm.Resource().Attributes().PutStr("service.instance.id", "10.0.0.7:8000")
+	rm.Resource().Attributes().PutStr("k8s.pod.name", "vllm-0")
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("vllm.num_requests.waiting")
+	m.SetUnit("{request}")
+	m.SetDescription("Requests waiting to be scheduled.")
+	dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+	dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+	dp.SetIntValue(7)
+	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, p.url("/api/v1/otlp/v1/metrics"), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-protobuf" {
+		t.Fatalf("export: %s (%s), want 200 with a protobuf response", resp.Status, resp.Header.Get("Content-Type"))
+	}
+
+	client := newAPIClient(t, p)
+	v, _, _, err := client.Query(context.Background(), `vllm_num_requests_waiting{job="vllm", instance="10.0.0.7:8000", k8s_pod_name="vllm-0"}`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value != 7 {
+		t.Fatalf("query = %v, want the exported 7 with the promoted k8s_pod_name", v)
+	}
+	meta, err := client.Metadata(context.Background(), "vllm_num_requests_waiting", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := meta["vllm_num_requests_waiting"]; len(got) != 1 || got[0].Type != promv1.MetricTypeGauge || got[0].Help != "Requests waiting to be scheduled." {
+		t.Errorf("metadata = %+v, want the gauge and its description", meta)
+	}
+	resp, err = http.Get(p.url("/metrics")) //nolint:noctx // test client of a loopback server
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `strata_otlp_requests_total{code="200"} 1`) {
+		t.Errorf("/metrics lacks strata_otlp_requests_total{code=\"200\"} 1")
+	}
+}

@@ -1,0 +1,476 @@
+package remotewrite
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	otlpconv "github.com/prometheus/prometheus/storage/remote/otlptranslator/prometheusremotewrite"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// reasonUntranslated counts the OTLP metrics the translator refused.
+const reasonUntranslated = "otlp_untranslated"
+
+// OTLP/HTTP content types (the OTLP specification's binary and JSON
+// encodings).
+const (
+	otlpProtobuf = "application/x-protobuf"
+	otlpJSON     = "application/json"
+)
+
+// OTLPHandler receives OpenTelemetry metrics over OTLP/HTTP (POST
+// /api/v1/otlp/v1/metrics, as Prometheus serves it). Prometheus' own
+// translator turns them into series (names, units and suffixes, resource
+// attributes into target_info and promoted labels, histograms as classic
+// or native ones), and from there they take the remote-write path: the
+// same admission (429 with Retry-After under overload or memory pressure),
+// body limits, label limits, series cache, metadata store and appends
+// into the raw tier, so the rollups and the diagnosis engine see them as
+// they see remote write. Delta temporality is refused per metric (as
+// Prometheus does without its delta feature flags).
+//
+// Data points older than maxAge (the raw tier's retention) or further
+// ahead than the future-skew limit are refused before translation, unlike
+// Prometheus: the translator writes a target_info sample every half
+// lookback delta from a resource's earliest point to its latest, so one
+// point stamped 0 (unset) beside a current one would make millions.
+//
+// Replies follow the OTLP/HTTP specification: 200 with an
+// ExportMetricsServiceResponse in the request's encoding, whose
+// partial_success counts the samples refused (and one for each metric
+// that could not be translated) and names the first reasons; 400 with a
+// google.rpc.Status when nothing could be written because the request was
+// bad; 429 and 503 (retryable, with Retry-After) under overload or a
+// storage failure; 413 and 415 for a body too large or of an unsupported
+// type or encoding.
+type OTLPHandler struct {
+	h          *Handler
+	maxAge     time.Duration
+	settings   otlpconv.Settings
+	converters sync.Pool // *otlpconv.PrometheusConverter
+	collectors sync.Pool // *otlpCollector
+	requests   *prometheus.CounterVec
+	untrans    prometheus.Counter
+	warnings   *prometheus.CounterVec
+}
+
+// NewOTLPHandler returns an OTLP receiver that writes through h. cfg is
+// Prometheus' otlp: configuration section (translation strategy, promoted
+// resource attributes, ...); lookback is the query lookback delta, which
+// spaces the target_info samples as Prometheus spaces them; data points
+// older than maxAge are refused.
+func NewOTLPHandler(h *Handler, cfg config.OTLPConfig, lookback, maxAge time.Duration, reg prometheus.Registerer) *OTLPHandler {
+	f := promauto.With(reg)
+	o := &OTLPHandler{
+		h:      h,
+		maxAge: maxAge,
+		settings: otlpconv.Settings{
+			AddMetricSuffixes:                    cfg.TranslationStrategy.ShouldAddSuffixes(),
+			AllowUTF8:                            !cfg.TranslationStrategy.ShouldEscape(),
+			PromoteResourceAttributes:            otlpconv.NewPromoteResourceAttributes(cfg),
+			KeepIdentifyingResourceAttributes:    cfg.KeepIdentifyingResourceAttributes,
+			ConvertHistogramsToNHCB:              cfg.ConvertHistogramsToNHCB,
+			PromoteScopeMetadata:                 cfg.PromoteScopeMetadata,
+			LookbackDelta:                        lookback,
+			LabelNameUnderscoreSanitization:      cfg.LabelNameUnderscoreSanitization,
+			LabelNamePreserveMultipleUnderscores: cfg.LabelNamePreserveMultipleUnderscores,
+		},
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_otlp_requests_total",
+			Help: "OTLP metrics export requests, by HTTP status code.",
+		}, []string{"code"}),
+		untrans: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_otlp_untranslated_metrics_total",
+			Help: "OTLP metrics that could not be translated into series (delta temporality, a bad name, ...) and were refused.",
+		}),
+		warnings: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_otlp_translation_warnings_total",
+			Help: "Warnings of the OTLP translation (empty data points dropped, colliding attribute names, ...), by category.",
+		}, []string{"category"}),
+	}
+	o.converters.New = func() any { return otlpconv.NewPrometheusConverter(nil) }
+	o.collectors.New = func() any { return &otlpCollector{} }
+	return o
+}
+
+func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := o.h
+	start := h.now()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		o.fail(w, false, http.StatusMethodNotAllowed, "", errors.New("OTLP export requires POST"))
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	asJSON := mt == otlpJSON
+	if mt != otlpProtobuf && !asJSON {
+		o.fail(w, false, http.StatusUnsupportedMediaType, ReasonUnsupportedMedia,
+			fmt.Errorf("unsupported Content-Type %q: OTLP/HTTP sends %s or %s", r.Header.Get("Content-Type"), otlpProtobuf, otlpJSON))
+		return
+	}
+	ce := r.Header.Get("Content-Encoding")
+	gzipped := strings.EqualFold(ce, "gzip")
+	if ce != "" && !gzipped {
+		o.fail(w, asJSON, http.StatusUnsupportedMediaType, ReasonUnsupportedMedia, fmt.Errorf("unsupported Content-Encoding %q, want gzip or none", ce))
+		return
+	}
+	defer func() { h.m.duration.WithLabelValues("otlp").Observe(h.now().Sub(start).Seconds()) }()
+
+	// Admission as for remote write, before the body is read.
+	adm, e := h.admitRequest(r)
+	if e != nil {
+		if e.code == http.StatusTooManyRequests {
+			h.setRetryAfter(w)
+		}
+		o.fail(w, asJSON, e.code, e.reason, e.err)
+		return
+	}
+	defer adm.release()
+	body := h.bodies.Get().(*bodyBuffer)
+	defer h.bodies.Put(body)
+	if e := h.readRequestBody(r, body); e != nil {
+		o.fail(w, asJSON, e.code, e.reason, e.err)
+		return
+	}
+	var err error
+	if !h.acquire(r) {
+		h.setRetryAfter(w)
+		o.fail(w, asJSON, http.StatusTooManyRequests, ReasonQueueTimeout,
+			fmt.Errorf("waited %s for one of %d active write slots, retry later", h.cfg.MaxQueueWait, h.cfg.MaxActiveRequests))
+		return
+	}
+	defer func() { <-h.active }()
+	bufs := h.pool.Get().(*requestState)
+	defer h.pool.Put(bufs)
+	raw := body.b
+	if gzipped {
+		// An active slot bounds the decompressed bytes held at once, as
+		// for snappy bodies.
+		if raw, err = gunzip(bufs.otlp[:0], body.b, h.cfg.MaxDecompressedBytes); err != nil {
+			if errors.Is(err, ErrDecompressedTooLarge) {
+				o.fail(w, asJSON, http.StatusRequestEntityTooLarge, ReasonDecompressedTooLarge, err)
+			} else {
+				o.fail(w, asJSON, http.StatusBadRequest, "bad_gzip", err)
+			}
+			return
+		}
+		bufs.otlp = raw
+	}
+	req := pmetricotlp.NewExportRequest()
+	if asJSON {
+		err = req.UnmarshalJSON(raw)
+	} else {
+		err = req.UnmarshalProto(raw)
+	}
+	if err != nil {
+		o.fail(w, asJSON, http.StatusBadRequest, ReasonBadProtobuf, fmt.Errorf("decode OTLP metrics export request: %w", err))
+		return
+	}
+
+	now := h.now()
+	lo, hi := pcommon.Timestamp(0), pcommon.Timestamp(math.MaxUint64)
+	if o.maxAge > 0 {
+		lo = pcommon.NewTimestampFromTime(now.Add(-o.maxAge))
+	}
+	if newest := h.cfg.Limits.newestAllowed(now); newest < math.MaxInt64 {
+		hi = pcommon.NewTimestampFromTime(time.UnixMilli(newest + 1))
+	}
+	outside := dropOutside(req.Metrics(), lo, hi)
+	if outside > 0 {
+		h.m.rejected.WithLabelValues(ReasonTooOld).Add(float64(outside))
+	}
+
+	col := o.collectors.Get().(*otlpCollector)
+	defer func() {
+		col.reset()
+		o.collectors.Put(col)
+	}()
+	conv := o.converters.Get().(*otlpconv.PrometheusConverter)
+	conv.Reset(col)
+	annots, terr := conv.FromMetrics(r.Context(), req.Metrics(), o.settings)
+	conv.Reset(nil)
+	o.converters.Put(conv)
+	if ctxErr := r.Context().Err(); ctxErr != nil {
+		o.fail(w, asJSON, http.StatusServiceUnavailable, "canceled", ctxErr)
+		return
+	}
+	for category, n := range otlpconv.CountWarningsByCategory(annots) {
+		o.warnings.WithLabelValues(string(category)).Add(float64(n))
+	}
+	if ws, _ := annots.AsStrings("", 0, 0); len(ws) > 0 {
+		h.logger.Debug("OTLP translation warnings", "warnings", ws)
+	}
+	untranslated := unjoin(terr)
+	o.untrans.Add(float64(len(untranslated)))
+	if len(untranslated) > 0 {
+		h.m.rejected.WithLabelValues(reasonUntranslated).Add(float64(len(untranslated)))
+	}
+
+	res := h.write(r, version2, &col.req, &bufs.ws)
+	var refused []error
+	if outside > 0 {
+		refused = append(refused, fmt.Errorf("%d data points older than %s or more than %s ahead refused", outside, model.Duration(o.maxAge), model.Duration(h.cfg.Limits.MaxFutureSkew)))
+	}
+	o.respond(w, asJSON, res, outside, append(refused, untranslated...))
+}
+
+// dropOutside removes the data points stamped before lo or at or after hi
+// and returns how many it removed.
+func dropOutside(md pmetric.Metrics, lo, hi pcommon.Timestamp) int {
+	n := 0
+	out := func(t pcommon.Timestamp) bool {
+		if t < lo || t >= hi {
+			n++
+			return true
+		}
+		return false
+	}
+	rms := md.ResourceMetrics()
+	for i := range rms.Len() {
+		sms := rms.At(i).ScopeMetrics()
+		for j := range sms.Len() {
+			ms := sms.At(j).Metrics()
+			for k := range ms.Len() {
+				switch m := ms.At(k); m.Type() {
+				case pmetric.MetricTypeGauge:
+					m.Gauge().DataPoints().RemoveIf(func(p pmetric.NumberDataPoint) bool { return out(p.Timestamp()) })
+				case pmetric.MetricTypeSum:
+					m.Sum().DataPoints().RemoveIf(func(p pmetric.NumberDataPoint) bool { return out(p.Timestamp()) })
+				case pmetric.MetricTypeHistogram:
+					m.Histogram().DataPoints().RemoveIf(func(p pmetric.HistogramDataPoint) bool { return out(p.Timestamp()) })
+				case pmetric.MetricTypeExponentialHistogram:
+					m.ExponentialHistogram().DataPoints().RemoveIf(func(p pmetric.ExponentialHistogramDataPoint) bool { return out(p.Timestamp()) })
+				case pmetric.MetricTypeSummary:
+					m.Summary().DataPoints().RemoveIf(func(p pmetric.SummaryDataPoint) bool { return out(p.Timestamp()) })
+				}
+			}
+		}
+	}
+	return n
+}
+
+// respond answers a request whose series were written (or refused) by
+// Handler.write, after outside data points were refused for their time and
+// the errors in refused (those, and one a metric not translated) before.
+func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResult, outside int, refused []error) {
+	h := o.h
+	if res.fatal != nil {
+		h.logger.Error("OTLP append failed, request rolled back", "err", res.fatal)
+		h.setRetryAfter(w)
+		o.fail(w, asJSON, http.StatusServiceUnavailable, "", fmt.Errorf("store samples: %w", res.fatal))
+		return
+	}
+	h.m.written.WithLabelValues("sample").Add(float64(res.samples))
+	h.m.written.WithLabelValues("histogram").Add(float64(res.histograms))
+	h.m.written.WithLabelValues("exemplar").Add(float64(res.exemplars))
+	rejected := res.rejected + len(refused) + max(outside-1, 0) // outside is one error of refused
+	var msg string
+	if rejected > 0 {
+		var b strings.Builder
+		for i, err := range refused {
+			if i == 4 {
+				fmt.Fprintf(&b, "; and %d more metrics not translated", len(refused)-i)
+				break
+			}
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(err.Error())
+		}
+		if res.rejectedCount() > 0 {
+			if b.Len() > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(res.message(h.cfg.MaxErrorBodyBytes))
+		}
+		msg = b.String()
+		if len(msg) > h.cfg.MaxErrorBodyBytes {
+			msg = strings.ToValidUTF8(msg[:h.cfg.MaxErrorBodyBytes], "") + " [truncated]"
+		}
+		h.logger.Debug("OTLP request partly refused", "msg", msg)
+	}
+	if rejected > 0 && res.samples+res.histograms+res.exemplars == 0 {
+		// Nothing of it could be written: permanent, not to be retried.
+		o.fail(w, asJSON, http.StatusBadRequest, "", errors.New(msg))
+		return
+	}
+	resp := pmetricotlp.NewExportResponse()
+	if rejected > 0 {
+		resp.PartialSuccess().SetRejectedDataPoints(int64(rejected))
+		resp.PartialSuccess().SetErrorMessage(msg)
+	}
+	var b []byte
+	var err error
+	if asJSON {
+		b, err = resp.MarshalJSON()
+	} else {
+		b, err = resp.MarshalProto()
+	}
+	if err != nil {
+		o.fail(w, asJSON, http.StatusInternalServerError, "", fmt.Errorf("encode the response: %w", err))
+		return
+	}
+	o.reply(w, asJSON, http.StatusOK, b)
+}
+
+// fail answers with an error: a google.rpc.Status in the request's
+// encoding, as OTLP/HTTP asks of every 4xx and 5xx. reason, when set, is
+// counted among the receiver's rejections.
+func (o *OTLPHandler) fail(w http.ResponseWriter, asJSON bool, code int, reason string, err error) {
+	if reason != "" {
+		o.h.m.rejected.WithLabelValues(reason).Inc()
+	}
+	o.h.logger.Debug("OTLP request refused", "code", code, "reason", reason, "err", err)
+	st := &spb.Status{Code: int32(grpcCode(code)), Message: err.Error()}
+	var b []byte
+	if asJSON {
+		b, _ = protojson.Marshal(st)
+	} else {
+		b, _ = proto.Marshal(st)
+	}
+	o.reply(w, asJSON, code, b)
+}
+
+func (o *OTLPHandler) reply(w http.ResponseWriter, asJSON bool, code int, b []byte) {
+	ct := otlpProtobuf
+	if asJSON {
+		ct = otlpJSON
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+	o.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+// grpcCode is the status code a google.rpc.Status carries for an HTTP
+// status (the gRPC-HTTP mapping).
+func grpcCode(code int) codes.Code {
+	switch code {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusRequestEntityTooLarge:
+		return codes.ResourceExhausted
+	case http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	case http.StatusServiceUnavailable:
+		return codes.Unavailable
+	case http.StatusUnsupportedMediaType, http.StatusMethodNotAllowed:
+		return codes.Unimplemented
+	}
+	return codes.Internal
+}
+
+// gunzip decompresses src into dst, refusing more than limit bytes.
+func gunzip(dst, src []byte, limit int) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(src))
+	if err != nil {
+		return dst, fmt.Errorf("gzip: %w", err)
+	}
+	out := bytes.NewBuffer(dst)
+	n, err := out.ReadFrom(io.LimitReader(zr, int64(limit)+1))
+	if err != nil {
+		return out.Bytes(), fmt.Errorf("gzip: %w", err)
+	}
+	if n > int64(limit) {
+		return out.Bytes(), fmt.Errorf("%w: more than %d bytes", ErrDecompressedTooLarge, limit)
+	}
+	return out.Bytes(), nil
+}
+
+// unjoin returns the errors errors.Join put together (the translator's,
+// one a metric or resource), or err alone.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// otlpCollector is the storage.AppenderV2 the translator appends to: it
+// gathers the series into a Request for Handler.write, the points of one
+// series (which the translator appends in a row) into one Series. Labels
+// and float samples live in slices kept between requests, each Series
+// viewing its part, as the Decoder's do.
+type otlpCollector struct {
+	req     Request
+	labels  []Label
+	samples []Sample
+	exLbls  []Label
+	last    labels.Labels
+	from    int // where the last Series' samples start in samples
+}
+
+var _ storage.AppenderV2 = (*otlpCollector)(nil)
+
+func (c *otlpCollector) Append(_ storage.SeriesRef, ls labels.Labels, st, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, opts storage.AppendV2Options) (storage.SeriesRef, error) {
+	isHist := h != nil || fh != nil
+	n := len(c.req.Series)
+	if n == 0 || !labels.Equal(c.last, ls) || (len(c.req.Series[n-1].Histograms) > 0) != isHist {
+		from := len(c.labels)
+		ls.Range(func(l labels.Label) { c.labels = append(c.labels, Label{Name: l.Name, Value: l.Value}) })
+		c.req.Series = append(c.req.Series, Series{Labels: c.labels[from:len(c.labels):len(c.labels)]})
+		c.last, c.from = ls, len(c.samples)
+		n++
+	}
+	s := &c.req.Series[n-1]
+	if s.Metadata.IsEmpty() {
+		s.Metadata = Metadata{Type: opts.Metadata.Type, Unit: opts.Metadata.Unit, Help: opts.Metadata.Help}
+	}
+	if isHist {
+		s.Histograms = append(s.Histograms, Histogram{Timestamp: t, StartTimestamp: st, H: h, FH: fh})
+	} else {
+		// The last Series' samples are the tail of c.samples.
+		c.samples = append(c.samples, Sample{Value: v, Timestamp: t, StartTimestamp: st})
+		s.Samples = c.samples[c.from:len(c.samples):len(c.samples)]
+	}
+	for _, e := range opts.Exemplars {
+		from := len(c.exLbls)
+		e.Labels.Range(func(l labels.Label) { c.exLbls = append(c.exLbls, Label{Name: l.Name, Value: l.Value}) })
+		s.Exemplars = append(s.Exemplars, Exemplar{Labels: c.exLbls[from:len(c.exLbls):len(c.exLbls)], Value: e.Value, Timestamp: e.Ts})
+	}
+	return 0, nil
+}
+
+// Commit and Rollback do nothing: Handler.write appends what was collected
+// in a transaction of its own.
+func (*otlpCollector) Commit() error   { return nil }
+func (*otlpCollector) Rollback() error { return nil }
+
+// reset empties the collector for its next request, keeping its memory.
+func (c *otlpCollector) reset() {
+	clear(c.req.Series) // drop the histograms and strings they hold
+	c.req.Series = c.req.Series[:0]
+	clear(c.labels)
+	c.labels = c.labels[:0]
+	c.samples = c.samples[:0]
+	clear(c.exLbls)
+	c.exLbls = c.exLbls[:0]
+	c.last = labels.EmptyLabels()
+}
