@@ -3,12 +3,14 @@ package remotewrite
 import (
 	"bytes"
 	"compress/gzip"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
@@ -18,6 +20,8 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-dev/strata/tiers"
 )
 
 // otlpMetrics is what an OpenTelemetry SDK or collector exports for one vLLM
@@ -138,7 +142,7 @@ func gzipped(t *testing.T, b []byte) []byte {
 }
 
 // exportResponse decodes a 200's ExportMetricsServiceResponse.
-func exportResponse(t *testing.T, w *httptest.ResponseRecorder, asJSON bool) pmetricotlp.ExportResponse {
+func exportResponse(t testing.TB, w *httptest.ResponseRecorder, asJSON bool) pmetricotlp.ExportResponse {
 	t.Helper()
 	if w.Code != http.StatusOK {
 		t.Fatalf("status %d, want 200: %s", w.Code, w.Body)
@@ -354,4 +358,92 @@ func TestOTLPOverload(t *testing.T) {
 	if got := e.read(t, "vllm_requests_total"); len(got) != 0 {
 		t.Errorf("written under memory pressure: %v", got)
 	}
+}
+
+// BenchmarkOTLPAppend is BenchmarkDecodeAppend's load through the OTLP
+// receiver: 10,000 gauge series (benchLabels' names, 20 data points a
+// metric, the other labels as attributes) in five gzipped protobuf
+// requests of 2,000 data points, as an OpenTelemetry Collector's otlphttp
+// exporter sends them, into a real TSDB head, every round 1 s later.
+func BenchmarkOTLPAppend(b *testing.B) {
+	const groups = 5
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(b.TempDir()), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := raw.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
+	var clock time.Time
+	h, err := NewHandler(DefaultConfig(), raw, nil, nil, nil, func() time.Time { return clock })
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := NewOTLPHandler(h, config.DefaultOTLPConfig, 5*time.Minute, 24*time.Hour, prometheus.NewRegistry())
+	request := func(g int, ts int64) []byte {
+		md := pmetric.NewMetrics()
+		rm := md.ResourceMetrics().AppendEmpty()
+		rm.Resource().Attributes().PutStr("service.name", "bench")
+		ms := rm.ScopeMetrics().AppendEmpty().Metrics()
+		var dps pmetric.NumberDataPointSlice
+		for i := g * benchSamples; i < (g+1)*benchSamples; i++ {
+			kv := benchLabels(i)
+			if i%20 == 0 || i == g*benchSamples {
+				m := ms.AppendEmpty()
+				m.SetName(kv[1])
+				dps = m.SetEmptyGauge().DataPoints()
+			}
+			dp := dps.AppendEmpty()
+			dp.SetTimestamp(pcommon.Timestamp(ts * 1e6))
+			dp.SetDoubleValue(float64(i) + 0.5)
+			for j := 2; j < len(kv); j += 2 {
+				dp.Attributes().PutStr(kv[j], kv[j+1])
+			}
+		}
+		body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write(body)
+		_ = zw.Close()
+		return buf.Bytes()
+	}
+	post := func(body []byte) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/otlp/v1/metrics", &sliceReader{b: body})
+		r.Header.Set("Content-Type", otlpProtobuf)
+		r.Header.Set("Content-Encoding", "gzip")
+		r.ContentLength = int64(len(body))
+		w := httptest.NewRecorder()
+		o.ServeHTTP(w, r)
+		return w
+	}
+	clock = base
+	for g := range groups {
+		if w := post(request(g, base.UnixMilli())); w.Code != http.StatusOK || exportResponse(b, w, false).PartialSuccess().RejectedDataPoints() != 0 {
+			b.Fatalf("warm-up: %d %s", w.Code, w.Body)
+		}
+	}
+	i := groups
+	var cpu time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		g, round := i%groups, i/groups
+		i++
+		b.StopTimer()
+		ts := base.UnixMilli() + int64(round)*1000
+		body := request(g, ts)
+		clock = time.UnixMilli(ts)
+		b.StartTimer()
+		cpu0 := processCPU()
+		w := post(body)
+		cpu += processCPU() - cpu0
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	reportSamples(b, benchSamples*b.N, cpu)
 }
