@@ -447,3 +447,26 @@ func BenchmarkOTLPAppend(b *testing.B) {
 	}
 	reportSamples(b, benchSamples*b.N, cpu)
 }
+
+// TestOTLPNativeHistogramsWithCustomBuckets: with Prometheus'
+// convert_histograms_to_nhcb, an explicit-bucket histogram arrives as one
+// native histogram with custom buckets, which the write path validates and
+// stores like remote write's.
+func TestOTLPNativeHistogramsWithCustomBuckets(t *testing.T) {
+	e := newTestEnv(t, DefaultConfig())
+	cfg := config.DefaultOTLPConfig
+	cfg.ConvertHistogramsToNHCB = true
+	o := NewOTLPHandler(e.h, cfg, 5*time.Minute, 24*time.Hour, e.reg)
+	resp := exportResponse(t, postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, ""), false)
+	if n := resp.PartialSuccess().RejectedDataPoints(); n != 0 {
+		t.Fatalf("%d refused: %s", n, resp.PartialSuccess().ErrorMessage())
+	}
+	if got := e.read(t, "vllm_e2e_latency_seconds_bucket"); len(got) != 0 {
+		t.Errorf("classic buckets written: %v", got)
+	}
+	got := e.read(t, "vllm_e2e_latency_seconds")
+	pts := got[`{__name__="vllm_e2e_latency_seconds", instance="pod-a", job="vllm"}`]
+	if len(pts) != 1 || pts[0].h == nil || pts[0].h.Count != 6 || pts[0].h.Sum != 4.5 || len(pts[0].h.CustomValues) != 2 {
+		t.Fatalf("vllm_e2e_latency_seconds: %v, want one histogram with custom bounds 0.1 and 1, count 6, sum 4.5", got)
+	}
+}
