@@ -69,6 +69,7 @@ const (
 type OTLPHandler struct {
 	h          *Handler
 	maxAge     time.Duration
+	names      map[string]string
 	settings   otlpconv.Settings
 	converters sync.Pool // *otlpconv.PrometheusConverter
 	collectors sync.Pool // *otlpCollector
@@ -77,16 +78,32 @@ type OTLPHandler struct {
 	warnings   *prometheus.CounterVec
 }
 
-// NewOTLPHandler returns an OTLP receiver that writes through h. cfg is
-// Prometheus' otlp: configuration section (translation strategy, promoted
-// resource attributes, ...); lookback is the query lookback delta, which
-// spaces the target_info samples as Prometheus spaces them; data points
-// older than maxAge are refused.
-func NewOTLPHandler(h *Handler, cfg config.OTLPConfig, lookback, maxAge time.Duration, reg prometheus.Registerer) *OTLPHandler {
+// OTLPConfig configures an OTLPHandler.
+type OTLPConfig struct {
+	// Translation is Prometheus' otlp: configuration section (translation
+	// strategy, promoted resource attributes, ...).
+	Translation config.OTLPConfig
+	// LookbackDelta is the query lookback delta, which spaces the
+	// target_info samples as Prometheus spaces them.
+	LookbackDelta time.Duration
+	// MaxAge: data points older than this are refused (0: none are).
+	MaxAge time.Duration
+	// Names maps a series name the translation makes to the name stored
+	// instead: cmd/strata maps what Prometheus' translator makes of the
+	// names its catalogue knows (a dcgm-exporter counter without _total
+	// gains one) back to the names their exporters expose, which the
+	// canonical rules and the diagnosis engine read.
+	Names map[string]string
+}
+
+// NewOTLPHandler returns an OTLP receiver that writes through h.
+func NewOTLPHandler(h *Handler, oc OTLPConfig, reg prometheus.Registerer) *OTLPHandler {
 	f := promauto.With(reg)
+	cfg := oc.Translation
 	o := &OTLPHandler{
 		h:      h,
-		maxAge: maxAge,
+		maxAge: oc.MaxAge,
+		names:  oc.Names,
 		settings: otlpconv.Settings{
 			AddMetricSuffixes:                    cfg.TranslationStrategy.ShouldAddSuffixes(),
 			AllowUTF8:                            !cfg.TranslationStrategy.ShouldEscape(),
@@ -94,7 +111,7 @@ func NewOTLPHandler(h *Handler, cfg config.OTLPConfig, lookback, maxAge time.Dur
 			KeepIdentifyingResourceAttributes:    cfg.KeepIdentifyingResourceAttributes,
 			ConvertHistogramsToNHCB:              cfg.ConvertHistogramsToNHCB,
 			PromoteScopeMetadata:                 cfg.PromoteScopeMetadata,
-			LookbackDelta:                        lookback,
+			LookbackDelta:                        oc.LookbackDelta,
 			LabelNameUnderscoreSanitization:      cfg.LabelNameUnderscoreSanitization,
 			LabelNamePreserveMultipleUnderscores: cfg.LabelNamePreserveMultipleUnderscores,
 		},
@@ -112,7 +129,7 @@ func NewOTLPHandler(h *Handler, cfg config.OTLPConfig, lookback, maxAge time.Dur
 		}, []string{"category"}),
 	}
 	o.converters.New = func() any { return otlpconv.NewPrometheusConverter(nil) }
-	o.collectors.New = func() any { return &otlpCollector{} }
+	o.collectors.New = func() any { return &otlpCollector{names: o.names} }
 	return o
 }
 
@@ -419,6 +436,7 @@ func unjoin(err error) []error {
 // and float samples live in slices kept between requests, each Series
 // viewing its part, as the Decoder's do.
 type otlpCollector struct {
+	names   map[string]string // OTLPConfig.Names
 	req     Request
 	labels  []Label
 	samples []Sample
@@ -434,7 +452,14 @@ func (c *otlpCollector) Append(_ storage.SeriesRef, ls labels.Labels, st, t int6
 	n := len(c.req.Series)
 	if n == 0 || !labels.Equal(c.last, ls) || (len(c.req.Series[n-1].Histograms) > 0) != isHist {
 		from := len(c.labels)
-		ls.Range(func(l labels.Label) { c.labels = append(c.labels, Label{Name: l.Name, Value: l.Value}) })
+		ls.Range(func(l labels.Label) {
+			if l.Name == model.MetricNameLabel {
+				if n, ok := c.names[l.Value]; ok {
+					l.Value = n
+				}
+			}
+			c.labels = append(c.labels, Label{Name: l.Name, Value: l.Value})
+		})
 		c.req.Series = append(c.req.Series, Series{Labels: c.labels[from:len(c.labels):len(c.labels)]})
 		c.last, c.from = ls, len(c.samples)
 		n++

@@ -190,7 +190,7 @@ func TestOTLP(t *testing.T) {
 	}{{"protobuf", false, ""}, {"json-gzip", true, "gzip"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, DefaultConfig())
-			o := NewOTLPHandler(e.h, config.DefaultOTLPConfig, 5*time.Minute, 24*time.Hour, e.reg)
+			o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
 			body := otlpBody(t, otlpMetrics(true), tc.asJSON)
 			if tc.encoding == "gzip" {
 				body = gzipped(t, body)
@@ -260,7 +260,7 @@ func TestOTLPBadRequests(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxDecompressedBytes = 1 << 10
 	e := newTestEnv(t, cfg)
-	o := NewOTLPHandler(e.h, config.DefaultOTLPConfig, 5*time.Minute, 24*time.Hour, e.reg)
+	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
 
 	st := status(t, postOTLP(o, []byte("x"), "text/plain", ""), http.StatusUnsupportedMediaType, false)
 	if !strings.Contains(st.Message, "Content-Type") {
@@ -318,7 +318,7 @@ func TestOTLPBadRequests(t *testing.T) {
 // decades nor reach the store.
 func TestOTLPTimeWindow(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
-	o := NewOTLPHandler(e.h, config.DefaultOTLPConfig, 5*time.Minute, 24*time.Hour, e.reg)
+	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
 	md := otlpMetrics(false)
 	gauge := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics().At(0).Gauge()
 	gauge.DataPoints().AppendEmpty().SetDoubleValue(1) // timestamp 0
@@ -349,7 +349,7 @@ func TestOTLPOverload(t *testing.T) {
 	cfg.MaxHeapBytes = 1 << 20
 	e := newTestEnv(t, cfg)
 	e.h.liveHeap = func() uint64 { return 2 << 20 }
-	o := NewOTLPHandler(e.h, config.DefaultOTLPConfig, 5*time.Minute, 24*time.Hour, e.reg)
+	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
 	w := postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, "")
 	status(t, w, http.StatusTooManyRequests, false)
 	if w.Header().Get("Retry-After") == "" {
@@ -381,7 +381,7 @@ func BenchmarkOTLPAppend(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := NewOTLPHandler(h, config.DefaultOTLPConfig, 5*time.Minute, 24*time.Hour, prometheus.NewRegistry())
+	o := NewOTLPHandler(h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, prometheus.NewRegistry())
 	request := func(g int, ts int64) []byte {
 		md := pmetric.NewMetrics()
 		rm := md.ResourceMetrics().AppendEmpty()
@@ -456,7 +456,7 @@ func TestOTLPNativeHistogramsWithCustomBuckets(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
 	cfg := config.DefaultOTLPConfig
 	cfg.ConvertHistogramsToNHCB = true
-	o := NewOTLPHandler(e.h, cfg, 5*time.Minute, 24*time.Hour, e.reg)
+	o := NewOTLPHandler(e.h, OTLPConfig{Translation: cfg, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
 	resp := exportResponse(t, postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, ""), false)
 	if n := resp.PartialSuccess().RejectedDataPoints(); n != 0 {
 		t.Fatalf("%d refused: %s", n, resp.PartialSuccess().ErrorMessage())
@@ -468,5 +468,26 @@ func TestOTLPNativeHistogramsWithCustomBuckets(t *testing.T) {
 	pts := got[`{__name__="vllm_e2e_latency_seconds", instance="pod-a", job="vllm"}`]
 	if len(pts) != 1 || pts[0].h == nil || pts[0].h.Count != 6 || pts[0].h.Sum != 4.5 || len(pts[0].h.CustomValues) != 2 {
 		t.Fatalf("vllm_e2e_latency_seconds: %v, want one histogram with custom bounds 0.1 and 1, count 6, sum 4.5", got)
+	}
+}
+
+// TestOTLPNames: OTLPConfig.Names renames a translated series, metadata
+// included; other series keep the translator's name.
+func TestOTLPNames(t *testing.T) {
+	e := newTestEnv(t, DefaultConfig())
+	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour,
+		Names: map[string]string{"vllm_requests_total": "vllm_requests"}}, e.reg)
+	exportResponse(t, postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, ""), false)
+	if got := e.read(t, "vllm_requests_total"); len(got) != 0 {
+		t.Errorf("vllm_requests_total written: %v", got)
+	}
+	if got := e.read(t, "vllm_requests"); len(got[`{__name__="vllm_requests", instance="pod-a", job="vllm"}`]) != 3 {
+		t.Errorf("vllm_requests: %v, want the counter's three samples under its new name", got)
+	}
+	if got := e.read(t, "vllm_kv_cache_usage_ratio"); len(got) != 1 {
+		t.Errorf("vllm_kv_cache_usage_ratio: %v, want it under the translator's name", got)
+	}
+	if m := e.h.meta.Metadata("vllm_requests")["vllm_requests"]; len(m) != 1 || m[0].Type != model.MetricTypeCounter {
+		t.Errorf("metadata of vllm_requests: %+v", m)
 	}
 }

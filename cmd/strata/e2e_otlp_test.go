@@ -21,7 +21,8 @@ import (
 // TestOTLPEndToEnd: an OTLP/HTTP export, as an OpenTelemetry collector's
 // otlphttp exporter sends it, to a running strata serve whose otlp:
 // section promotes a resource attribute: the series answer PromQL with
-// Prometheus' OTLP names and labels, and their metadata is served.
+// Prometheus' OTLP names and labels (but the catalogue's own names, which
+// the translator would change), and their metadata is served.
 func TestOTLPEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "strata.yml")
@@ -43,6 +44,17 @@ func TestOTLPEndToEnd(t *testing.T) {
 	dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
 	dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
 	dp.SetIntValue(7)
+	// A dcgm-exporter counter without _total, as a Collector's prometheus
+	// receiver hands it over: Prometheus' translator would add _total, and
+	// the canonical rules would not find it.
+	m = rm.ScopeMetrics().At(0).Metrics().AppendEmpty()
+	m.SetName("DCGM_FI_DEV_POWER_VIOLATION")
+	sum := m.SetEmptySum()
+	sum.SetIsMonotonic(true)
+	sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	dp = sum.DataPoints().AppendEmpty()
+	dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+	dp.SetIntValue(1234)
 	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +80,13 @@ func TestOTLPEndToEnd(t *testing.T) {
 	}
 	if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value != 7 {
 		t.Fatalf("query = %v, want the exported 7 with the promoted k8s_pod_name", v)
+	}
+	v, _, _, err = client.Query(context.Background(), `DCGM_FI_DEV_POWER_VIOLATION`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value != 1234 {
+		t.Errorf("DCGM_FI_DEV_POWER_VIOLATION = %v, want the counter under dcgm-exporter's name", v)
 	}
 	meta, err := client.Metadata(context.Background(), "vllm_num_requests_waiting", "")
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/strata-dev/strata/dcgmbridge"
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/export"
@@ -246,7 +247,16 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.otlp = remotewrite.NewOTLPHandler(srv.write, otlpCfg, time.Duration(cfg.Query.LookbackDelta), time.Duration(cfg.Storage.Raw.Retention), reg)
+	cat, err := dcgmbridge.NewCatalogue()
+	if err != nil {
+		return nil, err
+	}
+	srv.otlp = remotewrite.NewOTLPHandler(srv.write, remotewrite.OTLPConfig{
+		Translation:   otlpCfg,
+		LookbackDelta: time.Duration(cfg.Query.LookbackDelta),
+		MaxAge:        time.Duration(cfg.Storage.Raw.Retention),
+		Names:         otlpNames(cat, otlpCfg),
+	}, reg)
 
 	stitchOpts := []tiers.StitchOption{tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta))}
 	if cfg.Diagnose.Enabled {
