@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -31,8 +32,15 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// reasonUntranslated counts the OTLP metrics the translator refused.
-const reasonUntranslated = "otlp_untranslated"
+// Rejection reasons of the OTLP receiver: a metric the translator refused;
+// a request whose translation passed its memory budget.
+const (
+	reasonUntranslated       = "otlp_untranslated"
+	reasonTranslatedTooLarge = "otlp_translated_too_large"
+)
+
+// errOverBudget stops the translation of a request past its budget.
+var errOverBudget = errors.New("the translated request is over its memory budget")
 
 // OTLP/HTTP content types (the OTLP specification's binary and JSON
 // encodings).
@@ -221,6 +229,10 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	col := o.collectors.Get().(*otlpCollector)
+	// The translation may make far more than it was sent (a series per
+	// bucket, target_info every half lookback delta): it may take twice
+	// what a decompressed body may.
+	col.budget = 2 * int64(h.cfg.MaxDecompressedBytes)
 	defer func() {
 		col.reset()
 		o.collectors.Put(col)
@@ -232,6 +244,11 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.converters.Put(conv)
 	if ctxErr := r.Context().Err(); ctxErr != nil {
 		o.fail(w, asJSON, http.StatusServiceUnavailable, "canceled", ctxErr)
+		return
+	}
+	if col.budget < 0 {
+		o.fail(w, asJSON, http.StatusRequestEntityTooLarge, reasonTranslatedTooLarge,
+			fmt.Errorf("the request translates into more than %d bytes of series (twice max_decompressed_bytes): send smaller batches", 2*h.cfg.MaxDecompressedBytes))
 		return
 	}
 	for category, n := range otlpconv.CountWarningsByCategory(annots) {
@@ -437,6 +454,7 @@ func unjoin(err error) []error {
 // viewing its part, as the Decoder's do.
 type otlpCollector struct {
 	names   map[string]string // OTLPConfig.Names
+	budget  int64             // bytes the request may still take; negative: over, appends refused
 	req     Request
 	labels  []Label
 	samples []Sample
@@ -448,9 +466,31 @@ type otlpCollector struct {
 var _ storage.AppenderV2 = (*otlpCollector)(nil)
 
 func (c *otlpCollector) Append(_ storage.SeriesRef, ls labels.Labels, st, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, opts storage.AppendV2Options) (storage.SeriesRef, error) {
+	if c.budget < 0 {
+		return 0, errOverBudget
+	}
 	isHist := h != nil || fh != nil
 	n := len(c.req.Series)
-	if n == 0 || !labels.Equal(c.last, ls) || (len(c.req.Series[n-1].Histograms) > 0) != isHist {
+	newSeries := n == 0 || !labels.Equal(c.last, ls) || (len(c.req.Series[n-1].Histograms) > 0) != isHist
+	// What it holds: a sample (or a histogram and its buckets), and for a
+	// new series its Series and label views (their strings are the
+	// translator's).
+	cost := int64(unsafe.Sizeof(Sample{}))
+	if isHist {
+		cost = int64(unsafe.Sizeof(Histogram{}) + unsafe.Sizeof(histogram.FloatHistogram{}))
+		if h != nil {
+			cost += int64(8*len(h.PositiveBuckets) + 8*len(h.NegativeBuckets) + 8*len(h.CustomValues))
+		} else {
+			cost += int64(8*len(fh.PositiveBuckets) + 8*len(fh.NegativeBuckets) + 8*len(fh.CustomValues))
+		}
+	}
+	if newSeries {
+		cost += int64(unsafe.Sizeof(Series{})) + int64(ls.Len())*int64(unsafe.Sizeof(Label{}))
+	}
+	if c.budget -= cost; c.budget < 0 {
+		return 0, errOverBudget
+	}
+	if newSeries {
 		from := len(c.labels)
 		ls.Range(func(l labels.Label) {
 			if l.Name == model.MetricNameLabel {

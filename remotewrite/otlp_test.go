@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,10 +258,12 @@ func TestOTLP(t *testing.T) {
 // TestOTLPBadRequests: every refusal is a google.rpc.Status in the request's
 // encoding with the status OTLP/HTTP gives it, and writes nothing.
 func TestOTLPBadRequests(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.MaxDecompressedBytes = 1 << 10
-	e := newTestEnv(t, cfg)
+	e := newTestEnv(t, DefaultConfig())
 	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	small := DefaultConfig()
+	small.MaxDecompressedBytes = 1 << 10
+	es := newTestEnv(t, small)
+	oSmall := NewOTLPHandler(es.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, es.reg)
 
 	st := status(t, postOTLP(o, []byte("x"), "text/plain", ""), http.StatusUnsupportedMediaType, false)
 	if !strings.Contains(st.Message, "Content-Type") {
@@ -270,7 +273,7 @@ func TestOTLPBadRequests(t *testing.T) {
 	status(t, postOTLP(o, []byte{0xff, 0xff, 0xff}, otlpProtobuf, ""), http.StatusBadRequest, false)
 	status(t, postOTLP(o, []byte(`{"resourceMetrics": 7}`), otlpJSON, ""), http.StatusBadRequest, true)
 	status(t, postOTLP(o, []byte("not gzip"), otlpProtobuf, "gzip"), http.StatusBadRequest, false)
-	st = status(t, postOTLP(o, gzipped(t, make([]byte, 4<<10)), otlpProtobuf, "gzip"), http.StatusRequestEntityTooLarge, false)
+	st = status(t, postOTLP(oSmall, gzipped(t, make([]byte, 4<<10)), otlpProtobuf, "gzip"), http.StatusRequestEntityTooLarge, false)
 	if !strings.Contains(st.Message, "1024") {
 		t.Errorf("413 message %q does not give the limit", st.Message)
 	}
@@ -489,5 +492,58 @@ func TestOTLPNames(t *testing.T) {
 	}
 	if m := e.h.meta.Metadata("vllm_requests")["vllm_requests"]; len(m) != 1 || m[0].Type != model.MetricTypeCounter {
 		t.Errorf("metadata of vllm_requests: %+v", m)
+	}
+}
+
+// TestOTLPTranslationBudget: a request whose translation would take more
+// than twice max_decompressed_bytes (here explicit-bucket histograms, each
+// point a series per bucket) is refused with a 413, and nothing of it is
+// written.
+func TestOTLPTranslationBudget(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDecompressedBytes = 256 << 10
+	e := newTestEnv(t, cfg)
+	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "vllm")
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("wide")
+	hist := m.SetEmptyHistogram()
+	hist.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	bounds := make([]float64, 100)
+	counts := make([]uint64, 101)
+	for i := range bounds {
+		bounds[i] = float64(i + 1)
+	}
+	for p := range 60 {
+		dp := hist.DataPoints().AppendEmpty()
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(base))
+		dp.Attributes().PutStr("pod", strconv.Itoa(p))
+		dp.ExplicitBounds().FromRaw(bounds)
+		dp.BucketCounts().FromRaw(counts)
+	}
+	body := otlpBody(t, md, false)
+	if len(body) > cfg.MaxDecompressedBytes/2 {
+		t.Fatalf("the body, %d bytes, is not well within max_decompressed_bytes", len(body))
+	}
+	st := status(t, postOTLP(o, body, otlpProtobuf, ""), http.StatusRequestEntityTooLarge, false)
+	if !strings.Contains(st.Message, "smaller batches") {
+		t.Errorf("413 message %q", st.Message)
+	}
+	if got := e.read(t, "wide_bucket"); len(got) != 0 {
+		t.Errorf("%d series written", len(got))
+	}
+	// The same points in batches of ten are taken.
+	for from := 0; from < 60; from += 10 {
+		part := pmetric.NewMetrics()
+		md.CopyTo(part)
+		dps := part.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics().At(0).Histogram().DataPoints()
+		i := 0
+		dps.RemoveIf(func(pmetric.HistogramDataPoint) bool { i++; return i <= from || i > from+10 })
+		exportResponse(t, postOTLP(o, otlpBody(t, part, false), otlpProtobuf, ""), false)
+	}
+	if got := e.read(t, "wide_bucket"); len(got) != 60*101 {
+		t.Errorf("%d bucket series written in batches, want %d", len(got), 60*101)
 	}
 }
