@@ -3,7 +3,9 @@ package remotewrite
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/labels"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
@@ -61,6 +64,12 @@ func otlpMetrics(withDelta bool) pmetric.Metrics {
 		dp.SetStartTimestamp(ts(-time.Minute))
 		dp.SetTimestamp(ts(time.Duration(i) * 10 * time.Second))
 		dp.SetIntValue(v)
+		if i == 1 {
+			ex := dp.Exemplars().AppendEmpty()
+			ex.SetTimestamp(ts(5 * time.Second))
+			ex.SetIntValue(1)
+			ex.SetTraceID(pcommon.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+		}
 	}
 
 	m = ms.AppendEmpty()
@@ -229,6 +238,17 @@ func TestOTLP(t *testing.T) {
 			pts := ttft[`{__name__="vllm_ttft_seconds", `+id+`}`]
 			if len(pts) != 1 || pts[0].h == nil || pts[0].h.Count != 3 || pts[0].h.Sum != 3.5 || pts[0].h.ZeroCount != 1 {
 				t.Errorf("vllm_ttft_seconds: %v, want one native histogram of count 3, sum 3.5", ttft)
+			}
+			eq, err := e.raw.ExemplarQuerier(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			exs, err := eq.Select(math.MinInt64, math.MaxInt64, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, "vllm_requests_total")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(exs) != 1 || len(exs[0].Exemplars) != 1 || exs[0].Exemplars[0].Labels.Get("trace_id") != "0102030405060708090a0b0c0d0e0f10" {
+				t.Errorf("exemplars of vllm_requests_total: %+v, want the one with its trace id", exs)
 			}
 			if ti := e.read(t, "target_info"); len(ti[`{__name__="target_info", `+id+`, k8s_namespace_name="inference"}`]) == 0 {
 				t.Errorf("target_info: %v, want the resource's k8s.namespace.name", ti)
