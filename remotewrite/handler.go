@@ -634,7 +634,7 @@ func (h *Handler) setRetryAfter(w http.ResponseWriter) {
 func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
 	h.setRetryAfter(w)
 	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
-		errors.New("too many remote-write requests or bytes in flight, retry later")})
+		errors.New("too many write requests or bytes in flight, retry later")})
 }
 
 // reject answers a request that wrote nothing.
