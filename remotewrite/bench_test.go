@@ -209,25 +209,39 @@ func BenchmarkDecodeAppend(b *testing.B) {
 					b.Fatalf("warm-up: %d %s", w.Code, w.Body)
 				}
 			}
-			i := groups
-			var cpu time.Duration
-			b.ReportAllocs()
-			for b.Loop() {
-				g, round := i%groups, i/groups
-				i++
-				b.StopTimer()
-				r, w := prepare(base.UnixMilli()+int64(round)*1000, g)
-				b.StartTimer()
-				cpu0 := processCPU()
-				h.ServeHTTP(w, r)
-				cpu += processCPU() - cpu0
-				if w.Code != 204 {
-					b.Fatalf("status %d: %s", w.Code, w.Body)
+			loopRequests(b, groups, func(g int, ts int64) func() {
+				r, w := prepare(ts, g)
+				return func() {
+					if h.ServeHTTP(w, r); w.Code != 204 {
+						b.Fatalf("status %d: %s", w.Code, w.Body)
+					}
 				}
-			}
-			reportSamples(b, benchSamples*b.N, cpu)
+			})
 		})
 	}
+}
+
+// loopRequests is the loop of a benchmark that sends groups requests of
+// benchSamples samples a round, each round 1 s later than the last: prepare
+// builds group g's request stamped ts untimed and returns the timed part,
+// which serves it (and fails the benchmark on a bad reply). The first round
+// is the caller's warm-up. It reports samples per wall-clock and, where
+// the platform tells, per CPU-second of the timed parts.
+func loopRequests(b *testing.B, groups int, prepare func(g int, ts int64) func()) {
+	i := groups
+	var cpu time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		g, round := i%groups, i/groups
+		i++
+		b.StopTimer()
+		serve := prepare(g, base.UnixMilli()+int64(round)*1000)
+		b.StartTimer()
+		cpu0 := processCPU()
+		serve()
+		cpu += processCPU() - cpu0
+	}
+	reportSamples(b, benchSamples*b.N, cpu)
 }
 
 type sliceReader struct{ b []byte }

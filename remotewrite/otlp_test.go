@@ -450,25 +450,15 @@ func BenchmarkOTLPAppend(b *testing.B) {
 			b.Fatalf("warm-up: %d %s", w.Code, w.Body)
 		}
 	}
-	i := groups
-	var cpu time.Duration
-	b.ReportAllocs()
-	for b.Loop() {
-		g, round := i%groups, i/groups
-		i++
-		b.StopTimer()
-		ts := base.UnixMilli() + int64(round)*1000
+	loopRequests(b, groups, func(g int, ts int64) func() {
 		body := request(g, ts)
 		clock = time.UnixMilli(ts)
-		b.StartTimer()
-		cpu0 := processCPU()
-		w := post(body)
-		cpu += processCPU() - cpu0
-		if w.Code != http.StatusOK {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
+		return func() {
+			if w := post(body); w.Code != http.StatusOK {
+				b.Fatalf("status %d: %s", w.Code, w.Body)
+			}
 		}
-	}
-	reportSamples(b, benchSamples*b.N, cpu)
+	})
 }
 
 // TestOTLPNativeHistogramsWithCustomBuckets: with Prometheus'
