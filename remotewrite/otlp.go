@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"mime"
+	"slices"
 	"net/http"
 	"strconv"
 	"strings"
@@ -233,6 +234,7 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// bucket, target_info every half lookback delta): it may take twice
 	// what a decompressed body may.
 	col.budget = 2 * int64(h.cfg.MaxDecompressedBytes)
+	col.grow(translatedSize(req.Metrics()))
 	defer func() {
 		col.reset()
 		o.collectors.Put(col)
@@ -269,6 +271,53 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refused = append(refused, fmt.Errorf("%d data points older than %s or more than %s ahead refused", outside, model.Duration(o.maxAge), model.Duration(h.cfg.Limits.MaxFutureSkew)))
 	}
 	o.respond(w, asJSON, res, outside, append(refused, untranslated...))
+}
+
+// translatedSize estimates what the translation of md makes: series (a
+// sample each; a target_info a resource) and their labels, the data
+// points' attributes plus the name, job, instance and le or quantile. The collector sizes its slices
+// by it once, rather than growing them from the pool's (often empty, after
+// a collection) a doubling at a time.
+func translatedSize(md pmetric.Metrics) (series, lbls int) {
+	add := func(n, attrs int) {
+		series += n
+		lbls += n * (attrs + 4)
+	}
+	rms := md.ResourceMetrics()
+	for i := range rms.Len() {
+		add(1, rms.At(i).Resource().Attributes().Len()) // target_info
+		sms := rms.At(i).ScopeMetrics()
+		for j := range sms.Len() {
+			ms := sms.At(j).Metrics()
+			for k := range ms.Len() {
+				switch m := ms.At(k); m.Type() {
+				case pmetric.MetricTypeGauge:
+					for _, p := range m.Gauge().DataPoints().All() {
+						add(1, p.Attributes().Len())
+					}
+				case pmetric.MetricTypeSum:
+					for _, p := range m.Sum().DataPoints().All() {
+						add(1, p.Attributes().Len())
+					}
+				case pmetric.MetricTypeHistogram:
+					for _, p := range m.Histogram().DataPoints().All() {
+						add(p.BucketCounts().Len()+2, p.Attributes().Len())
+					}
+				case pmetric.MetricTypeExponentialHistogram:
+					for _, p := range m.ExponentialHistogram().DataPoints().All() {
+						add(1, p.Attributes().Len())
+					}
+				case pmetric.MetricTypeSummary:
+					for _, p := range m.Summary().DataPoints().All() {
+						add(p.QuantileValues().Len()+2, p.Attributes().Len())
+					}
+				}
+			}
+		}
+	}
+	// A little room for what the estimate misses: growing by a doubling
+	// at the end copies everything.
+	return series + series/16, lbls + lbls/16
 }
 
 // dropOutside removes the data points stamped before lo or at or after hi
@@ -527,6 +576,13 @@ func (c *otlpCollector) Append(_ storage.SeriesRef, ls labels.Labels, st, t int6
 // in a transaction of its own.
 func (*otlpCollector) Commit() error   { return nil }
 func (*otlpCollector) Rollback() error { return nil }
+
+// grow makes room for series float series and lbls label views at once.
+func (c *otlpCollector) grow(series, lbls int) {
+	c.req.Series = slices.Grow(c.req.Series, series)
+	c.samples = slices.Grow(c.samples, series)
+	c.labels = slices.Grow(c.labels, lbls)
+}
 
 // reset empties the collector for its next request, keeping its memory.
 func (c *otlpCollector) reset() {
