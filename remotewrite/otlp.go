@@ -577,8 +577,13 @@ func (c *otlpCollector) Append(_ storage.SeriesRef, ls labels.Labels, st, t int6
 func (*otlpCollector) Commit() error   { return nil }
 func (*otlpCollector) Rollback() error { return nil }
 
-// grow makes room for series float series and lbls label views at once.
+// grow makes room for series float series and lbls label views at once,
+// when that fits in the budget (a request that would not is refused as
+// its appends pass the budget; it is not sized for first).
 func (c *otlpCollector) grow(series, lbls int) {
+	if int64(series)*int64(unsafe.Sizeof(Series{})+unsafe.Sizeof(Sample{}))+int64(lbls)*int64(unsafe.Sizeof(Label{})) > c.budget {
+		return
+	}
 	c.req.Series = slices.Grow(c.req.Series, series)
 	c.samples = slices.Grow(c.samples, series)
 	c.labels = slices.Grow(c.labels, lbls)
