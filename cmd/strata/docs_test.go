@@ -100,6 +100,7 @@ func known(set map[string]bool, flag string) bool {
 // they are. A flag listed here is still checked wherever that word is absent.
 var foreignFlags = map[string]string{
 	"web.enable-remote-write-receiver": "prometheus",
+	"web.enable-otlp-receiver":         "prometheus",
 	"storage.tsdb.path":                "prometheus",
 	"storage.tsdb.samples-per-chunk":   "prometheus",
 	"use-old-namespace":                "dcgm",
