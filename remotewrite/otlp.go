@@ -283,38 +283,33 @@ func translatedSize(md pmetric.Metrics) (series, lbls int) {
 		series += n
 		lbls += n * (attrs + 4)
 	}
-	rms := md.ResourceMetrics()
-	for i := range rms.Len() {
-		add(1, rms.At(i).Resource().Attributes().Len()) // target_info
-		sms := rms.At(i).ScopeMetrics()
-		for j := range sms.Len() {
-			ms := sms.At(j).Metrics()
-			for k := range ms.Len() {
-				switch m := ms.At(k); m.Type() {
-				case pmetric.MetricTypeGauge:
-					for _, p := range m.Gauge().DataPoints().All() {
-						add(1, p.Attributes().Len())
-					}
-				case pmetric.MetricTypeSum:
-					for _, p := range m.Sum().DataPoints().All() {
-						add(1, p.Attributes().Len())
-					}
-				case pmetric.MetricTypeHistogram:
-					for _, p := range m.Histogram().DataPoints().All() {
-						add(p.BucketCounts().Len()+2, p.Attributes().Len())
-					}
-				case pmetric.MetricTypeExponentialHistogram:
-					for _, p := range m.ExponentialHistogram().DataPoints().All() {
-						add(1, p.Attributes().Len())
-					}
-				case pmetric.MetricTypeSummary:
-					for _, p := range m.Summary().DataPoints().All() {
-						add(p.QuantileValues().Len()+2, p.Attributes().Len())
-					}
-				}
+	for _, rm := range md.ResourceMetrics().All() {
+		add(1, rm.Resource().Attributes().Len()) // target_info
+	}
+	eachMetric(md, func(m pmetric.Metric) {
+		switch m.Type() {
+		case pmetric.MetricTypeGauge:
+			for _, p := range m.Gauge().DataPoints().All() {
+				add(1, p.Attributes().Len())
+			}
+		case pmetric.MetricTypeSum:
+			for _, p := range m.Sum().DataPoints().All() {
+				add(1, p.Attributes().Len())
+			}
+		case pmetric.MetricTypeHistogram:
+			for _, p := range m.Histogram().DataPoints().All() {
+				add(p.BucketCounts().Len()+2, p.Attributes().Len())
+			}
+		case pmetric.MetricTypeExponentialHistogram:
+			for _, p := range m.ExponentialHistogram().DataPoints().All() {
+				add(1, p.Attributes().Len())
+			}
+		case pmetric.MetricTypeSummary:
+			for _, p := range m.Summary().DataPoints().All() {
+				add(p.QuantileValues().Len()+2, p.Attributes().Len())
 			}
 		}
-	}
+	})
 	// A little room for what the estimate misses: growing by a doubling
 	// at the end copies everything.
 	return series + series/16, lbls + lbls/16
@@ -331,28 +326,32 @@ func dropOutside(md pmetric.Metrics, lo, hi pcommon.Timestamp) int {
 		}
 		return false
 	}
-	rms := md.ResourceMetrics()
-	for i := range rms.Len() {
-		sms := rms.At(i).ScopeMetrics()
-		for j := range sms.Len() {
-			ms := sms.At(j).Metrics()
-			for k := range ms.Len() {
-				switch m := ms.At(k); m.Type() {
-				case pmetric.MetricTypeGauge:
-					m.Gauge().DataPoints().RemoveIf(func(p pmetric.NumberDataPoint) bool { return out(p.Timestamp()) })
-				case pmetric.MetricTypeSum:
-					m.Sum().DataPoints().RemoveIf(func(p pmetric.NumberDataPoint) bool { return out(p.Timestamp()) })
-				case pmetric.MetricTypeHistogram:
-					m.Histogram().DataPoints().RemoveIf(func(p pmetric.HistogramDataPoint) bool { return out(p.Timestamp()) })
-				case pmetric.MetricTypeExponentialHistogram:
-					m.ExponentialHistogram().DataPoints().RemoveIf(func(p pmetric.ExponentialHistogramDataPoint) bool { return out(p.Timestamp()) })
-				case pmetric.MetricTypeSummary:
-					m.Summary().DataPoints().RemoveIf(func(p pmetric.SummaryDataPoint) bool { return out(p.Timestamp()) })
-				}
+	eachMetric(md, func(m pmetric.Metric) {
+		switch m.Type() {
+		case pmetric.MetricTypeGauge:
+			m.Gauge().DataPoints().RemoveIf(func(p pmetric.NumberDataPoint) bool { return out(p.Timestamp()) })
+		case pmetric.MetricTypeSum:
+			m.Sum().DataPoints().RemoveIf(func(p pmetric.NumberDataPoint) bool { return out(p.Timestamp()) })
+		case pmetric.MetricTypeHistogram:
+			m.Histogram().DataPoints().RemoveIf(func(p pmetric.HistogramDataPoint) bool { return out(p.Timestamp()) })
+		case pmetric.MetricTypeExponentialHistogram:
+			m.ExponentialHistogram().DataPoints().RemoveIf(func(p pmetric.ExponentialHistogramDataPoint) bool { return out(p.Timestamp()) })
+		case pmetric.MetricTypeSummary:
+			m.Summary().DataPoints().RemoveIf(func(p pmetric.SummaryDataPoint) bool { return out(p.Timestamp()) })
+		}
+	})
+	return n
+}
+
+// eachMetric calls fn for every metric of md.
+func eachMetric(md pmetric.Metrics, fn func(pmetric.Metric)) {
+	for _, rm := range md.ResourceMetrics().All() {
+		for _, sm := range rm.ScopeMetrics().All() {
+			for _, m := range sm.Metrics().All() {
+				fn(m)
 			}
 		}
 	}
-	return n
 }
 
 // respond answers a request whose series were written (or refused) by
