@@ -33,6 +33,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// versionOTLP is the version label of the receiver's request metrics
+// (strata_remotewrite_requests_total, _request_duration_seconds) for OTLP.
+const versionOTLP = "otlp"
+
 // Rejection reasons of the OTLP receiver: a metric the translator refused;
 // a request whose translation passed its memory budget.
 const (
@@ -82,8 +86,6 @@ type OTLPHandler struct {
 	settings   otlpconv.Settings
 	converters sync.Pool // *otlpconv.PrometheusConverter
 	collectors sync.Pool // *otlpCollector
-	requests   *prometheus.CounterVec
-	untrans    prometheus.Counter
 	warnings   *prometheus.CounterVec
 }
 
@@ -124,14 +126,6 @@ func NewOTLPHandler(h *Handler, oc OTLPConfig, reg prometheus.Registerer) *OTLPH
 			LabelNameUnderscoreSanitization:      cfg.LabelNameUnderscoreSanitization,
 			LabelNamePreserveMultipleUnderscores: cfg.LabelNamePreserveMultipleUnderscores,
 		},
-		requests: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "strata_otlp_requests_total",
-			Help: "OTLP metrics export requests, by HTTP status code.",
-		}, []string{"code"}),
-		untrans: f.NewCounter(prometheus.CounterOpts{
-			Name: "strata_otlp_untranslated_metrics_total",
-			Help: "OTLP metrics that could not be translated into series (delta temporality, a bad name, ...) and were refused.",
-		}),
 		warnings: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_otlp_translation_warnings_total",
 			Help: "Warnings of the OTLP translation (empty data points dropped, colliding attribute names, ...), by category.",
@@ -163,7 +157,7 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.fail(w, asJSON, http.StatusUnsupportedMediaType, ReasonUnsupportedMedia, fmt.Errorf("unsupported Content-Encoding %q, want gzip or none", ce))
 		return
 	}
-	defer func() { h.m.duration.WithLabelValues("otlp").Observe(h.now().Sub(start).Seconds()) }()
+	defer func() { h.m.duration.WithLabelValues(versionOTLP).Observe(h.now().Sub(start).Seconds()) }()
 
 	// Admission as for remote write, before the body is read.
 	adm, e := h.admitRequest(r)
@@ -260,24 +254,17 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.logger.Debug("OTLP translation warnings", "warnings", ws)
 	}
 	untranslated := unjoin(terr)
-	o.untrans.Add(float64(len(untranslated)))
 	if len(untranslated) > 0 {
 		h.m.rejected.WithLabelValues(reasonUntranslated).Add(float64(len(untranslated)))
 	}
-
-	res := h.write(r, version2, &col.req, &bufs.ws)
-	var refused []error
-	if outside > 0 {
-		refused = append(refused, fmt.Errorf("%d data points older than %s or more than %s ahead refused", outside, model.Duration(o.maxAge), model.Duration(h.cfg.Limits.MaxFutureSkew)))
-	}
-	o.respond(w, asJSON, res, outside, append(refused, untranslated...))
+	o.respond(w, asJSON, h.write(r, version2, &col.req, &bufs.ws), outside, untranslated)
 }
 
 // translatedSize estimates what the translation of md makes: series (a
 // sample each; a target_info a resource) and their labels, the data
-// points' attributes plus the name, job, instance and le or quantile. The collector sizes its slices
-// by it once, rather than growing them from the pool's (often empty, after
-// a collection) a doubling at a time.
+// points' attributes plus the name, job, instance and le or quantile.
+// The collector sizes its slices by it once, rather than growing them from
+// the pool's (often empty, after a collection) a doubling at a time.
 func translatedSize(md pmetric.Metrics) (series, lbls int) {
 	add := func(n, attrs int) {
 		series += n
@@ -356,8 +343,8 @@ func eachMetric(md pmetric.Metrics, fn func(pmetric.Metric)) {
 
 // respond answers a request whose series were written (or refused) by
 // Handler.write, after outside data points were refused for their time and
-// the errors in refused (those, and one a metric not translated) before.
-func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResult, outside int, refused []error) {
+// the metrics in untranslated (one error each) by the translator.
+func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResult, outside int, untranslated []error) {
 	h := o.h
 	if res.fatal != nil {
 		h.logger.Error("OTLP append failed, request rolled back", "err", res.fatal)
@@ -368,17 +355,20 @@ func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResu
 	h.m.written.WithLabelValues("sample").Add(float64(res.samples))
 	h.m.written.WithLabelValues("histogram").Add(float64(res.histograms))
 	h.m.written.WithLabelValues("exemplar").Add(float64(res.exemplars))
-	rejected := res.rejected + len(refused) + max(outside-1, 0) // outside is one error of refused
+	rejected := res.rejected + outside + len(untranslated)
 	var msg string
 	if rejected > 0 {
 		var b strings.Builder
-		for i, err := range refused {
-			if i == 4 {
-				fmt.Fprintf(&b, "; and %d more metrics not translated", len(refused)-i)
-				break
-			}
-			if i > 0 {
+		if outside > 0 {
+			fmt.Fprintf(&b, "%d data points older than %s or more than %s ahead refused", outside, model.Duration(o.maxAge), model.Duration(h.cfg.Limits.MaxFutureSkew))
+		}
+		for i, err := range untranslated {
+			if b.Len() > 0 {
 				b.WriteString("; ")
+			}
+			if i == 3 {
+				fmt.Fprintf(&b, "and %d more metrics not translated", len(untranslated)-i)
+				break
 			}
 			b.WriteString(err.Error())
 		}
@@ -445,7 +435,7 @@ func (o *OTLPHandler) reply(w http.ResponseWriter, asJSON bool, code int, b []by
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
-	o.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	o.h.m.requests.WithLabelValues(versionOTLP, strconv.Itoa(code)).Inc()
 }
 
 // grpcCode is the status code a google.rpc.Status carries for an HTTP

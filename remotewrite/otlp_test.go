@@ -265,11 +265,11 @@ func TestOTLP(t *testing.T) {
 			if m := e.h.meta.Metadata("vllm_kv_cache_usage_ratio")["vllm_kv_cache_usage_ratio"]; len(m) != 1 || m[0].Help != "KV-cache usage." {
 				t.Errorf("metadata of vllm_kv_cache_usage_ratio: %+v, want its description as help", m)
 			}
-			if n := testutil.ToFloat64(o.requests.WithLabelValues("200")); n != 1 {
-				t.Errorf("strata_otlp_requests_total{code=200} = %v, want 1", n)
+			if n := testutil.ToFloat64(e.h.m.requests.WithLabelValues(versionOTLP, "200")); n != 1 {
+				t.Errorf("strata_remotewrite_requests_total{version=otlp,code=200} = %v, want 1", n)
 			}
-			if n := testutil.ToFloat64(o.untrans); n != 1 {
-				t.Errorf("strata_otlp_untranslated_metrics_total = %v, want 1", n)
+			if n := testutil.ToFloat64(e.h.m.rejected.WithLabelValues(reasonUntranslated)); n != 1 {
+				t.Errorf("strata_remotewrite_rejected_total{reason=otlp_untranslated} = %v, want 1", n)
 			}
 		})
 	}

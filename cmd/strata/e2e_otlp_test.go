@@ -104,7 +104,7 @@ func TestOTLPEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), `strata_otlp_requests_total{code="200"} 1`) {
-		t.Errorf("/metrics lacks strata_otlp_requests_total{code=\"200\"} 1")
+	if !strings.Contains(string(out), `strata_remotewrite_requests_total{code="200",version="otlp"} 1`) {
+		t.Errorf("/metrics lacks strata_remotewrite_requests_total{code=\"200\",version=\"otlp\"} 1")
 	}
 }

@@ -24,15 +24,7 @@ import (
 // catalogue name is never mapped.
 func otlpNames(cat *dcgmbridge.Catalogue, oc promconfig.OTLPConfig) map[string]string {
 	namer := otlptranslator.MetricNamer{WithMetricSuffixes: oc.TranslationStrategy.ShouldAddSuffixes(), UTF8Allowed: !oc.TranslationStrategy.ShouldEscape()}
-	known := map[string]string{} // exposed name: type
-	for _, m := range cat.Metrics {
-		known[m.Name] = m.Type
-	}
-	for _, f := range cat.Fields {
-		for _, n := range f.Names() {
-			known[n] = f.Type
-		}
-	}
+	known := catalogueMetrics(cat)
 	out := map[string]string{}
 	add := func(from, to string) {
 		if _, ok := known[from]; !ok && from != to {
@@ -40,19 +32,9 @@ func otlpNames(cat *dcgmbridge.Catalogue, oc promconfig.OTLPConfig) map[string]s
 		}
 	}
 	for name, typ := range known {
-		if !model.LegacyValidation.IsValidMetricName(name) {
-			continue // a pattern, such as bpftrace_<script>_<var>
-		}
-		var ot otlptranslator.MetricType
-		switch typ {
-		case "counter":
-			ot = otlptranslator.MetricTypeMonotonicCounter
-		case "gauge":
-			ot = otlptranslator.MetricTypeGauge
-		case "histogram":
-			ot = otlptranslator.MetricTypeHistogram
-		default:
-			continue // DCGM's label-only fields
+		ot, ok := otlpMetricType(name, typ)
+		if !ok {
+			continue
 		}
 		for _, sent := range []string{name, strings.TrimSuffix(name, "_total")} {
 			got, err := namer.Build(otlptranslator.Metric{Name: sent, Type: ot})
@@ -69,4 +51,37 @@ func otlpNames(cat *dcgmbridge.Catalogue, oc promconfig.OTLPConfig) map[string]s
 		}
 	}
 	return out
+}
+
+// catalogueMetrics is every metric name the catalogue knows, its source
+// metrics' and its DCGM fields' under each spelling, with its type.
+func catalogueMetrics(cat *dcgmbridge.Catalogue) map[string]string {
+	known := map[string]string{}
+	for _, m := range cat.Metrics {
+		known[m.Name] = m.Type
+	}
+	for _, f := range cat.Fields {
+		for _, n := range f.Names() {
+			known[n] = f.Type
+		}
+	}
+	return known
+}
+
+// otlpMetricType is the OTLP type a Collector's prometheus receiver gives a
+// catalogue metric of type typ; false for what it cannot hand over: DCGM's
+// label-only fields, and patterns such as bpftrace_<script>_<var>.
+func otlpMetricType(name, typ string) (otlptranslator.MetricType, bool) {
+	if !model.LegacyValidation.IsValidMetricName(name) {
+		return 0, false
+	}
+	switch typ {
+	case "counter":
+		return otlptranslator.MetricTypeMonotonicCounter, true
+	case "gauge":
+		return otlptranslator.MetricTypeGauge, true
+	case "histogram":
+		return otlptranslator.MetricTypeHistogram, true
+	}
+	return 0, false
 }

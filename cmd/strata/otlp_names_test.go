@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/otlptranslator"
 	promconfig "github.com/prometheus/prometheus/config"
 
@@ -25,21 +24,7 @@ func TestOTLPKeepsCatalogueNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otelType := map[string]otlptranslator.MetricType{
-		"counter":   otlptranslator.MetricTypeMonotonicCounter,
-		"gauge":     otlptranslator.MetricTypeGauge,
-		"histogram": otlptranslator.MetricTypeHistogram,
-	}
-	type metric struct{ name, typ string }
-	var metrics []metric
-	for _, m := range cat.Metrics {
-		metrics = append(metrics, metric{m.Name, m.Type})
-	}
-	for _, f := range cat.Fields {
-		for _, n := range f.Names() {
-			metrics = append(metrics, metric{n, f.Type})
-		}
-	}
+	metrics := catalogueMetrics(cat)
 	if len(metrics) < 100 {
 		t.Fatalf("%d names: the catalogue's tables were not read", len(metrics))
 	}
@@ -52,15 +37,15 @@ func TestOTLPKeepsCatalogueNames(t *testing.T) {
 		names := otlpNames(cat, oc)
 		namer := otlptranslator.MetricNamer{WithMetricSuffixes: strategy.ShouldAddSuffixes(), UTF8Allowed: !strategy.ShouldEscape()}
 		changed := 0
-		for _, m := range metrics {
-			ot, ok := otelType[m.typ]
-			if !ok || !model.LegacyValidation.IsValidMetricName(m.name) {
-				continue // DCGM's label-only fields, patterns such as bpftrace_<script>_<var>
+		for name, typ := range metrics {
+			ot, ok := otlpMetricType(name, typ)
+			if !ok {
+				continue
 			}
-			sent := []string{m.name}
+			sent := []string{name}
 			if strategy.ShouldAddSuffixes() {
 				// Only suffixes can give a trimmed _total back.
-				sent = append(sent, strings.TrimSuffix(m.name, "_total"))
+				sent = append(sent, strings.TrimSuffix(name, "_total"))
 			}
 			for _, s := range sent {
 				got, err := namer.Build(otlptranslator.Metric{Name: s, Type: ot})
@@ -68,17 +53,18 @@ func TestOTLPKeepsCatalogueNames(t *testing.T) {
 					t.Errorf("%s: %s: %v", strategy, s, err)
 					continue
 				}
-				if got != m.name && s == m.name {
+				if got != name && s == name {
 					changed++
 				}
-				if m.typ == "histogram" {
-					got += "_bucket"
+				want := name
+				if typ == "histogram" {
+					got, want = got+"_bucket", want+"_bucket"
 				}
 				if n, ok := names[got]; ok {
 					got = n
 				}
-				if want := m.name + map[bool]string{true: "_bucket"}[m.typ == "histogram"]; got != want {
-					t.Errorf("%s: %s %s sent as %s is stored as %s", strategy, m.typ, m.name, s, got)
+				if got != want {
+					t.Errorf("%s: %s %s sent as %s is stored as %s", strategy, typ, name, s, got)
 				}
 			}
 		}
