@@ -63,7 +63,9 @@ const (
 // body limits, label limits, series cache, metadata store and appends
 // into the raw tier, so the rollups and the diagnosis engine see them as
 // they see remote write. Delta temporality is refused per metric (as
-// Prometheus does without its delta feature flags).
+// Prometheus does without its delta feature flags), or converted to
+// cumulative in memory when OTLPConfig.DeltaToCumulative asks (as
+// Prometheus' otlp-deltatocumulative feature does; see deltaConverter).
 //
 // Data points older than maxAge (the raw tier's retention) or further
 // ahead than the future-skew limit are refused before translation, unlike
@@ -87,6 +89,7 @@ type OTLPHandler struct {
 	converters sync.Pool // *otlpconv.PrometheusConverter
 	collectors sync.Pool // *otlpCollector
 	warnings   *prometheus.CounterVec
+	delta      *deltaConverter // nil: delta temporality refused
 }
 
 // OTLPConfig configures an OTLPHandler.
@@ -105,13 +108,33 @@ type OTLPConfig struct {
 	// gains one) back to the names their exporters expose, which the
 	// canonical rules and the diagnosis engine read.
 	Names map[string]string
+	// DeltaToCumulative converts sums and histograms of delta temporality
+	// to cumulative ones in memory, tracking at most DeltaMaxStreams
+	// streams and forgetting one without a point for DeltaMaxStale; when
+	// false they are refused per metric.
+	DeltaToCumulative bool
+	DeltaMaxStreams   int
+	DeltaMaxStale     time.Duration
 }
 
-// NewOTLPHandler returns an OTLP receiver that writes through h.
-func NewOTLPHandler(h *Handler, oc OTLPConfig, reg prometheus.Registerer) *OTLPHandler {
+// NewOTLPHandler returns an OTLP receiver that writes through h. Close
+// stops it.
+func NewOTLPHandler(h *Handler, oc OTLPConfig, reg prometheus.Registerer) (*OTLPHandler, error) {
+	var delta *deltaConverter
+	if oc.DeltaToCumulative {
+		var err error
+		if delta, err = newDeltaConverter(oc.DeltaMaxStreams, oc.DeltaMaxStale); err != nil {
+			return nil, err
+		}
+		if err := reg.Register(delta); err != nil {
+			_ = delta.close()
+			return nil, err
+		}
+	}
 	f := promauto.With(reg)
 	cfg := oc.Translation
 	o := &OTLPHandler{
+		delta:  delta,
 		h:      h,
 		maxAge: oc.MaxAge,
 		names:  oc.Names,
@@ -133,7 +156,15 @@ func NewOTLPHandler(h *Handler, oc OTLPConfig, reg prometheus.Registerer) *OTLPH
 	}
 	o.converters.New = func() any { return otlpconv.NewPrometheusConverter(nil) }
 	o.collectors.New = func() any { return &otlpCollector{names: o.names} }
-	return o
+	return o, nil
+}
+
+// Close stops the delta conversion's staleness sweep, if it runs.
+func (o *OTLPHandler) Close() error {
+	if o.delta == nil {
+		return nil
+	}
+	return o.delta.close()
 }
 
 func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -218,9 +249,25 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if newest := h.cfg.Limits.newestAllowed(now); newest < math.MaxInt64 {
 		hi = pcommon.NewTimestampFromTime(time.UnixMilli(newest + 1))
 	}
-	outside := dropOutside(req.Metrics(), lo, hi)
-	if outside > 0 {
-		h.m.rejected.WithLabelValues(ReasonTooOld).Add(float64(outside))
+	md := req.Metrics()
+	var ref refused
+	ref.outside = dropOutside(md, lo, hi)
+	if ref.outside > 0 {
+		h.m.rejected.WithLabelValues(ReasonTooOld).Add(float64(ref.outside))
+	}
+	if hasDelta(md) {
+		if o.delta == nil {
+			ref.deltaRefused = true
+		} else {
+			before := md.DataPointCount()
+			if md, err = o.delta.convert(r.Context(), md); err != nil {
+				o.fail(w, asJSON, http.StatusInternalServerError, "", fmt.Errorf("convert delta temporality to cumulative: %w", err))
+				return
+			}
+			if ref.deltaDropped = before - md.DataPointCount(); ref.deltaDropped > 0 {
+				h.m.rejected.WithLabelValues(reasonDeltaDropped).Add(float64(ref.deltaDropped))
+			}
+		}
 	}
 
 	col := o.collectors.Get().(*otlpCollector)
@@ -228,14 +275,14 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// bucket, target_info every half lookback delta): it may take twice
 	// what a decompressed body may.
 	col.budget = 2 * int64(h.cfg.MaxDecompressedBytes)
-	col.grow(translatedSize(req.Metrics()))
+	col.grow(translatedSize(md))
 	defer func() {
 		col.reset()
 		o.collectors.Put(col)
 	}()
 	conv := o.converters.Get().(*otlpconv.PrometheusConverter)
 	conv.Reset(col)
-	annots, terr := conv.FromMetrics(r.Context(), req.Metrics(), o.settings)
+	annots, terr := conv.FromMetrics(r.Context(), md, o.settings)
 	conv.Reset(nil)
 	o.converters.Put(conv)
 	if ctxErr := r.Context().Err(); ctxErr != nil {
@@ -253,11 +300,21 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ws, _ := annots.AsStrings("", 0, 0); len(ws) > 0 {
 		h.logger.Debug("OTLP translation warnings", "warnings", ws)
 	}
-	untranslated := unjoin(terr)
-	if len(untranslated) > 0 {
-		h.m.rejected.WithLabelValues(reasonUntranslated).Add(float64(len(untranslated)))
+	ref.untranslated = unjoin(terr)
+	if len(ref.untranslated) > 0 {
+		h.m.rejected.WithLabelValues(reasonUntranslated).Add(float64(len(ref.untranslated)))
 	}
-	o.respond(w, asJSON, h.write(r, version2, &col.req, &bufs.ws), outside, untranslated)
+	o.respond(w, asJSON, h.write(r, version2, &col.req, &bufs.ws), &ref)
+}
+
+// refused is what an OTLP request lost before its series were written:
+// data points outside the time window, delta data points the conversion
+// dropped, and metrics the translator refused (one error each; among them
+// those of delta temporality when deltaRefused).
+type refused struct {
+	outside, deltaDropped int
+	untranslated          []error
+	deltaRefused          bool
 }
 
 // translatedSize estimates what the translation of md makes: series (a
@@ -342,9 +399,8 @@ func eachMetric(md pmetric.Metrics, fn func(pmetric.Metric)) {
 }
 
 // respond answers a request whose series were written (or refused) by
-// Handler.write, after outside data points were refused for their time and
-// the metrics in untranslated (one error each) by the translator.
-func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResult, outside int, untranslated []error) {
+// Handler.write, after what ref counts was refused before.
+func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResult, ref *refused) {
 	h := o.h
 	if res.fatal != nil {
 		h.logger.Error("OTLP append failed, request rolled back", "err", res.fatal)
@@ -355,17 +411,29 @@ func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResu
 	h.m.written.WithLabelValues("sample").Add(float64(res.samples))
 	h.m.written.WithLabelValues("histogram").Add(float64(res.histograms))
 	h.m.written.WithLabelValues("exemplar").Add(float64(res.exemplars))
-	rejected := res.rejected + outside + len(untranslated)
+	untranslated := ref.untranslated
+	rejected := res.rejected + ref.outside + ref.deltaDropped + len(untranslated)
 	var msg string
 	if rejected > 0 {
 		var b strings.Builder
-		if outside > 0 {
-			fmt.Fprintf(&b, "%d data points older than %s or more than %s ahead refused", outside, model.Duration(o.maxAge), model.Duration(h.cfg.Limits.MaxFutureSkew))
-		}
-		for i, err := range untranslated {
+		sep := func() {
 			if b.Len() > 0 {
 				b.WriteString("; ")
 			}
+		}
+		if ref.outside > 0 {
+			fmt.Fprintf(&b, "%d data points older than %s or more than %s ahead refused", ref.outside, model.Duration(o.maxAge), model.Duration(h.cfg.Limits.MaxFutureSkew))
+		}
+		if ref.deltaDropped > 0 {
+			sep()
+			fmt.Fprintf(&b, "%d delta data points dropped by the conversion to cumulative (stamped no later than their stream's last point, e.g. sent again; starting before their stream; or a new stream beyond remote_write.otlp_delta_max_streams)", ref.deltaDropped)
+		}
+		if ref.deltaRefused && len(untranslated) > 0 {
+			sep()
+			b.WriteString("delta temporality is refused unless remote_write.otlp_delta_to_cumulative converts it (or a Collector's deltatocumulative processor does)")
+		}
+		for i, err := range untranslated {
+			sep()
 			if i == 3 {
 				fmt.Fprintf(&b, "and %d more metrics not translated", len(untranslated)-i)
 				break
@@ -373,9 +441,7 @@ func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResu
 			b.WriteString(err.Error())
 		}
 		if res.rejectedCount() > 0 {
-			if b.Len() > 0 {
-				b.WriteString("; ")
-			}
+			sep()
 			b.WriteString(res.message(h.cfg.MaxErrorBodyBytes))
 		}
 		msg = b.String()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/config"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/metric"
@@ -24,7 +23,7 @@ import (
 func TestOTLPFromTheGoSDK(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
 	e.h.now = time.Now // the SDK stamps points with the wall clock
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	o := newOTLP(t, e.h, e.reg)
 	srv := httptest.NewServer(o)
 	defer srv.Close()
 

@@ -111,6 +111,27 @@ func otlpMetrics(withDelta bool) pmetric.Metrics {
 	return md
 }
 
+// newOTLP is an OTLP receiver writing through h, with Prometheus' default
+// translation, a 5-minute lookback and a day's time window, as opts change
+// them; closed when the test ends.
+func newOTLP(t testing.TB, h *Handler, reg prometheus.Registerer, opts ...func(*OTLPConfig)) *OTLPHandler {
+	t.Helper()
+	oc := OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}
+	for _, f := range opts {
+		f(&oc)
+	}
+	o, err := NewOTLPHandler(h, oc, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := o.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return o
+}
+
 func postOTLP(h http.Handler, body []byte, contentType, encoding string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/otlp/v1/metrics", bytes.NewReader(body))
 	r.Header.Set("Content-Type", contentType)
@@ -122,7 +143,7 @@ func postOTLP(h http.Handler, body []byte, contentType, encoding string) *httpte
 	return w
 }
 
-func otlpBody(t *testing.T, md pmetric.Metrics, asJSON bool) []byte {
+func otlpBody(t testing.TB, md pmetric.Metrics, asJSON bool) []byte {
 	t.Helper()
 	req := pmetricotlp.NewExportRequestFromMetrics(md)
 	var b []byte
@@ -200,7 +221,7 @@ func TestOTLP(t *testing.T) {
 	}{{"protobuf", false, ""}, {"json-gzip", true, "gzip"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, DefaultConfig())
-			o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+			o := newOTLP(t, e.h, e.reg)
 			body := otlpBody(t, otlpMetrics(true), tc.asJSON)
 			if tc.encoding == "gzip" {
 				body = gzipped(t, body)
@@ -279,11 +300,11 @@ func TestOTLP(t *testing.T) {
 // encoding with the status OTLP/HTTP gives it, and writes nothing.
 func TestOTLPBadRequests(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	o := newOTLP(t, e.h, e.reg)
 	small := DefaultConfig()
 	small.MaxDecompressedBytes = 1 << 10
 	es := newTestEnv(t, small)
-	oSmall := NewOTLPHandler(es.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, es.reg)
+	oSmall := newOTLP(t, es.h, es.reg)
 
 	st := status(t, postOTLP(o, []byte("x"), "text/plain", ""), http.StatusUnsupportedMediaType, false)
 	if !strings.Contains(st.Message, "Content-Type") {
@@ -314,8 +335,8 @@ func TestOTLPBadRequests(t *testing.T) {
 	dp.SetTimestamp(pcommon.NewTimestampFromTime(base))
 	dp.SetIntValue(1)
 	st = status(t, postOTLP(o, otlpBody(t, md, false), otlpProtobuf, ""), http.StatusBadRequest, false)
-	if !strings.Contains(st.Message, `"deltas"`) {
-		t.Errorf("400 message %q does not name the metric", st.Message)
+	if !strings.Contains(st.Message, `"deltas"`) || !strings.Contains(st.Message, "otlp_delta_to_cumulative") {
+		t.Errorf("400 message %q does not name the metric and the option converting it", st.Message)
 	}
 	if got := e.read(t, "deltas"); len(got) != 0 {
 		t.Errorf("deltas written: %v", got)
@@ -341,7 +362,7 @@ func TestOTLPBadRequests(t *testing.T) {
 // decades nor reach the store.
 func TestOTLPTimeWindow(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	o := newOTLP(t, e.h, e.reg)
 	md := otlpMetrics(false)
 	gauge := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics().At(0).Gauge()
 	gauge.DataPoints().AppendEmpty().SetDoubleValue(1) // timestamp 0
@@ -372,7 +393,7 @@ func TestOTLPOverload(t *testing.T) {
 	cfg.MaxHeapBytes = 1 << 20
 	e := newTestEnv(t, cfg)
 	e.h.liveHeap = func() uint64 { return 2 << 20 }
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	o := newOTLP(t, e.h, e.reg)
 	w := postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, "")
 	status(t, w, http.StatusTooManyRequests, false)
 	if w.Header().Get("Retry-After") == "" {
@@ -404,7 +425,7 @@ func BenchmarkOTLPAppend(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := NewOTLPHandler(h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, prometheus.NewRegistry())
+	o := newOTLP(b, h, prometheus.NewRegistry())
 	request := func(g int, ts int64) []byte {
 		md := pmetric.NewMetrics()
 		rm := md.ResourceMetrics().AppendEmpty()
@@ -469,7 +490,7 @@ func TestOTLPNativeHistogramsWithCustomBuckets(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
 	cfg := config.DefaultOTLPConfig
 	cfg.ConvertHistogramsToNHCB = true
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: cfg, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	o := newOTLP(t, e.h, e.reg, func(oc *OTLPConfig) { oc.Translation = cfg })
 	resp := exportResponse(t, postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, ""), false)
 	if n := resp.PartialSuccess().RejectedDataPoints(); n != 0 {
 		t.Fatalf("%d refused: %s", n, resp.PartialSuccess().ErrorMessage())
@@ -488,8 +509,9 @@ func TestOTLPNativeHistogramsWithCustomBuckets(t *testing.T) {
 // included; other series keep the translator's name.
 func TestOTLPNames(t *testing.T) {
 	e := newTestEnv(t, DefaultConfig())
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour,
-		Names: map[string]string{"vllm_requests_total": "vllm_requests"}}, e.reg)
+	o := newOTLP(t, e.h, e.reg, func(oc *OTLPConfig) {
+		oc.Names = map[string]string{"vllm_requests_total": "vllm_requests"}
+	})
 	exportResponse(t, postOTLP(o, otlpBody(t, otlpMetrics(false), false), otlpProtobuf, ""), false)
 	if got := e.read(t, "vllm_requests_total"); len(got) != 0 {
 		t.Errorf("vllm_requests_total written: %v", got)
@@ -513,7 +535,7 @@ func TestOTLPTranslationBudget(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxDecompressedBytes = 256 << 10
 	e := newTestEnv(t, cfg)
-	o := NewOTLPHandler(e.h, OTLPConfig{Translation: config.DefaultOTLPConfig, LookbackDelta: 5 * time.Minute, MaxAge: 24 * time.Hour}, e.reg)
+	o := newOTLP(t, e.h, e.reg)
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
 	rm.Resource().Attributes().PutStr("service.name", "vllm")

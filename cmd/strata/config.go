@@ -183,6 +183,12 @@ type RemoteWriteConfig struct {
 	// SeriesCacheSize: remotewrite.Config.SeriesCacheSize (the most series
 	// a generation of the series cache holds; negative: no cache).
 	SeriesCacheSize int `yaml:"series_cache_size"`
+	// OTLPDeltaToCumulative, OTLPDeltaMaxStreams and OTLPDeltaMaxStale:
+	// remotewrite.OTLPConfig's DeltaToCumulative, DeltaMaxStreams and
+	// DeltaMaxStale (the OTLP receiver's delta temporality).
+	OTLPDeltaToCumulative bool           `yaml:"otlp_delta_to_cumulative"`
+	OTLPDeltaMaxStreams   int            `yaml:"otlp_delta_max_streams"`
+	OTLPDeltaMaxStale     model.Duration `yaml:"otlp_delta_max_stale"`
 }
 
 // RemoteReadConfig bounds the remote-read endpoint (/api/v1/read), as
@@ -325,6 +331,10 @@ func (c Config) validate() error {
 	if _, err := c.otlpConfig(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.RemoteWrite.OTLPDeltaMaxStreams <= 0 {
+		errs = append(errs, fmt.Errorf("remote_write.otlp_delta_max_streams must be positive, got %d", c.RemoteWrite.OTLPDeltaMaxStreams))
+	}
+	positive("remote_write.otlp_delta_max_stale", c.RemoteWrite.OTLPDeltaMaxStale)
 	if _, err := c.alertingConfig(); err != nil {
 		errs = append(errs, err)
 	}

@@ -100,6 +100,25 @@ func TestValidate(t *testing.T) {
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "wal_sample_records") {
 		t.Fatalf("validate = %v, want a WAL sample records error", err)
 	}
+
+	// OTLP delta temporality: refused by default, its limits positive.
+	cfg, err = loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rw := cfg.RemoteWrite; rw.OTLPDeltaToCumulative || rw.OTLPDeltaMaxStreams != 250_000 || time.Duration(rw.OTLPDeltaMaxStale) != 5*time.Minute {
+		t.Fatalf("defaults: OTLP delta %v, %d streams, stale after %s", rw.OTLPDeltaToCumulative, rw.OTLPDeltaMaxStreams, rw.OTLPDeltaMaxStale)
+	}
+	for want, edit := range map[string]func(*Config){
+		"otlp_delta_max_streams": func(c *Config) { c.RemoteWrite.OTLPDeltaMaxStreams = 0 },
+		"otlp_delta_max_stale":   func(c *Config) { c.RemoteWrite.OTLPDeltaMaxStale = 0 },
+	} {
+		c := cfg
+		edit(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate = %v, want an error naming %s", err, want)
+		}
+	}
 }
 
 func TestExternalLabelsAndGRPC(t *testing.T) {

@@ -22,14 +22,16 @@ import (
 // otlphttp exporter sends it, to a running strata serve whose otlp:
 // section promotes a resource attribute: the series answer PromQL with
 // Prometheus' OTLP names and labels (but the catalogue's own names, which
-// the translator would change), and their metadata is served.
+// the translator would change), and their metadata is served. With
+// --remote-write.otlp-delta-to-cumulative a delta counter's points arrive
+// as its running total.
 func TestOTLPEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "strata.yml")
 	if err := os.WriteFile(cfg, []byte("otlp:\n  promote_resource_attributes: [k8s.pod.name]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfg)
+	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfg, "--remote-write.otlp-delta-to-cumulative")
 	now := time.Now().Truncate(time.Second)
 
 	md := pmetric.NewMetrics()
@@ -55,6 +57,19 @@ func TestOTLPEndToEnd(t *testing.T) {
 	dp = sum.DataPoints().AppendEmpty()
 	dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
 	dp.SetIntValue(1234)
+	// A delta counter, as an SDK preferring delta temporality exports it:
+	// two intervals of one stream.
+	m = rm.ScopeMetrics().At(0).Metrics().AppendEmpty()
+	m.SetName("vllm.prompt_tokens")
+	sum = m.SetEmptySum()
+	sum.SetIsMonotonic(true)
+	sum.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
+	for i, v := range []int64{5, 3} {
+		dp = sum.DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Duration(i-2) * 10 * time.Second)))
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Duration(i-1) * 10 * time.Second)))
+		dp.SetIntValue(v)
+	}
 	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +103,13 @@ func TestOTLPEndToEnd(t *testing.T) {
 	if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value != 1234 {
 		t.Errorf("DCGM_FI_DEV_POWER_VIOLATION = %v, want the counter under dcgm-exporter's name", v)
 	}
+	v, _, _, err = client.Query(context.Background(), `vllm_prompt_tokens_total`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value != 8 {
+		t.Errorf("vllm_prompt_tokens_total = %v, want the deltas' running total 8", v)
+	}
 	meta, err := client.Metadata(context.Background(), "vllm_num_requests_waiting", "")
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +126,9 @@ func TestOTLPEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), `strata_remotewrite_requests_total{code="200",version="otlp"} 1`) {
-		t.Errorf("/metrics lacks strata_remotewrite_requests_total{code=\"200\",version=\"otlp\"} 1")
+	for _, want := range []string{`strata_remotewrite_requests_total{code="200",version="otlp"} 1`, "strata_otlp_delta_streams 1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -251,12 +251,19 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.otlp = remotewrite.NewOTLPHandler(srv.write, remotewrite.OTLPConfig{
-		Translation:   otlpCfg,
-		LookbackDelta: time.Duration(cfg.Query.LookbackDelta),
-		MaxAge:        time.Duration(cfg.Storage.Raw.Retention),
-		Names:         otlpNames(cat, otlpCfg),
+	srv.otlp, err = remotewrite.NewOTLPHandler(srv.write, remotewrite.OTLPConfig{
+		Translation:       otlpCfg,
+		LookbackDelta:     time.Duration(cfg.Query.LookbackDelta),
+		MaxAge:            time.Duration(cfg.Storage.Raw.Retention),
+		Names:             otlpNames(cat, otlpCfg),
+		DeltaToCumulative: cfg.RemoteWrite.OTLPDeltaToCumulative,
+		DeltaMaxStreams:   cfg.RemoteWrite.OTLPDeltaMaxStreams,
+		DeltaMaxStale:     time.Duration(cfg.RemoteWrite.OTLPDeltaMaxStale),
 	}, reg)
+	if err != nil {
+		return nil, err
+	}
+	srv.closer = append(srv.closer, srv.otlp.Close)
 
 	stitchOpts := []tiers.StitchOption{tiers.WithLookbackDelta(time.Duration(cfg.Query.LookbackDelta))}
 	if cfg.Diagnose.Enabled {
@@ -580,6 +587,12 @@ func addRemoteWriteFlags(o *overrides) {
 		func(c *Config) *ByteSize { return &c.RemoteWrite.MaxHeapBytes })
 	o.int("remote-write.series-cache-size", "Most series a generation of the remote-write series cache holds; within it the cache holds the raw head's series plus an eighth. -1: no cache. (default: 4194304)",
 		func(c *Config) *int { return &c.RemoteWrite.SeriesCacheSize })
+	o.bool("remote-write.otlp-delta-to-cumulative", "Convert OTLP sums and histograms of delta temporality to cumulative in memory (Prometheus' otlp-deltatocumulative feature) instead of refusing them.",
+		func(c *Config) *bool { return &c.RemoteWrite.OTLPDeltaToCumulative })
+	o.int("remote-write.otlp-delta-max-streams", "Most OTLP delta streams whose running totals are held; a new one beyond is refused. (default: 250000)",
+		func(c *Config) *int { return &c.RemoteWrite.OTLPDeltaMaxStreams })
+	o.duration("remote-write.otlp-delta-max-stale", "How long an OTLP delta stream without a point keeps its running total. (default: 5m)",
+		func(c *Config) *model.Duration { return &c.RemoteWrite.OTLPDeltaMaxStale })
 }
 
 func addRemoteReadFlags(o *overrides) {
