@@ -44,7 +44,7 @@ type testEnv struct {
 	reg *prometheus.Registry
 }
 
-func newTestEnv(t *testing.T, cfg Config) *testEnv {
+func newTestEnv(t testing.TB, cfg Config) *testEnv {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.DiscardHandler)

@@ -444,7 +444,7 @@ func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResu
 			sep()
 			b.WriteString(res.message(h.cfg.MaxErrorBodyBytes))
 		}
-		msg = b.String()
+		msg = strings.ToValidUTF8(b.String(), "\uFFFD") // a proto3 string
 		if len(msg) > h.cfg.MaxErrorBodyBytes {
 			msg = strings.ToValidUTF8(msg[:h.cfg.MaxErrorBodyBytes], "") + " [truncated]"
 		}
@@ -482,7 +482,9 @@ func (o *OTLPHandler) fail(w http.ResponseWriter, asJSON bool, code int, reason 
 		o.h.m.rejected.WithLabelValues(reason).Inc()
 	}
 	o.h.logger.Debug("OTLP request refused", "code", code, "reason", reason, "err", err)
-	st := &spb.Status{Code: int32(grpcCode(code)), Message: err.Error()}
+	// A proto3 string must be UTF-8, or neither encoding marshals it (the
+	// body would be empty); a decode error may quote the body's bytes.
+	st := &spb.Status{Code: int32(grpcCode(code)), Message: strings.ToValidUTF8(err.Error(), "\uFFFD")}
 	var b []byte
 	if asJSON {
 		b, _ = protojson.Marshal(st)

@@ -345,3 +345,59 @@ func TestOTLPDeltaConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOTLP posts arbitrary bodies, protobuf or JSON, to a receiver that
+// converts deltas. Invariants: no panic; the reply is 200 with an
+// ExportMetricsServiceResponse or a 4xx with a google.rpc.Status, in the
+// request's encoding; a 200 only for a body that decodes.
+func FuzzOTLP(f *testing.F) {
+	e := newTestEnv(f, DefaultConfig())
+	o := newOTLP(f, e.h, e.reg, func(oc *OTLPConfig) {
+		oc.DeltaToCumulative, oc.DeltaMaxStreams, oc.DeltaMaxStale = true, 1000, 5*time.Minute
+	})
+	seeds := []pmetric.Metrics{otlpMetrics(true), deltaRequest(0), deltaRequest(1), deltaRequest(2), pmetric.NewMetrics()}
+	for _, md := range seeds {
+		for _, asJSON := range []bool{false, true} {
+			f.Add(asJSON, otlpBody(f, md, asJSON))
+		}
+	}
+	f.Fuzz(func(t *testing.T, asJSON bool, data []byte) {
+		ct := otlpProtobuf
+		if asJSON {
+			ct = otlpJSON
+		}
+		w := postOTLP(o, data, ct, "")
+		if got := w.Header().Get("Content-Type"); got != ct {
+			t.Fatalf("%d with Content-Type %q, want %q", w.Code, got, ct)
+		}
+		switch {
+		case w.Code == 200:
+			resp := pmetricotlp.NewExportResponse()
+			var err error
+			if asJSON {
+				err = resp.UnmarshalJSON(w.Body.Bytes())
+			} else {
+				err = resp.UnmarshalProto(w.Body.Bytes())
+			}
+			if err != nil {
+				t.Fatalf("200 with a body that is no ExportMetricsServiceResponse: %v", err)
+			}
+			req := pmetricotlp.NewExportRequest()
+			if asJSON {
+				err = req.UnmarshalJSON(data)
+			} else {
+				err = req.UnmarshalProto(data)
+			}
+			if err != nil {
+				t.Fatalf("200 for a body the decoder refuses: %v", err)
+			}
+			if n := resp.PartialSuccess().RejectedDataPoints(); n < 0 {
+				t.Fatalf("rejected_data_points %d", n)
+			}
+		case w.Code == 400 || w.Code == 413:
+			status(t, w, w.Code, asJSON)
+		default:
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	})
+}
