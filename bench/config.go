@@ -19,11 +19,15 @@ const (
 // Protocol is the remote-write protocol version the load generator speaks.
 type Protocol string
 
-// The two remote-write protocols. V1 is what every receiver accepts; V2 adds a
-// per-request symbol table and metadata per series.
+// The protocols. V1 is what every receiver accepts; V2 adds a per-request
+// symbol table and metadata per series; OTLP is OpenTelemetry's OTLP/HTTP
+// (binary, gzipped; every series a gauge data point: see encodeOTLP), sent
+// to a receiver's OTLP path (Strata's and Prometheus'
+// /api/v1/otlp/v1/metrics, VictoriaMetrics' /opentelemetry/v1/metrics).
 const (
-	ProtocolV1 Protocol = "v1"
-	ProtocolV2 Protocol = "v2"
+	ProtocolV1   Protocol = "v1"
+	ProtocolV2   Protocol = "v2"
+	ProtocolOTLP Protocol = "otlp"
 )
 
 // Mix is the share of series given to each source shape. The shares need not
@@ -61,7 +65,7 @@ type Mix struct {
 type LoadConfig struct {
 	// URL is the full remote-write endpoint, e.g. http://127.0.0.1:9090/api/v1/write.
 	URL string `json:"url"`
-	// Protocol is v1 (default) or v2.
+	// Protocol is v1 (default), v2 or otlp.
 	Protocol Protocol `json:"protocol"`
 	// Series is the target number of active series (default 10,000); the real
 	// count is rounded to whole GPUs, engines and hosts and is reported.
@@ -240,8 +244,8 @@ func (c LoadConfig) validate() error {
 		return fmt.Errorf("%w: target URL %q: scheme must be http or https", ErrBadConfig, c.URL)
 	case c.Timestamps != TimestampsWallclock && c.Timestamps != TimestampsInterval:
 		return fmt.Errorf("%w: timestamps %q: want wallclock or interval", ErrBadConfig, c.Timestamps)
-	case c.Protocol != ProtocolV1 && c.Protocol != ProtocolV2:
-		return fmt.Errorf("%w: protocol %q: want v1 or v2", ErrBadConfig, c.Protocol)
+	case c.Protocol != ProtocolV1 && c.Protocol != ProtocolV2 && c.Protocol != ProtocolOTLP:
+		return fmt.Errorf("%w: protocol %q: want v1, v2 or otlp", ErrBadConfig, c.Protocol)
 	case c.Series < 0, c.BatchSize < 0, c.Concurrency < 0, c.MaxRequests < 0, c.ExtraLabels < 0, c.LabelValueLength < 0:
 		return fmt.Errorf("%w: counts must not be negative", ErrBadConfig)
 	case c.Rate < 0 || (c.Rate > 0 && c.Timestamps != TimestampsWallclock):

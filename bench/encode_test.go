@@ -1,13 +1,20 @@
 package bench
 
 import (
+	"bytes"
+	"cmp"
+	"compress/gzip"
 	"fmt"
+	"io"
+	"slices"
 	"testing"
 
 	"github.com/golang/snappy"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 )
 
 func labelsSorted(ls []prompb.Label) bool {
@@ -30,6 +37,9 @@ type decodedSample struct {
 // decodeBody decodes a snappy-compressed request of either protocol, the way
 // a receiver does.
 func decodeBody(proto Protocol, body []byte) ([]decodedSample, error) {
+	if proto == ProtocolOTLP {
+		return decodeOTLP(body)
+	}
 	raw, err := snappy.Decode(nil, body)
 	if err != nil {
 		return nil, fmt.Errorf("snappy: %w", err)
@@ -72,8 +82,46 @@ func decodeBody(proto Protocol, body []byte) ([]decodedSample, error) {
 	return out, nil
 }
 
+// decodeOTLP decodes a gzipped OTLP export of gauges into samples, the
+// metric's name as __name__ and the attributes as the other labels, in
+// the order of the body (grouped by name).
+func decodeOTLP(body []byte) ([]decodedSample, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, err
+	}
+	req := pmetricotlp.NewExportRequest()
+	if err := req.UnmarshalProto(raw); err != nil {
+		return nil, fmt.Errorf("unmarshal otlp: %w", err)
+	}
+	var out []decodedSample
+	for _, rm := range req.Metrics().ResourceMetrics().All() {
+		for _, sm := range rm.ScopeMetrics().All() {
+			for _, m := range sm.Metrics().All() {
+				if m.Type() != pmetric.MetricTypeGauge {
+					return nil, fmt.Errorf("metric %s is a %s, want a gauge", m.Name(), m.Type())
+				}
+				for _, dp := range m.Gauge().DataPoints().All() {
+					b := labels.NewScratchBuilder(dp.Attributes().Len() + 1)
+					b.Add(labels.MetricName, m.Name())
+					for k, v := range dp.Attributes().All() {
+						b.Add(k, v.Str())
+					}
+					b.Sort()
+					out = append(out, decodedSample{lset: b.Labels(), t: int64(dp.Timestamp()) / 1e6, v: dp.DoubleValue()})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 func TestEncodeRoundTrip(t *testing.T) {
-	for _, proto := range []Protocol{ProtocolV1, ProtocolV2} {
+	for _, proto := range []Protocol{ProtocolV1, ProtocolV2, ProtocolOTLP} {
 		t.Run(string(proto), func(t *testing.T) {
 			g := testGenerator(t, LoadConfig{Series: 3000})
 			enc := newEncoder(proto)
@@ -102,7 +150,18 @@ func TestEncodeRoundTrip(t *testing.T) {
 				if len(got) != len(batch) {
 					t.Fatalf("decoded %d samples, sent %d", len(got), len(batch))
 				}
-				for i, s := range batch {
+				want := batch
+				if proto == ProtocolOTLP {
+					// Grouped by metric name: compare in (labels, time) order.
+					want = slices.Clone(batch)
+					slices.SortStableFunc(want, func(a, b sampleRef) int {
+						return cmp.Or(labels.Compare(g.series[a.ref].lset, g.series[b.ref].lset), cmp.Compare(a.t, b.t))
+					})
+					slices.SortStableFunc(got, func(a, b decodedSample) int {
+						return cmp.Or(labels.Compare(a.lset, b.lset), cmp.Compare(a.t, b.t))
+					})
+				}
+				for i, s := range want {
 					d := g.series[s.ref]
 					if !labels.Equal(got[i].lset, d.lset) || got[i].t != s.t || got[i].v != s.v {
 						t.Fatalf("sample %d: got %s %d %g, want %s %d %g", i, got[i].lset, got[i].t, got[i].v, d.lset, s.t, s.v)
@@ -117,7 +176,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 }
 
 func BenchmarkEncode(b *testing.B) {
-	for _, proto := range []Protocol{ProtocolV1, ProtocolV2} {
+	for _, proto := range []Protocol{ProtocolV1, ProtocolV2, ProtocolOTLP} {
 		b.Run(string(proto), func(b *testing.B) {
 			cfg := LoadConfig{URL: "http://127.0.0.1:1/api/v1/write", Series: 10000}.withDefaults()
 			g, err := newGenerator(cfg)

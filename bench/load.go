@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+
 	"github.com/strata-dev/strata/internal/rwclient"
 )
 
@@ -135,7 +137,8 @@ func newLoadRun(cfg LoadConfig, gen *generator, logger *slog.Logger) (*loadRun, 
 	enc := newEncoder(cfg.Protocol)
 	var err error
 	l.client, err = rwclient.New(rwclient.Config{
-		URL: cfg.URL, ContentType: enc.contentType(), Version: enc.version(), UserAgent: "strata-bench",
+		URL: cfg.URL, ContentType: enc.contentType(), Version: enc.version(), ContentEncoding: enc.contentEncoding(),
+		KeepBody: cfg.Protocol == ProtocolOTLP, UserAgent: "strata-bench",
 		Username: cfg.Username, Password: cfg.Password, HTTPClient: l.http,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		Admit: func() bool { return l.budget.Add(-1) >= 0 },
@@ -425,10 +428,12 @@ func (l *loadRun) send(ctx context.Context, s *sender, body []byte, samples int)
 	last, err := l.client.Send(ctx, body, observe)
 	switch {
 	case err == nil:
-		l.accepted.Add(l.written(last.Header, n))
+		ok := l.written(last, n)
+		l.accepted.Add(ok)
+		l.refused.Add(n - ok)
 		return nil
 	case errors.Is(err, rwclient.ErrRejected):
-		ok := min(l.written(last.Header, 0), n)
+		ok := min(l.written(last, 0), n)
 		l.accepted.Add(ok)
 		l.refused.Add(n - ok)
 		return nil
@@ -439,12 +444,24 @@ func (l *loadRun) send(ctx context.Context, s *sender, body []byte, samples int)
 	return errStop
 }
 
-// written is the RW 2.0 samples-written count of a reply, or def when the
-// receiver does not send it. RW 1.0 replies are not read: the spec lets a
+// written is how many of a request's samples a reply says were written, or
+// def when it does not say: RW 2.0's samples-written header; for OTLP, what
+// a 200's partial success does not count as rejected (every sample of the
+// bench is one data point). RW 1.0 replies are not read: the spec lets a
 // 1.0 receiver omit the header or send 0 (Strata sends 0), so for 1.0 a 2xx
 // means the whole batch was written and a 4xx that none was.
-func (l *loadRun) written(h http.Header, def int64) int64 {
-	v := h.Get("X-Prometheus-Remote-Write-Samples-Written")
+func (l *loadRun) written(a rwclient.Attempt, def int64) int64 {
+	if l.cfg.Protocol == ProtocolOTLP {
+		if a.Status != http.StatusOK || len(a.Body) == 0 {
+			return def
+		}
+		resp := pmetricotlp.NewExportResponse()
+		if resp.UnmarshalProto(a.Body) != nil {
+			return def
+		}
+		return max(def-resp.PartialSuccess().RejectedDataPoints(), 0)
+	}
+	v := a.Header.Get("X-Prometheus-Remote-Write-Samples-Written")
 	if v == "" || l.cfg.Protocol != ProtocolV2 {
 		return def
 	}

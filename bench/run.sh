@@ -33,7 +33,9 @@
 # Environment (all optional): BENCH_INTERVAL (empty: as fast as the target
 # accepts; 1s or 15s: paced, every series one sample per interval in real
 # time), BENCH_SERIES (10000), BENCH_DURATION (60s), BENCH_REPEATS (3),
-# BENCH_PROTOCOL (v1), BENCH_CONCURRENCY (4), BENCH_QUERY_REPEATS (5),
+# BENCH_PROTOCOL (v1, v2, or otlp: OTLP/HTTP to each receiver's OTLP path,
+# Prometheus started with --web.enable-otlp-receiver), BENCH_CONCURRENCY (4),
+# BENCH_QUERY_REPEATS (5),
 # BENCH_TIMESTAMPS (wallclock or interval), BENCH_BACKFILL (0s; only with
 # interval), BENCH_SKIP_QUERIES (set: no dashboard queries), BENCH_ROUNDS (compare: 1;
 # more alternate the targets again), BENCH_PORT (19299), PROMETHEUS_BIN (where
@@ -179,8 +181,12 @@ prometheus)
 	if [[ -n "${PROMETHEUS_RULES:-}" ]]; then
 		printf 'rule_files: [%s]\n' "$repo/rules/canonical.rules.yml" >>"$work/prometheus.yml"
 	fi
+	receivers=(--web.enable-remote-write-receiver)
+	if [[ "${BENCH_PROTOCOL:-v1}" == otlp ]]; then
+		receivers+=(--web.enable-otlp-receiver)
+	fi
 	"$bin" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/db" \
-		--web.enable-remote-write-receiver --web.listen-address="127.0.0.1:$port" >"$work/server.log" 2>&1 &
+		"${receivers[@]}" --web.listen-address="127.0.0.1:$port" >"$work/server.log" 2>&1 &
 	pid=$!
 	;;
 victoriametrics)
@@ -218,6 +224,15 @@ if [[ -z "$up" ]]; then
 	exit 1
 fi
 
+# Where the load goes: remote write's path, or the receiver's OTLP path.
+write_path=/api/v1/write
+if [[ "${BENCH_PROTOCOL:-v1}" == otlp ]]; then
+	case "$target" in
+	victoriametrics) write_path=/opentelemetry/v1/metrics ;;
+	*) write_path=/api/v1/otlp/v1/metrics ;;
+	esac
+fi
+
 # The store's parts, each that exists once the server is up: "total" is the
 # whole store. "raw" is what holds the raw samples (Strata's raw tier,
 # Prometheus' and VictoriaMetrics' whole store), so that the report sets
@@ -245,7 +260,7 @@ fi
 
 mkdir -p "$out"
 if [[ "$mode" == overload ]]; then
-	common=(--url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" --series="${BENCH_SERIES:-50000}"
+	common=(--url="http://127.0.0.1:$port$write_path" --pid="$pid" --series="${BENCH_SERIES:-50000}"
 		--protocol="${BENCH_PROTOCOL:-v1}" --repeats=1 --skip-queries)
 	echo "$(date -u +%H:%M:%S) capacity: $(uptime)" >"$out/uptime.txt"
 	"$STRATA_BIN" bench run "${common[@]}" --name=capacity --out="$out/capacity" \
@@ -288,7 +303,7 @@ if [[ "$mode" == overload ]]; then
 	cat "$out/overload.md"
 	exit 0
 fi
-"$STRATA_BIN" bench run --url="http://127.0.0.1:$port/api/v1/write" --pid="$pid" "${dirs[@]}" "${args[@]}" \
+"$STRATA_BIN" bench run --url="http://127.0.0.1:$port$write_path" --pid="$pid" "${dirs[@]}" "${args[@]}" \
 	--name="$target" --out="$out" --cpu-profile="$out/cpu.pprof" --heap-profile="$out/heap.pprof" \
 	--series="${BENCH_SERIES:-10000}" --duration="${BENCH_DURATION:-60s}" --repeats="${BENCH_REPEATS:-3}" \
 	--protocol="${BENCH_PROTOCOL:-v1}" --concurrency="${BENCH_CONCURRENCY:-4}" \

@@ -37,7 +37,7 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c := &benchCommand{cmd: app.Command("bench", "Drive a bounded remote-write load at any receiver and measure it (docs/bench.md)."), tierDirs: map[string]string{}}
 	c.run = c.cmd.Command("run", "Run a scenario against a receiver and write a report (JSON, markdown, PNG charts).").Default()
 	c.run.Flag("url", "Remote-write URL of the receiver (Strata, Prometheus with --web.enable-remote-write-receiver, VictoriaMetrics).").Default("http://127.0.0.1:9201/api/v1/write").StringVar(&c.url)
-	c.run.Flag("protocol", "Remote-write protocol: v1 or v2.").Default("v1").EnumVar(&c.protocol, "v1", "v2")
+	c.run.Flag("protocol", "Protocol: remote write v1 or v2, or otlp (OTLP/HTTP, every series a gauge; --url is the receiver's OTLP path, /api/v1/otlp/v1/metrics for Strata and Prometheus).").Default("v1").EnumVar(&c.protocol, "v1", "v2", "otlp")
 	c.run.Flag("series", "Active series (DCGM-, vLLM- and eBPF-like mix).").Default("10000").IntVar(&c.series)
 	c.run.Flag("extra-labels", "Constant labels added per series, to study label-size cost.").Default("0").IntVar(&c.extraLabels)
 	c.run.Flag("churn", "Percent of pods replaced every 10 minutes of simulated time.").Default("0").Float64Var(&c.churn)

@@ -34,10 +34,13 @@ type Config struct {
 	URL string
 	// ContentType and Version are the Content-Type and
 	// X-Prometheus-Remote-Write-Version headers of every request: for RW 1.0
-	// "application/x-protobuf" and "0.1.0". Bodies are snappy-compressed.
-	ContentType string
-	Version     string
-	UserAgent   string
+	// "application/x-protobuf" and "0.1.0"; no version header when Version
+	// is empty (OTLP). ContentEncoding is the bodies' compression: "snappy"
+	// (the default, remote write's) or "gzip" (OTLP's).
+	ContentType     string
+	Version         string
+	ContentEncoding string
+	UserAgent       string
 	// Username and Password, when Username is set, are sent as basic auth.
 	Username, Password string
 	// HTTPClient sends the requests (default: a client with a 30 s timeout).
@@ -58,6 +61,9 @@ type Config struct {
 	// Now is the clock an HTTP-date Retry-After is read against (default
 	// time.Now).
 	Now func() time.Time
+	// KeepBody keeps a 2xx reply's body in Attempt.Body (an OTLP reply's
+	// partial success).
+	KeepBody bool
 }
 
 // Attempt is one HTTP request of a Send.
@@ -68,6 +74,9 @@ type Attempt struct {
 	// Message is the start and end of an error reply's body (receivers name
 	// the series first and the reason last).
 	Message string
+	// Body is a 2xx reply's body, when Config.KeepBody asks for it (at most
+	// 64 KiB).
+	Body []byte
 	// Err is why the request got no reply (transport error, ctx ended).
 	Err     error
 	Latency time.Duration
@@ -110,10 +119,17 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	switch cfg.ContentEncoding {
+	case "":
+		cfg.ContentEncoding = "snappy"
+	case "snappy", "gzip":
+	default:
+		return nil, fmt.Errorf("remote write content encoding %q: want snappy or gzip", cfg.ContentEncoding)
+	}
 	return &Client{cfg: cfg}, nil
 }
 
-// Send posts body (snappy-compressed protobuf) until the receiver accepts
+// Send posts body (protobuf compressed as Config.ContentEncoding says) until the receiver accepts
 // it, refuses it, or a bound ends the retries: ctx, Config.Admit or
 // Config.MaxRetries. observe, when not nil, is called after every attempt,
 // before Send waits to retry. Send returns the last attempt and nil for a
@@ -179,9 +195,11 @@ func (c *Client) post(ctx context.Context, body []byte) Attempt {
 	if err != nil {
 		return Attempt{Err: fmt.Errorf("build request: %w", err)}
 	}
-	req.Header.Set("Content-Encoding", "snappy")
+	req.Header.Set("Content-Encoding", c.cfg.ContentEncoding)
 	req.Header.Set("Content-Type", c.cfg.ContentType)
-	req.Header.Set("X-Prometheus-Remote-Write-Version", c.cfg.Version)
+	if c.cfg.Version != "" {
+		req.Header.Set("X-Prometheus-Remote-Write-Version", c.cfg.Version)
+	}
 	if c.cfg.UserAgent != "" {
 		req.Header.Set("User-Agent", c.cfg.UserAgent)
 	}
@@ -200,6 +218,8 @@ func (c *Client) post(ctx context.Context, body []byte) Attempt {
 			msg = append(append(msg[:150:150], " ... "...), msg[len(msg)-250:]...)
 		}
 		a.Message = string(bytes.TrimSpace(msg))
+	} else if c.cfg.KeepBody {
+		a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	a.Latency = time.Since(began)

@@ -25,7 +25,7 @@ func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.headers = r.Header.Clone()
-	code := http.StatusNoContent
+	code := http.StatusOK
 	if s.n < len(s.replies) {
 		code = s.replies[s.n]
 	}
@@ -38,6 +38,7 @@ func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(code)
+	_, _ = w.Write([]byte("accepted"))
 }
 
 // recordSleep replaces waiting: it records the waits and returns at once.
@@ -133,6 +134,17 @@ func TestSendHeaders(t *testing.T) {
 		h.Get("X-Prometheus-Remote-Write-Version") != "0.1.0" || h.Get("User-Agent") != "test" || h.Get("Authorization") == "" {
 		t.Errorf("headers %v", h)
 	}
+
+	// OTLP: gzip, no remote-write version, the reply's body kept.
+	c, _ = newClient(t, srv, func(c *Config) { c.ContentEncoding, c.Version, c.KeepBody = "gzip", "", true })
+	a, err := c.Send(context.Background(), []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = s.headers
+	if h.Get("Content-Encoding") != "gzip" || h.Values("X-Prometheus-Remote-Write-Version") != nil || string(a.Body) != "accepted" {
+		t.Errorf("OTLP: headers %v, body %q", h, a.Body)
+	}
 }
 
 func TestSendBounds(t *testing.T) {
@@ -152,7 +164,7 @@ func TestSendBounds(t *testing.T) {
 	if _, err := c.Send(ctx, []byte("x"), nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
-	for _, cfg := range []Config{{}, {URL: "ftp://x/"}, {URL: "http://127.0.0.1:1", MinBackoff: time.Second, MaxBackoff: time.Millisecond}, {URL: "http://127.0.0.1:1", MaxRetries: -1}} {
+	for _, cfg := range []Config{{}, {URL: "ftp://x/"}, {URL: "http://127.0.0.1:1", MinBackoff: time.Second, MaxBackoff: time.Millisecond}, {URL: "http://127.0.0.1:1", MaxRetries: -1}, {URL: "http://127.0.0.1:1", ContentEncoding: "br"}} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
