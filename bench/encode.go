@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/golang/snappy"
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/prompb"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -183,7 +183,7 @@ func (e *encoder) encodeOTLP(series []seriesDesc, batch []sampleRef) ([]byte, er
 	sm.Scope().SetName("strata-bench")
 	for _, s := range batch {
 		d := &series[s.ref]
-		name := d.lset.Get(labels.MetricName)
+		name := d.lset.Get(model.MetricNameLabel)
 		dps, ok := e.otlpMetrics[name]
 		if !ok {
 			m := sm.Metrics().AppendEmpty()
@@ -198,7 +198,7 @@ func (e *encoder) encodeOTLP(series []seriesDesc, batch []sampleRef) ([]byte, er
 		attrs := dp.Attributes()
 		attrs.EnsureCapacity(len(d.pb) - 1)
 		for _, l := range d.pb {
-			if l.Name != labels.MetricName {
+			if l.Name != model.MetricNameLabel {
 				attrs.PutStr(l.Name, l.Value)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/golang/snappy"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
@@ -107,7 +108,7 @@ func decodeOTLP(body []byte) ([]decodedSample, error) {
 				}
 				for _, dp := range m.Gauge().DataPoints().All() {
 					b := labels.NewScratchBuilder(dp.Attributes().Len() + 1)
-					b.Add(labels.MetricName, m.Name())
+					b.Add(model.MetricNameLabel, m.Name())
 					for k, v := range dp.Attributes().All() {
 						b.Add(k, v.Str())
 					}
