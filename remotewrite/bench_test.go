@@ -398,7 +398,7 @@ func benchWriteLoop(b *testing.B, h *Handler, ver protoVersion, reqs []*Request)
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
 	var st writeState
 	for _, req := range reqs {
-		if res := h.write(r, ver, req, &st); res.rejectedCount() > 0 || res.fatal != nil {
+		if res := h.write(r.Context(), ver, req, &st); res.rejectedCount() > 0 || res.fatal != nil {
 			b.Fatalf("warm-up: %s", res.message(1000))
 		}
 	}
@@ -407,7 +407,7 @@ func benchWriteLoop(b *testing.B, h *Handler, ver protoVersion, reqs []*Request)
 	i := 0
 	cpu0 := processCPU()
 	for b.Loop() {
-		if res := h.write(r, ver, reqs[i%len(reqs)], &st); res.samples != benchSamples {
+		if res := h.write(r.Context(), ver, reqs[i%len(reqs)], &st); res.samples != benchSamples {
 			b.Fatalf("wrote %d samples: %s", res.samples, res.message(1000))
 		}
 		i++

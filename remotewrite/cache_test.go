@@ -84,7 +84,7 @@ func TestWriteForgetsProbes(t *testing.T) {
 	h.now = func() time.Time { return base }
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
 	for i := range 2 { // the second request finds the series in the cache
-		if res := h.write(r, version1, req, &st); res.samples != 1 {
+		if res := h.write(r.Context(), version1, req, &st); res.samples != 1 {
 			t.Fatalf("request %d wrote %d samples: %s", i, res.samples, res.message(1000))
 		}
 	}
@@ -235,7 +235,7 @@ func TestSeriesCacheMetrics(t *testing.T) {
 	var st writeState
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
 	for range 3 {
-		if res := h.write(r, version1, req, &st); res.samples != 2 {
+		if res := h.write(r.Context(), version1, req, &st); res.samples != 2 {
 			t.Fatalf("wrote %d samples: %s", res.samples, res.message(1000))
 		}
 	}
@@ -275,7 +275,7 @@ func TestProbeChunks(t *testing.T) {
 	req.Series[bad].Err = errBadRef
 	var st writeState
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/write", http.NoBody)
-	if res := h.write(r, version1, req, &st); res.samples != n-1 {
+	if res := h.write(r.Context(), version1, req, &st); res.samples != n-1 {
 		t.Fatalf("first request wrote %d samples, want %d: %s", res.samples, n-1, res.message(1000))
 	}
 	if hit, miss := testutil.ToFloat64(h.m.cacheHits), testutil.ToFloat64(h.m.cacheMisses); hit != 0 || miss != float64(n-1) {

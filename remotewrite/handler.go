@@ -1,6 +1,7 @@
 package remotewrite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -456,7 +457,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Decompress, decode and append with at most MaxActiveRequests at once.
-	if !h.acquire(r) {
+	if !h.acquire(r.Context()) {
 		h.setRetryAfter(w)
 		h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonQueueTimeout,
 			fmt.Errorf("waited %s for one of %d active remote-write slots, retry later", h.cfg.MaxQueueWait, h.cfg.MaxActiveRequests)})
@@ -490,7 +491,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, ver, httpError{http.StatusBadRequest, ReasonBadProtobuf, err})
 		return
 	}
-	res := h.write(r, ver, req, &bufs.ws)
+	res := h.write(r.Context(), ver, req, &bufs.ws)
 	h.respond(w, ver, res)
 }
 
@@ -506,9 +507,15 @@ type admission struct {
 // refusal is an httpError; a 429 goes out with Retry-After. An admission
 // must be released.
 func (h *Handler) admitRequest(r *http.Request) (admission, *httpError) {
-	if r.ContentLength > int64(h.cfg.MaxCompressedBytes) {
+	return h.admitBody(r.ContentLength)
+}
+
+// admitBody is admitRequest for a body of length bytes (-1: unknown, which
+// reserves MaxCompressedBytes).
+func (h *Handler) admitBody(length int64) (admission, *httpError) {
+	if length > int64(h.cfg.MaxCompressedBytes) {
 		return admission{}, &httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
-			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, r.ContentLength, h.cfg.MaxCompressedBytes)}
+			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, length, h.cfg.MaxCompressedBytes)}
 	}
 	if h.cfg.MaxHeapBytes > 0 {
 		if live := h.liveHeap(); live > uint64(h.cfg.MaxHeapBytes) {
@@ -516,7 +523,7 @@ func (h *Handler) admitRequest(r *http.Request) (admission, *httpError) {
 				fmt.Errorf("memory pressure: live heap %d bytes is over the receiver's bound of %d, retry later", live, h.cfg.MaxHeapBytes)}
 		}
 	}
-	reserve := r.ContentLength
+	reserve := length
 	if reserve < 0 {
 		reserve = int64(h.cfg.MaxCompressedBytes)
 	}
@@ -557,8 +564,8 @@ func (h *Handler) readRequestBody(r *http.Request, body *bodyBuffer) *httpError 
 }
 
 // acquire takes an active slot, waiting at most MaxQueueWait; false when
-// the wait ran out or the sender went away.
-func (h *Handler) acquire(r *http.Request) bool {
+// the wait ran out or the sender went away (ctx ended).
+func (h *Handler) acquire(ctx context.Context) bool {
 	select {
 	case h.active <- struct{}{}:
 		return true
@@ -571,7 +578,7 @@ func (h *Handler) acquire(r *http.Request) bool {
 		return true
 	case <-t.C:
 		return false
-	case <-r.Context().Done():
+	case <-ctx.Done():
 		return false
 	}
 }

@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -207,10 +208,9 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var err error
-	if !h.acquire(r) {
+	if !h.acquire(r.Context()) {
 		h.setRetryAfter(w)
-		o.fail(w, asJSON, http.StatusTooManyRequests, ReasonQueueTimeout,
-			fmt.Errorf("waited %s for one of %d active write slots, retry later", h.cfg.MaxQueueWait, h.cfg.MaxActiveRequests))
+		o.fail(w, asJSON, http.StatusTooManyRequests, ReasonQueueTimeout, queueTimeoutError(h))
 		return
 	}
 	defer func() { <-h.active }()
@@ -241,6 +241,43 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	resp, oe := o.export(r.Context(), req.Metrics(), &bufs.ws)
+	if oe != nil {
+		if oe.retry {
+			h.setRetryAfter(w)
+		}
+		o.fail(w, asJSON, oe.code, oe.reason, oe.err)
+		return
+	}
+	var b []byte
+	if asJSON {
+		b, err = resp.MarshalJSON()
+	} else {
+		b, err = resp.MarshalProto()
+	}
+	if err != nil {
+		o.fail(w, asJSON, http.StatusInternalServerError, "", fmt.Errorf("encode the response: %w", err))
+		return
+	}
+	o.reply(w, asJSON, http.StatusOK, b)
+}
+
+// otlpError is an OTLP export refused whole: the HTTP status it gets (a
+// gRPC export the status's gRPC code), the reason counted, and whether the
+// sender should retry after Retry-After.
+type otlpError struct {
+	code   int
+	reason string
+	err    error
+	retry  bool
+}
+
+// export writes the metrics of an admitted, decoded export request (over
+// HTTP or gRPC), with ws the write path's scratch state, and returns the
+// response to send, or why the request was refused whole. Everything it
+// refuses is counted.
+func (o *OTLPHandler) export(ctx context.Context, md pmetric.Metrics, ws *writeState) (pmetricotlp.ExportResponse, *otlpError) {
+	h := o.h
 	now := h.now()
 	lo, hi := pcommon.Timestamp(0), pcommon.Timestamp(math.MaxUint64)
 	if o.maxAge > 0 {
@@ -249,7 +286,6 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if newest := h.cfg.Limits.newestAllowed(now); newest < math.MaxInt64 {
 		hi = pcommon.NewTimestampFromTime(time.UnixMilli(newest + 1))
 	}
-	md := req.Metrics()
 	var ref refused
 	ref.outside = dropOutside(md, lo, hi)
 	if ref.outside > 0 {
@@ -260,9 +296,9 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ref.deltaRefused = true
 		} else {
 			before := md.DataPointCount()
-			if md, err = o.delta.convert(r.Context(), md); err != nil {
-				o.fail(w, asJSON, http.StatusInternalServerError, "", fmt.Errorf("convert delta temporality to cumulative: %w", err))
-				return
+			var err error
+			if md, err = o.delta.convert(ctx, md); err != nil {
+				return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusInternalServerError, err: fmt.Errorf("convert delta temporality to cumulative: %w", err)}
 			}
 			if ref.deltaDropped = before - md.DataPointCount(); ref.deltaDropped > 0 {
 				h.m.rejected.WithLabelValues(reasonDeltaDropped).Add(float64(ref.deltaDropped))
@@ -282,17 +318,15 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	conv := o.converters.Get().(*otlpconv.PrometheusConverter)
 	conv.Reset(col)
-	annots, terr := conv.FromMetrics(r.Context(), md, o.settings)
+	annots, terr := conv.FromMetrics(ctx, md, o.settings)
 	conv.Reset(nil)
 	o.converters.Put(conv)
-	if ctxErr := r.Context().Err(); ctxErr != nil {
-		o.fail(w, asJSON, http.StatusServiceUnavailable, "canceled", ctxErr)
-		return
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusServiceUnavailable, reason: "canceled", err: ctxErr}
 	}
 	if col.budget < 0 {
-		o.fail(w, asJSON, http.StatusRequestEntityTooLarge, reasonTranslatedTooLarge,
-			fmt.Errorf("the request translates into more than %d bytes of series (twice max_decompressed_bytes): send smaller batches", 2*h.cfg.MaxDecompressedBytes))
-		return
+		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusRequestEntityTooLarge, reason: reasonTranslatedTooLarge,
+			err: fmt.Errorf("the request translates into more than %d bytes of series (twice max_decompressed_bytes): send smaller batches", 2*h.cfg.MaxDecompressedBytes)}
 	}
 	for category, n := range otlpconv.CountWarningsByCategory(annots) {
 		o.warnings.WithLabelValues(string(category)).Add(float64(n))
@@ -304,7 +338,7 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(ref.untranslated) > 0 {
 		h.m.rejected.WithLabelValues(reasonUntranslated).Add(float64(len(ref.untranslated)))
 	}
-	o.respond(w, asJSON, h.write(r, version2, &col.req, &bufs.ws), &ref)
+	return o.response(h.write(ctx, version2, &col.req, ws), &ref)
 }
 
 // refused is what an OTLP request lost before its series were written:
@@ -398,15 +432,13 @@ func eachMetric(md pmetric.Metrics, fn func(pmetric.Metric)) {
 	}
 }
 
-// respond answers a request whose series were written (or refused) by
-// Handler.write, after what ref counts was refused before.
-func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResult, ref *refused) {
+// response is the reply to a request whose series were written (or
+// refused) by Handler.write, after what ref counts was refused before.
+func (o *OTLPHandler) response(res *writeResult, ref *refused) (pmetricotlp.ExportResponse, *otlpError) {
 	h := o.h
 	if res.fatal != nil {
 		h.logger.Error("OTLP append failed, request rolled back", "err", res.fatal)
-		h.setRetryAfter(w)
-		o.fail(w, asJSON, http.StatusServiceUnavailable, "", fmt.Errorf("store samples: %w", res.fatal))
-		return
+		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusServiceUnavailable, err: fmt.Errorf("store samples: %w", res.fatal), retry: true}
 	}
 	h.m.written.WithLabelValues("sample").Add(float64(res.samples))
 	h.m.written.WithLabelValues("histogram").Add(float64(res.histograms))
@@ -452,26 +484,14 @@ func (o *OTLPHandler) respond(w http.ResponseWriter, asJSON bool, res *writeResu
 	}
 	if rejected > 0 && res.samples+res.histograms+res.exemplars == 0 {
 		// Nothing of it could be written: permanent, not to be retried.
-		o.fail(w, asJSON, http.StatusBadRequest, "", errors.New(msg))
-		return
+		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusBadRequest, err: errors.New(msg)}
 	}
 	resp := pmetricotlp.NewExportResponse()
 	if rejected > 0 {
 		resp.PartialSuccess().SetRejectedDataPoints(int64(rejected))
 		resp.PartialSuccess().SetErrorMessage(msg)
 	}
-	var b []byte
-	var err error
-	if asJSON {
-		b, err = resp.MarshalJSON()
-	} else {
-		b, err = resp.MarshalProto()
-	}
-	if err != nil {
-		o.fail(w, asJSON, http.StatusInternalServerError, "", fmt.Errorf("encode the response: %w", err))
-		return
-	}
-	o.reply(w, asJSON, http.StatusOK, b)
+	return resp, nil
 }
 
 // fail answers with an error: a google.rpc.Status in the request's
@@ -504,6 +524,11 @@ func (o *OTLPHandler) reply(w http.ResponseWriter, asJSON bool, code int, b []by
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
 	o.h.m.requests.WithLabelValues(versionOTLP, strconv.Itoa(code)).Inc()
+}
+
+// queueTimeoutError says why a request waited in vain for an active slot.
+func queueTimeoutError(h *Handler) error {
+	return fmt.Errorf("waited %s for one of %d active write slots, retry later", h.cfg.MaxQueueWait, h.cfg.MaxActiveRequests)
 }
 
 // grpcCode is the status code a google.rpc.Status carries for an HTTP

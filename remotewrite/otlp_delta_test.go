@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -370,8 +371,8 @@ func FuzzOTLP(f *testing.F) {
 		if got := w.Header().Get("Content-Type"); got != ct {
 			t.Fatalf("%d with Content-Type %q, want %q", w.Code, got, ct)
 		}
-		switch {
-		case w.Code == 200:
+		switch w.Code {
+		case http.StatusOK:
 			resp := pmetricotlp.NewExportResponse()
 			var err error
 			if asJSON {
@@ -394,7 +395,7 @@ func FuzzOTLP(f *testing.F) {
 			if n := resp.PartialSuccess().RejectedDataPoints(); n < 0 {
 				t.Fatalf("rejected_data_points %d", n)
 			}
-		case w.Code == 400 || w.Code == 413:
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
 			status(t, w, w.Code, asJSON)
 		default:
 			t.Fatalf("status %d: %s", w.Code, w.Body)

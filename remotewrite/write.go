@@ -1,9 +1,9 @@
 package remotewrite
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -115,7 +115,7 @@ func (h *Handler) rejectElems(res *writeResult, reason string, elements int, err
 // is committed even when some series or samples are rejected (the response is
 // then 400), and nothing is committed when the storage itself fails (500, so
 // the sender's retry is safe).
-func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *writeState) *writeResult {
+func (h *Handler) write(ctx context.Context, ver protoVersion, req *Request, st *writeState) *writeResult {
 	res := &st.res
 	*res = writeResult{msgs: res.msgs[:0]}
 	var nSamples, nHistograms, nExemplars int
@@ -145,7 +145,7 @@ func (h *Handler) write(r *http.Request, ver protoVersion, req *Request, st *wri
 		// after the request: the head may drop their series.
 		defer clear(st.probes)
 	}
-	app := h.app.AppenderV2(r.Context())
+	app := h.app.AppenderV2(ctx)
 	now := h.now()
 	st.newest = h.cfg.Limits.newestAllowed(now)
 	for i := range req.Series {

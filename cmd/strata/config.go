@@ -189,6 +189,9 @@ type RemoteWriteConfig struct {
 	OTLPDeltaToCumulative bool           `yaml:"otlp_delta_to_cumulative"`
 	OTLPDeltaMaxStreams   int            `yaml:"otlp_delta_max_streams"`
 	OTLPDeltaMaxStale     model.Duration `yaml:"otlp_delta_max_stale"`
+	// OTLPGRPCListenAddress serves the OTLP receiver over gRPC too
+	// (remotewrite.OTLPHandler.RegisterGRPC); empty leaves it off.
+	OTLPGRPCListenAddress string `yaml:"otlp_grpc_listen_address"`
 }
 
 // RemoteReadConfig bounds the remote-read endpoint (/api/v1/read), as

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 )
 
 // TestOTLPEndToEnd: an OTLP/HTTP export, as an OpenTelemetry collector's
@@ -130,5 +134,51 @@ func TestOTLPEndToEnd(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+var otlpGRPCStartedRe = regexp.MustCompile(`msg="OTLP gRPC receiver started" address=(\S+)`)
+
+// TestOTLPGRPCEndToEnd: with --remote-write.otlp-grpc-listen-address, a
+// running strata serve takes an export over OTLP/gRPC, gzipped, from the
+// client the Collector's otlp exporter uses, and answers its series
+// through PromQL.
+func TestOTLPGRPCEndToEnd(t *testing.T) {
+	p := startStrata(t, filepath.Join(t.TempDir(), "data"), "--remote-write.otlp-grpc-listen-address=127.0.0.1:0")
+	m := otlpGRPCStartedRe.FindStringSubmatch(p.output())
+	if m == nil {
+		t.Fatalf("strata did not log its OTLP gRPC address:\n%s", p.output())
+	}
+	cc, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	now := time.Now().Truncate(time.Second)
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "vllm")
+	rm.Resource().Attributes().PutStr("service.instance.id", "10.0.0.8:8000")
+	m2 := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m2.SetName("vllm.num_requests.running")
+	dp := m2.SetEmptyGauge().DataPoints().AppendEmpty()
+	dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+	dp.SetIntValue(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := pmetricotlp.NewGRPCClient(cc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := resp.PartialSuccess().RejectedDataPoints(); n != 0 {
+		t.Fatalf("%d refused: %s", n, resp.PartialSuccess().ErrorMessage())
+	}
+	v, _, _, err := newAPIClient(t, p).Query(context.Background(), `vllm_num_requests_running{job="vllm", instance="10.0.0.8:8000"}`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vec, ok := v.(model.Vector); !ok || len(vec) != 1 || vec[0].Value != 3 {
+		t.Fatalf("query = %v, want the exported 3", v)
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/strata-dev/strata/storeapi"
 )
 
@@ -23,42 +26,79 @@ func addGRPCFlags(o *overrides) {
 		func(c *Config) *int { return &c.GRPC.MaxConcurrency })
 	o.int("store.limits.request-series", "Most series one StoreAPI Series request may select; 0: no bound. (default: 1000000)",
 		func(c *Config) *int { return &c.GRPC.MaxSeries })
+	o.string("remote-write.otlp-grpc-listen-address", "Address of the OTLP receiver's gRPC endpoint (OTLP/gRPC, conventionally :4317), with the gRPC TLS flags' certificates; empty: off. (default: off)",
+		func(c *Config) *string { return &c.RemoteWrite.OTLPGRPCListenAddress })
 	o.int("store.limits.request-samples", "Most samples one StoreAPI Series request may send; 0: no bound. (default: 100000000)",
 		func(c *Config) *int { return &c.GRPC.MaxSamples })
 }
 
-// serveGRPC starts the StoreAPI (and the Query API) when it is configured; a serving error is
-// sent on errc. The returned function stops it, letting requests in flight
-// finish for at most 30 s.
+// serveGRPC starts the gRPC servers that are configured: the StoreAPI (and
+// the Query API), and the OTLP receiver's gRPC endpoint; a serving error is
+// sent on errc. The returned function stops them, letting requests in
+// flight finish for at most 30 s.
 func (s *server) serveGRPC(errc chan<- error) (stop func(), err error) {
-	if s.store == nil {
-		return func() {}, nil
+	var stops []func()
+	stopAll := func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	if s.store == nil && s.cfg.RemoteWrite.OTLPGRPCListenAddress == "" {
+		return stopAll, nil
 	}
 	tlsCfg, err := storeapi.ServerTLSConfig(s.cfg.GRPC.TLSCert, s.cfg.GRPC.TLSKey, s.cfg.GRPC.TLSClientCA)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", s.cfg.GRPC.ListenAddress)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (grpc): %w", s.cfg.GRPC.ListenAddress, err)
-	}
-	g := storeapi.NewGRPCServer(s.store, s.queryAPI, tlsCfg)
-	go func() {
-		if err := g.Serve(ln); err != nil {
-			errc <- fmt.Errorf("grpc server: %w", err)
+	start := func(name, addr string, g *grpc.Server) (net.Addr, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s (%s): %w", addr, name, err)
 		}
-	}()
-	s.logger.Info("StoreAPI started", "address", ln.Addr().String(), "tls", tlsCfg != nil, "query_api", s.queryAPI != nil, "external_labels", s.cfg.Global.ExternalLabels)
-	return func() {
-		done := make(chan struct{})
-		go func() { g.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			g.Stop()
+		go func() {
+			if err := g.Serve(ln); err != nil {
+				errc <- fmt.Errorf("%s server: %w", name, err)
+			}
+		}()
+		stops = append(stops, func() { gracefulStop(g) })
+		return ln.Addr(), nil
+	}
+	if s.store != nil {
+		addr, err := start("grpc", s.cfg.GRPC.ListenAddress, storeapi.NewGRPCServer(s.store, s.queryAPI, tlsCfg))
+		if err != nil {
+			return nil, err
 		}
 		if s.queryAPI != nil {
-			s.queryAPI.Close() // the selections it holds for later requests
+			stops = append(stops, s.queryAPI.Close) // the selections it holds for later requests
 		}
-	}, nil
+		s.logger.Info("StoreAPI started", "address", addr.String(), "tls", tlsCfg != nil, "query_api", s.queryAPI != nil, "external_labels", s.cfg.Global.ExternalLabels)
+	}
+	if listen := s.cfg.RemoteWrite.OTLPGRPCListenAddress; listen != "" {
+		// gRPC decodes a message before the receiver admits it: bound it
+		// as a decompressed body is bounded.
+		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(s.cfg.RemoteWrite.MaxDecompressedBytes))}
+		if tlsCfg != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
+		g := grpc.NewServer(opts...)
+		s.otlp.RegisterGRPC(g)
+		addr, err := start("otlp grpc", listen, g)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		s.logger.Info("OTLP gRPC receiver started", "address", addr.String(), "tls", tlsCfg != nil)
+	}
+	return stopAll, nil
+}
+
+// gracefulStop stops g, letting requests in flight finish for at most 30 s.
+func gracefulStop(g *grpc.Server) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		g.Stop()
+	}
 }

@@ -388,7 +388,7 @@ func (s *server) serve(ctx context.Context) error {
 		WebSystemdSocket:   new(bool),
 		WebConfigFile:      &s.cfg.Web.ConfigFile,
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3) // HTTP, StoreAPI, OTLP gRPC
 	stopGRPC, err := s.serveGRPC(errc)
 	if err != nil {
 		_ = ln.Close()
