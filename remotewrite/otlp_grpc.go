@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"context"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -46,11 +48,18 @@ type otlpGRPC struct {
 	o *OTLPHandler
 }
 
-func (g *otlpGRPC) Export(ctx context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
+func (g *otlpGRPC) Export(ctx context.Context, req pmetricotlp.ExportRequest) (resp pmetricotlp.ExportResponse, err error) {
 	o, h := g.o, g.o.h
 	start := h.now()
 	code := http.StatusOK
 	defer func() {
+		// gRPC does not recover a handler's panic: it would end the
+		// process. The translation is third-party code fed by senders.
+		if p := recover(); p != nil {
+			h.logger.Error("OTLP gRPC export panicked", "panic", p, "stack", string(debug.Stack()))
+			code = http.StatusInternalServerError
+			resp, err = pmetricotlp.ExportResponse{}, grpcstatus.Errorf(codes.Internal, "internal error handling the export: %v", p)
+		}
 		h.m.duration.WithLabelValues(versionOTLPGRPC).Observe(h.now().Sub(start).Seconds())
 		h.m.requests.WithLabelValues(versionOTLPGRPC, strconv.Itoa(code)).Inc()
 	}()

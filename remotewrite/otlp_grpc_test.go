@@ -2,12 +2,15 @@ package remotewrite
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
@@ -98,6 +101,29 @@ func TestOTLPGRPC(t *testing.T) {
 	for code, want := range map[string]float64{"200": 1, "400": 1, "429": 1} {
 		if n := testutil.ToFloat64(e.h.m.requests.WithLabelValues(versionOTLPGRPC, code)); n != want {
 			t.Errorf("strata_remotewrite_requests_total{version=%q,code=%q} = %v, want %v", versionOTLPGRPC, code, n, want)
+		}
+	}
+}
+
+// panicAppendable panics when asked for an appender, as a bug below the
+// receiver would.
+type panicAppendable struct{}
+
+func (panicAppendable) AppenderV2(context.Context) storage.AppenderV2 { panic("boom") }
+
+// TestOTLPGRPCPanic: a panic while handling an export (gRPC would let it
+// end the process) becomes an INTERNAL status, and the server goes on
+// serving.
+func TestOTLPGRPCPanic(t *testing.T) {
+	h, err := NewHandler(DefaultConfig(), panicAppendable{}, NewMetadataStore(0), slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func() time.Time { return base })
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := otlpGRPCClient(t, newOTLP(t, h, prometheus.NewRegistry()))
+	for range 2 {
+		_, err := client.Export(context.Background(), pmetricotlp.NewExportRequestFromMetrics(otlpMetrics(false)))
+		if st := grpcstatus.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "boom") {
+			t.Fatalf("export: %v, want INTERNAL naming the panic", err)
 		}
 	}
 }
