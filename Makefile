@@ -93,8 +93,9 @@ bench-go: ## Run the Go benchmarks of the hot paths.
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the remote-write decoder for FUZZTIME (default 30s).
+fuzz: ## Fuzz the remote-write decoder, then the OTLP receiver, each for FUZZTIME (default 30s).
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./remotewrite
+	$(GO) test -run '^$$' -fuzz FuzzOTLP -fuzztime $(FUZZTIME) ./remotewrite
 
 .PHONY: lint
 lint: ## Run golangci-lint v2 with .golangci.yml.
