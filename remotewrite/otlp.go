@@ -2,7 +2,6 @@ package remotewrite
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/common/model"
@@ -549,12 +549,26 @@ func grpcCode(code int) codes.Code {
 	return codes.Internal
 }
 
-// gunzip decompresses src into dst, refusing more than limit bytes.
+// gzipReaders keeps gzip readers (and their decompressors' tables, tens of
+// KB each) from request to request.
+var gzipReaders sync.Pool // *gzip.Reader
+
+// gunzip decompresses src into dst, refusing more than limit bytes. It
+// uses klauspost/compress' gzip, which inflates faster than the standard
+// library's (its decompression took 5 % of strata serve's CPU under an OTLP
+// load with the standard library's).
 func gunzip(dst, src []byte, limit int) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(src))
+	zr, _ := gzipReaders.Get().(*gzip.Reader)
+	var err error
+	if zr == nil {
+		zr, err = gzip.NewReader(bytes.NewReader(src))
+	} else {
+		err = zr.Reset(bytes.NewReader(src))
+	}
 	if err != nil {
 		return dst, fmt.Errorf("gzip: %w", err)
 	}
+	defer gzipReaders.Put(zr)
 	out := bytes.NewBuffer(dst)
 	n, err := out.ReadFrom(io.LimitReader(zr, int64(limit)+1))
 	if err != nil {
