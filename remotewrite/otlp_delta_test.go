@@ -209,10 +209,14 @@ func TestOTLPDeltaStreamLimit(t *testing.T) {
 		}
 	}
 	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
+# HELP strata_otlp_delta_datapoints_total Delta data points of the OTLP receiver's conversion to cumulative, by result: ok, or the reason one was dropped (out_of_order, older_start, stream_limit).
+# TYPE strata_otlp_delta_datapoints_total counter
+strata_otlp_delta_datapoints_total{result="ok"} 4
+strata_otlp_delta_datapoints_total{result="stream_limit"} 2
 # HELP strata_otlp_delta_streams Delta streams whose running totals the OTLP receiver holds to convert them to cumulative (remote_write.otlp_delta_max_streams bounds them).
 # TYPE strata_otlp_delta_streams gauge
 strata_otlp_delta_streams 2
-`), "strata_otlp_delta_streams"); err != nil {
+`), "strata_otlp_delta_datapoints_total", "strata_otlp_delta_streams"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.ToFloat64(e.h.m.rejected.WithLabelValues(reasonDeltaDropped)); n != 2 {
