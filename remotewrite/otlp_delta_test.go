@@ -3,14 +3,17 @@ package remotewrite
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -155,17 +158,7 @@ func TestOTLPDeltaToCumulative(t *testing.T) {
 	if n := testutil.ToFloat64(e.h.m.rejected.WithLabelValues(reasonDeltaDropped)); n != 4 {
 		t.Errorf("strata_remotewrite_rejected_total{reason=%q} = %v, want 4", reasonDeltaDropped, n)
 	}
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
-# HELP strata_otlp_delta_datapoints_total Delta data points of the OTLP receiver's conversion to cumulative, by result: ok, or the reason one was dropped (out_of_order, older_start, stream_limit).
-# TYPE strata_otlp_delta_datapoints_total counter
-strata_otlp_delta_datapoints_total{result="ok"} 12
-strata_otlp_delta_datapoints_total{result="out_of_order"} 4
-# HELP strata_otlp_delta_streams Delta streams whose running totals the OTLP receiver holds to convert them to cumulative (remote_write.otlp_delta_max_streams bounds them).
-# TYPE strata_otlp_delta_streams gauge
-strata_otlp_delta_streams 4
-`), "strata_otlp_delta_datapoints_total", "strata_otlp_delta_streams"); err != nil {
-		t.Error(err)
-	}
+	checkDeltaMetrics(t, e.reg, 4, map[string]int{"ok": 12, "out_of_order": 4})
 }
 
 // TestOTLPDeltaStreamLimit: past DeltaMaxStreams a new stream's points are
@@ -208,19 +201,27 @@ func TestOTLPDeltaStreamLimit(t *testing.T) {
 			t.Errorf("%s: last %v, want the running total 2", ls, last)
 		}
 	}
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
-# HELP strata_otlp_delta_datapoints_total Delta data points of the OTLP receiver's conversion to cumulative, by result: ok, or the reason one was dropped (out_of_order, older_start, stream_limit).
-# TYPE strata_otlp_delta_datapoints_total counter
-strata_otlp_delta_datapoints_total{result="ok"} 4
-strata_otlp_delta_datapoints_total{result="stream_limit"} 2
-# HELP strata_otlp_delta_streams Delta streams whose running totals the OTLP receiver holds to convert them to cumulative (remote_write.otlp_delta_max_streams bounds them).
-# TYPE strata_otlp_delta_streams gauge
-strata_otlp_delta_streams 2
-`), "strata_otlp_delta_datapoints_total", "strata_otlp_delta_streams"); err != nil {
-		t.Error(err)
-	}
+	checkDeltaMetrics(t, e.reg, 2, map[string]int{"ok": 4, "stream_limit": 2})
 	if n := testutil.ToFloat64(e.h.m.rejected.WithLabelValues(reasonDeltaDropped)); n != 2 {
 		t.Errorf("strata_remotewrite_rejected_total{reason=%q} = %v, want 2", reasonDeltaDropped, n)
+	}
+}
+
+// checkDeltaMetrics compares the conversion's metrics in reg with the
+// streams tracked and the data points by result.
+func checkDeltaMetrics(t *testing.T, reg prometheus.Gatherer, streams int, points map[string]int) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# HELP strata_otlp_delta_datapoints_total Delta data points of the OTLP receiver's conversion to cumulative, by result: ok, or the reason one was dropped (out_of_order, older_start, stream_limit).\n")
+	b.WriteString("# TYPE strata_otlp_delta_datapoints_total counter\n")
+	for _, result := range slices.Sorted(maps.Keys(points)) {
+		fmt.Fprintf(&b, "strata_otlp_delta_datapoints_total{result=%q} %d\n", result, points[result])
+	}
+	b.WriteString("# HELP strata_otlp_delta_streams Delta streams whose running totals the OTLP receiver holds to convert them to cumulative (remote_write.otlp_delta_max_streams bounds them).\n")
+	b.WriteString("# TYPE strata_otlp_delta_streams gauge\n")
+	fmt.Fprintf(&b, "strata_otlp_delta_streams %d\n", streams)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(b.String()), "strata_otlp_delta_datapoints_total", "strata_otlp_delta_streams"); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -377,17 +378,9 @@ func FuzzOTLP(f *testing.F) {
 		}
 		switch w.Code {
 		case http.StatusOK:
-			resp := pmetricotlp.NewExportResponse()
-			var err error
-			if asJSON {
-				err = resp.UnmarshalJSON(w.Body.Bytes())
-			} else {
-				err = resp.UnmarshalProto(w.Body.Bytes())
-			}
-			if err != nil {
-				t.Fatalf("200 with a body that is no ExportMetricsServiceResponse: %v", err)
-			}
+			resp := exportResponse(t, w, asJSON)
 			req := pmetricotlp.NewExportRequest()
+			var err error
 			if asJSON {
 				err = req.UnmarshalJSON(data)
 			} else {

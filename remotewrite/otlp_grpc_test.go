@@ -11,8 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/storage"
-	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -73,15 +71,7 @@ func TestOTLPGRPC(t *testing.T) {
 		t.Errorf("vllm_ttft_seconds: %v, want the exponential histogram", got)
 	}
 
-	md := pmetric.NewMetrics()
-	m := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("deltas")
-	ds := m.SetEmptySum()
-	ds.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
-	dp := ds.DataPoints().AppendEmpty()
-	dp.SetTimestamp(pcommon.NewTimestampFromTime(base))
-	dp.SetIntValue(1)
-	_, err = client.Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+	_, err = client.Export(ctx, pmetricotlp.NewExportRequestFromMetrics(onlyDelta()))
 	if st := grpcstatus.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), `"deltas"`) || len(st.Details()) != 0 {
 		t.Errorf("nothing writable: %v, want INVALID_ARGUMENT naming the metric, without RetryInfo", err)
 	}

@@ -132,6 +132,20 @@ func newOTLP(t testing.TB, h *Handler, reg prometheus.Registerer, opts ...func(*
 	return o
 }
 
+// onlyDelta is an export of one delta sum, "deltas", which a receiver that
+// does not convert deltas cannot translate: nothing of it can be written.
+func onlyDelta() pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	m := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("deltas")
+	ds := m.SetEmptySum()
+	ds.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
+	dp := ds.DataPoints().AppendEmpty()
+	dp.SetTimestamp(pcommon.NewTimestampFromTime(base))
+	dp.SetIntValue(1)
+	return md
+}
+
 func postOTLP(h http.Handler, body []byte, contentType, encoding string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/otlp/v1/metrics", bytes.NewReader(body))
 	r.Header.Set("Content-Type", contentType)
@@ -326,15 +340,7 @@ func TestOTLPBadRequests(t *testing.T) {
 	}
 
 	// Only a metric that cannot be translated: nothing to write, a 400.
-	md := pmetric.NewMetrics()
-	m := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("deltas")
-	ds := m.SetEmptySum()
-	ds.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
-	dp := ds.DataPoints().AppendEmpty()
-	dp.SetTimestamp(pcommon.NewTimestampFromTime(base))
-	dp.SetIntValue(1)
-	st = status(t, postOTLP(o, otlpBody(t, md, false), otlpProtobuf, ""), http.StatusBadRequest, false)
+	st = status(t, postOTLP(o, otlpBody(t, onlyDelta(), false), otlpProtobuf, ""), http.StatusBadRequest, false)
 	if !strings.Contains(st.Message, `"deltas"`) || !strings.Contains(st.Message, "otlp_delta_to_cumulative") {
 		t.Errorf("400 message %q does not name the metric and the option converting it", st.Message)
 	}
@@ -343,7 +349,7 @@ func TestOTLPBadRequests(t *testing.T) {
 	}
 
 	// A series over the label limits is refused; the rest is written.
-	md = otlpMetrics(false)
+	md := otlpMetrics(false)
 	rm := md.ResourceMetrics().At(0)
 	g := rm.ScopeMetrics().At(0).Metrics().At(0).Gauge().DataPoints().At(0)
 	g.Attributes().PutStr("huge", strings.Repeat("x", DefaultConfig().Limits.MaxLabelValueLength+1))
