@@ -426,7 +426,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { h.m.duration.WithLabelValues(ver.label()).Observe(h.now().Sub(start).Seconds()) }()
 
-	adm, e := h.admitRequest(r)
+	adm, e := h.admitBody(r.ContentLength)
 	if e != nil {
 		if e.code == http.StatusTooManyRequests {
 			h.setRetryAfter(w)
@@ -501,17 +501,12 @@ type admission struct {
 	reserve int64 // body bytes held
 }
 
-// admitRequest applies the admission every write request passes before
-// its body is read: its declared size, the heap gate (refused while memory
-// is short), then the bounds on requests and body bytes in flight. A
-// refusal is an httpError; a 429 goes out with Retry-After. An admission
-// must be released.
-func (h *Handler) admitRequest(r *http.Request) (admission, *httpError) {
-	return h.admitBody(r.ContentLength)
-}
-
-// admitBody is admitRequest for a body of length bytes (-1: unknown, which
-// reserves MaxCompressedBytes).
+// admitBody applies the admission every write request passes before its
+// body is read (an HTTP request's Content-Length, or -1: unknown, which
+// reserves MaxCompressedBytes): its declared size, the heap gate (refused
+// while memory is short), then the bounds on requests and body bytes in
+// flight. A refusal is an httpError; a 429 goes out with Retry-After. An
+// admission must be released.
 func (h *Handler) admitBody(length int64) (admission, *httpError) {
 	if length > int64(h.cfg.MaxCompressedBytes) {
 		return admission{}, &httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
@@ -528,8 +523,7 @@ func (h *Handler) admitBody(length int64) (admission, *httpError) {
 		reserve = int64(h.cfg.MaxCompressedBytes)
 	}
 	if !h.admit(reserve) {
-		return admission{}, &httpError{http.StatusTooManyRequests, ReasonOverload,
-			errors.New("too many write requests or bytes in flight, retry later")}
+		return admission{}, &httpError{http.StatusTooManyRequests, ReasonOverload, errInflight}
 	}
 	return admission{h: h, reserve: reserve}, nil
 }
@@ -640,9 +634,12 @@ func (h *Handler) setRetryAfter(w http.ResponseWriter) {
 
 func (h *Handler) overload(w http.ResponseWriter, ver protoVersion) {
 	h.setRetryAfter(w)
-	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload,
-		errors.New("too many write requests or bytes in flight, retry later")})
+	h.reject(w, ver, httpError{http.StatusTooManyRequests, ReasonOverload, errInflight})
 }
+
+// errInflight refuses a request over the bounds on requests and bytes in
+// flight.
+var errInflight = errors.New("too many write requests or bytes in flight, retry later")
 
 // reject answers a request that wrote nothing.
 func (h *Handler) reject(w http.ResponseWriter, ver protoVersion, e httpError) {

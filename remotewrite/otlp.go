@@ -28,8 +28,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -192,11 +192,8 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { h.m.duration.WithLabelValues(versionOTLP).Observe(h.now().Sub(start).Seconds()) }()
 
 	// Admission as for remote write, before the body is read.
-	adm, e := h.admitRequest(r)
+	adm, e := h.admitBody(r.ContentLength)
 	if e != nil {
-		if e.code == http.StatusTooManyRequests {
-			h.setRetryAfter(w)
-		}
 		o.fail(w, asJSON, e.code, e.reason, e.err)
 		return
 	}
@@ -209,7 +206,6 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if !h.acquire(r.Context()) {
-		h.setRetryAfter(w)
 		o.fail(w, asJSON, http.StatusTooManyRequests, ReasonQueueTimeout, queueTimeoutError(h))
 		return
 	}
@@ -241,12 +237,9 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	resp, oe := o.export(r.Context(), req.Metrics(), &bufs.ws)
-	if oe != nil {
-		if oe.retry {
-			h.setRetryAfter(w)
-		}
-		o.fail(w, asJSON, oe.code, oe.reason, oe.err)
+	resp, e := o.export(r.Context(), req.Metrics(), &bufs.ws)
+	if e != nil {
+		o.fail(w, asJSON, e.code, e.reason, e.err)
 		return
 	}
 	var b []byte
@@ -262,21 +255,13 @@ func (o *OTLPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.reply(w, asJSON, http.StatusOK, b)
 }
 
-// otlpError is an OTLP export refused whole: the HTTP status it gets (a
-// gRPC export the status's gRPC code), the reason counted, and whether the
-// sender should retry after Retry-After.
-type otlpError struct {
-	code   int
-	reason string
-	err    error
-	retry  bool
-}
-
 // export writes the metrics of an admitted, decoded export request (over
 // HTTP or gRPC), with ws the write path's scratch state, and returns the
-// response to send, or why the request was refused whole. Everything it
-// refuses is counted.
-func (o *OTLPHandler) export(ctx context.Context, md pmetric.Metrics, ws *writeState) (pmetricotlp.ExportResponse, *otlpError) {
+// response to send, or why the request was refused whole (the HTTP status
+// it gets; a gRPC export gets that status's gRPC code). What it refuses
+// within the request is counted; a refusal whole is counted by fail or
+// refusal.
+func (o *OTLPHandler) export(ctx context.Context, md pmetric.Metrics, ws *writeState) (pmetricotlp.ExportResponse, *httpError) {
 	h := o.h
 	now := h.now()
 	lo, hi := pcommon.Timestamp(0), pcommon.Timestamp(math.MaxUint64)
@@ -298,7 +283,7 @@ func (o *OTLPHandler) export(ctx context.Context, md pmetric.Metrics, ws *writeS
 			before := md.DataPointCount()
 			var err error
 			if md, err = o.delta.convert(ctx, md); err != nil {
-				return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusInternalServerError, err: fmt.Errorf("convert delta temporality to cumulative: %w", err)}
+				return pmetricotlp.ExportResponse{}, &httpError{code: http.StatusInternalServerError, err: fmt.Errorf("convert delta temporality to cumulative: %w", err)}
 			}
 			if ref.deltaDropped = before - md.DataPointCount(); ref.deltaDropped > 0 {
 				h.m.rejected.WithLabelValues(reasonDeltaDropped).Add(float64(ref.deltaDropped))
@@ -322,10 +307,10 @@ func (o *OTLPHandler) export(ctx context.Context, md pmetric.Metrics, ws *writeS
 	conv.Reset(nil)
 	o.converters.Put(conv)
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusServiceUnavailable, reason: "canceled", err: ctxErr}
+		return pmetricotlp.ExportResponse{}, &httpError{code: http.StatusServiceUnavailable, reason: "canceled", err: ctxErr}
 	}
 	if col.budget < 0 {
-		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusRequestEntityTooLarge, reason: reasonTranslatedTooLarge,
+		return pmetricotlp.ExportResponse{}, &httpError{code: http.StatusRequestEntityTooLarge, reason: reasonTranslatedTooLarge,
 			err: fmt.Errorf("the request translates into more than %d bytes of series (twice max_decompressed_bytes): send smaller batches", 2*h.cfg.MaxDecompressedBytes)}
 	}
 	for category, n := range otlpconv.CountWarningsByCategory(annots) {
@@ -434,11 +419,11 @@ func eachMetric(md pmetric.Metrics, fn func(pmetric.Metric)) {
 
 // response is the reply to a request whose series were written (or
 // refused) by Handler.write, after what ref counts was refused before.
-func (o *OTLPHandler) response(res *writeResult, ref *refused) (pmetricotlp.ExportResponse, *otlpError) {
+func (o *OTLPHandler) response(res *writeResult, ref *refused) (pmetricotlp.ExportResponse, *httpError) {
 	h := o.h
 	if res.fatal != nil {
 		h.logger.Error("OTLP append failed, request rolled back", "err", res.fatal)
-		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusServiceUnavailable, err: fmt.Errorf("store samples: %w", res.fatal), retry: true}
+		return pmetricotlp.ExportResponse{}, &httpError{code: http.StatusServiceUnavailable, err: fmt.Errorf("store samples: %w", res.fatal)}
 	}
 	h.m.written.WithLabelValues("sample").Add(float64(res.samples))
 	h.m.written.WithLabelValues("histogram").Add(float64(res.histograms))
@@ -484,7 +469,7 @@ func (o *OTLPHandler) response(res *writeResult, ref *refused) (pmetricotlp.Expo
 	}
 	if rejected > 0 && res.samples+res.histograms+res.exemplars == 0 {
 		// Nothing of it could be written: permanent, not to be retried.
-		return pmetricotlp.ExportResponse{}, &otlpError{code: http.StatusBadRequest, err: errors.New(msg)}
+		return pmetricotlp.ExportResponse{}, &httpError{code: http.StatusBadRequest, err: errors.New(msg)}
 	}
 	resp := pmetricotlp.NewExportResponse()
 	if rejected > 0 {
@@ -495,16 +480,14 @@ func (o *OTLPHandler) response(res *writeResult, ref *refused) (pmetricotlp.Expo
 }
 
 // fail answers with an error: a google.rpc.Status in the request's
-// encoding, as OTLP/HTTP asks of every 4xx and 5xx. reason, when set, is
-// counted among the receiver's rejections.
+// encoding, as OTLP/HTTP asks of every 4xx and 5xx, with Retry-After when
+// the sender should retry. reason, when set, is counted among the
+// receiver's rejections.
 func (o *OTLPHandler) fail(w http.ResponseWriter, asJSON bool, code int, reason string, err error) {
-	if reason != "" {
-		o.h.m.rejected.WithLabelValues(reason).Inc()
+	if retryable(code) {
+		o.h.setRetryAfter(w)
 	}
-	o.h.logger.Debug("OTLP request refused", "code", code, "reason", reason, "err", err)
-	// A proto3 string must be UTF-8, or neither encoding marshals it (the
-	// body would be empty); a decode error may quote the body's bytes.
-	st := &spb.Status{Code: int32(grpcCode(code)), Message: strings.ToValidUTF8(err.Error(), "\uFFFD")}
+	st := o.refusal(code, reason, err).Proto()
 	var b []byte
 	if asJSON {
 		b, _ = protojson.Marshal(st)
@@ -524,6 +507,26 @@ func (o *OTLPHandler) reply(w http.ResponseWriter, asJSON bool, code int, b []by
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
 	o.h.m.requests.WithLabelValues(versionOTLP, strconv.Itoa(code)).Inc()
+}
+
+// refusal counts and logs a request refused whole with the HTTP status
+// code and returns the status OTLP answers it with: in the body over HTTP,
+// as the error over gRPC.
+func (o *OTLPHandler) refusal(code int, reason string, err error) *grpcstatus.Status {
+	if reason != "" {
+		o.h.m.rejected.WithLabelValues(reason).Inc()
+	}
+	o.h.logger.Debug("OTLP request refused", "code", code, "reason", reason, "err", err)
+	// A proto3 string must be UTF-8, or neither encoding marshals it (the
+	// body would be empty); a decode error may quote the body's bytes.
+	return grpcstatus.New(grpcCode(code), strings.ToValidUTF8(err.Error(), "\uFFFD"))
+}
+
+// retryable reports whether a refusal with the HTTP status code is one the
+// sender retries after a delay (Retry-After, gRPC's RetryInfo): overload
+// and a storage failure.
+func retryable(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
 }
 
 // queueTimeoutError says why a request waited in vain for an active slot.

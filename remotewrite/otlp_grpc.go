@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
@@ -63,14 +62,10 @@ func (g *otlpGRPC) Export(ctx context.Context, req pmetricotlp.ExportRequest) (r
 		h.m.duration.WithLabelValues(versionOTLPGRPC).Observe(h.now().Sub(start).Seconds())
 		h.m.requests.WithLabelValues(versionOTLPGRPC, strconv.Itoa(code)).Inc()
 	}()
-	refuse := func(e *otlpError) (pmetricotlp.ExportResponse, error) {
+	refuse := func(e *httpError) (pmetricotlp.ExportResponse, error) {
 		code = e.code
-		if e.reason != "" {
-			h.m.rejected.WithLabelValues(e.reason).Inc()
-		}
-		h.logger.Debug("OTLP gRPC export refused", "code", e.code, "reason", e.reason, "err", e.err)
-		st := grpcstatus.New(grpcCode(e.code), strings.ToValidUTF8(e.err.Error(), "\uFFFD"))
-		if e.code == http.StatusTooManyRequests || e.retry {
+		st := o.refusal(e.code, e.reason, e.err)
+		if retryable(e.code) {
 			delay := time.Duration(h.retryAfterSeconds()) * time.Second
 			if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 				st = d
@@ -81,22 +76,21 @@ func (g *otlpGRPC) Export(ctx context.Context, req pmetricotlp.ExportRequest) (r
 
 	adm, e := h.admitBody(-1)
 	if e != nil {
-		return refuse(&otlpError{code: e.code, reason: e.reason, err: e.err})
+		return refuse(e)
 	}
 	defer adm.release()
 	if !h.acquire(ctx) {
 		if ctx.Err() != nil {
-			return refuse(&otlpError{code: http.StatusServiceUnavailable, reason: "canceled", err: ctx.Err()})
+			return refuse(&httpError{code: http.StatusServiceUnavailable, reason: "canceled", err: ctx.Err()})
 		}
-		return refuse(&otlpError{code: http.StatusTooManyRequests, reason: ReasonQueueTimeout,
-			err: queueTimeoutError(h)})
+		return refuse(&httpError{code: http.StatusTooManyRequests, reason: ReasonQueueTimeout, err: queueTimeoutError(h)})
 	}
 	defer func() { <-h.active }()
 	bufs := h.pool.Get().(*requestState)
 	defer h.pool.Put(bufs)
-	resp, oe := o.export(ctx, req.Metrics(), &bufs.ws)
-	if oe != nil {
-		return refuse(oe)
+	resp, e = o.export(ctx, req.Metrics(), &bufs.ws)
+	if e != nil {
+		return refuse(e)
 	}
 	return resp, nil
 }
