@@ -78,7 +78,8 @@ func genInterleaved(seed uint64, start, end int64) *interleaved {
 			default:
 				v = float64(rng.IntN(100))
 			}
-			if rng.Float64() < s.ooo {
+			delayed := rng.Float64() < s.ooo
+			if delayed {
 				// Out of order, but within the lateness of the newest
 				// sample (else the raw tier refuses it: also fine).
 				at += 30_000 + rng.Int64N(8*MinuteRes)
@@ -87,7 +88,12 @@ func genInterleaved(seed uint64, start, end int64) *interleaved {
 			if rng.IntN(50) == 0 { // an identical repeat: a no-op for raw
 				w.deliveries = append(w.deliveries, delivery{series: i, t: t, v: v, at: at + rng.Int64N(60_000)})
 			}
-			if rng.IntN(80) == 0 { // a different value at the same time: refused
+			// A different value at the same time, right after the series'
+			// newest sample: refused. Out of order the TSDB would take it
+			// (its out-of-order head does not look for the in-order one),
+			// and which of the two a read returns can change when the head
+			// compacts: no truth to compare with.
+			if !delayed && rng.IntN(80) == 0 {
 				w.deliveries = append(w.deliveries, delivery{series: i, t: t, v: v + 1, at: at + 1})
 			}
 			if rng.IntN(300) == 0 { // far too old: refused
