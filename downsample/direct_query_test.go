@@ -126,7 +126,7 @@ func TestDirectSeriesQueried(t *testing.T) {
 	// tee, as no build does): the stitched view leaves raw's copies of a
 	// minute-only name out, so it must not show.
 	rapp := raw.AppenderV2(ctx)
-	for at := end - HourRes; at <= end; at += 15_000 {
+	for at := end - 25*MinuteRes; at <= end; at += 15_000 { // within the raw tier's in-order window
 		if _, err := rapp.Append(0, labelsFor(direct, "metric", "gpu_util", "gpu", "7"), 0, at, -1, nil, nil, storage.AppendV2Options{}); err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func TestFederationEqualsPrometheus(t *testing.T) {
 	add(labels.FromStrings("__name__", "strata:gpu_utilization:ratio", "hostname", "n1", "gpu", "1"), 0.25)
 	add(labels.FromStrings("__name__", "strata:requests_waiting", "pod", "a", "region", "inner"), 3)
 	add(labels.FromStrings("__name__", "gone", "pod", "a"), 1, math.Float64frombits(value.StaleNaN))
-	if _, err := app.Append(0, labels.FromStrings("__name__", "old", "pod", "a"), now.Add(-time.Hour).UnixMilli(), 1); err != nil {
+	if _, err := app.Append(0, labels.FromStrings("__name__", "old", "pod", "a"), now.Add(-20*time.Minute).UnixMilli(), 1); err != nil {
 		t.Fatal(err)
 	}
 	exp := tsdbutil.GenerateTestHistogram(3)

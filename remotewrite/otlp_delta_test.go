@@ -92,7 +92,7 @@ func deltaRequest(i int) pmetric.Metrics {
 	s.SetIsMonotonic(true)
 	s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	dp = s.DataPoints().AppendEmpty()
-	dp.SetStartTimestamp(ts(-time.Hour))
+	dp.SetStartTimestamp(ts(-20 * time.Minute))
 	dp.SetTimestamp(stamp)
 	dp.SetIntValue(int64(100 * (i + 1)))
 	return md
@@ -125,7 +125,7 @@ func TestOTLPDeltaToCumulative(t *testing.T) {
 			`{__name__="latency_seconds_bucket", ` + id + `, le="+Inf"}`: {{t: s(-30), v: 0}, {t: s(-20), v: 2}, {t: s(-10), v: 4}, {t: s(0), v: 7}},
 		},
 		"latency_seconds_sum": {`{__name__="latency_seconds_sum", ` + id + `}`: {{t: s(-30), v: 0}, {t: s(-20), v: 2.5}, {t: s(-10), v: 6.5}, {t: s(0), v: 8}}},
-		"tokens_total":        {`{__name__="tokens_total", ` + id + `}`: {{t: ms(-time.Hour), v: 0}, {t: s(-20), v: 100}, {t: s(-10), v: 200}, {t: s(0), v: 300}}},
+		"tokens_total":        {`{__name__="tokens_total", ` + id + `}`: {{t: ms(-20 * time.Minute), v: 0}, {t: s(-20), v: 100}, {t: s(-10), v: 200}, {t: s(0), v: 300}}},
 	}
 	check := func(when string) {
 		t.Helper()

@@ -92,13 +92,22 @@ type RawConfig struct {
 	// later: at one sample a second, 120 makes 90 of them a series; more
 	// samples per chunk make fewer, and a longer open chunk.
 	SamplesPerChunk int
+	// BlockDuration is the span of the blocks the head is compacted into
+	// (0: the TSDB's 2 h, Prometheus' --storage.tsdb.min-block-duration).
+	// The head compacts once it spans 1.5 times this, so it also bounds what
+	// the head holds in memory: each chunk the head has cut since its last
+	// compaction keeps a 40-byte reference, a series at one sample a second
+	// one every 2 minutes, and the WAL the head replays after a restart.
+	// Samples are accepted in order up to half of it behind the newest
+	// (older ones only within OutOfOrderWindow).
+	BlockDuration time.Duration
 }
 
-// DefaultRawConfig returns the raw tier's defaults: 24 h retention and a 10 minute
-// out-of-order window.
+// DefaultRawConfig returns the raw tier's defaults: 24 h retention, a 10 minute
+// out-of-order window and blocks of an hour.
 func DefaultRawConfig(dir string) RawConfig {
 	return RawConfig{Dir: dir, Retention: 24 * time.Hour, OutOfOrderWindow: 10 * time.Minute, WALCompression: compression.Snappy,
-		SampleRecordsV2: true, ChunkMmapInterval: 10 * time.Second, StripeSize: 8192}
+		SampleRecordsV2: true, ChunkMmapInterval: 10 * time.Second, StripeSize: 8192, BlockDuration: time.Hour}
 }
 
 // MaxExemplars is the size of the raw tier's exemplar storage, one circular
@@ -176,6 +185,10 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	}
 	if cfg.SamplesPerChunk > 0 {
 		opts.SamplesPerChunk = cfg.SamplesPerChunk
+	}
+	if cfg.BlockDuration > 0 {
+		opts.MinBlockDuration = cfg.BlockDuration.Milliseconds()
+		opts.MaxBlockDuration = max(opts.MaxBlockDuration, opts.MinBlockDuration)
 	}
 	if cfg.SampleRecordsV2 {
 		opts.EnableSTStorage = true

@@ -45,7 +45,17 @@ func openRawMonth(t *testing.T, dir string) *tiers.Raw {
 // holds nothing. The status API and the downsample pipeline both read it.
 func TestRawBounds(t *testing.T) {
 	dir := t.TempDir()
-	open := func() *tiers.Raw { return openRawMonth(t, dir) }
+	// Blocks of 2 h hold the test's two hours and a minute in one block.
+	open := func() *tiers.Raw {
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.Retention = 30 * 24 * time.Hour
+		cfg.BlockDuration = 2 * time.Hour
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
 	raw := open()
 	defer func() { _ = raw.Close() }()
 	if _, _, ok := raw.Bounds(); ok {

@@ -146,6 +146,8 @@ type RawTierConfig struct {
 	Isolation bool `yaml:"isolation"`
 	// SamplesPerChunk: tiers.RawConfig.SamplesPerChunk.
 	SamplesPerChunk int `yaml:"samples_per_chunk"`
+	// BlockDuration: tiers.RawConfig.BlockDuration.
+	BlockDuration model.Duration `yaml:"block_duration"`
 }
 
 // TierConfig is one tier's retention.
@@ -307,6 +309,11 @@ func (c Config) validate() error {
 	}
 	if n := c.Storage.Raw.SamplesPerChunk; n < 10 || n > 10_000 {
 		errs = append(errs, fmt.Errorf("storage.raw.samples_per_chunk must be from 10 to 10000, got %d", n))
+	}
+	if d := time.Duration(c.Storage.Raw.BlockDuration); d < 10*time.Minute || d > 24*time.Hour || d%time.Minute != 0 {
+		errs = append(errs, fmt.Errorf("storage.raw.block_duration must be whole minutes from 10m to 24h, got %s", c.Storage.Raw.BlockDuration))
+	} else if d > time.Duration(c.Storage.Raw.Retention) {
+		errs = append(errs, fmt.Errorf("storage.raw.block_duration (%s) must not be longer than storage.raw.retention (%s)", c.Storage.Raw.BlockDuration, c.Storage.Raw.Retention))
 	}
 	switch c.Storage.Raw.WALSampleRecords {
 	case "v1", "v2":

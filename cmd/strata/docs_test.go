@@ -103,6 +103,7 @@ var foreignFlags = map[string]string{
 	"web.enable-otlp-receiver":         "prometheus",
 	"storage.tsdb.path":                "prometheus",
 	"storage.tsdb.samples-per-chunk":   "prometheus",
+	"storage.tsdb.min-block-duration":  "prometheus",
 	"use-old-namespace":                "dcgm",
 	"kv-cache-metrics":                 "vllm",
 	"label-count":                      "avalanche",

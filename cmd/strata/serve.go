@@ -84,6 +84,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *string { return &c.Storage.Raw.WALSampleRecords })
 	o.int("storage.raw.samples-per-chunk", "Samples the raw tier's head aims to put in a chunk (Prometheus' --storage.tsdb.samples-per-chunk). (default: 120)",
 		func(c *Config) *int { return &c.Storage.Raw.SamplesPerChunk })
+	o.duration("storage.raw.block-duration", "Span of the raw tier's blocks; the head compacts at 1.5 times it (Prometheus' --storage.tsdb.min-block-duration). (default: 1h)",
+		func(c *Config) *model.Duration { return &c.Storage.Raw.BlockDuration })
 	o.duration("storage.minute.retention", "How long minute rollups are kept. (default: 30d)",
 		func(c *Config) *model.Duration { return &c.Storage.Minute.Retention })
 	o.duration("storage.hour.retention", "How long hourly rollups are kept. (default: 365d)",

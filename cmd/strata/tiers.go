@@ -47,6 +47,7 @@ func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registere
 	rawCfg.SampleRecordsV2 = cfg.Storage.Raw.WALSampleRecords == "v2"
 	rawCfg.Isolation = cfg.Storage.Raw.Isolation
 	rawCfg.SamplesPerChunk = cfg.Storage.Raw.SamplesPerChunk
+	rawCfg.BlockDuration = time.Duration(cfg.Storage.Raw.BlockDuration)
 	if t.raw, err = tiers.OpenRaw(rawCfg, logger, rawReg); err != nil {
 		return t, err
 	}
