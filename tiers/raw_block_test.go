@@ -179,7 +179,8 @@ func benchRawHeadSpan(b *testing.B, block time.Duration) {
 // BenchmarkRawQueryBlockDuration measures what shorter blocks cost a read
 // of the raw tier's whole day (a dashboard's 24 h range): 1,000 series of
 // one sample every 15 s over 24 h, compacted into blocks of each duration
-// (24 blocks at 1 h, 12 at 2 h), then every op selects all of them over the
+// (at 1 h merged three at a time into 3 h; 2 h blocks are not merged:
+// the blocks metric), then every op selects all of them over the
 // day and reads every sample, as the query engine does for a range query;
 // cpu-ns/op is the process CPU of that (the machine's other load aside).
 func BenchmarkRawQueryBlockDuration(b *testing.B) {
