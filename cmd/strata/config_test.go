@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	promconfig "github.com/prometheus/prometheus/config"
 )
 
@@ -99,6 +100,32 @@ func TestValidate(t *testing.T) {
 	cfg.Storage.Raw.WALSampleRecords = "v3"
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "wal_sample_records") {
 		t.Fatalf("validate = %v, want a WAL sample records error", err)
+	}
+
+	// The raw blocks: an hour by default; whole minutes from 10m to 24h,
+	// at most the raw retention.
+	cfg, err = loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Duration(cfg.Storage.Raw.BlockDuration); d != time.Hour {
+		t.Fatalf("defaults: raw block duration %s, want 1h", d)
+	}
+	for _, d := range []time.Duration{0, 5 * time.Minute, 90 * time.Second, 25 * time.Hour, 13 * time.Hour} {
+		c := cfg
+		c.Storage.Raw.BlockDuration = model.Duration(d)
+		c.Storage.Raw.Retention = model.Duration(12 * time.Hour)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "block_duration") {
+			t.Errorf("block duration %s: validate = %v, want an error naming block_duration", d, err)
+		}
+	}
+	for _, d := range []time.Duration{10 * time.Minute, 2 * time.Hour, 12 * time.Hour} {
+		c := cfg
+		c.Storage.Raw.BlockDuration = model.Duration(d)
+		c.Storage.Raw.Retention = model.Duration(12 * time.Hour)
+		if err := c.validate(); err != nil {
+			t.Errorf("block duration %s: %v", d, err)
+		}
 	}
 
 	// OTLP delta temporality: refused by default, its limits positive.
