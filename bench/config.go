@@ -118,7 +118,8 @@ type LoadConfig struct {
 	// Duration bounds the run in real time (default 1m).
 	Duration time.Duration `json:"duration"`
 	// MaxRequests bounds the number of HTTP requests, retries included
-	// (default 100,000).
+	// (default 100,000; for a Paced load twice its schedule's requests, if
+	// more).
 	MaxRequests int `json:"max_requests"`
 	// Username and Password enable HTTP basic auth when Username is set.
 	Username string `json:"username,omitempty"`
@@ -195,6 +196,16 @@ func (c LoadConfig) withDefaults() LoadConfig {
 	}
 	if c.MaxRequests == 0 {
 		c.MaxRequests = DefaultMaxRequests
+		if c.Paced() {
+			// A paced run's requests follow its schedule: each interval
+			// every sender's batches of its share of the series. Twice
+			// that leaves room for retries, so the bound ends a run whose
+			// receiver keeps refusing, never one that keeps up before
+			// its Duration.
+			perRound := (c.Series+c.BatchSize-1)/c.BatchSize + c.Concurrency
+			rounds := int((c.Duration + c.Interval - 1) / c.Interval)
+			c.MaxRequests = max(DefaultMaxRequests, 2*perRound*rounds)
+		}
 	}
 	if c.Seed == 0 {
 		c.Seed = 1

@@ -254,3 +254,30 @@ func TestServerResult(t *testing.T) {
 		t.Fatalf("per series: steady %g peak %g", sr.SteadyRSSPerActiveSeriesBytes, sr.RSSPerActiveSeriesBytes)
 	}
 }
+
+// TestPacedMaxRequests: a paced load's default request bound follows its
+// schedule, so a run of two hours at 50,000 series of 1 Hz (25 requests a
+// second in batches of 2,000) is not cut at 100,000 requests (66.7
+// minutes); an unpaced one keeps 100,000, and a bound given is kept.
+func TestPacedMaxRequests(t *testing.T) {
+	paced := LoadConfig{Series: 50_000, BatchSize: 2000, Concurrency: 4, Timestamps: TimestampsInterval,
+		Interval: time.Second, Duration: 2 * time.Hour}
+	if got, want := paced.withDefaults().MaxRequests, 2*(25+4)*7200; got != want {
+		t.Errorf("paced, 2 h: MaxRequests %d, want %d", got, want)
+	}
+	short := paced
+	short.Duration = time.Minute
+	if got := short.withDefaults().MaxRequests; got != DefaultMaxRequests {
+		t.Errorf("paced, 1 m: MaxRequests %d, want the default %d", got, DefaultMaxRequests)
+	}
+	unpaced := paced
+	unpaced.Timestamps = TimestampsWallclock
+	if got := unpaced.withDefaults().MaxRequests; got != DefaultMaxRequests {
+		t.Errorf("unpaced: MaxRequests %d, want %d", got, DefaultMaxRequests)
+	}
+	given := paced
+	given.MaxRequests = 500
+	if got := given.withDefaults().MaxRequests; got != 500 {
+		t.Errorf("given 500: MaxRequests %d", got)
+	}
+}

@@ -23,6 +23,7 @@ type benchCommand struct {
 	url, protocol, name, out, timestamps string
 	series, concurrency, batch, repeats  int
 	queryRepeats, pid, extraLabels       int
+	maxRequests                          int
 	duration, backfill, interval         time.Duration
 	churn, rate                          float64
 	tierDirs                             map[string]string
@@ -46,6 +47,7 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c.run.Flag("rate", "Samples per second offered over all senders, with wallclock timestamps (0: as fast as the receiver accepts). Above the receiver's capacity, with more senders than its in-flight limit, it is an overload (docs/bench.md).").Default("0").Float64Var(&c.rate)
 	c.run.Flag("duration", "Real time each repetition lasts.").Default("1m").DurationVar(&c.duration)
 	c.run.Flag("repeats", "Repetitions; figures are medians over them.").Default("3").IntVar(&c.repeats)
+	c.run.Flag("max-requests", "Requests (retries included) after which a repetition ends even before --duration. 0: 100000, or for a paced load twice its schedule's requests if more.").Default("0").IntVar(&c.maxRequests)
 	c.run.Flag("interval", "Paced mode: every series sends one sample per interval in real time, as a fleet of exporters does (e.g. 1s or 15s); implies --timestamps=interval. 0: as fast as the receiver accepts.").Default("0s").DurationVar(&c.interval)
 	c.run.Flag("timestamps", "wallclock (default) or interval (--interval steps, default 1s, starting --backfill ago).").Default("wallclock").EnumVar(&c.timestamps, "wallclock", "interval")
 	c.run.Flag("backfill", "With --timestamps=interval, how far behind now the first samples are.").Default("0s").DurationVar(&c.backfill)
@@ -103,7 +105,7 @@ func (c *benchCommand) exec(cmd string, logger *slog.Logger) error {
 		Name: c.name,
 		Load: bench.LoadConfig{
 			URL: c.url, Protocol: bench.Protocol(c.protocol), Series: c.series, ExtraLabels: c.extraLabels,
-			ChurnPercent: c.churn, BatchSize: c.batch, Concurrency: c.concurrency, Rate: c.rate, Duration: c.duration,
+			ChurnPercent: c.churn, BatchSize: c.batch, Concurrency: c.concurrency, Rate: c.rate, Duration: c.duration, MaxRequests: c.maxRequests,
 			Timestamps: timestamps, Interval: interval, Backfill: c.backfill, Username: c.user, Password: c.pass,
 		},
 		Repeats:         c.repeats,
