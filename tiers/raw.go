@@ -88,8 +88,9 @@ type RawConfig struct {
 	Isolation bool
 	// SamplesPerChunk is the number of samples the head aims to put in a
 	// chunk (0: the TSDB's 120). Each chunk the head cuts leaves a
-	// reference in memory (40 bytes) until the head compacts, up to 3 h
-	// later: at one sample a second, 120 makes 90 of them a series; more
+	// reference in memory (40 bytes) until the head compacts, up to 1.5
+	// BlockDurations later: at one sample a second, 120 makes 45 of them a
+	// series with blocks of an hour (90 with the TSDB's 2 h); more
 	// samples per chunk make fewer, and a longer open chunk.
 	SamplesPerChunk int
 	// BlockDuration is the span of the blocks the head is compacted into
