@@ -2,7 +2,10 @@ package tiers_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -245,4 +248,89 @@ func BenchmarkRawQueryBlockDuration(b *testing.B) {
 			b.ReportMetric(float64(blocks), "blocks")
 		})
 	}
+}
+
+// TestRawBlockDurationChange: a raw tier written with blocks of 2 h (the
+// TSDB's, Strata's before stop 55) opens with blocks of an hour and goes
+// on: the head compacts into hour blocks after the 2 h ones, the merges
+// into 3 h leave alone a 2 h block that crosses a 3 h boundary, no two
+// blocks overlap, and every sample reads back once.
+func TestRawBlockDurationChange(t *testing.T) {
+	dir := t.TempDir()
+	lbls := labels.FromStrings("__name__", "x")
+	t0 := time.Now().Add(-14 * time.Hour).Truncate(6 * time.Hour).UnixMilli()
+	const step = int64(10_000)
+	next := t0
+	write := func(block time.Duration, until int64) {
+		t.Helper()
+		cfg := tiers.DefaultRawConfig(dir)
+		cfg.BlockDuration = block
+		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		var ref storage.SeriesRef
+		for ; next < until; next += step {
+			app := raw.Appender(context.Background())
+			if ref, err = app.Append(ref, lbls, next, float64(next)); err != nil {
+				t.Fatal(err)
+			}
+			if err := app.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if next%(10*60_000) == 0 {
+				if err := raw.DB().Compact(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	hour := time.Hour.Milliseconds()
+	write(2*time.Hour, t0+7*hour) // blocks [0, 2 h) and [2 h, 4 h), the head from 4 h
+	write(time.Hour, t0+13*hour)
+
+	cfg := tiers.DefaultRawConfig(dir)
+	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if err := raw.DB().Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var spans []string
+	prevMax := int64(math.MinInt64)
+	for _, b := range raw.DB().Blocks() {
+		m := b.Meta()
+		spans = append(spans, fmt.Sprintf("%dh+%dh", (m.MinTime-t0)/hour, (m.MaxTime-m.MinTime)/hour))
+		if m.MinTime < prevMax {
+			t.Errorf("block at %d overlaps the one before (ending %d)", m.MinTime, prevMax)
+		}
+		prevMax = m.MaxTime
+	}
+	if !slices.Contains(spans, "2h+2h") || !slices.Contains(spans, "6h+3h") {
+		t.Errorf("blocks %v: want the 2 h block across 3 h left alone and a 3 h merge of hour blocks", spans)
+	}
+	q, err := raw.Querier(t0, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "x"))
+	want := t0
+	for set.Next() {
+		for it := set.At().Iterator(nil); it.Next() != chunkenc.ValNone; want += step {
+			if ts, _ := it.At(); ts != want {
+				t.Fatalf("sample at %d, want %d", ts, want)
+			}
+		}
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want != next {
+		t.Errorf("read up to %d, want %d", want, next)
+	}
+	t.Logf("blocks: %v", spans)
 }
