@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -29,18 +28,14 @@ func TestRawBlockDuration(t *testing.T) {
 		blocks int
 	}{{0, 0}, {2 * time.Hour, 0}, {time.Hour, 1}} { // 0: the TSDB's own default
 		t.Run(tc.block.String(), func(t *testing.T) {
-			cfg := tiers.DefaultRawConfig(t.TempDir())
-			cfg.BlockDuration = tc.block
-			raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := openRawMonth(t, t.TempDir(), tc.block)
 			defer raw.Close()
 			lbls := labels.FromStrings("__name__", "x")
 			t0 := time.Now().Add(-3 * time.Hour).Truncate(2 * time.Hour).UnixMilli()
 			const n = 105 * 60
 			app := raw.Appender(context.Background())
 			var ref storage.SeriesRef
+			var err error
 			for i := range int64(n) {
 				if ref, err = app.Append(ref, lbls, t0+i*1000, float64(i)); err != nil {
 					t.Fatal(err)
@@ -61,23 +56,13 @@ func TestRawBlockDuration(t *testing.T) {
 					t.Errorf("block spans %s, want 1h", time.Duration(span)*time.Millisecond)
 				}
 			}
-			q, err := raw.Querier(t0, t0+n*1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "x"))
 			got := 0
-			for set.Next() {
-				for it := set.At().Iterator(nil); it.Next() != chunkenc.ValNone; got++ {
-					if ts, v := it.At(); ts != t0+int64(got)*1000 || v != float64(got) {
-						t.Fatalf("sample %d: (%d, %g), want (%d, %d)", got, ts, v, t0+int64(got)*1000, got)
-					}
+			eachRawSample(t, raw, "x", func(ts int64, v float64) {
+				if ts != t0+int64(got)*1000 || v != float64(got) {
+					t.Fatalf("sample %d: (%d, %g), want (%d, %d)", got, ts, v, t0+int64(got)*1000, got)
 				}
-			}
-			if err := set.Err(); err != nil {
-				t.Fatal(err)
-			}
+				got++
+			})
 			if got != n {
 				t.Errorf("read back %d samples, want %d", got, n)
 			}
@@ -263,14 +248,10 @@ func TestRawBlockDurationChange(t *testing.T) {
 	next := t0
 	write := func(block time.Duration, until int64) {
 		t.Helper()
-		cfg := tiers.DefaultRawConfig(dir)
-		cfg.BlockDuration = block
-		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := openRawMonth(t, dir, block)
 		defer raw.Close()
 		var ref storage.SeriesRef
+		var err error
 		for ; next < until; next += step {
 			app := raw.Appender(context.Background())
 			if ref, err = app.Append(ref, lbls, next, float64(next)); err != nil {
@@ -290,11 +271,7 @@ func TestRawBlockDurationChange(t *testing.T) {
 	write(2*time.Hour, t0+7*hour) // blocks [0, 2 h) and [2 h, 4 h), the head from 4 h
 	write(time.Hour, t0+13*hour)
 
-	cfg := tiers.DefaultRawConfig(dir)
-	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := openRawMonth(t, dir, time.Hour)
 	defer raw.Close()
 	if err := raw.DB().Compact(context.Background()); err != nil {
 		t.Fatal(err)
@@ -312,23 +289,13 @@ func TestRawBlockDurationChange(t *testing.T) {
 	if !slices.Contains(spans, "2h+2h") || !slices.Contains(spans, "6h+3h") {
 		t.Errorf("blocks %v: want the 2 h block across 3 h left alone and a 3 h merge of hour blocks", spans)
 	}
-	q, err := raw.Querier(t0, next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "x"))
 	want := t0
-	for set.Next() {
-		for it := set.At().Iterator(nil); it.Next() != chunkenc.ValNone; want += step {
-			if ts, _ := it.At(); ts != want {
-				t.Fatalf("sample at %d, want %d", ts, want)
-			}
+	eachRawSample(t, raw, "x", func(ts int64, _ float64) {
+		if ts != want {
+			t.Fatalf("sample at %d, want %d", ts, want)
 		}
-	}
-	if err := set.Err(); err != nil {
-		t.Fatal(err)
-	}
+		want += step
+	})
 	if want != next {
 		t.Errorf("read up to %d, want %d", want, next)
 	}

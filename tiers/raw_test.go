@@ -27,11 +27,12 @@ import (
 )
 
 // openRawMonth opens a raw tier in dir that keeps 30 days, so that nothing
-// a test writes expires.
-func openRawMonth(t *testing.T, dir string) *tiers.Raw {
+// a test writes expires, with blocks of block (0: the TSDB's 2 h).
+func openRawMonth(t *testing.T, dir string, block time.Duration) *tiers.Raw {
 	t.Helper()
 	cfg := tiers.DefaultRawConfig(dir)
 	cfg.Retention = 30 * 24 * time.Hour
+	cfg.BlockDuration = block
 	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -46,16 +47,7 @@ func openRawMonth(t *testing.T, dir string) *tiers.Raw {
 func TestRawBounds(t *testing.T) {
 	dir := t.TempDir()
 	// Blocks of 2 h hold the test's two hours and a minute in one block.
-	open := func() *tiers.Raw {
-		cfg := tiers.DefaultRawConfig(dir)
-		cfg.Retention = 30 * 24 * time.Hour
-		cfg.BlockDuration = 2 * time.Hour
-		raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
+	open := func() *tiers.Raw { return openRawMonth(t, dir, 2*time.Hour) }
 	raw := open()
 	defer func() { _ = raw.Close() }()
 	if _, _, ok := raw.Bounds(); ok {
@@ -117,7 +109,7 @@ func TestRawBounds(t *testing.T) {
 // range finalised minutes whose samples had not arrived (rollups lost them).
 func TestRawBoundsOutOfOrderBlock(t *testing.T) {
 	dir := t.TempDir()
-	open := func() *tiers.Raw { return openRawMonth(t, dir) }
+	open := func() *tiers.Raw { return openRawMonth(t, dir, time.Hour) }
 	raw := open()
 	defer func() { _ = raw.Close() }()
 
@@ -236,22 +228,29 @@ func rawWALBytes(t *testing.T, series, steps int, value func(s, step int) float6
 // countRawSamples counts the float samples of metric name in raw.
 func countRawSamples(t *testing.T, raw *tiers.Raw, name string) int {
 	t.Helper()
+	got := 0
+	eachRawSample(t, raw, name, func(int64, float64) { got++ })
+	return got
+}
+
+// eachRawSample calls fn with every float sample of metric name in raw,
+// series by series, each in time order.
+func eachRawSample(t *testing.T, raw *tiers.Raw, name string, fn func(ts int64, v float64)) {
+	t.Helper()
 	q, err := raw.Querier(0, 1<<62)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := 0
 	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", name))
 	for ss.Next() {
 		it := ss.At().Iterator(nil)
 		for it.Next() != chunkenc.ValNone {
-			got++
+			fn(it.At())
 		}
 	}
 	if err := errors.Join(ss.Err(), q.Close()); err != nil {
 		t.Fatal(err)
 	}
-	return got
 }
 
 // TestRawWALCompression: the default configuration compresses the WAL, as
