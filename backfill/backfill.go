@@ -157,15 +157,29 @@ type progressState struct {
 	Hour    []int64 `json:"hour_partitions"`
 	RawMark int64   `json:"raw_mark"` // samples with T < RawMark are committed to raw
 	RawDone bool    `json:"raw_done"`
-	// RawBlocks are the starts of the raw block ranges written (rawBlockRange
+	// RawBlocks are the starts of the raw block ranges written (RawBlockRange
 	// each) for history behind the cutoff.
 	RawBlocks []int64 `json:"raw_blocks"`
+	// RawBlockRange is the span of the raw blocks in milliseconds: the raw
+	// tier's block duration when the first run started. A file without it
+	// was written when every backfilled block spanned legacyRawBlockRange.
+	RawBlockRange int64 `json:"raw_block_range,omitempty"`
 }
 
-// rawBlockRange is the span of one raw block written for history behind the
-// head: the TSDB's smallest block range, as promtool's create-blocks-from
-// writes them, aligned to it.
-const rawBlockRange = 2 * time.Hour
+// legacyRawBlockRange is the span of the raw blocks written before the
+// progress file recorded it, and the TSDB's default block range.
+const legacyRawBlockRange = 2 * time.Hour
+
+// rawBlockRange is the span of each raw block written for history behind
+// the head: the raw tier's block duration (storage.raw.block_duration), so
+// that its compactor merges them as it merges the head's, aligned to it as
+// promtool's create-blocks-from aligns its blocks.
+func rawBlockRange(raw *tiers.Raw) time.Duration {
+	if d := raw.Config().BlockDuration; d > 0 {
+		return d
+	}
+	return legacyRawBlockRange
+}
 
 // Run imports series into the tiers:
 //
@@ -181,7 +195,8 @@ const rawBlockRange = 2 * time.Hour
 //     partitions exist, gets its hour partition (re)built from the minute
 //     tier, as the pipeline does.
 //   - Samples before the cutoff but within the raw retention also go to raw,
-//     as TSDB blocks of two hours written into its directory (atomically, as
+//     as TSDB blocks of the raw tier's block duration (aligned to it) written
+//     into its directory (atomically, as
 //     `promtool tsdb create-blocks-from openmetrics` writes them). An open
 //     raw tier loads them at its next block reload (every minute) and
 //     `strata serve` at start; they may overlap the head, which the TSDB
@@ -226,6 +241,9 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	}
 
 	st := progressState{Input: fingerprint(series), Cutoff: cutoff, RawMark: math.MinInt64}
+	if t.Raw != nil {
+		st.RawBlockRange = rawBlockRange(t.Raw).Milliseconds()
+	}
 	if cfg.ProgressFile != "" {
 		prev, err := loadProgress(cfg.ProgressFile)
 		switch {
@@ -237,6 +255,16 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		default:
 			st = prev // keep the first run's cutoff: raw has grown since
 			cutoff = st.Cutoff
+			switch {
+			case prev.RawBlockRange != 0:
+			case len(prev.RawBlocks) > 0:
+				// Written before the range was recorded: the blocks it
+				// lists span the legacy range, and a resume goes on with it
+				// so that it writes none of their samples twice.
+				st.RawBlockRange = legacyRawBlockRange.Milliseconds()
+			case t.Raw != nil:
+				st.RawBlockRange = rawBlockRange(t.Raw).Milliseconds()
+			}
 		}
 	}
 	save := func() error {
@@ -522,12 +550,13 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.App
 }
 
 // writeRawBlocks writes the samples in [from, to) into raw blocks in dir, one
-// per rawBlockRange-aligned range, skipping the ranges st records as written.
+// per range of st.RawBlockRange aligned to it, skipping the ranges st records
+// as written.
 func writeRawBlocks(ctx context.Context, series []Series, dir string, from, to int64, st *progressState, res *Result, save func() error, progress func(Progress)) error {
 	if from >= to {
 		return nil
 	}
-	span := rawBlockRange.Milliseconds()
+	span := st.RawBlockRange
 	first := timegrid.Floor(from, span)
 	total := int((to - first + span - 1) / span)
 	for i, b := 0, first; b < to; i, b = i+1, b+span {
@@ -535,7 +564,7 @@ func writeRawBlocks(ctx context.Context, series []Series, dir string, from, to i
 			return err
 		}
 		if !slices.Contains(st.RawBlocks, b) {
-			n, nh, err := writeRawBlock(ctx, series, dir, max(b, from), min(b+span, to))
+			n, nh, err := writeRawBlock(ctx, series, dir, span, max(b, from), min(b+span, to))
 			if err != nil {
 				return fmt.Errorf("backfill raw block %s: %w", time.UnixMilli(b).UTC().Format(time.RFC3339), err)
 			}
@@ -552,11 +581,11 @@ func writeRawBlocks(ctx context.Context, series []Series, dir string, from, to i
 	return nil
 }
 
-// writeRawBlock writes the samples in [from, to) as one block in dir and
-// returns how many it holds, and how many of them are native histograms
-// (none written when there are none).
-func writeRawBlock(ctx context.Context, series []Series, dir string, from, to int64) (n, nh int, err error) {
-	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, rawBlockRange.Milliseconds())
+// writeRawBlock writes the samples in [from, to), within one range of span
+// milliseconds, as one block in dir and returns how many it holds, and how
+// many of them are native histograms (none written when there are none).
+func writeRawBlock(ctx context.Context, series []Series, dir string, span, from, to int64) (n, nh int, err error) {
+	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, span)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,10 +1,13 @@
 package backfill
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/strata-dev/strata/downsample"
@@ -383,42 +387,26 @@ func TestBackfillRawBlocks(t *testing.T) {
 	cfg.Now = func() time.Time { return time.UnixMilli(now) }
 	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
 	all := history(now-30*hour, now)
-	var live, past []Series
-	for _, s := range all {
-		i := len(s.Samples)
-		for i > 0 && s.Samples[i-1].T >= now-30*minute {
-			i--
-		}
-		past = append(past, Series{Labels: s.Labels, Samples: s.Samples[:i]})
-		live = append(live, Series{Labels: s.Labels, Samples: s.Samples[i:]})
-	}
-	app := e.raw.AppenderV2(context.Background())
-	for _, s := range live {
-		for _, x := range s.Samples {
-			if _, err := app.Append(0, s.Labels, 0, x.T, x.V, nil, nil, storage.AppendV2Options{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := app.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	past, wantBlocks := appendLive(t, e.raw, all, now)
 
 	res, err := Run(context.Background(), cfg, past, e.targets(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cutoff := timegrid.Floor(now-30*minute, hour)
-	wantBlocks := 0
-	for _, s := range normalize(past) {
-		for _, x := range s.Samples {
-			if x.T >= now-24*hour && x.T < cutoff {
-				wantBlocks++
-			}
-		}
-	}
 	if res.RawBlockSamples != wantBlocks {
 		t.Fatalf("RawBlockSamples = %d, want the %d behind the head within the retention", res.RawBlockSamples, wantBlocks)
+	}
+	// Each block spans at most the raw tier's block duration (an hour),
+	// aligned to it, as the head's own blocks do.
+	span := e.raw.Config().BlockDuration.Milliseconds()
+	metas := writtenBlocks(t, e.raw)
+	if len(metas) == 0 {
+		t.Fatal("no raw block written")
+	}
+	for _, m := range metas {
+		if m.Compaction.Level == 1 && timegrid.Floor(m.MinTime, span) != timegrid.Floor(m.MaxTime-1, span) {
+			t.Errorf("block %s spans %s to %s, more than one range of %s", m.ULID, time.UnixMilli(m.MinTime).UTC(), time.UnixMilli(m.MaxTime).UTC(), e.raw.Config().BlockDuration)
+		}
 	}
 
 	// A restart loads the blocks.
@@ -484,16 +472,152 @@ func TestBackfillRawBlocks(t *testing.T) {
 	}
 }
 
-// reopenRaw closes raw and opens its directory again, as a restart does:
-// the new one has loaded the blocks a backfill wrote.
+// appendLive appends all's samples of the last half hour before now to raw,
+// as a server that ran would have, and returns the rest (the history to
+// backfill) and how many of its samples belong in raw blocks: those behind
+// the hour that holds raw's oldest sample, within the 24 h retention.
+func appendLive(t *testing.T, raw *tiers.Raw, all []Series, now int64) (past []Series, inBlocks int) {
+	t.Helper()
+	app := raw.AppenderV2(context.Background())
+	for _, s := range all {
+		i := len(s.Samples)
+		for i > 0 && s.Samples[i-1].T >= now-30*minute {
+			i--
+		}
+		past = append(past, Series{Labels: s.Labels, Samples: s.Samples[:i]})
+		for _, x := range s.Samples[i:] {
+			if _, err := app.Append(0, s.Labels, 0, x.T, x.V, nil, nil, storage.AppendV2Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := timegrid.Floor(now-30*minute, hour)
+	for _, s := range normalize(past) {
+		for _, x := range s.Samples {
+			if x.T >= now-24*hour && x.T < cutoff {
+				inBlocks++
+			}
+		}
+	}
+	return past, inBlocks
+}
+
+// writtenBlocks reads the meta.json of every block in raw's directory,
+// loaded by the TSDB or not yet.
+func writtenBlocks(t *testing.T, raw *tiers.Raw) []tsdb.BlockMeta {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(raw.DB().Dir(), "*", "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metas []tsdb.BlockMeta
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m tsdb.BlockMeta
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		metas = append(metas, m)
+	}
+	return metas
+}
+
+// TestBackfillRawBlocksResumeRange: a resume goes on with the span of the
+// raw blocks its first run wrote, whatever block duration the raw tier has
+// been reopened with; so does one whose progress file predates the recorded
+// span (every block of 2 h then). No sample is written into two blocks.
+func TestBackfillRawBlocksResumeRange(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%t", legacy), func(t *testing.T) {
+			e := openEnv(t, true)
+			two := e.raw.Config()
+			two.BlockDuration = 2 * time.Hour
+			e.raw = reopenRawConfig(t, e.raw, two)
+			now := histEnd
+			cfg := testConfig()
+			cfg.Now = func() time.Time { return time.UnixMilli(now) }
+			cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+			past, wantBlocks := appendLive(t, e.raw, history(now-30*hour, now), now)
+
+			// The first run stops after its third raw block.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			res1, err := Run(ctx, cfg, past, e.targets(), func(p Progress) {
+				if p.Phase == "raw blocks" && p.Done == 3 {
+					cancel()
+				}
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("first run: %v, want it cancelled", err)
+			}
+			if res1.RawBlockSamples == 0 || res1.RawBlockSamples >= wantBlocks {
+				t.Fatalf("first run wrote %d samples into raw blocks, want some of %d", res1.RawBlockSamples, wantBlocks)
+			}
+			if legacy {
+				b, err := os.ReadFile(cfg.ProgressFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st map[string]any
+				d := json.NewDecoder(bytes.NewReader(b))
+				d.UseNumber() // the int64 marks exactly
+				if err := d.Decode(&st); err != nil {
+					t.Fatal(err)
+				}
+				if st["raw_block_range"] != json.Number(fmt.Sprint(2*hour)) {
+					t.Fatalf("progress file records raw_block_range %v, want %d", st["raw_block_range"], 2*hour)
+				}
+				delete(st, "raw_block_range")
+				if b, err = json.Marshal(st); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(cfg.ProgressFile, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// Resumed with blocks of an hour.
+			one := e.raw.Config()
+			one.BlockDuration = time.Hour
+			e.raw = reopenRawConfig(t, e.raw, one)
+			res2, err := Run(context.Background(), cfg, past, e.targets(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res1.RawBlockSamples + res2.RawBlockSamples; got != wantBlocks {
+				t.Errorf("the two runs wrote %d samples into raw blocks, want %d", got, wantBlocks)
+			}
+			inBlocks := 0
+			for _, m := range writtenBlocks(t, e.raw) {
+				inBlocks += int(m.Stats.NumSamples)
+			}
+			if inBlocks != wantBlocks {
+				t.Errorf("the raw blocks hold %d samples, want %d", inBlocks, wantBlocks)
+			}
+		})
+	}
+}
+
+// reopenRaw closes raw and opens its directory again with the same
+// configuration, as a restart does: the new one has loaded the blocks a
+// backfill wrote.
 func reopenRaw(t *testing.T, raw *tiers.Raw) *tiers.Raw {
 	t.Helper()
-	dir := raw.DB().Dir()
+	return reopenRawConfig(t, raw, raw.Config())
+}
+
+// reopenRawConfig closes raw and opens its directory with cfg.
+func reopenRawConfig(t *testing.T, raw *tiers.Raw, cfg tiers.RawConfig) *tiers.Raw {
+	t.Helper()
 	if err := raw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := tiers.DefaultRawConfig(dir)
-	cfg.Retention = 30 * 24 * time.Hour
 	r, err := tiers.OpenRaw(cfg, promslog.NewNopLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
