@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +19,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
 )
 
 // TestOTLPEndToEnd: an OTLP/HTTP export, as an OpenTelemetry collector's
@@ -134,6 +140,94 @@ func TestOTLPEndToEnd(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestOTLPGRPCBasicAuth: with a web configuration that lists users, the
+// OTLP gRPC endpoint, like the HTTP ones, needs the password, sent as the
+// "authorization" metadata (the Collector's basicauth extension): without
+// it, with a wrong one or for an unknown user the export is refused as
+// Unauthenticated and nothing is written. The file is read at each request:
+// once it lists no users, no credentials are asked.
+func TestOTLPGRPCBasicAuth(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	webCfg := filepath.Join(dir, "web.yml")
+	if err := os.WriteFile(webCfg, []byte("basic_auth_users:\n  collector: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startStrataAuth(t, filepath.Join(dir, "data"), "collector", "s3cret", "--web.config.file="+webCfg,
+		"--remote-write.otlp-grpc-listen-address=127.0.0.1:0")
+	m := otlpGRPCStartedRe.FindStringSubmatch(p.output())
+	if m == nil {
+		t.Fatalf("strata did not log its OTLP gRPC address:\n%s", p.output())
+	}
+	cc, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	now := time.Now().Truncate(time.Second)
+	export := func(auth string, v int64) error {
+		md := pmetric.NewMetrics()
+		rm := md.ResourceMetrics().AppendEmpty()
+		rm.Resource().Attributes().PutStr("service.name", "vllm")
+		m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+		m.SetName("auth.test.value")
+		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Duration(v) * time.Second)))
+		dp.SetIntValue(v)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if auth != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", auth)
+		}
+		_, err := pmetricotlp.NewGRPCClient(cc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+		return err
+	}
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	for _, tc := range []struct{ name, auth string }{
+		{"none", ""},
+		{"wrong password", basic("collector", "wrong")},
+		{"unknown user", basic("nobody", "s3cret")},
+		{"not basic", "Bearer s3cret"},
+	} {
+		if err := export(tc.auth, 1); grpcstatus.Code(err) != codes.Unauthenticated {
+			t.Errorf("export with %s: %v, want Unauthenticated", tc.name, err)
+		}
+	}
+	// Twice: the second is answered from the cache of checks.
+	for range 2 {
+		if err := export(basic("collector", "s3cret"), 2); err != nil {
+			t.Fatalf("export with the password: %v", err)
+		}
+	}
+	if err := os.WriteFile(webCfg, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := export("", 3); err != nil {
+		t.Fatalf("export without users configured: %v", err)
+	}
+
+	r, _, _, err := newAPIClient(t, p).QueryRange(context.Background(), `auth_test_value`, promv1.Range{Start: now, End: now.Add(5 * time.Second), Step: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	if mat, ok := r.(model.Matrix); ok && len(mat) == 1 {
+		for _, s := range mat[0].Values {
+			if len(got) == 0 || got[len(got)-1] != float64(s.Value) {
+				got = append(got, float64(s.Value))
+			}
+		}
+	}
+	if !slices.Equal(got, []float64{2, 3}) {
+		t.Errorf("stored values %v (query %v), want those of the authorised exports, 2 and 3", got, r)
 	}
 }
 

@@ -80,6 +80,13 @@ func (s *server) serveGRPC(errc chan<- error) (stop func(), err error) {
 		if tlsCfg != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 		}
+		if f := s.cfg.Web.ConfigFile; f != "" {
+			// The web configuration's basic auth, which the OTLP/HTTP
+			// receiver is behind too. Not on the StoreAPI: a Thanos
+			// Querier sends none (it authenticates with a client
+			// certificate).
+			opts = append(opts, grpc.UnaryInterceptor(newBasicAuth(f).unary))
+		}
 		g := grpc.NewServer(opts...)
 		s.otlp.RegisterGRPC(g)
 		addr, err := start("otlp grpc", listen, g)
