@@ -202,7 +202,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	opts.MaxBlockDuration = max(opts.MinBlockDuration,
 		min(3*opts.MinBlockDuration, 3*time.Hour.Milliseconds(), cfg.Retention.Milliseconds()/4))
 	stats := tsdb.NewDBStats()
-	db, err := tsdb.Open(cfg.Dir, slog.New(toggleFilter{logger.With("tier", "raw").Handler()}), reg, opts, stats)
+	db, err := tsdb.Open(cfg.Dir, slog.New(logFilter{logger.With("tier", "raw").Handler()}), reg, opts, stats)
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
@@ -491,27 +491,52 @@ func (r *Raw) Close() error {
 	return nil
 }
 
-// toggleFilter drops the TSDB's "Compactions disabled" and "Compactions
-// enabled", which it writes at info level on every toggle: the only
-// toggles are ReleaseChunkPages', which holds compactions off for the
-// fraction of a millisecond it runs, at least every 15 s and up to every
-// 100 ms in strata serve (two lines each time, at any level, saying
-// nothing of the store).
-type toggleFilter struct{ slog.Handler }
+// logFilter mends two kinds of the TSDB's log lines:
+//
+//   - it drops "Compactions disabled" and "Compactions enabled", which the
+//     TSDB writes at info level on every toggle: the only toggles are
+//     ReleaseChunkPages', which holds compactions off for the fraction of a
+//     millisecond it runs, at least every 15 s and up to every 100 ms in
+//     strata serve (two lines each time, at any level, saying nothing of the
+//     store);
+//   - it writes a "compaction failed" whose error is a cancellation at info
+//     level, as what it is: Close cancels a compaction under way (the head
+//     stays in the WAL and compacts at the next start), which the TSDB
+//     reports as an error, so that a backfill or a shutdown that went well
+//     ended on an ERROR line.
+type logFilter struct{ slog.Handler }
 
-func (d toggleFilter) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelInfo && (r.Message == "Compactions disabled" || r.Message == "Compactions enabled") {
+func (d logFilter) Handle(ctx context.Context, r slog.Record) error {
+	switch {
+	case r.Level == slog.LevelInfo && (r.Message == "Compactions disabled" || r.Message == "Compactions enabled"):
 		return nil
+	case r.Level == slog.LevelError && r.Message == "compaction failed" && cancelled(r):
+		c := slog.NewRecord(r.Time, slog.LevelInfo, "compaction stopped by close; the head compacts at the next start", r.PC)
+		r.Attrs(func(a slog.Attr) bool { c.AddAttrs(a); return true })
+		r = c
 	}
 	return d.Handler.Handle(ctx, r)
 }
 
-func (d toggleFilter) WithAttrs(as []slog.Attr) slog.Handler {
-	return toggleFilter{d.Handler.WithAttrs(as)}
+// cancelled reports whether r's "err" is a context cancellation.
+func cancelled(r slog.Record) bool {
+	var yes bool
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" {
+			yes = errors.Is(err, context.Canceled)
+			return false
+		}
+		return true
+	})
+	return yes
 }
 
-func (d toggleFilter) WithGroup(name string) slog.Handler {
-	return toggleFilter{d.Handler.WithGroup(name)}
+func (d logFilter) WithAttrs(as []slog.Attr) slog.Handler {
+	return logFilter{d.Handler.WithAttrs(as)}
+}
+
+func (d logFilter) WithGroup(name string) slog.Handler {
+	return logFilter{d.Handler.WithGroup(name)}
 }
 
 // ReleaseChunkPages drops this process's page mappings of the head's chunk
