@@ -195,12 +195,12 @@ func rawBlockRange(raw *tiers.Raw) time.Duration {
 //     partitions exist, gets its hour partition (re)built from the minute
 //     tier, as the pipeline does.
 //   - Samples before the cutoff but within the raw retention also go to raw,
-//     as TSDB blocks of the raw tier's block duration (aligned to it) written
-//     into its directory (atomically, as
-//     `promtool tsdb create-blocks-from openmetrics` writes them). An open
-//     raw tier loads them at its next block reload (every minute) and
-//     `strata serve` at start; they may overlap the head, which the TSDB
-//     merges at query time and compacts vertically.
+//     as TSDB blocks of the raw tier's block duration, aligned to it,
+//     written into its directory atomically, as `promtool tsdb
+//     create-blocks-from openmetrics` writes them. An open raw tier loads
+//     them at its next block reload (every minute) and `strata serve` at
+//     start; they may overlap the head, which the TSDB merges at query time
+//     and compacts vertically.
 //
 // Native histogram samples go to raw only, in the head or in blocks, and
 // are dropped when older than the raw retention.
