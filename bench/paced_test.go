@@ -240,12 +240,20 @@ func TestServerResult(t *testing.T) {
 		case i == 90:
 			b = 1000 * mib
 		}
-		points = append(points, RSSPoint{Seconds: float64(i), Bytes: b})
+		// The anonymous part: 100 MiB less, its spike at i == 80.
+		a := b - 100*mib
+		if i == 80 {
+			a = 900 * mib
+		}
+		points = append(points, RSSPoint{Seconds: float64(i), Bytes: b, AnonBytes: max(a, 0)})
 	}
 	sr := serverResult(ProcSample{CPUSeconds: 10, RSSBytes: 0}, ProcSample{CPUSeconds: 60, RSSBytes: 200 * mib, HWMBytes: 1000 * mib},
 		points, LoadResult{ElapsedSeconds: 100, SamplesAccepted: 1e6, Series: 1000})
 	if sr.SteadyRSSBytes != 200*mib || sr.PeakRSSBytes != 1000*mib {
 		t.Fatalf("steady %g peak %d, want 200 MiB and 1000 MiB", sr.SteadyRSSBytes/mib, sr.PeakRSSBytes/mib)
+	}
+	if sr.SteadyRSSAnonBytes != 100*mib || sr.PeakRSSAnonBytes != 900*mib {
+		t.Fatalf("anonymous: steady %g peak %d, want 100 MiB and 900 MiB", sr.SteadyRSSAnonBytes/mib, sr.PeakRSSAnonBytes/mib)
 	}
 	if sr.CPUCores != 0.5 || sr.SamplesPerCPUSecond != 2e4 || sr.CPUSecondsPerMillionSamples != 50 {
 		t.Fatalf("cores %g, samples per CPU-s %g, CPU-s per million %g", sr.CPUCores, sr.SamplesPerCPUSecond, sr.CPUSecondsPerMillionSamples)

@@ -25,6 +25,12 @@ type ProcSample struct {
 	// since the process started (VmHWM).
 	RSSBytes int64 `json:"rss_bytes"`
 	HWMBytes int64 `json:"hwm_bytes"`
+	// RSSAnonBytes is the anonymous part of RSSBytes (RssAnon): the
+	// process' own memory, without the file pages it maps (its binary,
+	// files read through mappings, such as a TSDB's chunk files), which
+	// the kernel may drop and read again. 0 when the kernel does not give
+	// it (before Linux 4.5).
+	RSSAnonBytes int64 `json:"rss_anon_bytes,omitempty"`
 }
 
 // ReadProc reads the CPU time and memory of process pid from procRoot
@@ -43,11 +49,12 @@ func ReadProc(procRoot string, pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, fmt.Errorf("read process status: %w", err)
 	}
-	rss, hwm, err := parseStatusMemory(status)
+	mem, err := parseStatusMemory(status)
 	if err != nil {
 		return ProcSample{}, fmt.Errorf("parse %s/status: %w", dir, err)
 	}
-	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, HWMBytes: hwm}, nil
+	mem.CPUSeconds = cpu
+	return mem, nil
 }
 
 var errProcFormat = errors.New("unexpected format")
@@ -77,37 +84,42 @@ func parseStatCPU(stat []byte) (float64, error) {
 	return float64(ut+st) / userHZ, nil
 }
 
-// parseStatusMemory returns VmRSS and VmHWM in bytes from the contents of
-// /proc/<pid>/status (where they are given in kB).
-func parseStatusMemory(status []byte) (rss, hwm int64, err error) {
+// parseStatusMemory returns VmRSS, VmHWM and RssAnon in bytes from the
+// contents of /proc/<pid>/status (where they are given in kB); RssAnon may
+// be missing.
+func parseStatusMemory(status []byte) (ProcSample, error) {
+	var s ProcSample
 	var seenRSS, seenHWM bool
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
+		if !ok || (name != "VmRSS" && name != "VmHWM" && name != "RssAnon") {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("%w: %s line %q", errProcFormat, name, rest)
+			return s, fmt.Errorf("%w: %s line %q", errProcFormat, name, rest)
 		}
 		kb, err := strconv.ParseUint(f[0], 10, 43) // 2^43 kB = 8 EiB: no overflow in bytes
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", name, err)
+			return s, fmt.Errorf("%s: %w", name, err)
 		}
-		if name == "VmRSS" {
-			rss, seenRSS = int64(kb)*1024, true
-		} else {
-			hwm, seenHWM = int64(kb)*1024, true
+		switch name {
+		case "VmRSS":
+			s.RSSBytes, seenRSS = int64(kb)*1024, true
+		case "VmHWM":
+			s.HWMBytes, seenHWM = int64(kb)*1024, true
+		default:
+			s.RSSAnonBytes = int64(kb) * 1024
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("scan: %w", err)
+		return s, fmt.Errorf("scan: %w", err)
 	}
 	if !seenRSS || !seenHWM {
-		return 0, 0, fmt.Errorf("%w: VmRSS or VmHWM missing (kernel thread or zombie?)", errProcFormat)
+		return s, fmt.Errorf("%w: VmRSS or VmHWM missing (kernel thread or zombie?)", errProcFormat)
 	}
-	return rss, hwm, nil
+	return s, nil
 }
 
 // DirSize is the total size in bytes of the regular files under dir. Files

@@ -63,16 +63,23 @@ func TestParseStatCPU(t *testing.T) {
 
 func TestParseStatusMemory(t *testing.T) {
 	ok := "Name:\tstrata\nVmPeak:\t  9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nThreads:\t8\n"
-	rss, hwm, err := parseStatusMemory([]byte(ok))
-	if err != nil || rss != 1024*1024 || hwm != 2048*1024 {
-		t.Fatalf("got rss %d hwm %d err %v", rss, hwm, err)
+	got, err := parseStatusMemory([]byte(ok))
+	if err != nil || got != (ProcSample{RSSBytes: 1024 * 1024, HWMBytes: 2048 * 1024}) {
+		t.Fatalf("got %+v err %v", got, err)
+	}
+	// Linux 4.5 and later also give RSS by kind.
+	ok = "VmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nRssAnon:\t     700 kB\nRssFile:\t     324 kB\n"
+	got, err = parseStatusMemory([]byte(ok))
+	if err != nil || got != (ProcSample{RSSBytes: 1024 * 1024, HWMBytes: 2048 * 1024, RSSAnonBytes: 700 * 1024}) {
+		t.Fatalf("got %+v err %v", got, err)
 	}
 	for _, bad := range []string{
 		"Name:\tkthreadd\nThreads:\t1\n",
 		"VmHWM:\t2048 kB\nVmRSS:\tlots kB\n",
 		"VmHWM:\t2048 MB\nVmRSS:\t1 kB\n",
+		"VmHWM:\t2048 kB\nVmRSS:\t1 kB\nRssAnon:\t-1 kB\n",
 	} {
-		if _, _, err := parseStatusMemory([]byte(bad)); err == nil {
+		if _, err := parseStatusMemory([]byte(bad)); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}
@@ -86,8 +93,8 @@ func FuzzParseProc(f *testing.F) {
 		if cpu, err := parseStatCPU(b); err == nil && cpu < 0 {
 			t.Fatalf("negative CPU %g", cpu)
 		}
-		if rss, hwm, err := parseStatusMemory(b); err == nil && (rss < 0 || hwm < 0) {
-			t.Fatalf("negative memory %d %d", rss, hwm)
+		if m, err := parseStatusMemory(b); err == nil && (m.RSSBytes < 0 || m.HWMBytes < 0 || m.RSSAnonBytes < 0) {
+			t.Fatalf("negative memory %+v", m)
 		}
 	})
 }

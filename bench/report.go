@@ -114,6 +114,10 @@ type Summary struct {
 	// SteadyRSSPerActiveSeriesBytes is the steady-state RSS over the
 	// active series.
 	SteadyRSSPerActiveSeriesBytes Figure `json:"steady_rss_per_active_series_bytes"`
+	// PeakRSSAnonBytes and SteadyRSSAnonBytes are the RSS's anonymous
+	// part (ServerResult), unmeasured where the kernel does not give it.
+	PeakRSSAnonBytes   Figure `json:"peak_rss_anon_bytes"`
+	SteadyRSSAnonBytes Figure `json:"steady_rss_anon_bytes"`
 
 	// DiskBytesPerSample is per tier, after the last repetition's growth.
 	DiskBytesPerSample map[string]Figure `json:"disk_bytes_per_sample,omitempty"`
@@ -134,6 +138,7 @@ func summarize(runs []RunResult) Summary {
 		tput, refused, cp50, cp99                []float64
 		cpuPerM, perCPU, peak, perSeries, rollup []float64
 		cores, steady, steadyPerSeries           []float64
+		peakAnon, steadyAnon                     []float64
 		disk, diskStored                         = map[string][]float64{}, map[string][]float64{}
 		storedPerSent                            []float64
 		accepted                                 int64
@@ -156,6 +161,10 @@ func summarize(runs []RunResult) Summary {
 			cores = append(cores, sv.CPUCores)
 			steady = append(steady, sv.SteadyRSSBytes)
 			steadyPerSeries = append(steadyPerSeries, sv.SteadyRSSPerActiveSeriesBytes)
+			if sv.SteadyRSSAnonBytes > 0 {
+				peakAnon = append(peakAnon, float64(sv.PeakRSSAnonBytes))
+				steadyAnon = append(steadyAnon, sv.SteadyRSSAnonBytes)
+			}
 		}
 		for _, d := range r.Disk {
 			disk[d.Tier] = append(disk[d.Tier], d.BytesPerSample)
@@ -196,6 +205,8 @@ func summarize(runs []RunResult) Summary {
 	s.CPUCores = figureOf(cores)
 	s.SteadyRSSBytes = figureOf(steady)
 	s.SteadyRSSPerActiveSeriesBytes = figureOf(steadyPerSeries)
+	s.PeakRSSAnonBytes = figureOf(peakAnon)
+	s.SteadyRSSAnonBytes = figureOf(steadyAnon)
 	s.RollupLagSeconds = figureOf(rollup)
 	if len(disk) > 0 {
 		s.DiskBytesPerSample = map[string]Figure{}
@@ -284,6 +295,8 @@ func (s Summary) rows() []row {
 		{"peak RSS per active series", "B", s.RSSPerActiveSeriesBytes, false},
 		{"steady-state RSS", "B", s.SteadyRSSBytes, false},
 		{"steady-state RSS per active series", "B", s.SteadyRSSPerActiveSeriesBytes, false},
+		{"peak anonymous RSS", "B", s.PeakRSSAnonBytes, false},
+		{"steady-state anonymous RSS", "B", s.SteadyRSSAnonBytes, false},
 	}
 	for _, t := range sortedKeys(s.DiskBytesPerSample) {
 		rs = append(rs, row{"disk bytes per sample, " + t, "B", s.DiskBytesPerSample[t], false})

@@ -113,15 +113,23 @@ type ServerResult struct {
 	// active series.
 	SteadyRSSBytes                float64 `json:"steady_rss_bytes"`
 	SteadyRSSPerActiveSeriesBytes float64 `json:"steady_rss_per_active_series_bytes"`
-	Samples                       int     `json:"rss_samples"`
+	// PeakRSSAnonBytes and SteadyRSSAnonBytes are the same figures of the
+	// RSS's anonymous part (ProcSample.RSSAnonBytes): what is left when the
+	// file pages a server maps are set aside, which two servers map in
+	// different amounts (a TSDB reading its chunk files through mappings
+	// keeps them resident until it unmaps them). 0 when not read.
+	PeakRSSAnonBytes   int64   `json:"peak_rss_anon_bytes,omitempty"`
+	SteadyRSSAnonBytes float64 `json:"steady_rss_anon_bytes,omitempty"`
+	Samples            int     `json:"rss_samples"`
 	// RSSTimeline is every RSS reading of the repetition.
 	RSSTimeline []RSSPoint `json:"rss_timeline,omitempty"`
 }
 
 // RSSPoint is one reading of the server's resident set size.
 type RSSPoint struct {
-	Seconds float64 `json:"seconds"` // since the repetition started
-	Bytes   int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"` // since the repetition started
+	Bytes     int64   `json:"bytes"`
+	AnonBytes int64   `json:"anon_bytes,omitempty"` // RssAnon
 }
 
 // TierDisk is one tier's size on disk after a repetition.
@@ -360,7 +368,7 @@ func startProcSampler(root string, pid int, every time.Duration) *procSampler {
 	p := &procSampler{root: root, pid: pid, began: time.Now(), done: make(chan struct{})}
 	if s, err := ReadProc(root, pid); err == nil {
 		p.start, p.ok = s, true
-		p.points = append(p.points, RSSPoint{Bytes: s.RSSBytes})
+		p.points = append(p.points, RSSPoint{Bytes: s.RSSBytes, AnonBytes: s.RSSAnonBytes})
 	}
 	p.wg.Go(func() {
 		t := time.NewTicker(every)
@@ -371,7 +379,7 @@ func startProcSampler(root string, pid int, every time.Duration) *procSampler {
 				return
 			case <-t.C:
 				if s, err := ReadProc(root, pid); err == nil {
-					p.points = append(p.points, RSSPoint{Seconds: time.Since(p.began).Seconds(), Bytes: s.RSSBytes})
+					p.points = append(p.points, RSSPoint{Seconds: time.Since(p.began).Seconds(), Bytes: s.RSSBytes, AnonBytes: s.RSSAnonBytes})
 				}
 			}
 		}
@@ -388,7 +396,7 @@ func (p *procSampler) stop(lr LoadResult) *ServerResult {
 	if err != nil || !p.ok {
 		return nil
 	}
-	p.points = append(p.points, RSSPoint{Seconds: time.Since(p.began).Seconds(), Bytes: end.RSSBytes})
+	p.points = append(p.points, RSSPoint{Seconds: time.Since(p.began).Seconds(), Bytes: end.RSSBytes, AnonBytes: end.RSSAnonBytes})
 	return serverResult(p.start, end, p.points, lr)
 }
 
@@ -404,15 +412,22 @@ func serverResult(start, end ProcSample, points []RSSPoint, lr LoadResult) *Serv
 		Samples:       len(points),
 		RSSTimeline:   points,
 	}
-	var steady []float64
+	var steady, steadyAnon []float64
 	last := points[len(points)-1].Seconds
 	for _, pt := range points {
 		sr.PeakRSSBytes = max(sr.PeakRSSBytes, pt.Bytes)
+		sr.PeakRSSAnonBytes = max(sr.PeakRSSAnonBytes, pt.AnonBytes)
 		if pt.Seconds >= 0.75*last {
 			steady = append(steady, float64(pt.Bytes))
+			if pt.AnonBytes > 0 {
+				steadyAnon = append(steadyAnon, float64(pt.AnonBytes))
+			}
 		}
 	}
 	sr.SteadyRSSBytes = quantile(steady, 0.5)
+	if len(steadyAnon) > 0 {
+		sr.SteadyRSSAnonBytes = quantile(steadyAnon, 0.5)
+	}
 	if lr.ElapsedSeconds > 0 {
 		sr.CPUCores = sr.CPUSeconds / lr.ElapsedSeconds
 	}
