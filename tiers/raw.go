@@ -501,7 +501,8 @@ func (r *Raw) Close() error {
 //     store);
 //   - it writes a "compaction failed" whose error is a cancellation at info
 //     level, as what it is: Close cancels a compaction under way (the head
-//     stays in the WAL and compacts at the next start), which the TSDB
+//     stays in the WAL, the blocks stay as they were, and the compaction
+//     runs again at the next start), which the TSDB
 //     reports as an error, so that a backfill or a shutdown that went well
 //     ended on an ERROR line.
 type logFilter struct{ slog.Handler }
@@ -511,7 +512,7 @@ func (d logFilter) Handle(ctx context.Context, r slog.Record) error {
 	case r.Level == slog.LevelInfo && (r.Message == "Compactions disabled" || r.Message == "Compactions enabled"):
 		return nil
 	case r.Level == slog.LevelError && r.Message == "compaction failed" && cancelled(r):
-		c := slog.NewRecord(r.Time, slog.LevelInfo, "compaction stopped by close; the head compacts at the next start", r.PC)
+		c := slog.NewRecord(r.Time, slog.LevelInfo, "compaction stopped by close; it runs again at the next start", r.PC)
 		r.Attrs(func(a slog.Attr) bool { c.AddAttrs(a); return true })
 		r = c
 	}
