@@ -169,8 +169,13 @@ func (p *strataProc) kill() {
 func (p *strataProc) wait(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// Wait closes the stderr pipe once the process has exited, and the
+	// reader would lose what it had not read yet (the last lines, such
+	// as "Strata stopped cleanly", under a loaded machine's scheduling):
+	// let the reader reach the pipe's end first, which comes when the
+	// process exits (or is killed below).
 	waited := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(waited) }()
+	go func() { <-p.done; _ = p.cmd.Wait(); close(waited) }()
 	select {
 	case <-waited:
 	case <-ctx.Done():
