@@ -167,19 +167,12 @@ type progressState struct {
 }
 
 // legacyRawBlockRange is the span of the raw blocks written before the
-// progress file recorded it, and the TSDB's default block range.
+// progress file recorded it. Since then each raw block written for history
+// behind the head spans the raw tier's block duration
+// (storage.raw.block_duration), so that its compactor merges them as it
+// merges the head's, aligned to it as promtool's create-blocks-from aligns
+// its blocks.
 const legacyRawBlockRange = 2 * time.Hour
-
-// rawBlockRange is the span of each raw block written for history behind
-// the head: the raw tier's block duration (storage.raw.block_duration), so
-// that its compactor merges them as it merges the head's, aligned to it as
-// promtool's create-blocks-from aligns its blocks.
-func rawBlockRange(raw *tiers.Raw) time.Duration {
-	if d := raw.Config().BlockDuration; d > 0 {
-		return d
-	}
-	return legacyRawBlockRange
-}
 
 // Run imports series into the tiers:
 //
@@ -242,7 +235,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 
 	st := progressState{Input: fingerprint(series), Cutoff: cutoff, RawMark: math.MinInt64}
 	if t.Raw != nil {
-		st.RawBlockRange = rawBlockRange(t.Raw).Milliseconds()
+		st.RawBlockRange = t.Raw.BlockDuration().Milliseconds()
 	}
 	if cfg.ProgressFile != "" {
 		prev, err := loadProgress(cfg.ProgressFile)
@@ -263,7 +256,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 				// so that it writes none of their samples twice.
 				st.RawBlockRange = legacyRawBlockRange.Milliseconds()
 			case t.Raw != nil:
-				st.RawBlockRange = rawBlockRange(t.Raw).Milliseconds()
+				st.RawBlockRange = t.Raw.BlockDuration().Milliseconds()
 			}
 		}
 	}

@@ -398,14 +398,14 @@ func TestBackfillRawBlocks(t *testing.T) {
 	}
 	// Each block spans at most the raw tier's block duration (an hour),
 	// aligned to it, as the head's own blocks do.
-	span := e.raw.Config().BlockDuration.Milliseconds()
+	span := e.raw.BlockDuration().Milliseconds()
 	metas := writtenBlocks(t, e.raw)
 	if len(metas) == 0 {
 		t.Fatal("no raw block written")
 	}
 	for _, m := range metas {
 		if m.Compaction.Level == 1 && timegrid.Floor(m.MinTime, span) != timegrid.Floor(m.MaxTime-1, span) {
-			t.Errorf("block %s spans %s to %s, more than one range of %s", m.ULID, time.UnixMilli(m.MinTime).UTC(), time.UnixMilli(m.MaxTime).UTC(), e.raw.Config().BlockDuration)
+			t.Errorf("block %s spans %s to %s, more than one range of %s", m.ULID, time.UnixMilli(m.MinTime).UTC(), time.UnixMilli(m.MaxTime).UTC(), e.raw.BlockDuration())
 		}
 	}
 

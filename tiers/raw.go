@@ -255,6 +255,15 @@ func (r *Raw) resizeExemplars(n int64) {
 // Config returns the configuration the tier was opened with.
 func (r *Raw) Config() RawConfig { return r.cfg }
 
+// BlockDuration returns the span of the blocks the head is compacted into:
+// RawConfig.BlockDuration, or the TSDB's default when that is 0.
+func (r *Raw) BlockDuration() time.Duration {
+	if r.cfg.BlockDuration > 0 {
+		return r.cfg.BlockDuration
+	}
+	return time.Duration(tsdb.DefaultBlockDuration) * time.Millisecond
+}
+
 // HeadSeries returns the number of series in the head (what the
 // remote-write receiver's series cache sizes itself to).
 func (r *Raw) HeadSeries() int { return int(r.db.Head().NumSeries()) }
