@@ -139,6 +139,10 @@ type Raw struct {
 	mu     sync.Mutex // ReleaseChunkPages against Close
 	closed bool
 
+	// compactor releases the page mappings its compactions read; nil
+	// where mapped.Release does nothing.
+	compactor *releasingCompactor
+
 	// exemplarsSized is set once the exemplar storage has its MaxExemplars
 	// entries. It holds none while no exemplar has arrived: the buffer is
 	// allocated whole (64 bytes an entry, 6.4 MB), and a fleet that sends no
@@ -201,12 +205,15 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	// delay deletion. Blocks of 2 h (the TSDB's) are not merged, as before.
 	opts.MaxBlockDuration = max(opts.MinBlockDuration,
 		min(3*opts.MinBlockDuration, 3*time.Hour.Milliseconds(), cfg.Retention.Milliseconds()/4))
+	tierLogger := slog.New(logFilter{logger.With("tier", "raw").Handler()})
+	var compactor *releasingCompactor
+	opts.NewCompactorFunc = newReleasingCompactor(cfg.Dir, tierLogger, &compactor)
 	stats := tsdb.NewDBStats()
-	db, err := tsdb.Open(cfg.Dir, slog.New(logFilter{logger.With("tier", "raw").Handler()}), reg, opts, stats)
+	db, err := tsdb.Open(cfg.Dir, tierLogger, reg, opts, stats)
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	r := &Raw{db: db, cfg: cfg, stats: stats, oooBounds: map[ulid.ULID][2]int64{}}
+	r := &Raw{db: db, cfg: cfg, stats: stats, oooBounds: map[ulid.ULID][2]int64{}, compactor: compactor}
 	// The WAL is replayed into a storage of the full size, so exemplars
 	// written before a restart are kept; only an empty one is given up.
 	if err := r.releaseEmptyExemplars(); err != nil {
@@ -559,7 +566,8 @@ func (d logFilter) WithGroup(name string) slog.Handler {
 // (and on Close): compactions are held off meanwhile, so no range is
 // unmapped, and perhaps reused, while it is being advised. A compaction
 // due in that time is skipped and runs at the TSDB's next trigger (a
-// minute later).
+// minute later). A compaction under way is waited for; it releases what
+// it reads itself (releasingCompactor).
 func (r *Raw) ReleaseChunkPages() (int64, error) {
 	if !mapped.Supported {
 		return 0, nil
