@@ -127,10 +127,8 @@ func (c *releasingCompactor) releaseWhile(dirs []string) (stop func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		c.newTrigger().Run(ctx, func() {
-			for _, d := range dirs {
-				if _, _, err := mapped.Release(d); err != nil {
-					c.logger.Warn("release page mappings during compaction", "dir", d, "err", err)
-				}
+			if _, _, err := mapped.Release(dirs...); err != nil {
+				c.logger.Warn("release page mappings during compaction", "err", err)
 			}
 		})
 	})

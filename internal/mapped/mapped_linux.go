@@ -17,10 +17,14 @@ import (
 const Supported = true
 
 // Release drops the mappings of every shared, read-only file mapping of a
-// file under dir (matched by path in /proc/self/maps) and returns how many
-// bytes of address space it advised and how many mappings.
-func Release(dir string) (bytesAdvised int64, mappings int, err error) {
-	regions, err := regionsUnder("/proc/self/maps", dir)
+// file under one of dirs (matched by path in /proc/self/maps, read once)
+// and returns how many bytes of address space it advised and how many
+// mappings.
+func Release(dirs ...string) (bytesAdvised int64, mappings int, err error) {
+	if len(dirs) == 0 {
+		return 0, 0, nil
+	}
+	regions, err := regionsUnder("/proc/self/maps", dirs...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -41,13 +45,16 @@ func Release(dir string) (bytesAdvised int64, mappings int, err error) {
 type region struct{ start, end uintptr }
 
 // regionsUnder reads a maps file (proc(5)) and returns the shared,
-// read-only file mappings of files under dir.
-func regionsUnder(mapsPath, dir string) ([]region, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
+// read-only file mappings of files under one of dirs.
+func regionsUnder(mapsPath string, dirs ...string) ([]region, error) {
+	prefixes := make([][]byte, len(dirs))
+	for i, dir := range dirs {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		prefixes[i] = []byte(filepath.Clean(abs) + string(filepath.Separator))
 	}
-	prefix := []byte(filepath.Clean(abs) + string(filepath.Separator))
 	f, err := os.Open(mapsPath)
 	if err != nil {
 		return nil, err
@@ -57,8 +64,15 @@ func regionsUnder(mapsPath, dir string) ([]region, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if r, ok := parseLine(sc.Bytes(), prefix); ok {
-			out = append(out, r)
+		r, path, ok := parseMapping(sc.Bytes())
+		if !ok {
+			continue
+		}
+		for _, prefix := range prefixes {
+			if bytes.HasPrefix(path, prefix) {
+				out = append(out, r)
+				break
+			}
 		}
 	}
 	return out, sc.Err()
@@ -67,24 +81,28 @@ func regionsUnder(mapsPath, dir string) ([]region, error) {
 // parseLine parses "start-end perms offset dev inode path" and keeps the
 // line when perms is "r--s" (read only, shared) and path is under prefix.
 func parseLine(line, prefix []byte) (region, bool) {
+	r, path, ok := parseMapping(line)
+	return r, ok && bytes.HasPrefix(path, prefix)
+}
+
+// parseMapping parses "start-end perms offset dev inode path" and returns
+// the range and the path when perms is "r--s" (read only, shared).
+func parseMapping(line []byte) (region, []byte, bool) {
 	fields := bytes.Fields(line)
 	if len(fields) < 6 || string(fields[1]) != "r--s" {
-		return region{}, false
+		return region{}, nil, false
 	}
 	path := bytes.Join(fields[5:], []byte(" "))
-	if !bytes.HasPrefix(path, prefix) {
-		return region{}, false
-	}
 	lo, hi, ok := bytes.Cut(fields[0], []byte("-"))
 	if !ok {
-		return region{}, false
+		return region{}, nil, false
 	}
 	start, err1 := strconv.ParseUint(string(lo), 16, 64)
 	end, err2 := strconv.ParseUint(string(hi), 16, 64)
 	if err1 != nil || err2 != nil || end <= start {
-		return region{}, false
+		return region{}, nil, false
 	}
-	return region{start: uintptr(start), end: uintptr(end)}, true
+	return region{start: uintptr(start), end: uintptr(end)}, path, true
 }
 
 // SharedResident returns the process's resident file-backed and shared

@@ -107,6 +107,35 @@ func TestReleaseDropsMappingsKeepsData(t *testing.T) {
 	}
 }
 
+// TestReleaseSeveralDirs: one Release drops the mappings under each of the
+// directories it is given, and only those.
+func TestReleaseSeveralDirs(t *testing.T) {
+	const size = 4 << 20
+	d1, d2, other := t.TempDir(), t.TempDir(), t.TempDir()
+	b1, _ := mapFile(t, d1, size)
+	b2, _ := mapFile(t, d2, size)
+	o, _ := mapFile(t, other, size)
+	if touch(b1) == 0 || touch(b2) == 0 || touch(o) == 0 {
+		t.Fatal("read nothing")
+	}
+	n, maps, err := Release(d1, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maps != 2 || n != 2*size {
+		t.Errorf("advised %d bytes in %d mappings, want %d in 2", n, maps, 2*size)
+	}
+	if r1, r2 := residentKiB(t, b1), residentKiB(t, b2); r1 > 64 || r2 > 64 {
+		t.Errorf("%d and %d KiB still resident after Release", r1, r2)
+	}
+	if got := residentKiB(t, o); got < size>>10/2 {
+		t.Errorf("the mapping outside both lost its pages: %d KiB resident", got)
+	}
+	if n, maps, err := Release(); n != 0 || maps != 0 || err != nil {
+		t.Errorf("Release of no directory: %d bytes, %d mappings, %v", n, maps, err)
+	}
+}
+
 func TestParseLine(t *testing.T) {
 	prefix := []byte("/data/raw/chunks_head/")
 	for line, want := range map[string]bool{

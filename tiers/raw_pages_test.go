@@ -134,29 +134,7 @@ func TestCompactionReleasesPages(t *testing.T) {
 	probe.watch = func(dirs []string) []string { return append([]string{headChunks}, dirs...) }
 	raw.compactor.Compactor = probe
 
-	// 1,000 series of one sample every 5 s for 4 h 40 m: the head holds
-	// about a megabyte of chunk files an hour.
-	const (
-		series = 1000
-		step   = 5000
-		span   = 4*3_600_000 + 40*60_000
-	)
-	t0 := int64(1_700_000_000_000) / 3_600_000 * 3_600_000
-	for ts := t0; ts < t0+span; ts += 10 * 60_000 {
-		app := raw.Appender(context.Background())
-		for s := range series {
-			ls := labels.FromStrings("__name__", "m", "s", strconv.Itoa(s))
-			for x := ts; x < ts+10*60_000; x += step {
-				if _, err := app.Append(0, ls, x, float64(x/step+int64(s))); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if err := app.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		raw.db.ForceHeadMMap()
-	}
+	appendPagesLoad(t, raw)
 	if err := raw.db.Compact(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -186,23 +164,105 @@ func TestCompactionReleasesPages(t *testing.T) {
 		t.Fatalf("%d head writes and %d merges that read 64 KiB or more, want at least 3 and 1", writes, compacts)
 	}
 
-	q, err := raw.Querier(t0, t0+span)
+	if n, _ := readPagesLoad(t, raw); n != pagesSeries*pagesSpan/pagesStep {
+		t.Errorf("%d samples readable after the compactions, want %d", n, pagesSeries*pagesSpan/pagesStep)
+	}
+}
+
+// The load of the page tests: 1,000 series of one sample every 5 s for
+// 4 h 40 m from pagesT0, about a megabyte of chunks an hour.
+const (
+	pagesSeries = 1000
+	pagesStep   = 5000
+	pagesSpan   = 4*3_600_000 + 40*60_000
+	pagesT0     = int64(1_700_000_000_000) / 3_600_000 * 3_600_000
+)
+
+// appendPagesLoad appends the page tests' load, ten minutes at a time, its
+// full chunks moved to the head's chunk files after each.
+func appendPagesLoad(t *testing.T, raw *Raw) {
+	t.Helper()
+	for ts := pagesT0; ts < pagesT0+pagesSpan; ts += 10 * 60_000 {
+		app := raw.Appender(context.Background())
+		for s := range pagesSeries {
+			ls := labels.FromStrings("__name__", "m", "s", strconv.Itoa(s))
+			for x := ts; x < ts+10*60_000; x += pagesStep {
+				if _, err := app.Append(0, ls, x, float64(x/pagesStep+int64(s))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		raw.db.ForceHeadMMap()
+	}
+}
+
+// readPagesLoad reads every sample of the load back: their count and sum.
+func readPagesLoad(t *testing.T, raw *Raw) (int, float64) {
+	t.Helper()
+	q, err := raw.Querier(pagesT0, pagesT0+pagesSpan)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
 	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
 	var n int
+	var sum float64
 	for ss.Next() {
 		it := ss.At().Iterator(nil)
 		for it.Next() != 0 {
+			_, v := it.At()
 			n++
+			sum += v
 		}
 	}
 	if ss.Err() != nil {
 		t.Fatal(ss.Err())
 	}
-	if want := series * span / step; n != want {
-		t.Errorf("%d samples readable after the compactions, want %d", n, want)
+	return n, sum
+}
+
+// TestRawReleaseBlockPages: ReleaseChunkPages drops the pages a query
+// mapped of the blocks' files too (which stayed until the block was merged
+// or deleted, up to a day), and every sample stays readable.
+func TestRawReleaseBlockPages(t *testing.T) {
+	if !mapped.Supported {
+		t.Skip("page mappings are released on Linux only")
+	}
+	cfg := DefaultRawConfig(t.TempDir())
+	raw, err := OpenRaw(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	appendPagesLoad(t, raw)
+	if err := raw.db.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	blocks := raw.db.Blocks()
+	if len(blocks) == 0 {
+		t.Fatal("no block written")
+	}
+	resident := func() (total int64) {
+		for _, b := range blocks {
+			total += residentUnder(t, b.Dir())
+		}
+		return total
+	}
+	n, sum := readPagesLoad(t, raw)
+	read := resident()
+	if read < 256<<10 {
+		t.Fatalf("reading %d blocks left only %d bytes of them resident: the test reads too little to tell", len(blocks), read)
+	}
+	if _, err := raw.ReleaseChunkPages(); err != nil {
+		t.Fatal(err)
+	}
+	if after := resident(); after > read/4 {
+		t.Errorf("%d of the %d bytes of block files read still resident after the release", after, read)
+	}
+	if n2, sum2 := readPagesLoad(t, raw); n2 != n || sum2 != sum {
+		t.Errorf("after the release %d samples summing to %g, before %d summing to %g", n2, sum2, n, sum)
 	}
 }
