@@ -632,6 +632,40 @@ func BenchmarkRawReleaseChunkPages(b *testing.B) {
 	}
 }
 
+// BenchmarkRawReleaseChunkPagesBlocks is the same fixed cost with a day of
+// blocks behind the head (what a raw tier holds at its retention: blocks
+// of an hour merged three at a time), whose chunk and index files a
+// release advises too, a block reader held on each.
+func BenchmarkRawReleaseChunkPagesBlocks(b *testing.B) {
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(b.TempDir()), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	app := raw.Appender(context.Background())
+	for ts := testT0; ts < testT0+25*3_600_000; ts += 60_000 {
+		for s := range 1000 {
+			if _, err := app.Append(0, labels.FromStrings("__name__", "m", "s", strconv.Itoa(s)), ts, float64(s)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	raw.DB().ForceHeadMMap()
+	if err := raw.DB().Compact(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := raw.ReleaseChunkPages(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(raw.DB().Blocks())), "blocks")
+}
+
 // BenchmarkReleaseUnderReads measures how many bytes of the head's chunk
 // file reads keep mapped (above the process' file-backed resident set
 // before them) while a mapped.Trigger releases them as strata serve does:
