@@ -539,10 +539,11 @@ const (
 )
 
 // releaseChunkPages drops the process's mappings of the raw head's chunk
-// file pages (tiers.Raw.ReleaseChunkPages) when a mapped.Trigger says so:
-// without it every chunk a rule or query read stayed in the resident set
-// until the head's truncation, growing it by what was written
-// (docs/rollups.md, "Memory").
+// file pages and of the raw blocks' files (tiers.Raw.ReleaseChunkPages)
+// when a mapped.Trigger says so: without it every chunk a rule or query
+// read stayed in the resident set until the head's truncation (or the
+// block's deletion), growing it by what was written (docs/rollups.md,
+// "Memory").
 func (s *server) releaseChunkPages(ctx context.Context) {
 	tr := mapped.Trigger{
 		Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod,
