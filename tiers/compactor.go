@@ -23,10 +23,11 @@ import (
 // head's chunk file mappings, and each page it reads stays in the resident
 // set until the head's truncation unmaps the files after it: at 50,000
 // series of 1 Hz that raised Strata's RSS by 510 MB for the 12 s of each
-// hour's compaction, its peak (docs/bench.md, stop 56). A merge of blocks reads theirs in the
-// same way, three hours' worth at once. Raw.ReleaseChunkPages cannot help
-// then: it holds compactions off, so that no truncation unmaps a range
-// while it is advised, and so waits for the compaction under way.
+// hour's compaction, its peak (docs/bench.md, stop 56). A merge of blocks
+// reads theirs in the same way, three hours' worth at once.
+// Raw.ReleaseChunkPages cannot help then: it holds compactions off, so
+// that no truncation unmaps a range while it is advised, and so waits for
+// the compaction under way.
 //
 // The TSDB calls Write and Compact with its compaction mutex held (head,
 // out-of-order and stale-series compactions, merges, snapshots), and
