@@ -20,14 +20,17 @@ import (
 )
 
 // residentUnder sums the resident bytes of this process's mappings of
-// files under dir (/proc/self/smaps).
-func residentUnder(t testing.TB, dir string) int64 {
+// files under the dirs (/proc/self/smaps).
+func residentUnder(t testing.TB, dirs ...string) int64 {
 	t.Helper()
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
+	prefixes := make([][]byte, len(dirs))
+	for i, dir := range dirs {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefixes[i] = []byte(abs + string(filepath.Separator))
 	}
-	prefix := []byte(abs + string(filepath.Separator))
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +43,13 @@ func residentUnder(t testing.TB, dir string) int64 {
 		line := sc.Bytes()
 		fields := bytes.Fields(line)
 		if len(fields) >= 5 && bytes.IndexByte(fields[0], '-') > 0 && !bytes.HasSuffix(fields[0], []byte(":")) {
-			in = len(fields) >= 6 && bytes.HasPrefix(bytes.Join(fields[5:], []byte(" ")), prefix)
+			in = false
+			if len(fields) >= 6 {
+				path := bytes.Join(fields[5:], []byte(" "))
+				for _, prefix := range prefixes {
+					in = in || bytes.HasPrefix(path, prefix)
+				}
+			}
 			continue
 		}
 		if in && len(fields) >= 2 && string(fields[0]) == "Rss:" {
@@ -76,11 +85,8 @@ type probeCall struct {
 	resident int64 // at the end of the wait
 }
 
-func (p *probeCompactor) resident(dirs []string) (total int64) {
-	for _, d := range p.watch(dirs) {
-		total += residentUnder(p.t, d)
-	}
-	return total
+func (p *probeCompactor) resident(dirs []string) int64 {
+	return residentUnder(p.t, p.watch(dirs)...)
 }
 
 func (p *probeCompactor) measure(what string, dirs []string) {
@@ -113,22 +119,14 @@ func (p *probeCompactor) Compact(dest string, dirs []string, open []*tsdb.Block)
 // resident does not depend on when the release loop runs. Every sample
 // stays readable.
 func TestCompactionReleasesPages(t *testing.T) {
-	if !mapped.Supported {
-		t.Skip("page mappings are released on Linux only")
-	}
-	cfg := DefaultRawConfig(t.TempDir())
-	raw, err := OpenRaw(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = raw.Close() }()
+	raw := openPagesRaw(t)
 	if raw.compactor == nil {
 		t.Fatal("the raw tier has no releasing compactor")
 	}
 	// The TSDB's own compactions are held off (the compactor is replaced
 	// while none can run); the test compacts by hand.
 	raw.db.DisableCompactions()
-	headChunks := filepath.Join(cfg.Dir, "chunks_head")
+	headChunks := filepath.Join(raw.cfg.Dir, "chunks_head")
 	probe := &probeCompactor{Compactor: raw.compactor.Compactor, t: t}
 	probe.watch = func(dirs []string) []string { return append([]string{headChunks}, dirs...) }
 	raw.compactor.Compactor = probe
@@ -196,6 +194,21 @@ const (
 	pagesT0     = int64(1_700_000_000_000) / 3_600_000 * 3_600_000
 )
 
+// openPagesRaw opens a raw tier of the default configuration for the page
+// tests, closed at the test's end; they skip where pages are not released.
+func openPagesRaw(t *testing.T) *Raw {
+	t.Helper()
+	if !mapped.Supported {
+		t.Skip("page mappings are released on Linux only")
+	}
+	raw, err := OpenRaw(DefaultRawConfig(t.TempDir()), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	return raw
+}
+
 // appendPagesLoad appends the page tests' load, ten minutes at a time, its
 // full chunks moved to the head's chunk files after each.
 func appendPagesLoad(t *testing.T, raw *Raw) {
@@ -246,15 +259,7 @@ func readPagesLoad(t *testing.T, raw *Raw) (int, float64) {
 // mapped of the blocks' files too (which stayed until the block was merged
 // or deleted, up to a day), and every sample stays readable.
 func TestRawReleaseBlockPages(t *testing.T) {
-	if !mapped.Supported {
-		t.Skip("page mappings are released on Linux only")
-	}
-	cfg := DefaultRawConfig(t.TempDir())
-	raw, err := OpenRaw(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = raw.Close() }()
+	raw := openPagesRaw(t)
 	appendPagesLoad(t, raw)
 	if err := raw.db.Compact(context.Background()); err != nil {
 		t.Fatal(err)
@@ -263,12 +268,11 @@ func TestRawReleaseBlockPages(t *testing.T) {
 	if len(blocks) == 0 {
 		t.Fatal("no block written")
 	}
-	resident := func() (total int64) {
-		for _, b := range blocks {
-			total += residentUnder(t, b.Dir())
-		}
-		return total
+	dirs := make([]string, len(blocks))
+	for i, b := range blocks {
+		dirs[i] = b.Dir()
 	}
+	resident := func() int64 { return residentUnder(t, dirs...) }
 	n, sum := readPagesLoad(t, raw)
 	read := resident()
 	if read < 256<<10 {
