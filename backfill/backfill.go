@@ -418,17 +418,27 @@ func minuteWindows(series []Series, h int64, kindOf downsample.KindFunc) ([]tier
 type cursor struct {
 	s    *Series
 	i, j int
+	// k orders cursors at the same time (cursorHeap): series come in the
+	// same order at every timestamp, which Stream's lookup predicts.
+	k int
+	// at is t(), kept: a heap of cursors reads it a few dozen times a
+	// sample.
+	at int64
 }
 
 // cursorAt returns a cursor on s's first samples at or after t.
 func cursorAt(s *Series, t int64) cursor {
 	i, _ := slices.BinarySearchFunc(s.Samples, t, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
 	j, _ := slices.BinarySearchFunc(s.Histograms, t, func(x HistogramSample, t int64) int { return cmp.Compare(x.T, t) })
-	return cursor{s: s, i: i, j: j}
+	c := cursor{s: s, i: i, j: j}
+	c.at = c.peek()
+	return c
 }
 
 // t is the time of the cursor's sample; math.MaxInt64 when it has none.
-func (c *cursor) t() int64 {
+func (c *cursor) t() int64 { return c.at }
+
+func (c *cursor) peek() int64 {
 	t := int64(math.MaxInt64)
 	if c.i < len(c.s.Samples) {
 		t = c.s.Samples[c.i].T
@@ -447,10 +457,12 @@ func (c *cursor) next() (t int64, v float64, h *histogram.Histogram, fh *histogr
 	case hasH && (!hasF || c.s.Histograms[c.j].T < c.s.Samples[c.i].T):
 		x := c.s.Histograms[c.j]
 		c.j++
+		c.at = c.peek()
 		return x.T, 0, x.H, x.FH, true
 	case hasF:
 		x := c.s.Samples[c.i]
 		c.i++
+		c.at = c.peek()
 		return x.T, x.V, nil, nil, true
 	}
 	return 0, 0, nil, nil, false
@@ -461,10 +473,13 @@ func (c *cursor) left() int { return len(c.s.Samples) - c.i + len(c.s.Histograms
 
 type cursorHeap []*cursor
 
-func (h cursorHeap) Len() int           { return len(h) }
-func (h cursorHeap) Less(i, j int) bool { return h[i].t() < h[j].t() }
-func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(*cursor)) }
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	ti, tj := h[i].at, h[j].at
+	return ti < tj || ti == tj && h[i].k < h[j].k
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
 func (h *cursorHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -481,6 +496,7 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.App
 	total := 0
 	for i := range series {
 		c := cursorAt(&series[i], from)
+		c.k = i
 		if n := c.left(); n > 0 {
 			h = append(h, &c)
 			total += n

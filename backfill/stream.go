@@ -36,16 +36,21 @@ import (
 // A Stream is not safe for concurrent use. The caller MUST call Close,
 // which writes what is left; after an error the Stream is unusable.
 type Stream struct {
-	ctx     context.Context
-	cfg     Config
-	t       Targets
-	oldest  int64
-	series  map[uint64][]*streamSeries
-	order   []*streamSeries // every series, in first-seen order
-	prev    *streamSeries   // the series of the previous Append
-	now     int64           // newest sample time seen
-	hour    int64           // first hour not yet written (math.MinInt64 before the first sample)
-	days    []int64         // days with minute partitions whose hour partition is not built yet
+	ctx    context.Context
+	cfg    Config
+	t      Targets
+	oldest int64
+	series map[uint64][]*streamSeries
+	order  []*streamSeries // every series, in first-seen order
+	prev   *streamSeries   // the series of the previous Append
+	now    int64           // newest sample time seen
+	hour   int64           // first hour not yet written (math.MinInt64 before the first sample)
+	// until is the end of the stream's hours (math.MaxInt64: none): a
+	// sample at or after it only closes the window before it, and no
+	// partition at or after it is written, nor the hour partition of the
+	// day that holds it (RunSliced: Run imports the history from there).
+	until   int64
+	days    []int64 // days with minute partitions whose hour partition is not built yet
 	w       *partitionWriter
 	res     Result
 	err     error
@@ -77,7 +82,7 @@ func NewStream(ctx context.Context, cfg Config, t Targets) (*Stream, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Stream{ctx: ctx, cfg: cfg, t: t, oldest: math.MinInt64, series: map[uint64][]*streamSeries{}, hour: math.MinInt64, now: math.MinInt64}
+	s := &Stream{ctx: ctx, cfg: cfg, t: t, oldest: math.MinInt64, series: map[uint64][]*streamSeries{}, hour: math.MinInt64, now: math.MinInt64, until: math.MaxInt64}
 	s.w = newPartitionWriter(ctx, t, cfg.KindOf, cfg.TempDir)
 	if cfg.HourRetention > 0 {
 		s.oldest = timegrid.Floor(cfg.Now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen)
@@ -112,7 +117,7 @@ func (s *Stream) Append(l labels.Labels, t int64, v float64) error {
 		// Hour h is final once no sample can reach back into it: its last
 		// window is closed by a later sample of its series, or by time
 		// passing StaleLookahead beyond the hour.
-		for s.hour+downsample.HourRes+downsample.StaleLookahead < t {
+		for s.hour+downsample.HourRes+downsample.StaleLookahead < t && s.hour < s.until {
 			if err := s.flushHour(); err != nil {
 				s.err = err
 				return err
@@ -129,6 +134,9 @@ func (s *Stream) Append(l labels.Labels, t int64, v float64) error {
 			s.err = err
 			return err
 		}
+	}
+	if t >= s.until {
+		return nil // it closed the window before it, if any; it opens none
 	}
 	if len(ss.pending) == 0 && value.IsStaleNaN(v) {
 		return nil // a stale marker opens no window
@@ -250,11 +258,11 @@ func (s *Stream) buildDays(before int64) {
 // wrote.
 func (s *Stream) Close() (Result, error) {
 	if s.err == nil && s.started {
-		for s.hour <= s.now && s.err == nil {
+		for s.hour <= s.now && s.hour < s.until && s.err == nil {
 			s.err = s.flushHour()
 		}
 		if s.err == nil {
-			s.buildDays(math.MaxInt64)
+			s.buildDays(s.until)
 		}
 	}
 	if err := s.w.close(); err != nil && s.err == nil {

@@ -1,0 +1,267 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/timegrid"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// sliceReader serves input as a remote-read source does: each series with
+// samples in [from, to), those samples only. It records the ranges read.
+type sliceReader struct {
+	input []Series
+	reads [][2]int64
+}
+
+func (r *sliceReader) read(_ context.Context, from, to int64) ([]Series, error) {
+	r.reads = append(r.reads, [2]int64{from, to})
+	var out []Series
+	for _, s := range r.input {
+		c := Series{Labels: s.Labels}
+		for _, x := range s.Samples {
+			if x.T >= from && x.T < to {
+				c.Samples = append(c.Samples, x)
+			}
+		}
+		for _, x := range s.Histograms {
+			if x.T >= from && x.T < to {
+				c.Histograms = append(c.Histograms, x)
+			}
+		}
+		if len(c.Samples)+len(c.Histograms) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// slicedInput is streamInput with series that test the stream's end: one
+// whose stale marker comes within StaleLookahead after it (the window
+// before it ends stale in Run), and native histograms on both sides of it.
+func slicedInput(start, end, streamEnd int64) []Series {
+	in := streamInput(start, end)
+	stale := math.Float64frombits(value.StaleNaN)
+	hist := Series{Labels: labels.FromStrings(model.MetricNameLabel, "hist_across")}
+	for i, ts := 0, streamEnd-3*hour; ts < streamEnd+3*hour; i, ts = i+1, ts+5*minute {
+		hist.Histograms = append(hist.Histograms, HistogramSample{T: ts, H: testHistogram(i)})
+	}
+	return append(in,
+		Series{Labels: labels.FromStrings(model.MetricNameLabel, "stale_at_stream_end"), Samples: []Sample{{streamEnd - 40_000, 1}, {streamEnd + 3*minute, stale}, {streamEnd + 2*hour, 2}}},
+		hist)
+}
+
+// TestRunSlicedEqualsRun: three days of history up to an empty raw tier,
+// imported by RunSliced in slices of 90 minutes (not aligned to the hours)
+// and of a day, give exactly the minute and hour partitions, raw samples
+// (blocks and head) and counts of Run given everything at once; the
+// slices are read in time order, consecutive, and only the last before
+// the stream's end reaches past it.
+func TestRunSlicedEqualsRun(t *testing.T) {
+	now := histEnd + 15*minute
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	end := timegrid.Floor(now-24*hour, hour)
+	input := slicedInput(histStart, histEnd, end)
+
+	ref := openEnv(t, true)
+	want, err := Run(context.Background(), cfg, input, ref.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.DroppedHistogramSamples == 0 || want.HistogramSamples == 0 || want.RawBlockSamples == 0 || want.RawSamples == 0 {
+		t.Fatalf("the reference import does not reach every part: %+v", want)
+	}
+	ref.raw = reopenRaw(t, ref.raw) // loads the blocks
+
+	for _, slice := range []time.Duration{90 * time.Minute, 24 * time.Hour} {
+		t.Run(slice.String(), func(t *testing.T) {
+			e := openEnv(t, true)
+			if got := StreamEnd(cfg, e.targets()); got != end {
+				t.Fatalf("StreamEnd = %s, want %s", fmtMs(got), fmtMs(end))
+			}
+			r := &sliceReader{input: input}
+			var phases []string
+			got, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, slice, e.targets(), func(p Progress) {
+				if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+					phases = append(phases, p.Phase)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(phases) != "[stream minute hour raw blocks raw]" {
+				t.Errorf("phases %v", phases)
+			}
+			got.Phase, got.Done, got.Total = want.Phase, want.Done, want.Total
+			if got != want {
+				t.Errorf("RunSliced\n%+v\nRun\n%+v", got, want)
+			}
+			// Consecutive slices up to the end, the last one StaleLookahead
+			// beyond it; then Run's read from the end.
+			n := len(r.reads)
+			if n < 3 || r.reads[0][0] != histStart || r.reads[n-1] != [2]int64{end, histEnd} ||
+				r.reads[n-2][1] != end+downsample.StaleLookahead {
+				t.Errorf("reads %v", r.reads)
+			}
+			for i, rd := range r.reads[:n-1] {
+				if rd[1]-rd[0] > slice.Milliseconds()+downsample.StaleLookahead || i > 0 && rd[0] != r.reads[i-1][1] {
+					t.Errorf("read %d: %s to %s after %v", i, fmtMs(rd[0]), fmtMs(rd[1]), r.reads[:i])
+				}
+			}
+
+			if a, b := starts(ref.minute), starts(e.minute); !slices.Equal(a, b) {
+				t.Fatalf("minute partitions %v, want %v", b, a)
+			}
+			if a, b := starts(ref.hour), starts(e.hour); !slices.Equal(a, b) {
+				t.Fatalf("hour partitions %v, want %v", b, a)
+			}
+			for _, p := range starts(ref.minute) {
+				w, err := ref.minute.Select(context.Background(), p, p+hour-1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkPartition(t, "minute "+fmtMs(p), e.minute, p, hour, w)
+			}
+			for _, p := range starts(ref.hour) {
+				w, err := ref.hour.Select(context.Background(), p, p+day-1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkPartition(t, "hour "+fmtMs(p), e.hour, p, day, w)
+			}
+			e.raw = reopenRaw(t, e.raw)
+			if a, b := rawDump(t, ref.raw), rawDump(t, e.raw); a != b {
+				t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
+			}
+		})
+	}
+}
+
+// TestRunSlicedWithoutRaw: with no raw tier everything is streamed, and
+// nothing is read twice.
+func TestRunSlicedWithoutRaw(t *testing.T) {
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(histEnd) }
+	input := streamInput(histStart, histEnd)
+	ref := openEnv(t, false)
+	want, err := Run(context.Background(), cfg, input, ref.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := openEnv(t, false)
+	r := &sliceReader{input: input}
+	got, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, 5*time.Hour, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PartitionsWritten != want.PartitionsWritten || got.DroppedSamples != want.DroppedSamples {
+		t.Errorf("RunSliced %+v, Run %+v", got, want)
+	}
+	if len(r.reads) != int((histEnd-histStart+5*hour-1)/(5*hour)) || r.reads[len(r.reads)-1][1] != histEnd {
+		t.Errorf("reads %v", r.reads)
+	}
+	if a, b := starts(ref.minute), starts(e.minute); !slices.Equal(a, b) {
+		t.Fatalf("minute partitions %v, want %v", b, a)
+	}
+	for _, p := range starts(ref.hour) {
+		w, err := ref.hour.Select(context.Background(), p, p+day-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPartition(t, "hour "+fmtMs(p), e.hour, p, day, w)
+	}
+}
+
+// rawDump is every sample raw holds, as text, series in label order.
+func rawDump(t *testing.T, raw *tiers.Raw) string {
+	t.Helper()
+	q, err := raw.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	set := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
+	out := ""
+	for set.Next() {
+		out += set.At().Labels().String() + ":"
+		it := set.At().Iterator(nil)
+		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+			ts := it.AtT()
+			if vt == chunkenc.ValFloat {
+				_, v := it.At()
+				out += fmt.Sprintf(" %d=%x", ts, math.Float64bits(v))
+			} else {
+				_, h := it.AtFloatHistogram(nil)
+				out += fmt.Sprintf(" %d=%s", ts, h)
+			}
+		}
+		out += "\n"
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func fmtMs(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
+
+// TestRunSlicedReadError: a slice that cannot be read ends the backfill
+// with its error, after the partitions of the slices before it; a rerun
+// skips those and writes the rest.
+func TestRunSlicedReadError(t *testing.T) {
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(histEnd) }
+	input := history(histStart, histEnd)
+	e := openEnv(t, false)
+	r := &sliceReader{input: input}
+	failing := func(ctx context.Context, from, to int64) ([]Series, error) {
+		if len(r.reads) == 20 {
+			return nil, errors.New("source down")
+		}
+		return r.read(ctx, from, to)
+	}
+	res, err := RunSliced(context.Background(), cfg, failing, histStart, histEnd, time.Hour, e.targets(), nil)
+	if err == nil || !strings.Contains(err.Error(), "source down") {
+		t.Fatalf("RunSliced = %v, want the read's error", err)
+	}
+	if len(r.reads) != 20 || res.PartitionsWritten == 0 {
+		t.Errorf("%d reads, %d partitions written before the error", len(r.reads), res.PartitionsWritten)
+	}
+	again, err := RunSliced(context.Background(), cfg, (&sliceReader{input: input}).read, histStart, histEnd, time.Hour, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.PartitionsSkipped == 0 || again.PartitionsWritten == 0 {
+		t.Errorf("rerun: %+v, want the first run's partitions skipped and the rest written", again)
+	}
+	ref := openEnv(t, false)
+	if _, err := Run(context.Background(), cfg, input, ref.targets(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tier := range [][2]*tiers.Rollup{{ref.minute, e.minute}, {ref.hour, e.hour}} {
+		if a, b := starts(tier[0]), starts(tier[1]); !slices.Equal(a, b) {
+			t.Fatalf("partitions %v, want %v", b, a)
+		}
+	}
+	for _, p := range starts(ref.hour) {
+		w, err := ref.hour.Select(context.Background(), p, p+day-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPartition(t, "hour "+fmtMs(p), e.hour, p, day, w)
+	}
+}
