@@ -41,6 +41,7 @@ type backfillCommand struct {
 	dropLabels   []string
 	progressFile string
 	noProgress   bool
+	slice        time.Duration
 }
 
 func newBackfillCommand(app *kingpin.Application) *backfillCommand {
@@ -53,6 +54,7 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("remote-read.from", "Start of the range to read (RFC 3339 or a duration before now, e.g. 30d).").Default("7d").StringVar(&c.from)
 	c.cmd.Flag("remote-read.to", "End of the range to read (RFC 3339, or a duration before now; 0s is now).").Default("0s").StringVar(&c.to)
 	c.cmd.Flag("remote-read.drop-label", "Label to remove from every series read with --remote-read.url (repeatable), e.g. the external labels a Prometheus or Strata source adds to what it answers. Two series that only this label told apart are an error.").StringsVar(&c.dropLabels)
+	c.cmd.Flag("remote-read.slice", "History older than the raw tier's reach (its retention) is read and rolled up this much at a time, so the backfill holds one slice of it in memory, not the whole range.").Default("1h").DurationVar(&c.slice)
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
 	return c
@@ -74,27 +76,39 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 			return fmt.Errorf("--remote-read.drop-label: %q is not a label that can be dropped", n)
 		}
 	}
+	if c.slice <= 0 {
+		return fmt.Errorf("--remote-read.slice must be positive, not %s", c.slice)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var input []backfill.Series
+	// Files are read whole; a remote-read source is read by RunSliced, a
+	// slice at a time where the history goes into the rollup tiers alone.
+	var (
+		input    []backfill.Series
+		reader   *rangeReader
+		from, to int64
+	)
+	minT := int64(math.MaxInt64)
 	if c.readURL != "" {
-		input, err = c.remoteRead(ctx)
-	} else {
-		input, err = c.readFiles()
-	}
-	if err != nil {
-		return err
-	}
-	n, nh, minT := 0, 0, int64(math.MaxInt64)
-	for _, s := range input {
-		n += len(s.Samples)
-		nh += len(s.Histograms)
-		for _, x := range s.Samples {
-			minT = min(minT, x.T)
+		if reader, from, to, err = c.remoteReader(); err != nil {
+			return err
 		}
+		minT = from
+	} else {
+		if input, err = c.readFiles(); err != nil {
+			return err
+		}
+		n, nh := 0, 0
+		for _, s := range input {
+			n += len(s.Samples)
+			nh += len(s.Histograms)
+			for _, x := range s.Samples {
+				minT = min(minT, x.T)
+			}
+		}
+		logger.Info("read backfill input", "series", len(input), "samples", n, "histogram_samples", nh)
 	}
-	logger.Info("read backfill input", "series", len(input), "samples", n, "histogram_samples", nh)
 	// The diagnosis engine's checkpoints after the first backfilled minute
 	// never saw it: its next start reads the baselines back from there.
 	if dropped, err := diagnose.DropBaselineCheckpoints(baselineDir(cfg.Storage.Path), minT); err != nil {
@@ -122,8 +136,17 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")
 	}
 	bar := &progressBar{w: os.Stderr, off: c.noProgress}
-	res, err := backfill.Run(ctx, bcfg, input, backfill.Targets{Raw: st.raw, Minute: st.minute, Hour: st.hour}, bar.update)
+	targets := backfill.Targets{Raw: st.raw, Minute: st.minute, Hour: st.hour}
+	var res backfill.Result
+	if reader != nil {
+		res, err = backfill.RunSliced(ctx, bcfg, reader.read, from, to, c.slice, targets, bar.update)
+	} else {
+		res, err = backfill.Run(ctx, bcfg, input, targets, bar.update)
+	}
 	bar.finish()
+	if reader != nil {
+		logger.Info("read backfill input", "samples", reader.samples, "histogram_samples", reader.histograms, "requests", reader.requests)
+	}
 	if err != nil {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
@@ -157,26 +180,41 @@ func (c *backfillCommand) readFiles() ([]backfill.Series, error) {
 	return out, nil
 }
 
-// remoteRead reads [from, to] of the series matching c.match from a
+// rangeReader reads ranges of the series matching its matchers from a
 // Prometheus-compatible remote-read endpoint with Prometheus' own client,
-// native histograms included (the backfill puts them in the raw tier only).
-func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, error) {
+// native histograms included (the backfill puts them in the raw tier only),
+// and counts what it read.
+type rangeReader struct {
+	client     remote.ReadClient
+	url        string
+	matchers   []*labels.Matcher
+	dropLabels []string
+
+	requests, samples, histograms int
+}
+
+// remoteReader returns the reader of --remote-read.url and the range
+// [from, to) the flags ask for.
+func (c *backfillCommand) remoteReader() (r *rangeReader, from, to int64, err error) {
 	now := time.Now()
-	from, err := parseTimeOrAgo(c.from, now)
+	f, err := parseTimeOrAgo(c.from, now)
 	if err != nil {
-		return nil, fmt.Errorf("--remote-read.from: %w", err)
+		return nil, 0, 0, fmt.Errorf("--remote-read.from: %w", err)
 	}
-	to, err := parseTimeOrAgo(c.to, now)
+	t, err := parseTimeOrAgo(c.to, now)
 	if err != nil {
-		return nil, fmt.Errorf("--remote-read.to: %w", err)
+		return nil, 0, 0, fmt.Errorf("--remote-read.to: %w", err)
+	}
+	if !f.Before(t) {
+		return nil, 0, 0, fmt.Errorf("--remote-read.from (%s) must be before --remote-read.to (%s)", f.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339))
 	}
 	matchers, err := parser.NewParser(parser.Options{}).ParseMetricSelector(c.match)
 	if err != nil {
-		return nil, fmt.Errorf("--remote-read.match: %w", err)
+		return nil, 0, 0, fmt.Errorf("--remote-read.match: %w", err)
 	}
 	u, err := url.Parse(c.readURL)
 	if err != nil {
-		return nil, fmt.Errorf("--remote-read.url: %w", err)
+		return nil, 0, 0, fmt.Errorf("--remote-read.url: %w", err)
 	}
 	client, err := remote.NewReadClient("backfill", &remote.ClientConfig{
 		URL:                   &config_util.URL{URL: u},
@@ -185,15 +223,22 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 		AcceptedResponseTypes: []prompb.ReadRequest_ResponseType{prompb.ReadRequest_STREAMED_XOR_CHUNKS, prompb.ReadRequest_SAMPLES},
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
-	pm, err := remote.ToQuery(from.UnixMilli(), to.UnixMilli(), matchers, nil)
+	// The flags' range includes its end; the reader's excludes it.
+	return &rangeReader{client: client, url: c.readURL, matchers: matchers, dropLabels: c.dropLabels}, f.UnixMilli(), t.UnixMilli() + 1, nil
+}
+
+// read returns the samples in [from, to) of every matching series.
+func (r *rangeReader) read(ctx context.Context, from, to int64) ([]backfill.Series, error) {
+	pm, err := remote.ToQuery(from, to-1, r.matchers, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := client.Read(ctx, pm, false)
+	r.requests++
+	set, err := r.client.Read(ctx, pm, false)
 	if err != nil {
-		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
+		return nil, fmt.Errorf("remote read from %s: %w", r.url, err)
 	}
 	var out []backfill.Series
 	for set.Next() {
@@ -201,6 +246,11 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 		bs := backfill.Series{Labels: s.Labels()}
 		it := s.Iterator(nil)
 		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+			// A streamed response holds whole chunks, which may reach
+			// beyond the range.
+			if t := it.AtT(); t < from || t >= to {
+				continue
+			}
 			// At*Histogram(nil) returns a histogram of its own, which the
 			// iterator does not reuse.
 			switch vt {
@@ -220,12 +270,14 @@ func (c *backfillCommand) remoteRead(ctx context.Context) ([]backfill.Series, er
 		}
 		if len(bs.Samples)+len(bs.Histograms) > 0 {
 			out = append(out, bs)
+			r.samples += len(bs.Samples)
+			r.histograms += len(bs.Histograms)
 		}
 	}
 	if err := set.Err(); err != nil {
-		return nil, fmt.Errorf("remote read from %s: %w", c.readURL, err)
+		return nil, fmt.Errorf("remote read from %s: %w", r.url, err)
 	}
-	return dropLabels(out, c.dropLabels)
+	return dropLabels(out, r.dropLabels)
 }
 
 // dropLabels removes the labels named names from every series. Series that

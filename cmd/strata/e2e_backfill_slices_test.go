@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/strata-dev/strata/backfill"
+	"github.com/strata-dev/strata/tiers"
+)
+
+// TestBackfillRemoteReadSlices: three days of simulated history, served by
+// Prometheus' own remote-read handler over a TSDB block, imported with
+// `strata backfill --remote-read.url` in slices of 2 h, make exactly the
+// minute and hour partitions and the raw samples that importing the same
+// history from its OpenMetrics file (all at once) makes.
+func TestBackfillRemoteReadSlices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("backfill end-to-end: skipped under -short")
+	}
+	dir := t.TempDir()
+	om := filepath.Join(dir, "history.om")
+	runStrata(t, "simulate", "--nodes=1", "--gpus-per-node=1", "--backfill=72h", "--push.interval=60s", "--openmetrics="+om)
+	text, err := os.ReadFile(om)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input, err := backfill.ParseText(text, "application/openmetrics-text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src")
+	var series []storage.Series
+	first, last := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, s := range input {
+		var xs []chunks.Sample
+		for _, x := range s.Samples {
+			xs = append(xs, sample{t: x.T, f: x.V})
+			first, last = min(first, x.T), max(last, x.T)
+		}
+		series = append(series, storage.NewListSeries(s.Labels, xs))
+	}
+	// One block: a head of 200 h takes 100 h in any order.
+	if _, err := tsdb.CreateBlock(series, src, 200*time.Hour.Milliseconds(), promslog.NewNopLogger()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := tsdb.Open(src, promslog.NewNopLogger(), nil, tsdb.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv := httptest.NewServer(remote.NewReadHandler(promslog.NewNopLogger(), nil, db, func() config.Config { return config.DefaultConfig }, 0, 1, 1<<20))
+	defer srv.Close()
+
+	rfc := func(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) }
+	// An hour boundary between the two imports moves the raw tier's reach
+	// (a day before now): then they are compared again.
+	for attempt := 0; ; attempt++ {
+		hour := time.Now().Truncate(time.Hour)
+		fromFile, sliced := filepath.Join(dir, fmt.Sprint("file", attempt)), filepath.Join(dir, fmt.Sprint("sliced", attempt))
+		runStrata(t, "backfill", "--storage.path="+fromFile, "--no-progress-bar", om)
+		out := runStrata(t, "backfill", "--storage.path="+sliced, "--no-progress-bar", "--remote-read.url="+srv.URL,
+			"--remote-read.from="+rfc(first), "--remote-read.to="+rfc(last), "--remote-read.slice=2h")
+		if !time.Now().Truncate(time.Hour).Equal(hour) && attempt == 0 {
+			continue
+		}
+		// 72 h in slices of 2 h up to a day back, then one read for Run.
+		if !regexp.MustCompile(`requests=2[56]\b`).MatchString(out) {
+			t.Errorf("backfill's output does not show 25 or 26 reads:\n%s", out)
+		}
+		for _, tier := range []string{"minute", "hour"} {
+			want, got := rollupDump(t, filepath.Join(fromFile, tier)), rollupDump(t, filepath.Join(sliced, tier))
+			if want == "" || got != want {
+				t.Errorf("%s tier from slices:\n%.3000s\nfrom the file:\n%.3000s", tier, got, want)
+			}
+		}
+		if want, got := rawTierDump(t, filepath.Join(fromFile, "raw")), rawTierDump(t, filepath.Join(sliced, "raw")); want == "" || got != want {
+			t.Errorf("raw tier from slices:\n%.3000s\nfrom the file:\n%.3000s", got, want)
+		}
+		return
+	}
+}
+
+type sample struct {
+	t int64
+	f float64
+}
+
+func (s sample) T() int64                      { return s.t }
+func (s sample) F() float64                    { return s.f }
+func (s sample) H() *histogram.Histogram       { return nil }
+func (s sample) FH() *histogram.FloatHistogram { return nil }
+func (s sample) ST() int64                     { return 0 }
+func (s sample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
+func (s sample) Copy() chunks.Sample           { return s }
+
+// rollupDump is every window of the rollup tier in dir, as text.
+func rollupDump(t *testing.T, dir string) string {
+	t.Helper()
+	cfg := tiers.DefaultMinuteConfig(dir)
+	if filepath.Base(dir) == "hour" {
+		cfg = tiers.DefaultHourConfig(dir)
+	}
+	r, err := tiers.OpenRollup(cfg, promslog.NewNopLogger(), nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var b strings.Builder
+	for _, p := range r.Partitions() {
+		got, err := r.Select(context.Background(), p.Start, p.End-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got {
+			fmt.Fprintf(&b, "%d %s %+v\n", p.Start, s.Labels, s.Windows)
+		}
+	}
+	return b.String()
+}
+
+// rawTierDump is every sample of the raw tier in dir, as text.
+func rawTierDump(t *testing.T, dir string) string {
+	t.Helper()
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir), promslog.NewNopLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	q, err := raw.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var b strings.Builder
+	set := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"))
+	for set.Next() {
+		b.WriteString(set.At().Labels().String())
+		it := set.At().Iterator(nil)
+		for it.Next() != chunkenc.ValNone {
+			ts, v := it.At()
+			fmt.Fprintf(&b, " %d=%x", ts, math.Float64bits(v))
+		}
+		b.WriteString("\n")
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
