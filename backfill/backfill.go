@@ -180,7 +180,7 @@ const legacyRawBlockRange = 2 * time.Hour
 //     raw tier accepts them and the downsample pipeline rolls them up. The
 //     cutoff is the hour that holds raw's oldest sample when raw has data
 //     (rollup partitions from there on belong to the pipeline), else the
-//     first whole hour within the raw retention.
+//     hour a block duration before now (emptyRawCutoff).
 //   - Older samples are rolled up in memory into minute partitions, one per
 //     hour, with the same window algorithm as the pipeline. A minute
 //     partition that already exists is never overwritten: it is final.
@@ -229,7 +229,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		if rawMin, _, ok := t.Raw.Bounds(); ok {
 			cutoff = timegrid.Floor(rawMin, downsample.HourRes)
 		} else {
-			cutoff = timegrid.Ceil(now-cfg.RawRetention.Milliseconds(), downsample.HourRes)
+			cutoff = emptyRawCutoff(now, cfg.RawRetention, t.Raw.BlockDuration())
 		}
 	}
 
@@ -380,6 +380,15 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		}
 	}
 	return res, nil
+}
+
+// emptyRawCutoff is the cutoff for a raw tier without data: the hour a
+// block duration before now (the head holds up to 1.5 block durations
+// live), never before the raw retention. History before it goes into raw
+// blocks written directly; appended to the head, it was written to the
+// WAL and compacted again by the TSDB as the appends went.
+func emptyRawCutoff(now int64, retention, block time.Duration) int64 {
+	return max(timegrid.Ceil(now-retention.Milliseconds(), downsample.HourRes), timegrid.Floor(now-block.Milliseconds(), downsample.HourRes))
 }
 
 // dayComplete reports whether day d's hour partition can be built: every

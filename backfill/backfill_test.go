@@ -234,17 +234,29 @@ func testBackfillThenPipeline(t *testing.T, viaTee bool) {
 	if fmt.Sprint(phases) != "[minute hour raw blocks raw]" {
 		t.Errorf("phases %v", phases)
 	}
-	cutoff := timegrid.Ceil(now-24*hour, hour)
-	wantRaw := 0
+	// Raw is empty: the head takes what it holds live, from the hour a
+	// block duration (an hour) before now; the rest of the retention goes
+	// into blocks.
+	cutoff := timegrid.Floor(now-hour, hour)
+	wantRaw, wantBlocks := 0, 0
 	for _, s := range normalize(input) {
 		for _, x := range s.Samples {
-			if x.T >= cutoff {
+			switch {
+			case x.T >= cutoff:
 				wantRaw++
+			case x.T >= now-24*hour:
+				wantBlocks++
 			}
 		}
 	}
 	if got := countRaw(t, e.raw, cutoff); res.RawSamples != wantRaw || got != wantRaw {
 		t.Errorf("raw holds %d samples from the cutoff (reported %d), want %d", got, res.RawSamples, wantRaw)
+	}
+	if res.RawBlockSamples != wantBlocks {
+		t.Errorf("%d samples in raw blocks, want the %d of the retention before the cutoff", res.RawBlockSamples, wantBlocks)
+	}
+	if h := e.raw.DB().Head(); h.MinTime() < cutoff {
+		t.Errorf("the head starts at %s, before the cutoff %s", fmtMs(h.MinTime()), fmtMs(cutoff))
 	}
 	for h := timegrid.Floor(histStart, hour); h < cutoff; h += hour {
 		checkPartition(t, "minute "+time.UnixMilli(h).UTC().String(), e.minute, h, hour, reference(t, input, minute, h, h+hour))
@@ -292,7 +304,7 @@ func TestBackfillResume(t *testing.T) {
 	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
 	for _, stop := range []func(Progress) bool{
 		func(p Progress) bool { return p.Phase == "minute" && p.Done == 20 },
-		func(p Progress) bool { return p.Phase == "raw" && p.Done > 1000 },
+		func(p Progress) bool { return p.Phase == "raw" && p.Done > 0 && p.Done < p.Total },
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
 		_, err := Run(ctx, cfg, input, e.targets(), func(p Progress) {
@@ -308,7 +320,7 @@ func TestBackfillResume(t *testing.T) {
 	if _, err := Run(context.Background(), cfg, input, e.targets(), nil); err != nil {
 		t.Fatal(err)
 	}
-	cutoff := timegrid.Ceil(now-24*hour, hour)
+	cutoff := timegrid.Floor(now-hour, hour)
 	if got, wantN := countRaw(t, e.raw, cutoff), countRaw(t, clean.raw, cutoff); got != wantN {
 		t.Errorf("resumed backfill put %d samples in raw, uninterrupted %d", got, wantN)
 	}
