@@ -25,6 +25,9 @@ type ReadFunc func(ctx context.Context, from, to int64) ([]Series, error)
 // Run, with its progress file. So a month of a fleet's history needs the
 // memory of one slice and of a day, not of the month.
 //
+// History older than the hour tier's retention, which no tier would keep,
+// is not read (Run reads it and counts it dropped).
+//
 // read is called for consecutive slices of at most slice each; the last
 // slice before StreamEnd reaches StaleLookahead past it, so that the
 // stream closes the windows before it as Run closes them (that part is
@@ -39,6 +42,13 @@ func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, s
 	}
 	if slice <= 0 {
 		return Result{}, errors.New("backfill: the slice must be positive")
+	}
+	if cfg.HourRetention > 0 {
+		// Older history has no tier: it is not read (Run would drop it).
+		from = max(from, timegrid.Floor(cfg.Now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen))
+	}
+	if from >= to {
+		return Result{}, nil
 	}
 	var res Result
 	end := StreamEnd(cfg, t)

@@ -186,6 +186,31 @@ func TestRunSlicedWithoutRaw(t *testing.T) {
 	}
 }
 
+// TestRunSlicedSkipsBeyondHourRetention: history older than the hour
+// tier's retention is not read at all.
+func TestRunSlicedSkipsBeyondHourRetention(t *testing.T) {
+	cfg := testConfig()
+	cfg.HourRetention = 2 * 24 * time.Hour
+	cfg.Now = func() time.Time { return time.UnixMilli(histEnd) }
+	e := openEnv(t, false)
+	r := &sliceReader{input: history(histStart, histEnd)}
+	if _, err := RunSliced(context.Background(), cfg, r.read, histStart-30*day, histEnd, 6*time.Hour, e.targets(), nil); err != nil {
+		t.Fatal(err)
+	}
+	oldest := timegrid.Floor(histEnd-2*day, day)
+	if len(r.reads) == 0 || r.reads[0][0] != oldest {
+		t.Errorf("reads %v, want the first from %s", r.reads, fmtMs(oldest))
+	}
+	if ps := starts(e.minute); len(ps) == 0 || ps[0] != oldest {
+		t.Errorf("minute partitions %v, want the first at %s", ps, fmtMs(oldest))
+	}
+	// Nothing to read at all.
+	r.reads = nil
+	if res, err := RunSliced(context.Background(), cfg, r.read, histStart-30*day, histStart-20*day, time.Hour, e.targets(), nil); err != nil || len(r.reads) != 0 || res.PartitionsWritten != 0 {
+		t.Errorf("a range beyond the retention: %+v, %v, %d reads", res, err, len(r.reads))
+	}
+}
+
 // rawDump is every sample raw holds, as text, series in label order.
 func rawDump(t *testing.T, raw *tiers.Raw) string {
 	t.Helper()
