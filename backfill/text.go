@@ -26,6 +26,11 @@ func ParseText(b []byte, contentType string) ([]Series, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse backfill input: %w", err)
 	}
+	// A series is looked up by its text as written first: the labels are
+	// parsed (a new string each) only for a spelling not seen before, and
+	// then matched by their hash, so that two spellings of one series
+	// (label order, quoting) are one series.
+	spelled := map[string]int{}
 	index := map[uint64][]int{}
 	var out []Series
 	var lset labels.Labels
@@ -40,23 +45,27 @@ func ParseText(b []byte, contentType string) ([]Series, error) {
 		if e != textparse.EntrySeries {
 			continue // type, help, unit, comments
 		}
-		_, ts, v := p.Series()
-		p.Labels(&lset)
-		if ts == nil {
-			return nil, fmt.Errorf("parse backfill input: %s: %w", lset, ErrNoTimestamp)
-		}
-		h := lset.Hash()
-		idx := -1
-		for _, i := range index[h] {
-			if labels.Equal(out[i].Labels, lset) {
-				idx = i
-				break
+		text, ts, v := p.Series()
+		idx, ok := spelled[string(text)]
+		if !ok || ts == nil {
+			p.Labels(&lset)
+			if ts == nil {
+				return nil, fmt.Errorf("parse backfill input: %s: %w", lset, ErrNoTimestamp)
 			}
-		}
-		if idx < 0 {
-			idx = len(out)
-			index[h] = append(index[h], idx)
-			out = append(out, Series{Labels: lset.Copy()})
+			h := lset.Hash()
+			idx = -1
+			for _, i := range index[h] {
+				if labels.Equal(out[i].Labels, lset) {
+					idx = i
+					break
+				}
+			}
+			if idx < 0 {
+				idx = len(out)
+				index[h] = append(index[h], idx)
+				out = append(out, Series{Labels: lset.Copy()})
+			}
+			spelled[string(text)] = idx
 		}
 		out[idx].Samples = append(out[idx].Samples, Sample{T: *ts, V: v})
 	}

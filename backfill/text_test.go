@@ -32,6 +32,18 @@ func TestParseText(t *testing.T) {
 			in:   "g 1\n",
 			err:  ErrNoTimestamp,
 		},
+		{
+			name: "missing timestamp on a series seen before",
+			ct:   "text/plain",
+			in:   "g 1 1000\ng 2\n",
+			err:  ErrNoTimestamp,
+		},
+		{
+			name:   "one series spelled four ways",
+			ct:     "text/plain",
+			in:     "x{a=\"1\",b=\"2\"} 1 1000\nx{b=\"2\",a=\"1\"} 2 2000\nx{ a=\"1\", b=\"2\" } 3 3000\n{\"x\",b=\"2\",a=\"1\"} 4 4000\nx{a=\"1\",b=\"2\"} 5 5000\n",
+			series: 1, samples: 5, firstT: 1000,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
