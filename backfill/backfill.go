@@ -132,6 +132,11 @@ type Progress struct {
 	// a minute), a restarted one at once.
 	RawBlockSamples int
 	DroppedSamples  int // older than the hour tier's retention, or rejected by raw
+	// RefusedRawSamples are the samples at or after the cutoff that raw's
+	// head refused: behind what it accepts (in order up to half a block
+	// duration behind its newest sample, or within the out-of-order
+	// window). Also in DroppedSamples.
+	RefusedRawSamples int
 	// HistogramSamples are the native histogram samples written to raw, in
 	// the head or in blocks (also in RawSamples or RawBlockSamples).
 	HistogramSamples int
@@ -145,8 +150,9 @@ type Result = Progress
 
 // Errors.
 var (
-	// ErrProgressMismatch means the progress file belongs to another input.
-	ErrProgressMismatch = errors.New("progress file was written for a different input")
+	// ErrProgressMismatch means the progress file belongs to an unfinished
+	// backfill of another input.
+	ErrProgressMismatch = errors.New("progress file was written by an unfinished backfill of other input")
 )
 
 // progressState is the on-disk progress file (JSON, replaced atomically).
@@ -157,6 +163,10 @@ type progressState struct {
 	Hour    []int64 `json:"hour_partitions"`
 	RawMark int64   `json:"raw_mark"` // samples with T < RawMark are committed to raw
 	RawDone bool    `json:"raw_done"`
+	// Complete marks a backfill that finished: a run of the same input
+	// has nothing to do, one of another input starts afresh (an
+	// unfinished one's file refuses another input: ErrProgressMismatch).
+	Complete bool `json:"complete,omitempty"`
 	// RawBlocks are the starts of the raw block ranges written (RawBlockRange
 	// each) for history behind the cutoff.
 	RawBlocks []int64 `json:"raw_blocks"`
@@ -243,6 +253,8 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
 			return res, err
+		case prev.Input != st.Input && prev.Complete:
+			// The last backfill finished: this is another one.
 		case prev.Input != st.Input:
 			return res, fmt.Errorf("resume from %s: %w", cfg.ProgressFile, ErrProgressMismatch)
 		default:
@@ -379,7 +391,8 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 			return res, err
 		}
 	}
-	return res, nil
+	st.Complete = true
+	return res, save()
 }
 
 // emptyRawCutoff is the cutoff for a raw tier without data: the hour a
@@ -543,6 +556,7 @@ func appendRaw(ctx context.Context, cfg Config, series []Series, raw storage.App
 				return errors.Join(fmt.Errorf("backfill raw append %s: %w", c.s.Labels, err), app.Rollback())
 			}
 			res.DroppedSamples++
+			res.RefusedRawSamples++
 			if hist != nil || fhist != nil {
 				res.DroppedHistogramSamples++
 			}

@@ -317,6 +317,11 @@ func TestBackfillResume(t *testing.T) {
 			t.Fatalf("interrupted run returned %v, want context.Canceled", err)
 		}
 	}
+	// An unfinished backfill's progress file refuses another input.
+	other := history(histStart, histEnd-hour)
+	if _, err := Run(context.Background(), cfg, other, e.targets(), nil); !errors.Is(err, ErrProgressMismatch) {
+		t.Errorf("another input while one is unfinished = %v, want ErrProgressMismatch", err)
+	}
 	if _, err := Run(context.Background(), cfg, input, e.targets(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -340,10 +345,19 @@ func TestBackfillResume(t *testing.T) {
 			len(clean.minute.Partitions()), len(clean.hour.Partitions()))
 	}
 
-	// The progress file is tied to its input.
-	other := history(histStart, histEnd-hour)
-	if _, err := Run(context.Background(), cfg, other, e.targets(), nil); !errors.Is(err, ErrProgressMismatch) {
-		t.Errorf("resume with another input = %v, want ErrProgressMismatch", err)
+	// The same input again has nothing to do; once it is finished,
+	// another input is another backfill, with a progress file of its own.
+	again, err := Run(context.Background(), cfg, input, e.targets(), nil)
+	if err != nil || again.PartitionsWritten != 0 || again.RawSamples != 0 || again.RawBlockSamples != 0 {
+		t.Errorf("the finished input again: %+v, %v; want nothing written", again, err)
+	}
+	next := []Series{{Labels: labels.FromStrings(model.MetricNameLabel, "next_import"), Samples: []Sample{{histStart - 5*hour, 1}, {histStart - 5*hour + minute, 2}}}}
+	res, err := Run(context.Background(), cfg, next, e.targets(), nil)
+	if err != nil || res.PartitionsWritten == 0 {
+		t.Fatalf("another input after a finished one: %+v, %v", res, err)
+	}
+	if st, err := loadProgress(cfg.ProgressFile); err != nil || st.Input != fingerprint(normalize(next)) || !st.Complete {
+		t.Errorf("progress file after the second import: %+v, %v", st, err)
 	}
 }
 
@@ -786,5 +800,37 @@ func TestBackfillHistograms(t *testing.T) {
 	}
 	if res2.RawBlockSamples != 0 || res2.RawSamples != 0 || res2.HistogramSamples != 0 || res2.PartitionsWritten != 0 {
 		t.Errorf("resumed run wrote %+v, want nothing", res2)
+	}
+}
+
+// TestBackfillCountsRefusedRaw: a raw tier whose newest sample is now;
+// history of the hour and three quarters before it goes behind the cutoff
+// into blocks and a minute partition, and from the cutoff to the head's
+// reach back (half its block duration) is refused by the head, counted
+// as refused and dropped; the rest is appended.
+func TestBackfillCountsRefusedRaw(t *testing.T) {
+	e := openEnv(t, true)
+	now := timegrid.Floor(histEnd, hour) + 45*minute
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	app := e.raw.AppenderV2(context.Background())
+	if _, err := app.Append(0, labels.FromStrings(model.MetricNameLabel, "live"), 0, now, 1, nil, nil, storage.AppendV2Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	x := Series{Labels: labels.FromStrings(model.MetricNameLabel, "x")}
+	for ts := now - 105*minute; ts < now; ts += minute {
+		x.Samples = append(x.Samples, Sample{ts, float64(ts)})
+	}
+	res, err := Run(context.Background(), cfg, []Series{x}, e.targets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cutoff: the hour of raw's oldest sample (now). Behind it: 60 minutes.
+	// From it, the head takes what is at most 30 minutes behind now.
+	if res.RawBlockSamples != 60 || res.RefusedRawSamples != 15 || res.DroppedSamples != 15 || res.RawSamples != 30 {
+		t.Errorf("blocks %d, refused %d, dropped %d, appended %d; want 60, 15, 15, 30", res.RawBlockSamples, res.RefusedRawSamples, res.DroppedSamples, res.RawSamples)
 	}
 }

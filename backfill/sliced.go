@@ -195,6 +195,7 @@ func (p Progress) plus(q Progress) Progress {
 	p.RawSamples += q.RawSamples
 	p.RawBlockSamples += q.RawBlockSamples
 	p.DroppedSamples += q.DroppedSamples
+	p.RefusedRawSamples += q.RefusedRawSamples
 	p.HistogramSamples += q.HistogramSamples
 	p.DroppedHistogramSamples += q.DroppedHistogramSamples
 	return p

@@ -147,12 +147,20 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if reader != nil {
 		logger.Info("read backfill input", "samples", reader.samples, "histogram_samples", reader.histograms, "requests", reader.requests)
 	}
+	if errors.Is(err, backfill.ErrProgressMismatch) {
+		return fmt.Errorf("backfill: %w: rerun that import to finish it, or remove %s to start this one "+
+			"(a --remote-read.from or --remote-read.to relative to now reads other input at every run: RFC 3339 times make a remote-read import resumable)", err, bcfg.ProgressFile)
+	}
 	if err != nil {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
 	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
 		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "histogram_samples", res.HistogramSamples,
 		"dropped_samples", res.DroppedSamples)
+	if res.RefusedRawSamples > 0 {
+		logger.Warn("the raw tier's head refused samples of the backfill: they are behind what it accepts (in order up to half of storage.raw.block_duration behind its newest sample, or within storage.out_of_order_time_window) in hours whose rollups the live pipeline writes from raw; history that reaches into what raw already holds is imported whole only into a store that does not hold it yet, or with an out-of-order window that covers it",
+			"samples", res.RefusedRawSamples)
+	}
 	if res.DroppedHistogramSamples > 0 {
 		logger.Warn("native histogram samples older than the raw retention are not backfilled: the rollup tiers hold floats only",
 			"samples", res.DroppedHistogramSamples, "raw_retention", cfg.Storage.Raw.Retention)
