@@ -3,15 +3,16 @@ GO          ?= go
 BIN         ?= strata
 PKGS        := ./...
 # `make test` runs each test once. The packages with concurrency run under the
-# race detector, long tests included; every other package (backfill is
-# sequential) runs plain: PLAIN_PKGS is computed, so that a new package is never
+# race detector, long tests included (backfill since its stream writes
+# partitions and reads the next slice in goroutines of their own); every other
+# package runs plain: PLAIN_PKGS is computed, so that a new package is never
 # left out. The diagnosis engine's long tests replay hours of simulated history
 # and would take most of CI's time under the race detector: its short tests (the
 # live engine, the notifier, the archive's concurrent writers) run under it, its
 # long tests plain.
 # RACE_PKGS is in the order go test starts them: the packages whose tests take
 # longest first, so that none of them starts last and runs alone.
-RACE_PKGS   := ./tiers/... ./cmd/... ./query/... ./downsample/... ./dcgmbridge/... ./remotewrite/... ./bench/... ./internal/...
+RACE_PKGS   := ./tiers/... ./cmd/... ./query/... ./downsample/... ./dcgmbridge/... ./remotewrite/... ./backfill/... ./bench/... ./internal/...
 RACE_SHORT_PKGS := ./diagnose/...
 PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list $(PKGS)))
 # Tests that run plain inside race packages: TestRollupSizeRatios measures what
