@@ -803,11 +803,12 @@ func TestBackfillHistograms(t *testing.T) {
 	}
 }
 
-// TestBackfillCountsRefusedRaw: a raw tier whose newest sample is now;
-// history of the hour and three quarters before it goes behind the cutoff
-// into blocks and a minute partition, and from the cutoff to the head's
-// reach back (half its block duration) is refused by the head, counted
-// as refused and dropped; the rest is appended.
+// TestBackfillCountsRefusedRaw: a raw tier whose only sample is now, and
+// history of the hour and three quarters before it: the hour behind the
+// cutoff (now's hour) goes into blocks and a minute partition; of the 45
+// minutes from the cutoff, the 15 beyond the head's reach back (half its
+// block duration) are refused, counted as refused and dropped, and the
+// rest is appended.
 func TestBackfillCountsRefusedRaw(t *testing.T) {
 	e := openEnv(t, true)
 	now := timegrid.Floor(histEnd, hour) + 45*minute
