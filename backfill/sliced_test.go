@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,26 +122,7 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 				}
 			}
 
-			if a, b := starts(ref.minute), starts(e.minute); !slices.Equal(a, b) {
-				t.Fatalf("minute partitions %v, want %v", b, a)
-			}
-			if a, b := starts(ref.hour), starts(e.hour); !slices.Equal(a, b) {
-				t.Fatalf("hour partitions %v, want %v", b, a)
-			}
-			for _, p := range starts(ref.minute) {
-				w, err := ref.minute.Select(context.Background(), p, p+hour-1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkPartition(t, "minute "+fmtMs(p), e.minute, p, hour, w)
-			}
-			for _, p := range starts(ref.hour) {
-				w, err := ref.hour.Select(context.Background(), p, p+day-1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkPartition(t, "hour "+fmtMs(p), e.hour, p, day, w)
-			}
+			sameRollups(t, ref, e)
 			e.raw = reopenRaw(t, e.raw)
 			if a, b := rawDump(t, ref.raw), rawDump(t, e.raw); a != b {
 				t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
@@ -174,16 +154,7 @@ func TestRunSlicedWithoutRaw(t *testing.T) {
 	if len(r.reads) != int((histEnd-histStart+5*hour-1)/(5*hour)) || r.reads[len(r.reads)-1][1] != histEnd {
 		t.Errorf("reads %v", r.reads)
 	}
-	if a, b := starts(ref.minute), starts(e.minute); !slices.Equal(a, b) {
-		t.Fatalf("minute partitions %v, want %v", b, a)
-	}
-	for _, p := range starts(ref.hour) {
-		w, err := ref.hour.Select(context.Background(), p, p+day-1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkPartition(t, "hour "+fmtMs(p), e.hour, p, day, w)
-	}
+	sameRollups(t, ref, e)
 }
 
 // TestRunSlicedSkipsBeyondHourRetention: history older than the hour
@@ -277,16 +248,5 @@ func TestRunSlicedReadError(t *testing.T) {
 	if _, err := Run(context.Background(), cfg, input, ref.targets(), nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, tier := range [][2]*tiers.Rollup{{ref.minute, e.minute}, {ref.hour, e.hour}} {
-		if a, b := starts(tier[0]), starts(tier[1]); !slices.Equal(a, b) {
-			t.Fatalf("partitions %v, want %v", b, a)
-		}
-	}
-	for _, p := range starts(ref.hour) {
-		w, err := ref.hour.Select(context.Background(), p, p+day-1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkPartition(t, "hour "+fmtMs(p), e.hour, p, day, w)
-	}
+	sameRollups(t, ref, e)
 }

@@ -93,26 +93,7 @@ func TestStreamEqualsRun(t *testing.T) {
 		t.Fatal("the stream wrote nothing")
 	}
 
-	if a, b := starts(ref.minute), starts(got.minute); !slices.Equal(a, b) {
-		t.Fatalf("minute partitions %v, want %v", b, a)
-	}
-	if a, b := starts(ref.hour), starts(got.hour); !slices.Equal(a, b) {
-		t.Fatalf("hour partitions %v, want %v", b, a)
-	}
-	for _, p := range starts(ref.minute) {
-		want, err := ref.minute.Select(context.Background(), p, p+hour-1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkPartition(t, "minute "+time.UnixMilli(p).UTC().Format(time.RFC3339), got.minute, p, hour, want)
-	}
-	for _, p := range starts(ref.hour) {
-		want, err := ref.hour.Select(context.Background(), p, p+day-1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkPartition(t, "hour "+time.UnixMilli(p).UTC().Format(time.RFC3339), got.hour, p, day, want)
-	}
+	sameRollups(t, ref, got)
 }
 
 // TestStreamRejectsOutOfOrder: a sample older than the newest one is an
@@ -173,6 +154,28 @@ func TestStreamNeverOverwrites(t *testing.T) {
 	}
 	if len(got) != 0 {
 		t.Errorf("the existing empty partition was overwritten: %d series", len(got))
+	}
+}
+
+// sameRollups checks that got's minute and hour tiers hold the partitions
+// of want's, each with the same windows.
+func sameRollups(t *testing.T, want, got env) {
+	t.Helper()
+	for _, tier := range []struct {
+		name      string
+		want, got *tiers.Rollup
+		span      int64
+	}{{"minute", want.minute, got.minute, hour}, {"hour", want.hour, got.hour, day}} {
+		if a, b := starts(tier.want), starts(tier.got); !slices.Equal(a, b) {
+			t.Fatalf("%s partitions %v, want %v", tier.name, b, a)
+		}
+		for _, p := range starts(tier.want) {
+			w, err := tier.want.Select(context.Background(), p, p+tier.span-1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPartition(t, tier.name+" "+fmtMs(p), tier.got, p, tier.span, w)
+		}
 	}
 }
 

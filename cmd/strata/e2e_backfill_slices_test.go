@@ -37,8 +37,7 @@ func TestBackfillRemoteReadSlices(t *testing.T) {
 		t.Skip("backfill end-to-end: skipped under -short")
 	}
 	dir := t.TempDir()
-	om := filepath.Join(dir, "history.om")
-	runStrata(t, "simulate", "--nodes=1", "--gpus-per-node=1", "--backfill=72h", "--push.interval=60s", "--openmetrics="+om)
+	om := simulatedHistory(t, dir)
 	text, err := os.ReadFile(om)
 	if err != nil {
 		t.Fatal(err)

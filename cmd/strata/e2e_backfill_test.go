@@ -35,6 +35,19 @@ func runStrata(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// simulatedHistory writes three days of one simulated GPU's history as
+// OpenMetrics into dir with `strata simulate --openmetrics` and returns the
+// file's path.
+func simulatedHistory(t *testing.T, dir string) string {
+	t.Helper()
+	om := filepath.Join(dir, "history.om")
+	runStrata(t, "simulate", "--nodes=1", "--gpus-per-node=1", "--backfill=72h", "--push.interval=60s", "--openmetrics="+om)
+	if st, err := os.Stat(om); err != nil || st.Size() == 0 {
+		t.Fatalf("no OpenMetrics written: %v", err)
+	}
+	return om
+}
+
 // TestBackfillEndToEnd writes three days of simulated history as OpenMetrics
 // with `strata simulate --openmetrics`, imports it with `strata backfill`
 // (raw keeps what it can, older data goes straight into minute and hour
@@ -45,12 +58,7 @@ func TestBackfillEndToEnd(t *testing.T) {
 		t.Skip("backfill end-to-end: skipped under -short")
 	}
 	dir := t.TempDir()
-	om := filepath.Join(dir, "history.om")
-	runStrata(t, "simulate", "--nodes=1", "--gpus-per-node=1", "--backfill=72h", "--push.interval=60s", "--openmetrics="+om)
-	st, err := os.Stat(om)
-	if err != nil || st.Size() == 0 {
-		t.Fatalf("no OpenMetrics written: %v", err)
-	}
+	om := simulatedHistory(t, dir)
 	data := filepath.Join(dir, "data")
 	// The diagnosis engine's checkpoints after the history's start never
 	// saw it: the backfill removes them, and keeps those before.
