@@ -230,10 +230,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		return res, nil
 	}
 	now := cfg.Now().UnixMilli()
-	oldest := int64(math.MinInt64)
-	if cfg.HourRetention > 0 {
-		oldest = timegrid.Floor(now-cfg.HourRetention.Milliseconds(), downsample.DayLen)
-	}
+	oldest := Horizon(cfg)
 	cutoff := int64(math.MaxInt64)
 	if t.Raw != nil {
 		if rawMin, _, ok := t.Raw.Bounds(); ok {
@@ -393,6 +390,20 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	}
 	st.Complete = true
 	return res, save()
+}
+
+// Horizon is the oldest time a backfill keeps: the start of the day the
+// hour tier's retention reaches back to (math.MinInt64 without a retention).
+// No tier would keep older samples.
+func Horizon(cfg Config) int64 {
+	if cfg.HourRetention <= 0 {
+		return math.MinInt64
+	}
+	now := time.Now
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
+	return timegrid.Floor(now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen)
 }
 
 // emptyRawCutoff is the cutoff for a raw tier without data: the hour a

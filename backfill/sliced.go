@@ -43,10 +43,8 @@ func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, s
 	if slice <= 0 {
 		return Result{}, errors.New("backfill: the slice must be positive")
 	}
-	if cfg.HourRetention > 0 {
-		// Older history has no tier: it is not read (Run would drop it).
-		from = max(from, timegrid.Floor(cfg.Now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen))
-	}
+	// Older history has no tier: it is not read (Run would drop it).
+	from = max(from, Horizon(cfg))
 	if from >= to {
 		return Result{}, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
@@ -21,18 +22,36 @@ var (
 // in OpenMetrics), into series. Samples of one series may appear anywhere in
 // the input and in any order. Native histograms cannot appear in text.
 func ParseText(b []byte, contentType string) ([]Series, error) {
+	var l seriesList
+	if err := parseText(b, contentType, &l, nil); err != nil {
+		return nil, err
+	}
+	return l.out, nil
+}
+
+// textSink receives what parseText reads.
+type textSink interface {
+	// seriesIndex returns the index of the series lset (the same for equal
+	// label sets; lset is the parser's and must be copied to be kept).
+	seriesIndex(lset labels.Labels) int
+	// sample takes a sample of the series at index i.
+	sample(i int, t int64, v float64) error
+}
+
+// parseText parses b (see ParseText) into sink. read, when set, is told
+// now and then how far into b the parser is (every byte before off has
+// been parsed), so that a caller can let go of those bytes.
+func parseText(b []byte, contentType string, sink textSink, read func(off int)) error {
 	st := labels.NewSymbolTable()
 	p, err := textparse.New(b, contentType, st, textparse.ParserOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("parse backfill input: %w", err)
+		return fmt.Errorf("parse backfill input: %w", err)
 	}
 	// A series is looked up by its text as written first: the labels are
 	// parsed (a new string each) only for a spelling not seen before, and
-	// then matched by their hash, so that two spellings of one series
-	// (label order, quoting) are one series.
+	// then matched by their hash in the sink, so that two spellings of one
+	// series (label order, quoting) are one series.
 	spelled := map[string]int{}
-	index := map[uint64][]int{}
-	var out []Series
 	var lset labels.Labels
 	for line := 1; ; line++ {
 		e, err := p.Next()
@@ -40,7 +59,7 @@ func ParseText(b []byte, contentType string) ([]Series, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("parse backfill input, entry %d: %w", line, err)
+			return fmt.Errorf("parse backfill input, entry %d: %w", line, err)
 		}
 		if e != textparse.EntrySeries {
 			continue // type, help, unit, comments
@@ -50,24 +69,57 @@ func ParseText(b []byte, contentType string) ([]Series, error) {
 		if !ok || ts == nil {
 			p.Labels(&lset)
 			if ts == nil {
-				return nil, fmt.Errorf("parse backfill input: %s: %w", lset, ErrNoTimestamp)
+				return fmt.Errorf("parse backfill input: %s: %w", lset, ErrNoTimestamp)
 			}
-			h := lset.Hash()
-			idx = -1
-			for _, i := range index[h] {
-				if labels.Equal(out[i].Labels, lset) {
-					idx = i
-					break
-				}
-			}
-			if idx < 0 {
-				idx = len(out)
-				index[h] = append(index[h], idx)
-				out = append(out, Series{Labels: lset.Copy()})
-			}
+			idx = sink.seriesIndex(lset)
 			spelled[string(text)] = idx
 		}
-		out[idx].Samples = append(out[idx].Samples, Sample{T: *ts, V: v})
+		if err := sink.sample(idx, *ts, v); err != nil {
+			return err
+		}
+		if read != nil && line%65536 == 0 {
+			if off, ok := offsetIn(b, text); ok {
+				read(off)
+			}
+		}
 	}
-	return out, nil
+	return nil
+}
+
+// offsetIn returns where sub starts in b, when sub is a part of b.
+func offsetIn(b, sub []byte) (int, bool) {
+	if len(b) == 0 || len(sub) == 0 {
+		return 0, false
+	}
+	off := uintptr(unsafe.Pointer(unsafe.SliceData(sub))) - uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if off >= uintptr(len(b)) { // before b wraps around
+		return 0, false
+	}
+	return int(off), true
+}
+
+// seriesList is ParseText's sink: the series in memory.
+type seriesList struct {
+	out   []Series
+	index map[uint64][]int
+}
+
+func (l *seriesList) seriesIndex(lset labels.Labels) int {
+	if l.index == nil {
+		l.index = map[uint64][]int{}
+	}
+	h := lset.Hash()
+	for _, i := range l.index[h] {
+		if labels.Equal(l.out[i].Labels, lset) {
+			return i
+		}
+	}
+	l.index[h] = append(l.index[h], len(l.out))
+	l.out = append(l.out, Series{Labels: lset.Copy()})
+	return len(l.out) - 1
+}
+
+func (l *seriesList) sample(i int, t int64, v float64) error {
+	l.out[i].Samples = append(l.out[i].Samples, Sample{T: t, V: v})
+	return nil
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/url"
 	"os"
 	"os/signal"
@@ -54,7 +52,7 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("remote-read.from", "Start of the range to read (RFC 3339 or a duration before now, e.g. 30d).").Default("7d").StringVar(&c.from)
 	c.cmd.Flag("remote-read.to", "End of the range to read (RFC 3339, or a duration before now; 0s is now).").Default("0s").StringVar(&c.to)
 	c.cmd.Flag("remote-read.drop-label", "Label to remove from every series read with --remote-read.url (repeatable), e.g. the external labels a Prometheus or Strata source adds to what it answers. Two series that only this label told apart are an error.").StringsVar(&c.dropLabels)
-	c.cmd.Flag("remote-read.slice", "History older than the raw tier's reach (its retention) is read and rolled up this much at a time, so the backfill holds one slice of it in memory, not the whole range.").Default("1h").DurationVar(&c.slice)
+	c.cmd.Flag("slice", "History older than the raw tier's reach (its retention) is read and rolled up this much at a time, so the backfill holds one slice of it in memory, not the whole range. Files are parsed once into a spool of 20 bytes a sample under <storage.path>/"+rollupSpillDir+", removed at the end, and read back from there.").Default("1h").DurationVar(&c.slice)
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
 	return c
@@ -77,38 +75,41 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		}
 	}
 	if c.slice <= 0 {
-		return fmt.Errorf("--remote-read.slice must be positive, not %s", c.slice)
+		return fmt.Errorf("--slice must be positive, not %s", c.slice)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// Files are read whole; a remote-read source is read by RunSliced, a
-	// slice at a time where the history goes into the rollup tiers alone.
+	// Both kinds of input are read by RunSliced, a slice at a time where the
+	// history goes into the rollup tiers alone: a remote-read source
+	// directly, files from a spool they are parsed into first.
 	var (
-		input    []backfill.Series
+		read     backfill.ReadFunc
 		reader   *rangeReader
+		spool    *backfill.Spool
 		from, to int64
 	)
-	minT := int64(math.MaxInt64)
 	if c.readURL != "" {
 		if reader, from, to, err = c.remoteReader(); err != nil {
 			return err
 		}
-		minT = from
+		read = reader.read
 	} else {
-		if input, err = c.readFiles(); err != nil {
+		if spool, err = c.spoolFiles(filepath.Join(cfg.Storage.Path, rollupSpillDir)); err != nil {
 			return err
 		}
-		n, nh := 0, 0
-		for _, s := range input {
-			n += len(s.Samples)
-			nh += len(s.Histograms)
-			for _, x := range s.Samples {
-				minT = min(minT, x.T)
-			}
+		defer func() { err = errors.Join(err, spool.Close()) }()
+		read = spool.Read
+		mint, maxt, ok := spool.Range()
+		if !ok {
+			logger.Info("read backfill input: no samples", "files", len(c.files))
+			return nil
 		}
-		logger.Info("read backfill input", "series", len(input), "samples", n, "histogram_samples", nh)
+		from, to = mint, maxt+1
+		logger.Info("read backfill input", "series", spool.Series(), "samples", spool.Samples(),
+			"from", time.UnixMilli(mint).UTC().Format(time.RFC3339), "to", time.UnixMilli(maxt).UTC().Format(time.RFC3339))
 	}
+	minT := from
 	// The diagnosis engine's checkpoints after the first backfilled minute
 	// never saw it: its next start reads the baselines back from there.
 	if dropped, err := diagnose.DropBaselineCheckpoints(baselineDir(cfg.Storage.Path), minT); err != nil {
@@ -137,13 +138,12 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	}
 	bar := &progressBar{w: os.Stderr, off: c.noProgress}
 	targets := backfill.Targets{Raw: st.raw, Minute: st.minute, Hour: st.hour}
-	var res backfill.Result
-	if reader != nil {
-		res, err = backfill.RunSliced(ctx, bcfg, reader.read, from, to, c.slice, targets, bar.update)
-	} else {
-		res, err = backfill.Run(ctx, bcfg, input, targets, bar.update)
-	}
+	res, err := backfill.RunSliced(ctx, bcfg, read, from, to, c.slice, targets, bar.update)
 	bar.finish()
+	if spool != nil {
+		// RunSliced does not read what no tier keeps: Run counted it.
+		res.DroppedSamples += spool.SamplesBefore(backfill.Horizon(bcfg))
+	}
 	if reader != nil {
 		logger.Info("read backfill input", "samples", reader.samples, "histogram_samples", reader.histograms, "requests", reader.requests)
 	}
@@ -168,24 +168,29 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	return nil
 }
 
-func (c *backfillCommand) readFiles() ([]backfill.Series, error) {
-	var out []backfill.Series
-	for _, f := range c.files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("read backfill input: %w", err)
-		}
-		ct := "text/plain"
-		if ext := strings.ToLower(filepath.Ext(f)); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(b), []byte("# EOF")) {
-			ct = "application/openmetrics-text"
-		}
-		s, err := backfill.ParseText(b, ct)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		out = append(out, s...)
+// spoolFiles parses the input files into a spool under dir.
+func (c *backfillCommand) spoolFiles(dir string) (*backfill.Spool, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("backfill spool: %w", err)
 	}
-	return out, nil
+	spool, err := backfill.NewSpool(dir)
+	if err != nil {
+		return nil, err
+	}
+	bar := &progressBar{w: os.Stderr, off: c.noProgress}
+	for i, f := range c.files {
+		err = spool.AddFile(f, func(done, size int) {
+			bar.draw("parse", done>>20, size>>20, fmt.Sprintf(" file %d/%d  series %d  samples %d", i+1, len(c.files), spool.Series(), spool.Samples()))
+		})
+		if err != nil {
+			break
+		}
+	}
+	bar.finish()
+	if err != nil {
+		return nil, errors.Join(err, spool.Close())
+	}
+	return spool, nil
 }
 
 // rangeReader reads ranges of the series matching its matchers from a

@@ -77,7 +77,7 @@ func TestBackfillRemoteReadSlices(t *testing.T) {
 		fromFile, sliced := filepath.Join(dir, fmt.Sprint("file", attempt)), filepath.Join(dir, fmt.Sprint("sliced", attempt))
 		runStrata(t, "backfill", "--storage.path="+fromFile, "--no-progress-bar", om)
 		out := runStrata(t, "backfill", "--storage.path="+sliced, "--no-progress-bar", "--remote-read.url="+srv.URL,
-			"--remote-read.from="+rfc(first), "--remote-read.to="+rfc(last), "--remote-read.slice=2h")
+			"--remote-read.from="+rfc(first), "--remote-read.to="+rfc(last), "--slice=2h")
 		if !time.Now().Truncate(time.Hour).Equal(hour) && attempt == 0 {
 			continue
 		}

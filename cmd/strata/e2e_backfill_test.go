@@ -276,3 +276,56 @@ func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng, clus
 	}
 	return out
 }
+
+// TestBackfillFilesShareSeries: two files that hold one series (an hour
+// each, the second also repeating three of the first's timestamps) import
+// as one series, where the files read whole gave "series given twice" at
+// the first partition; the spool the files are parsed into is gone
+// afterwards. A missing file is an error naming it, and writes nothing.
+func TestBackfillFilesShareSeries(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Now().Add(-50 * time.Hour).Truncate(time.Hour).Unix()
+	write := func(name string, from, to int64, extra string) string {
+		var b strings.Builder
+		b.WriteString("# TYPE g gauge\n")
+		for s := from; s < to; s += 15 {
+			fmt.Fprintf(&b, "g{x=\"1\"} %d %d\n", s%7, t0+s)
+		}
+		b.WriteString(extra + "# EOF\n")
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := write("a.om", 0, 3600, "")
+	b := write("b.om", 3600, 7200, fmt.Sprintf("g{x=\"1\"} 100 %d\ng{x=\"1\"} 100 %d\ng{x=\"1\"} 100 %d\n", t0, t0+15, t0+30))
+	data := filepath.Join(dir, "data")
+
+	_, stderr, err := runStrataOut(t, "backfill", "--storage.path="+data, "--no-progress-bar", a, filepath.Join(dir, "missing.om"))
+	if err == nil || !strings.Contains(stderr, "missing.om") {
+		t.Fatalf("a missing file: %v\n%s", err, stderr)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(data, "minute")); len(ents) != 0 {
+		t.Fatalf("a failed read wrote %d minute partitions", len(ents))
+	}
+
+	out := runStrata(t, "backfill", "--storage.path="+data, "--no-progress-bar", a, b)
+	if !strings.Contains(out, "series=1 samples=483") || !strings.Contains(out, "partitions_written=3") {
+		t.Fatalf("backfill of two files of one series:\n%s", out)
+	}
+	// The second file's samples at the first file's timestamps win, as
+	// the later of two samples at a timestamp does.
+	if dump := rollupDump(t, filepath.Join(data, "minute")); !strings.Contains(dump, fmt.Sprintf("{Start:%d000 FirstT:%d000 LastT:%d000 Count:4 Sum:303 Min:3 Max:100 First:100 Last:3 ", t0, t0, t0+45)) {
+		t.Errorf("the first minute is not the second file's:\n%.600s", dump)
+	}
+	spill, err := os.ReadDir(filepath.Join(data, rollupSpillDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range spill {
+		if strings.HasPrefix(e.Name(), "backfill-spool-") {
+			t.Errorf("spool %s left behind", e.Name())
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package backfill
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb/fileutil"
+
+	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/timegrid"
+)
+
+// Spool holds text input, parsed once, on disk by the hour of its samples,
+// for RunSliced to read back a slice at a time (Spool.Read is its
+// ReadFunc): a file of the Prometheus text format or OpenMetrics, as
+// `promtool tsdb dump-openmetrics` writes it, lists each series' samples
+// together, so no part of the history can be rolled up before the whole
+// file is read. The spool keeps every series' labels in memory and 20 bytes
+// a sample in its directory; a file is read through a read-only mapping,
+// let go of as the parser moves on.
+//
+// A Spool is filled (AddFile, AddText) and then read (Read); it is not safe
+// for concurrent use.
+type Spool struct {
+	dir    string
+	series []labels.Labels
+	index  map[uint64][]int
+	hours  map[int64]*spoolHour
+
+	buffered int // bytes in the hours' buffers
+	// An hour's buffer is written when it reaches hourBuffer bytes, all of
+	// them when together they reach bufferLimit.
+	hourBuffer, bufferLimit int
+	samples                 int
+	mint, maxt              int64
+}
+
+// spoolHour is an hour's file and the records not yet written to it.
+type spoolHour struct {
+	buf     []byte
+	samples int
+}
+
+const (
+	spoolRecord     = 20       // series index (uint32), time (int64), value (float64 bits)
+	spoolHourBuffer = 32 << 10 // Spool.hourBuffer's default
+	spoolBuffered   = 64 << 20 // Spool.bufferLimit's default
+)
+
+// NewSpool returns an empty spool in a new directory under dir (os.TempDir
+// when empty); Close removes it.
+func NewSpool(dir string) (*Spool, error) {
+	d, err := os.MkdirTemp(dir, "backfill-spool-")
+	if err != nil {
+		return nil, fmt.Errorf("backfill spool: %w", err)
+	}
+	return &Spool{dir: d, index: map[uint64][]int{}, hours: map[int64]*spoolHour{},
+		hourBuffer: spoolHourBuffer, bufferLimit: spoolBuffered, mint: math.MaxInt64, maxt: math.MinInt64}, nil
+}
+
+// AddFile parses the file at path into the spool: OpenMetrics when its name
+// ends in .om or .openmetrics or its content in "# EOF", else the
+// Prometheus text format. read, when set, is told how many bytes of the
+// file have been parsed, now and then.
+func (s *Spool) AddFile(path string, read func(done, size int)) (err error) {
+	info, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read backfill input: %w", err)
+	case !info.Mode().IsRegular():
+		return fmt.Errorf("read backfill input: %s is not a regular file", path)
+	}
+	var b []byte
+	if info.Size() > 0 { // an empty file cannot be mapped
+		var f *fileutil.MmapFile
+		if f, err = fileutil.OpenMmapFile(path); err != nil {
+			return fmt.Errorf("read backfill input %s: %w", path, err)
+		}
+		defer func() { err = errors.Join(err, f.Close()) }()
+		b = f.Bytes()
+	}
+	ct := "text/plain"
+	if ext := filepath.Ext(path); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(tail(b, 64)), []byte("# EOF")) {
+		ct = "application/openmetrics-text"
+	}
+	released := 0
+	err = parseText(b, ct, s, func(off int) {
+		// Pages behind the parser are not read again: they leave the
+		// process's resident set (the page cache keeps them).
+		released = releaseBehind(b, released, off)
+		if read != nil {
+			read(off, len(b))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if read != nil {
+		read(len(b), len(b))
+	}
+	return nil
+}
+
+// tail returns the last n bytes of b at most.
+func tail(b []byte, n int) []byte { return b[max(len(b)-n, 0):] }
+
+// AddText parses b (ParseText's formats) into the spool.
+func (s *Spool) AddText(b []byte, contentType string) error {
+	return parseText(b, contentType, s, nil)
+}
+
+func (s *Spool) seriesIndex(lset labels.Labels) int {
+	h := lset.Hash()
+	for _, i := range s.index[h] {
+		if labels.Equal(s.series[i], lset) {
+			return i
+		}
+	}
+	if len(s.series) == math.MaxUint32 {
+		panic("backfill spool: too many series") // 4 billion label sets do not fit in memory anyway
+	}
+	s.index[h] = append(s.index[h], len(s.series))
+	s.series = append(s.series, lset.Copy())
+	return len(s.series) - 1
+}
+
+func (s *Spool) sample(i int, t int64, v float64) error {
+	hr := timegrid.Floor(t, downsample.HourRes)
+	h := s.hours[hr]
+	if h == nil {
+		h = &spoolHour{}
+		s.hours[hr] = h
+	}
+	h.buf = binary.LittleEndian.AppendUint32(h.buf, uint32(i))
+	h.buf = binary.LittleEndian.AppendUint64(h.buf, uint64(t))
+	h.buf = binary.LittleEndian.AppendUint64(h.buf, math.Float64bits(v))
+	h.samples++
+	s.samples++
+	s.buffered += spoolRecord
+	s.mint, s.maxt = min(s.mint, t), max(s.maxt, t)
+	switch {
+	case len(h.buf) >= s.hourBuffer:
+		s.buffered -= len(h.buf)
+		return s.write(hr, h)
+	case s.buffered >= s.bufferLimit:
+		return s.flush()
+	}
+	return nil
+}
+
+// flush writes every hour's buffered records to its file.
+func (s *Spool) flush() error {
+	for hr, h := range s.hours {
+		if err := s.write(hr, h); err != nil {
+			return err
+		}
+	}
+	s.buffered = 0
+	return nil
+}
+
+// write appends the hour's buffered records to its file.
+func (s *Spool) write(hr int64, h *spoolHour) error {
+	if len(h.buf) == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(s.path(hr), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("backfill spool: %w", err)
+	}
+	_, err = f.Write(h.buf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("backfill spool: %w", err)
+	}
+	h.buf = h.buf[:0]
+	return nil
+}
+
+func (s *Spool) path(hr int64) string {
+	return filepath.Join(s.dir, strconv.FormatInt(hr, 10))
+}
+
+// Series is the number of series added.
+func (s *Spool) Series() int { return len(s.series) }
+
+// Samples is the number of samples added.
+func (s *Spool) Samples() int { return s.samples }
+
+// Range returns the time of the first and the last sample added (ok is
+// false when there is none).
+func (s *Spool) Range() (mint, maxt int64, ok bool) {
+	return s.mint, s.maxt, s.samples > 0
+}
+
+// SamplesBefore is the number of samples added before t, an hour's start.
+func (s *Spool) SamplesBefore(t int64) int {
+	n := 0
+	for hr, h := range s.hours {
+		if hr < t {
+			n += h.samples
+		}
+	}
+	return n
+}
+
+// Read returns the samples of [from, to) (a ReadFunc): every series with a
+// sample in the range, its samples in the order they were added.
+func (s *Spool) Read(ctx context.Context, from, to int64) ([]Series, error) {
+	if err := s.flush(); err != nil {
+		return nil, err
+	}
+	at := map[uint32]int{} // series index -> position in out
+	var out []Series
+	rec := make([]byte, spoolRecord)
+	for hr := timegrid.Floor(from, downsample.HourRes); hr < to; hr += downsample.HourRes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.hours[hr] == nil {
+			continue
+		}
+		f, err := os.Open(s.path(hr))
+		if err != nil {
+			return nil, fmt.Errorf("backfill spool: %w", err)
+		}
+		r := bufio.NewReaderSize(f, 256<<10)
+		for {
+			if _, err = io.ReadFull(r, rec); err != nil {
+				break
+			}
+			t := int64(binary.LittleEndian.Uint64(rec[4:]))
+			if t < from || t >= to {
+				continue
+			}
+			i := binary.LittleEndian.Uint32(rec)
+			p, ok := at[i]
+			if !ok {
+				p = len(out)
+				at[i] = p
+				out = append(out, Series{Labels: s.series[i]})
+			}
+			out[p].Samples = append(out[p].Samples, Sample{T: t, V: math.Float64frombits(binary.LittleEndian.Uint64(rec[12:]))})
+		}
+		_ = f.Close()
+		if !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("backfill spool %s: %w", s.path(hr), err)
+		}
+	}
+	return out, nil
+}
+
+// Close removes the spool's directory.
+func (s *Spool) Close() error {
+	return os.RemoveAll(s.dir)
+}
