@@ -71,8 +71,8 @@ func NewSpool(dir string) (*Spool, error) {
 // AddFile parses the file at path into the spool: OpenMetrics when its name
 // ends in .om or .openmetrics or its content in "# EOF", else the
 // Prometheus text format. read, when set, is told how many bytes of the
-// file have been parsed, now and then.
-func (s *Spool) AddFile(path string, read func(done, size int)) (err error) {
+// file have been parsed, now and then. A cancelled ctx ends the parse.
+func (s *Spool) AddFile(ctx context.Context, path string, read func(done, size int)) (err error) {
 	info, err := os.Stat(path)
 	switch {
 	case err != nil:
@@ -94,13 +94,14 @@ func (s *Spool) AddFile(path string, read func(done, size int)) (err error) {
 		ct = "application/openmetrics-text"
 	}
 	released := 0
-	err = parseText(b, ct, s, func(off int) {
+	err = parseText(b, ct, s, func(off int) error {
 		// Pages behind the parser are not read again: they leave the
 		// process's resident set (the page cache keeps them).
 		released = releaseBehind(b, released, off)
 		if read != nil {
 			read(off, len(b))
 		}
+		return ctx.Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

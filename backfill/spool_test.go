@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -189,17 +190,17 @@ func TestSpoolAddFile(t *testing.T) {
 	}
 	defer s.Close()
 	var calls, last int
-	if err := s.AddFile(prom, func(done, size int) { calls, last = calls+1, done }); err != nil {
+	if err := s.AddFile(context.Background(), prom, func(done, size int) { calls, last = calls+1, done }); err != nil {
 		t.Fatal(err)
 	}
 	if calls < 3 || last != len(a+b) {
 		t.Errorf("%d progress calls, the last at %d of %d", calls, last, len(a+b))
 	}
-	if err := s.AddFile(empty, nil); err != nil {
+	if err := s.AddFile(context.Background(), empty, nil); err != nil {
 		t.Fatal(err)
 	}
 	n := s.Samples()
-	if err := s.AddFile(omFile, nil); err != nil {
+	if err := s.AddFile(context.Background(), omFile, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The OpenMetrics file repeats three series' samples: the same series,
@@ -217,8 +218,13 @@ func TestSpoolAddFile(t *testing.T) {
 		t.Errorf("the files read back differ from ParseText's series")
 	}
 
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.AddFile(ctx, prom, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled parse: %v", err)
+	}
 	for _, bad := range []string{filepath.Join(dir, "missing.prom"), dir} {
-		if err := s.AddFile(bad, nil); err == nil || !strings.Contains(err.Error(), bad) {
+		if err := s.AddFile(context.Background(), bad, nil); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("AddFile(%s): %v", bad, err)
 		}
 	}
@@ -226,7 +232,7 @@ func TestSpoolAddFile(t *testing.T) {
 	if err := os.WriteFile(garbage, []byte("x 1 1000\nnot a line {{{\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddFile(garbage, nil); err == nil || !strings.Contains(err.Error(), garbage) {
+	if err := s.AddFile(context.Background(), garbage, nil); err == nil || !strings.Contains(err.Error(), garbage) {
 		t.Errorf("garbage: %v", err)
 	}
 }

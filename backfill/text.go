@@ -40,8 +40,9 @@ type textSink interface {
 
 // parseText parses b (see ParseText) into sink. read, when set, is told
 // now and then how far into b the parser is (every byte before off has
-// been parsed), so that a caller can let go of those bytes.
-func parseText(b []byte, contentType string, sink textSink, read func(off int)) error {
+// been parsed), so that a caller can let go of those bytes; an error it
+// returns ends the parse.
+func parseText(b []byte, contentType string, sink textSink, read func(off int) error) error {
 	st := labels.NewSymbolTable()
 	p, err := textparse.New(b, contentType, st, textparse.ParserOptions{})
 	if err != nil {
@@ -79,7 +80,9 @@ func parseText(b []byte, contentType string, sink textSink, read func(off int)) 
 		}
 		if read != nil && line%65536 == 0 {
 			if off, ok := offsetIn(b, text); ok {
-				read(off)
+				if err := read(off); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -95,7 +95,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		}
 		read = reader.read
 	} else {
-		if spool, err = c.spoolFiles(filepath.Join(cfg.Storage.Path, rollupSpillDir)); err != nil {
+		if spool, err = c.spoolFiles(ctx, filepath.Join(cfg.Storage.Path, rollupSpillDir)); err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, spool.Close()) }()
@@ -169,7 +169,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 }
 
 // spoolFiles parses the input files into a spool under dir.
-func (c *backfillCommand) spoolFiles(dir string) (*backfill.Spool, error) {
+func (c *backfillCommand) spoolFiles(ctx context.Context, dir string) (*backfill.Spool, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("backfill spool: %w", err)
 	}
@@ -179,7 +179,7 @@ func (c *backfillCommand) spoolFiles(dir string) (*backfill.Spool, error) {
 	}
 	bar := &progressBar{w: os.Stderr, off: c.noProgress}
 	for i, f := range c.files {
-		err = spool.AddFile(f, func(done, size int) {
+		err = spool.AddFile(ctx, f, func(done, size int) {
 			bar.draw("parse", done>>20, size>>20, fmt.Sprintf(" file %d/%d  series %d  samples %d", i+1, len(c.files), spool.Series(), spool.Samples()))
 		})
 		if err != nil {
