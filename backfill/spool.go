@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/fileutil"
@@ -37,9 +38,10 @@ type Spool struct {
 	index  map[uint64][]int
 	hours  map[int64]*spoolHour
 
-	buffered int // bytes in the hours' buffers
-	// An hour's buffer is written when it reaches hourBuffer bytes, all of
-	// them when together they reach bufferLimit.
+	buffered int // bytes the hours' buffers hold allocated
+	// An hour's buffer is written when it reaches hourBuffer bytes; all of
+	// them are written and let go of when together they hold bufferLimit:
+	// a file that spans a year sweeps 8,760 hours series after series.
 	hourBuffer, bufferLimit int
 	samples                 int
 	mint, maxt              int64
@@ -90,7 +92,7 @@ func (s *Spool) AddFile(ctx context.Context, path string, read func(done, size i
 		b = f.Bytes()
 	}
 	ct := "text/plain"
-	if ext := filepath.Ext(path); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(tail(b, 64)), []byte("# EOF")) {
+	if ext := strings.ToLower(filepath.Ext(path)); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(tail(b, 64)), []byte("# EOF")) {
 		ct = "application/openmetrics-text"
 	}
 	released := 0
@@ -142,16 +144,16 @@ func (s *Spool) sample(i int, t int64, v float64) error {
 		h = &spoolHour{}
 		s.hours[hr] = h
 	}
+	c := cap(h.buf)
 	h.buf = binary.LittleEndian.AppendUint32(h.buf, uint32(i))
 	h.buf = binary.LittleEndian.AppendUint64(h.buf, uint64(t))
 	h.buf = binary.LittleEndian.AppendUint64(h.buf, math.Float64bits(v))
 	h.samples++
 	s.samples++
-	s.buffered += spoolRecord
+	s.buffered += cap(h.buf) - c
 	s.mint, s.maxt = min(s.mint, t), max(s.maxt, t)
 	switch {
 	case len(h.buf) >= s.hourBuffer:
-		s.buffered -= len(h.buf)
 		return s.write(hr, h)
 	case s.buffered >= s.bufferLimit:
 		return s.flush()
@@ -159,12 +161,14 @@ func (s *Spool) sample(i int, t int64, v float64) error {
 	return nil
 }
 
-// flush writes every hour's buffered records to its file.
+// flush writes every hour's buffered records to its file and lets go of
+// the buffers.
 func (s *Spool) flush() error {
 	for hr, h := range s.hours {
 		if err := s.write(hr, h); err != nil {
 			return err
 		}
+		h.buf = nil
 	}
 	s.buffered = 0
 	return nil

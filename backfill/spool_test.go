@@ -280,3 +280,48 @@ func TestRunSlicedSpoolEqualsRun(t *testing.T) {
 		t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
 	}
 }
+
+// TestSpoolBuffersBounded: a file that sweeps many hours series after
+// series (as a year's dump does) holds at most the buffer limit in its
+// hours' buffers, and none of its samples are lost when they are let go of.
+func TestSpoolBuffersBounded(t *testing.T) {
+	s, err := NewSpool(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.hourBuffer, s.bufferLimit = 4<<10, 64<<10
+	const hours, series, perHour = 500, 20, 6
+	highest := 0
+	for i := range series {
+		if s.seriesIndex(labels.FromStrings(model.MetricNameLabel, "x", "i", strconv.Itoa(i))) != i {
+			t.Fatal("series index")
+		}
+		for hr := range int64(hours) {
+			for k := range int64(perHour) {
+				if err := s.sample(i, histStart+hr*hour+k*10*minute, float64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held := 0
+			for _, h := range s.hours {
+				held += cap(h.buf)
+			}
+			highest = max(highest, held)
+		}
+	}
+	if highest > s.bufferLimit+s.hourBuffer {
+		t.Errorf("the buffers held %d bytes, the limit is %d", highest, s.bufferLimit)
+	}
+	got, err := s.Read(context.Background(), histStart, histStart+hours*hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, x := range got {
+		n += len(x.Samples)
+	}
+	if len(got) != series || n != series*hours*perHour {
+		t.Errorf("read %d series, %d samples", len(got), n)
+	}
+}
