@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +41,7 @@ type backfillCommand struct {
 	progressFile string
 	noProgress   bool
 	slice        time.Duration
+	memory       memoryPolicy
 }
 
 func newBackfillCommand(app *kingpin.Application) *backfillCommand {
@@ -55,6 +57,12 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("slice", "History older than the raw tier's reach (its retention) is read and rolled up this much at a time, so the backfill holds one slice of it in memory, not the whole range. Files are parsed once into a spool of 20 bytes a sample under <storage.path>/"+rollupSpillDir+", removed at the end, and read back from there.").Default("1h").DurationVar(&c.slice)
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
+	c.cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
+		Default(strconv.Itoa(defaultGOGC)).IntVar(&c.memory.gogc)
+	c.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment: an import whose live heap nears the limit collects more often rather than be killed.").
+		Default("true").BoolVar(&c.memory.autoLimit)
+	c.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
+		Default("0.9").Float64Var(&c.memory.ratio)
 	return c
 }
 
@@ -76,6 +84,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	}
 	if c.slice <= 0 {
 		return fmt.Errorf("--slice must be positive, not %s", c.slice)
+	}
+	// The memory policy of strata serve, without its heap pacer: an
+	// import holds an hour of the history and the raw tier's reach.
+	if err := c.memory.apply(memorySources{root: "/"}, logger); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

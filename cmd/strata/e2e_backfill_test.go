@@ -311,7 +311,8 @@ func TestBackfillFilesShareSeries(t *testing.T) {
 	}
 
 	out := runStrata(t, "backfill", "--storage.path="+data, "--no-progress-bar", a, b)
-	if !strings.Contains(out, "series=1 samples=483") || !strings.Contains(out, "partitions_written=3") {
+	if !strings.Contains(out, "series=1 samples=483") || !strings.Contains(out, "partitions_written=3") ||
+		!strings.Contains(out, `msg="Go runtime memory policy" gogc=50`) {
 		t.Fatalf("backfill of two files of one series:\n%s", out)
 	}
 	// The second file's samples at the first file's timestamps win, as
