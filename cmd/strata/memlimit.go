@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -105,7 +106,7 @@ func (s memorySources) memoryLimit() (limit int64, from string, err error) {
 	if l, ok := s.cgroupV2Limit(); ok {
 		return l, "cgroup v2", nil
 	}
-	if l, ok := s.readLimit(filepath.Join(s.root, "sys/fs/cgroup/memory/memory.limit_in_bytes")); ok {
+	if l, ok := s.cgroupV1Limit(); ok {
 		return l, "cgroup v1", nil
 	}
 	total, err := s.memTotal()
@@ -135,6 +136,34 @@ func (s memorySources) cgroupV2Limit() (int64, bool) {
 	best, found := int64(math.MaxInt64), false
 	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
 		if l, ok := s.readLimit(filepath.Join(s.root, "sys/fs/cgroup", dir, "memory.max")); ok {
+			best, found = min(best, l), true
+		}
+		if dir == "/" {
+			break
+		}
+	}
+	return best, found
+}
+
+// cgroupV1Limit returns the smallest memory.limit_in_bytes from the
+// process's cgroup v1 memory path (/proc/self/cgroup) up to the hierarchy's
+// mount: a container sees its own cgroup at the mount, a process of a host
+// (a systemd slice, a cgroup made for it) at its path below it.
+func (s memorySources) cgroupV1Limit() (int64, bool) {
+	mount := filepath.Join(s.root, "sys/fs/cgroup/memory")
+	path := "/"
+	if data, err := os.ReadFile(filepath.Join(s.root, "proc/self/cgroup")); err == nil {
+		for line := range strings.Lines(string(data)) {
+			f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+			if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
+				path = f[2]
+				break
+			}
+		}
+	}
+	best, found := int64(math.MaxInt64), false
+	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
+		if l, ok := s.readLimit(filepath.Join(mount, dir, "memory.limit_in_bytes")); ok {
 			best, found = min(best, l), true
 		}
 		if dir == "/" {

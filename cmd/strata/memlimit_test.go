@@ -50,6 +50,13 @@ func TestMemoryLimit(t *testing.T) {
 			"sys/fs/cgroup/memory/memory.limit_in_bytes": "1073741824\n",
 			"proc/meminfo":                               meminfo,
 		}, 1 << 30, "cgroup v1"},
+		{"cgroup v1, the process's own cgroup below the mount", map[string]string{
+			"proc/self/cgroup":                                        "5:cpu,cpuacct:/\n4:memory:/batch/strata\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":              "9223372036854771712\n",
+			"sys/fs/cgroup/memory/batch/memory.limit_in_bytes":        "4294967296\n",
+			"sys/fs/cgroup/memory/batch/strata/memory.limit_in_bytes": "503316480\n",
+			"proc/meminfo": meminfo,
+		}, 480 << 20, "cgroup v1"},
 		{"cgroup v1 unlimited: system memory", map[string]string{
 			"sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
 			"proc/meminfo": meminfo,
