@@ -3,6 +3,7 @@ package backfill
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -72,8 +73,10 @@ func NewSpool(dir string) (*Spool, error) {
 
 // AddFile parses the file at path into the spool: OpenMetrics when its name
 // ends in .om or .openmetrics or its content in "# EOF", else the
-// Prometheus text format. read, when set, is told how many bytes of the
-// file have been parsed, now and then. A cancelled ctx ends the parse.
+// Prometheus text format; gzip-compressed when its name ends in .gz (it is
+// then decompressed into the spool's directory first, and removed after).
+// read, when set, is told how many bytes of the file have been parsed, now
+// and then. A cancelled ctx ends the parse.
 func (s *Spool) AddFile(ctx context.Context, path string, read func(done, size int)) (err error) {
 	info, err := os.Stat(path)
 	switch {
@@ -82,17 +85,28 @@ func (s *Spool) AddFile(ctx context.Context, path string, read func(done, size i
 	case !info.Mode().IsRegular():
 		return fmt.Errorf("read backfill input: %s is not a regular file", path)
 	}
+	name, text := path, path
+	if strings.EqualFold(filepath.Ext(path), ".gz") {
+		name = strings.TrimSuffix(path, filepath.Ext(path))
+		if text, err = s.gunzip(ctx, path); err != nil {
+			return fmt.Errorf("read backfill input %s: %w", path, err)
+		}
+		defer func() { err = errors.Join(err, os.Remove(text)) }()
+		if info, err = os.Stat(text); err != nil {
+			return fmt.Errorf("read backfill input %s: %w", path, err)
+		}
+	}
 	var b []byte
 	if info.Size() > 0 { // an empty file cannot be mapped
 		var f *fileutil.MmapFile
-		if f, err = fileutil.OpenMmapFile(path); err != nil {
+		if f, err = fileutil.OpenMmapFile(text); err != nil {
 			return fmt.Errorf("read backfill input %s: %w", path, err)
 		}
 		defer func() { err = errors.Join(err, f.Close()) }()
 		b = f.Bytes()
 	}
 	ct := "text/plain"
-	if ext := strings.ToLower(filepath.Ext(path)); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(tail(b, 64)), []byte("# EOF")) {
+	if ext := strings.ToLower(filepath.Ext(name)); ext == ".om" || ext == ".openmetrics" || bytes.HasSuffix(bytes.TrimSpace(tail(b, 64)), []byte("# EOF")) {
 		ct = "application/openmetrics-text"
 	}
 	released := 0
@@ -112,6 +126,48 @@ func (s *Spool) AddFile(ctx context.Context, path string, read func(done, size i
 		read(len(b), len(b))
 	}
 	return nil
+}
+
+// gunzip decompresses the file at path into a file of the spool's
+// directory and returns its path.
+func (s *Spool) gunzip(ctx context.Context, path string) (out string, err error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close() //nolint:errcheck // read only
+	zr, err := gzip.NewReader(bufio.NewReaderSize(in, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(s.dir, "input-*.txt")
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		n, rerr := zr.Read(buf)
+		if _, err := f.Write(buf[:n]); err != nil {
+			return "", err
+		}
+		if errors.Is(rerr, io.EOF) {
+			return f.Name(), nil
+		}
+		if rerr != nil {
+			return "", rerr
+		}
+	}
 }
 
 // tail returns the last n bytes of b at most.

@@ -1,6 +1,8 @@
 package backfill
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -323,5 +325,71 @@ func TestSpoolBuffersBounded(t *testing.T) {
 	}
 	if len(got) != series || n != series*hours*perHour {
 		t.Errorf("read %d series, %d samples", len(got), n)
+	}
+}
+
+// TestSpoolAddGzipFile: a .gz file is read as the file it compresses (its
+// type from the name under the .gz), its decompressed copy removed after;
+// a file that is not gzip is an error naming it.
+func TestSpoolAddGzipFile(t *testing.T) {
+	a, b := spoolInput(13)
+	dir := t.TempDir()
+	gz := func(name, text string) string {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write([]byte(text)); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plain, err := NewSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.AddText([]byte(a+b), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.AddFile(context.Background(), gz("history.prom.GZ", a+b), nil); err != nil {
+		t.Fatal(err)
+	}
+	// An OpenMetrics file without "# EOF" fails as OpenMetrics: its type
+	// came from the name under .gz.
+	if err := s.AddFile(context.Background(), gz("broken.om.gz", "g 1 1\n"), nil); err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Errorf("an OpenMetrics file without # EOF: %v", err)
+	}
+	notGzip := filepath.Join(dir, "plain.prom.gz")
+	if err := os.WriteFile(notGzip, []byte(a), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddFile(context.Background(), notGzip, nil); err == nil || !strings.Contains(err.Error(), notGzip) {
+		t.Errorf("not gzip: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.dir, "input-*")); len(left) != 0 {
+		t.Errorf("decompressed copies left: %v", left)
+	}
+	mint, maxt, _ := plain.Range()
+	want, err := plain.Read(context.Background(), mint, maxt+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Read(context.Background(), mint, maxt+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := normalize(got), normalize(want); !slices.EqualFunc(g, w, sameSeries) {
+		t.Errorf("the gzip file read back differs from its text")
 	}
 }

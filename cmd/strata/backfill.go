@@ -48,7 +48,7 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c := &backfillCommand{cmd: app.Command("backfill", "Import historical samples into the tiers: what the raw head can take goes to raw; older data goes straight into minute and hour rollups, and what of it lies within the raw retention also into raw blocks. Run it while strata serve is stopped.")}
 	c.cmd.Flag("config.file", "Strata configuration file (for storage path and retentions).").StringVar(&c.configFile)
 	c.cmd.Flag("storage.path", "Directory holding every tier (overrides the configuration).").StringVar(&c.storagePath)
-	c.cmd.Arg("file", "OpenMetrics (.om, .openmetrics) or Prometheus text files with a timestamp on every sample.").StringsVar(&c.files)
+	c.cmd.Arg("file", "OpenMetrics (.om, .openmetrics) or Prometheus text files with a timestamp on every sample; gzip-compressed when named .gz (e.g. history.om.gz).").StringsVar(&c.files)
 	c.cmd.Flag("remote-read.url", "Read the history from a Prometheus-compatible remote-read endpoint instead, e.g. http://prometheus:9090/api/v1/read.").StringVar(&c.readURL)
 	c.cmd.Flag("remote-read.match", "Series selector for --remote-read.url.").Default(`{__name__=~".+"}`).StringVar(&c.match)
 	c.cmd.Flag("remote-read.from", "Start of the range to read (RFC 3339 or a duration before now, e.g. 30d).").Default("7d").StringVar(&c.from)
