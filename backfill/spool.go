@@ -35,8 +35,7 @@ import (
 // for concurrent use.
 type Spool struct {
 	dir    string
-	series []labels.Labels
-	index  map[uint64][]int
+	series labelIndex
 	hours  map[int64]*spoolHour
 
 	buffered int // bytes the hours' buffers hold allocated
@@ -67,7 +66,7 @@ func NewSpool(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backfill spool: %w", err)
 	}
-	return &Spool{dir: d, index: map[uint64][]int{}, hours: map[int64]*spoolHour{},
+	return &Spool{dir: d, hours: map[int64]*spoolHour{},
 		hourBuffer: spoolHourBuffer, bufferLimit: spoolBuffered, mint: math.MaxInt64, maxt: math.MinInt64}, nil
 }
 
@@ -179,18 +178,11 @@ func (s *Spool) AddText(b []byte, contentType string) error {
 }
 
 func (s *Spool) seriesIndex(lset labels.Labels) int {
-	h := lset.Hash()
-	for _, i := range s.index[h] {
-		if labels.Equal(s.series[i], lset) {
-			return i
-		}
-	}
-	if len(s.series) == math.MaxUint32 {
+	i := s.series.index(lset)
+	if i > math.MaxUint32 {
 		panic("backfill spool: too many series") // 4 billion label sets do not fit in memory anyway
 	}
-	s.index[h] = append(s.index[h], len(s.series))
-	s.series = append(s.series, lset.Copy())
-	return len(s.series) - 1
+	return i
 }
 
 func (s *Spool) sample(i int, t int64, v float64) error {
@@ -255,7 +247,7 @@ func (s *Spool) path(hr int64) string {
 }
 
 // Series is the number of series added.
-func (s *Spool) Series() int { return len(s.series) }
+func (s *Spool) Series() int { return len(s.series.sets) }
 
 // Samples is the number of samples added.
 func (s *Spool) Samples() int { return s.samples }
@@ -311,7 +303,7 @@ func (s *Spool) Read(ctx context.Context, from, to int64) ([]Series, error) {
 			if !ok {
 				p = len(out)
 				at[i] = p
-				out = append(out, Series{Labels: s.series[i]})
+				out = append(out, Series{Labels: s.series.sets[i]})
 			}
 			out[p].Samples = append(out[p].Samples, Sample{T: t, V: math.Float64frombits(binary.LittleEndian.Uint64(rec[12:]))})
 		}

@@ -82,11 +82,8 @@ func NewStream(ctx context.Context, cfg Config, t Targets) (*Stream, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Stream{ctx: ctx, cfg: cfg, t: t, oldest: math.MinInt64, series: map[uint64][]*streamSeries{}, hour: math.MinInt64, now: math.MinInt64, until: math.MaxInt64}
+	s := &Stream{ctx: ctx, cfg: cfg, t: t, oldest: Horizon(cfg), series: map[uint64][]*streamSeries{}, hour: math.MinInt64, now: math.MinInt64, until: math.MaxInt64}
 	s.w = newPartitionWriter(ctx, t, cfg.KindOf, cfg.TempDir)
-	if cfg.HourRetention > 0 {
-		s.oldest = timegrid.Floor(cfg.Now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen)
-	}
 	return s, nil
 }
 

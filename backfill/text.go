@@ -101,25 +101,41 @@ func offsetIn(b, sub []byte) (int, bool) {
 	return int(off), true
 }
 
-// seriesList is ParseText's sink: the series in memory.
-type seriesList struct {
-	out   []Series
-	index map[uint64][]int
+// labelIndex numbers label sets in the order first seen, equal sets one
+// number: the series of a parse, for ParseText and Spool alike.
+type labelIndex struct {
+	sets   []labels.Labels
+	byHash map[uint64][]int
 }
 
-func (l *seriesList) seriesIndex(lset labels.Labels) int {
-	if l.index == nil {
-		l.index = map[uint64][]int{}
+// index returns lset's number, keeping a copy of lset when it is new.
+func (x *labelIndex) index(lset labels.Labels) int {
+	if x.byHash == nil {
+		x.byHash = map[uint64][]int{}
 	}
 	h := lset.Hash()
-	for _, i := range l.index[h] {
-		if labels.Equal(l.out[i].Labels, lset) {
+	for _, i := range x.byHash[h] {
+		if labels.Equal(x.sets[i], lset) {
 			return i
 		}
 	}
-	l.index[h] = append(l.index[h], len(l.out))
-	l.out = append(l.out, Series{Labels: lset.Copy()})
-	return len(l.out) - 1
+	x.byHash[h] = append(x.byHash[h], len(x.sets))
+	x.sets = append(x.sets, lset.Copy())
+	return len(x.sets) - 1
+}
+
+// seriesList is ParseText's sink: the series in memory.
+type seriesList struct {
+	ids labelIndex
+	out []Series
+}
+
+func (l *seriesList) seriesIndex(lset labels.Labels) int {
+	i := l.ids.index(lset)
+	if i == len(l.out) {
+		l.out = append(l.out, Series{Labels: l.ids.sets[i]})
+	}
+	return i
 }
 
 func (l *seriesList) sample(i int, t int64, v float64) error {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,12 +56,7 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("slice", "History older than the raw tier's reach (its retention) is read and rolled up this much at a time, so the backfill holds one slice of it in memory, not the whole range. Files are parsed once into a spool of 20 bytes a sample under <storage.path>/"+rollupSpillDir+", removed at the end, and read back from there.").Default("1h").DurationVar(&c.slice)
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
-	c.cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
-		Default(strconv.Itoa(defaultGOGC)).IntVar(&c.memory.gogc)
-	c.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment: an import whose live heap nears the limit collects more often rather than be killed.").
-		Default("true").BoolVar(&c.memory.autoLimit)
-	c.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
-		Default("0.9").Float64Var(&c.memory.ratio)
+	c.memory.flags(c.cmd, " An import whose live heap nears the limit collects more often rather than be killed.")
 	return c
 }
 

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/alecthomas/kingpin/v2"
 )
 
 // defaultGOGC is the garbage collector's target when GOGC is not set in the
@@ -41,6 +43,18 @@ type memoryPolicy struct {
 	// --runtime.heap-pacer.rise: the time constant with which a rise of the
 	// allocation rate reaches the pacer (0: at once; heapPacer.rise)
 	pacerRise time.Duration
+}
+
+// flags registers the policy's flags common to the commands that set it
+// (--runtime.gogc, --auto-gomemlimit, --auto-gomemlimit.ratio) on cmd;
+// why is appended to --auto-gomemlimit's help.
+func (m *memoryPolicy) flags(cmd *kingpin.CmdClause, why string) {
+	cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
+		Default(strconv.Itoa(defaultGOGC)).IntVar(&m.gogc)
+	cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment."+why).
+		Default("true").BoolVar(&m.autoLimit)
+	cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
+		Default("0.9").Float64Var(&m.ratio)
 }
 
 // memorySources are the files the limit is read from, for tests.

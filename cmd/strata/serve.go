@@ -58,8 +58,7 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		logConfig: &promslog.Config{},
 	}
 	s.cmd.Flag("config.file", "Strata configuration file, read over the embedded default (see docs/configuration.md).").StringVar(&s.configFile)
-	s.cmd.Flag("runtime.gogc", "Go garbage collector target percentage (GOGC) when the GOGC environment variable is not set: lower uses less memory and more CPU.").
-		Default(strconv.Itoa(defaultGOGC)).IntVar(&s.memory.gogc)
+	s.memory.flags(s.cmd, "")
 	s.cmd.Flag("runtime.heap-pacer", "Lower the Go runtime's soft memory limit to --runtime.heap-pacer.headroom above the lowest live heap of the last 16 garbage collections, so that a collection during a burst (the diagnosis engine's minute, a rule's query) does not raise the heap's goal; only while GOGC alone would collect at most every 3 s (a paced fleet, not heavy ingest); never above GOMEMLIMIT or --auto-gomemlimit's limit.").
 		Default("true").BoolVar(&s.memory.pacer)
 	s.cmd.Flag("runtime.heap-pacer.headroom", "Share of the baseline live heap the heap pacer lets the heap grow by between collections (GOGC's is GOGC/100, and it is never more): lower holds the heap closer to the live heap for more collections.").
@@ -68,10 +67,6 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		Default(defaultPacerInterval.String()).DurationVar(&s.memory.pacerInterval)
 	s.cmd.Flag("runtime.heap-pacer.rise", "Time constant with which a rise of the allocation rate reaches the heap pacer (its headroom, and whether it steps aside for heavy ingest): a burst shorter than this (an hour's flush) is collected more often rather than given more heap; a fall is followed at once; 0 follows the last 16 collections' rate at once.").
 		Default(defaultPacerRise.String()).DurationVar(&s.memory.pacerRise)
-	s.cmd.Flag("auto-gomemlimit", "Set GOMEMLIMIT (a soft memory limit for the Go runtime) from the container's memory limit, or the machine's memory, unless GOMEMLIMIT is set in the environment.").
-		Default("true").BoolVar(&s.memory.autoLimit)
-	s.cmd.Flag("auto-gomemlimit.ratio", "Fraction of the container's or machine's memory that --auto-gomemlimit sets GOMEMLIMIT to.").
-		Default("0.9").Float64Var(&s.memory.ratio)
 	o := &overrides{cmd: s.cmd}
 	s.flags = o
 	o.string("storage.path", "Directory holding every tier. (default: data)",
