@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/strata-dev/strata/downsample"
@@ -21,9 +22,11 @@ type ReadFunc func(ctx context.Context, from, to int64) ([]Series, error)
 // without holding all of it: the history before StreamEnd, which goes into
 // the rollup tiers alone, is read a slice at a time, oldest first, and
 // rolled up through a Stream; the rest (the raw tier's reach: at most the
-// raw retention and the hour before it) is read at once and imported by
-// Run, with its progress file. So a month of a fleet's history needs the
-// memory of one slice and of a day, not of the month.
+// raw retention and the hour before it) is read a slice of whole hours at
+// a time too, and each slice's minute partitions, raw blocks and head
+// samples written as Run writes them (reach). So a month of a fleet's
+// history needs the memory of one slice (or of one raw block's range,
+// when that is longer), not of the month or of the day raw keeps.
 //
 // History older than the hour tier's retention, which no tier would keep,
 // is not read (Run reads it and counts it dropped).
@@ -31,8 +34,10 @@ type ReadFunc func(ctx context.Context, from, to int64) ([]Series, error)
 // read is called for consecutive slices of at most slice each; the last
 // slice before StreamEnd reaches StaleLookahead past it, so that the
 // stream closes the windows before it as Run closes them (that part is
-// read again for Run). A stream keeps no progress: a rerun reads its
-// slices again and skips the minute partitions they wrote.
+// read again for the raw tier's reach). A stream keeps no progress: a
+// rerun reads its slices again and skips the minute partitions they wrote.
+// The raw tier's reach keeps Run's progress under cfg.InputID: a rerun of
+// the same input reads only the slices not finished.
 func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, slice time.Duration, t Targets, progress func(Progress)) (Result, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -59,13 +64,123 @@ func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, s
 	if to <= end {
 		return res, nil
 	}
-	input, err := read(ctx, max(from, end), to)
-	if err != nil {
-		return res, err
-	}
 	streamed := res
-	r, err := Run(ctx, cfg, input, t, func(p Progress) { progress(p.plus(streamed)) })
+	r, err := reach(ctx, cfg, read, max(from, end), to, slice.Milliseconds(), t, func(p Progress) { progress(p.plus(streamed)) })
 	return r.plus(streamed), err
+}
+
+// reach imports the history of [from, to), the raw tier's reach (from is
+// StreamEnd or later), into what Run given all of it at once would write,
+// a slice at a time: the minute partitions of the slice's hours, the raw
+// blocks whose range starts in it, the head's samples of it, and the
+// hour partitions of the days it ends. Slices end on whole hours; a slice
+// is read to StaleLookahead past its end for its last hour's windows, and
+// to the end of the raw blocks starting in it, so a read spans at most
+// the longer of the slice and the raw block duration, and five minutes.
+// Its progress is recorded as Run's, under cfg.InputID.
+func reach(ctx context.Context, cfg Config, read ReadFunc, from, to, slice int64, t Targets, progress func(Progress)) (Result, error) {
+	im, err := newImporter(ctx, cfg, t, cfg.InputID, progress)
+	if err != nil {
+		return Result{}, err
+	}
+	if im.st.Complete && im.st.Input != "" {
+		return im.res, nil // this input was imported whole
+	}
+	// Raw blocks take [blockFrom, blockTo); the head the rest.
+	blockFrom, blockTo := max(from, im.rawFrom), min(to, im.cutoff)
+	span := im.st.RawBlockRange
+	next := func(a int64) int64 {
+		return min(max(timegrid.Floor(a+slice, downsample.HourRes), timegrid.Floor(a, downsample.HourRes)+downsample.HourRes), to)
+	}
+	total := 0
+	for a := from; a < to; a = next(a) {
+		total++
+	}
+	for i, a := 0, from; a < to; i, a = i+1, next(a) {
+		b := next(a)
+		// Progress counts slices.
+		at := func(phase string) func(int, int) {
+			return func(int, int) { im.report(phase, i+1, total) }
+		}
+		var blocks []block
+		readTo := b + downsample.StaleLookahead
+		if blockFrom < blockTo {
+			for s := timegrid.Floor(max(a, blockFrom), span); s < min(b, blockTo); s += span {
+				// A block whose samples start in an earlier slice was
+				// written there.
+				if bf := max(s, blockFrom); bf >= a {
+					blocks = append(blocks, block{s, bf, min(s+span, blockTo)})
+					readTo = max(readTo, min(s+span, blockTo))
+				}
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return im.res, err
+		}
+		if im.recorded(a, b, blocks) {
+			// Done by the run this one resumes: not read again.
+			if err := im.hourPartitions(b, at("hour")); err != nil {
+				return im.res, err
+			}
+			continue
+		}
+		input, err := read(ctx, a, min(readTo, to))
+		if err != nil {
+			return im.res, err
+		}
+		series := normalize(input)
+		im.countDropped(series, a, b)
+		for h := timegrid.Floor(a, downsample.HourRes); h < min(b, im.cutoff); h += downsample.HourRes {
+			if err := im.minutePartition(series, h); err != nil {
+				return im.res, err
+			}
+			im.report("minute", i+1, total)
+		}
+		for _, x := range blocks {
+			if err := im.rawBlock(series, x.start, x.from, x.to); err != nil {
+				return im.res, err
+			}
+			im.report("raw blocks", i+1, total)
+		}
+		if t.Raw != nil && !im.st.RawDone && b > im.cutoff {
+			if err := im.head(series, a, b, at("raw")); err != nil {
+				return im.res, err
+			}
+		}
+		if err := im.hourPartitions(b, at("hour")); err != nil {
+			return im.res, err
+		}
+	}
+	if err := im.hourPartitions(math.MaxInt64, func(done, n int) { im.report("hour", done, n) }); err != nil {
+		return im.res, err
+	}
+	im.st.RawDone = true
+	return im.res, im.finish()
+}
+
+// recorded reports whether the progress file records every unit of the
+// slice [a, b) of the raw tier's reach done (its hours' minute partitions,
+// the raw blocks starting in it, its samples for the head), and marks the
+// days of its hours for their hour partitions, as minutePartition does.
+func (im *importer) recorded(a, b int64, blocks []block) bool {
+	first := timegrid.Floor(a, downsample.HourRes)
+	for h := first; h < min(b, im.cutoff); h += downsample.HourRes {
+		if !slices.Contains(im.st.Minute, h) {
+			return false
+		}
+	}
+	for _, x := range blocks {
+		if !slices.Contains(im.st.RawBlocks, x.start) {
+			return false
+		}
+	}
+	if im.t.Raw != nil && b > im.cutoff && !im.st.RawDone && im.st.RawMark < b {
+		return false
+	}
+	for h := first; h < min(b, im.cutoff); h += downsample.HourRes {
+		im.days[timegrid.Floor(h, downsample.DayLen)] = true
+	}
+	return true
 }
 
 // StreamEnd is the hour before which a backfill only rolls history up
@@ -185,6 +300,10 @@ func streamSlice(st *Stream, input []Series, from, to int64) error {
 	}
 	return nil
 }
+
+// block is a raw block's range (start) and the part of it a backfill
+// writes, [from, to).
+type block struct{ start, from, to int64 }
 
 // plus adds q's counts to p's; p's phase and position stay.
 func (p Progress) plus(q Progress) Progress {

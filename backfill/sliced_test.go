@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,9 +68,9 @@ func slicedInput(start, end, streamEnd int64) []Series {
 // TestRunSlicedEqualsRun: three days of history up to an empty raw tier,
 // imported by RunSliced in slices of 90 minutes (not aligned to the hours)
 // and of a day, give exactly the minute and hour partitions, raw samples
-// (blocks and head) and counts of Run given everything at once; the
-// slices are read in time order, consecutive, and only the last before
-// the stream's end reaches past it.
+// (blocks and head) and counts of Run given everything at once, and no
+// read spans more than a slice and the windows' lookahead
+// (checkSliceReads).
 func TestRunSlicedEqualsRun(t *testing.T) {
 	now := histEnd + 15*minute
 	cfg := testConfig()
@@ -76,25 +78,38 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 	end := timegrid.Floor(now-24*hour, hour)
 	input := slicedInput(histStart, histEnd, end)
 
-	ref := openEnv(t, true)
-	want, err := Run(context.Background(), cfg, input, ref.targets(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want.DroppedHistogramSamples == 0 || want.HistogramSamples == 0 || want.RawBlockSamples == 0 || want.RawSamples == 0 {
-		t.Fatalf("the reference import does not reach every part: %+v", want)
-	}
-	ref.raw = reopenRaw(t, ref.raw) // loads the blocks
+	for _, c := range []struct{ slice, block time.Duration }{
+		{90 * time.Minute, time.Hour},
+		{24 * time.Hour, time.Hour},
+		// Raw blocks longer than a slice: a slice is read to the end of
+		// the block that starts in it.
+		{time.Hour, 3 * time.Hour},
+	} {
+		t.Run(fmt.Sprintf("slice=%s,block=%s", c.slice, c.block), func(t *testing.T) {
+			open := func() env {
+				e := openEnv(t, true)
+				rc := e.raw.Config()
+				rc.BlockDuration = c.block
+				e.raw = reopenRawConfig(t, e.raw, rc)
+				return e
+			}
+			ref := open()
+			want, err := Run(context.Background(), cfg, input, ref.targets(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want.DroppedHistogramSamples == 0 || want.HistogramSamples == 0 || want.RawBlockSamples == 0 || want.RawSamples == 0 {
+				t.Fatalf("the reference import does not reach every part: %+v", want)
+			}
+			ref.raw = reopenRaw(t, ref.raw) // loads the blocks
 
-	for _, slice := range []time.Duration{90 * time.Minute, 24 * time.Hour} {
-		t.Run(slice.String(), func(t *testing.T) {
-			e := openEnv(t, true)
+			e := open()
 			if got := StreamEnd(cfg, e.targets()); got != end {
 				t.Fatalf("StreamEnd = %s, want %s", fmtMs(got), fmtMs(end))
 			}
 			r := &sliceReader{input: input}
 			var phases []string
-			got, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, slice, e.targets(), func(p Progress) {
+			got, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, c.slice, e.targets(), func(p Progress) {
 				if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 					phases = append(phases, p.Phase)
 				}
@@ -102,33 +117,83 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fmt.Sprint(phases) != "[stream minute hour raw blocks raw]" {
+			if phases[0] != "stream" || !allOf(phases, "minute", "hour", "raw blocks", "raw") {
 				t.Errorf("phases %v", phases)
 			}
 			got.Phase, got.Done, got.Total = want.Phase, want.Done, want.Total
 			if got != want {
 				t.Errorf("RunSliced\n%+v\nRun\n%+v", got, want)
 			}
-			// Consecutive slices up to the end, the last one StaleLookahead
-			// beyond it; then Run's read from the end.
-			n := len(r.reads)
-			if n < 3 || r.reads[0][0] != histStart || r.reads[n-1] != [2]int64{end, histEnd} ||
-				r.reads[n-2][1] != end+downsample.StaleLookahead {
-				t.Errorf("reads %v", r.reads)
-			}
-			for i, rd := range r.reads[:n-1] {
-				if rd[1]-rd[0] > slice.Milliseconds()+downsample.StaleLookahead || i > 0 && rd[0] != r.reads[i-1][1] {
-					t.Errorf("read %d: %s to %s after %v", i, fmtMs(rd[0]), fmtMs(rd[1]), r.reads[:i])
-				}
-			}
-
+			checkSliceReads(t, r.reads, histStart, end, histEnd, c.slice, c.block)
 			sameRollups(t, ref, e)
 			e.raw = reopenRaw(t, e.raw)
 			if a, b := rawDump(t, ref.raw), rawDump(t, e.raw); a != b {
 				t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
 			}
+			if a, b := blockRanges(ref.raw), blockRanges(e.raw); !slices.Equal(a, b) {
+				t.Errorf("raw blocks %v, want %v", b, a)
+			}
 		})
 	}
+}
+
+// blockRanges are the time ranges of raw's blocks.
+func blockRanges(raw *tiers.Raw) []string {
+	var out []string
+	for _, b := range raw.DB().Blocks() {
+		out = append(out, fmtMs(b.Meta().MinTime)+"/"+fmtMs(b.Meta().MaxTime))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkSliceReads checks the ranges RunSliced read of [from, to), whose
+// stream ends at end: the stream's slices are consecutive and at most a
+// slice long, the last one StaleLookahead past the end; the raw tier's
+// reach is read from the end to to in slices of whole hours (at least
+// one), each starting where the one before ended and read to
+// StaleLookahead past its end, or at most to the end of a raw block
+// (block long) that starts in it.
+func checkSliceReads(t *testing.T, reads [][2]int64, from, end, to int64, slice, block time.Duration) {
+	t.Helper()
+	i := 0
+	for ; i < len(reads) && reads[i][0] < end; i++ {
+		rd := reads[i]
+		if i == 0 && rd[0] != from {
+			t.Errorf("the first read starts at %s, want %s", fmtMs(rd[0]), fmtMs(from))
+		}
+		if rd[1]-rd[0] > slice.Milliseconds()+downsample.StaleLookahead || i > 0 && rd[0] != reads[i-1][1] {
+			t.Errorf("stream read %d: %s to %s after %v", i, fmtMs(rd[0]), fmtMs(rd[1]), reads[:i])
+		}
+	}
+	if i == 0 || reads[i-1][1] != end+downsample.StaleLookahead {
+		t.Errorf("the stream's reads %v do not end StaleLookahead past %s", reads[:i], fmtMs(end))
+	}
+	if i == len(reads) {
+		t.Fatal("the raw tier's reach was not read")
+	}
+	step := max(timegrid.Floor(slice.Milliseconds(), hour), hour)
+	a := end
+	for j, rd := range reads[i:] {
+		b := min(a+step, to)
+		lo, hi := min(b+downsample.StaleLookahead, to), min(max(b+downsample.StaleLookahead, a+block.Milliseconds()), to)
+		if rd[0] != a || rd[1] < lo || rd[1] > hi {
+			t.Errorf("reach read %d: %s to %s, want from %s to %s-%s", j, fmtMs(rd[0]), fmtMs(rd[1]), fmtMs(a), fmtMs(lo), fmtMs(hi))
+		}
+		a = b
+	}
+	if a != to {
+		t.Errorf("the reach's reads end at %s, want %s", fmtMs(a), fmtMs(to))
+	}
+}
+
+func allOf(have []string, want ...string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestRunSlicedWithoutRaw: with no raw tier everything is streamed, and
@@ -249,4 +314,76 @@ func TestRunSlicedReadError(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameRollups(t, ref, e)
+}
+
+// TestRunSlicedResumesReach: an import whose source fails part-way
+// through the raw tier's reach resumes, under the same InputID, after the
+// last slice it finished: those slices are not read again, no raw block is
+// written twice, and the tiers end as one uninterrupted import leaves them.
+// The same input again reads nothing of the reach; another input is
+// refused while one is unfinished.
+func TestRunSlicedResumesReach(t *testing.T) {
+	now := histEnd + 15*minute
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	end := timegrid.Floor(now-24*hour, hour)
+	input := slicedInput(histStart, histEnd, end)
+
+	ref := openEnv(t, true)
+	if _, err := RunSliced(context.Background(), cfg, (&sliceReader{input: input}).read, histStart, histEnd, time.Hour, ref.targets(), nil); err != nil {
+		t.Fatal(err)
+	}
+	ref.raw = reopenRaw(t, ref.raw)
+
+	e := openEnv(t, true)
+	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+	cfg.InputID = "input-a"
+	failAt := end + 10*hour
+	r := &sliceReader{input: input}
+	failing := func(ctx context.Context, from, to int64) ([]Series, error) {
+		if from == failAt {
+			return nil, errors.New("source down")
+		}
+		return r.read(ctx, from, to)
+	}
+	if _, err := RunSliced(context.Background(), cfg, failing, histStart, histEnd, time.Hour, e.targets(), nil); err == nil || !strings.Contains(err.Error(), "source down") {
+		t.Fatalf("RunSliced = %v, want the read's error", err)
+	}
+	other := cfg
+	other.InputID = "input-b"
+	if _, err := RunSliced(context.Background(), other, r.read, histStart, histEnd, time.Hour, e.targets(), nil); !errors.Is(err, ErrProgressMismatch) {
+		t.Errorf("another input while one is unfinished: %v, want ErrProgressMismatch", err)
+	}
+
+	r.reads = nil
+	if _, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, time.Hour, e.targets(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var reach [][2]int64
+	for _, rd := range r.reads {
+		if rd[0] >= end {
+			reach = append(reach, rd)
+		}
+	}
+	if len(reach) == 0 || reach[0][0] != failAt {
+		t.Errorf("the resumed reach read %v, want from %s on", reach, fmtMs(failAt))
+	}
+	sameRollups(t, ref, e)
+	e.raw = reopenRaw(t, e.raw)
+	if a, b := rawDump(t, ref.raw), rawDump(t, e.raw); a != b {
+		t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
+	}
+	if a, b := blockRanges(ref.raw), blockRanges(e.raw); !slices.Equal(a, b) {
+		t.Errorf("raw blocks %v, want %v", b, a)
+	}
+
+	r.reads = nil
+	if _, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, time.Hour, e.targets(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, rd := range r.reads {
+		if rd[0] >= end {
+			t.Errorf("a finished import read %s to %s of the reach again", fmtMs(rd[0]), fmtMs(rd[1]))
+		}
+	}
 }

@@ -8,10 +8,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -244,6 +247,32 @@ func (s *Spool) write(hr int64, h *spoolHour) error {
 
 func (s *Spool) path(hr int64) string {
 	return filepath.Join(s.dir, strconv.FormatInt(hr, 10))
+}
+
+// Fingerprint identifies the spooled input for a backfill's progress file
+// (Config.InputID): its series, in any order, and how many samples each
+// hour holds.
+func (s *Spool) Fingerprint() string {
+	hashes := make([]uint64, len(s.series.sets))
+	for i, l := range s.series.sets {
+		hashes[i] = l.Hash()
+	}
+	slices.Sort(hashes)
+	hours := slices.Sorted(maps.Keys(s.hours))
+	h := fnv.New64a()
+	var b [8]byte
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		h.Write(b[:])
+	}
+	for _, x := range hashes {
+		put(x)
+	}
+	for _, hr := range hours {
+		put(uint64(hr))
+		put(uint64(s.hours[hr].samples))
+	}
+	return fmt.Sprintf("spool-%d-series-%d-samples-%016x", len(hashes), s.samples, h.Sum64())
 }
 
 // Series is the number of series added.

@@ -53,7 +53,7 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("remote-read.from", "Start of the range to read (RFC 3339 or a duration before now, e.g. 30d).").Default("7d").StringVar(&c.from)
 	c.cmd.Flag("remote-read.to", "End of the range to read (RFC 3339, or a duration before now; 0s is now).").Default("0s").StringVar(&c.to)
 	c.cmd.Flag("remote-read.drop-label", "Label to remove from every series read with --remote-read.url (repeatable), e.g. the external labels a Prometheus or Strata source adds to what it answers. Two series that only this label told apart are an error.").StringsVar(&c.dropLabels)
-	c.cmd.Flag("slice", "History older than the raw tier's reach (its retention) is read and rolled up this much at a time, so the backfill holds one slice of it in memory, not the whole range. Files are parsed once into a spool of 20 bytes a sample under <storage.path>/"+rollupSpillDir+", removed at the end, and read back from there.").Default("1h").DurationVar(&c.slice)
+	c.cmd.Flag("slice", "The history is read and imported this much at a time, so the backfill holds one slice of it in memory, not the whole range; within the raw tier's reach (its retention) in whole hours, each slice reaching to the end of a raw block that starts in it. Files are parsed once into a spool of 20 bytes a sample under <storage.path>/"+rollupSpillDir+", removed at the end, and read back from there.").Default("1h").DurationVar(&c.slice)
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
 	c.memory.flags(c.cmd, " An import whose live heap nears the limit collects more often rather than be killed.")
@@ -80,7 +80,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("--slice must be positive, not %s", c.slice)
 	}
 	// The memory policy of strata serve, without its heap pacer: an
-	// import holds an hour of the history and the raw tier's reach.
+	// import holds a slice of the history.
 	if err := c.memory.apply(memorySources{root: "/"}, logger); err != nil {
 		return err
 	}
@@ -140,6 +140,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	}
 	bcfg.TempDir = filepath.Join(cfg.Storage.Path, rollupSpillDir)
 	bcfg.ProgressFile = c.progressFile
+	if spool != nil {
+		bcfg.InputID = spool.Fingerprint()
+	} else {
+		bcfg.InputID = fmt.Sprintf("remote-read %s %s drop %v [%d, %d)", c.readURL, reader.matchers, c.dropLabels, from, to)
+	}
 	if bcfg.ProgressFile == "" {
 		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")
 	}
