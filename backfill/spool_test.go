@@ -397,3 +397,40 @@ func TestSpoolAddGzipFile(t *testing.T) {
 		t.Errorf("the gzip file read back differs from its text")
 	}
 }
+
+// TestSpoolFingerprint: the spool's fingerprint, a backfill's InputID,
+// does not depend on the order of the files, and changes with the series,
+// with a sample more, and with a sample moved to another hour.
+func TestSpoolFingerprint(t *testing.T) {
+	const (
+		a = "x{i=\"1\"} 1 1772341200000\nx{i=\"1\"} 2 1772341230000\n"
+		b = "x{i=\"2\"} 1 1772341200000\n"
+	)
+	fp := func(texts ...string) string {
+		t.Helper()
+		s, err := NewSpool(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for _, x := range texts {
+			if err := s.AddText([]byte(x), "text/plain"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Fingerprint()
+	}
+	ab := fp(a, b)
+	if ba := fp(b, a); ba != ab {
+		t.Errorf("files in another order: %s, want %s", ba, ab)
+	}
+	for name, texts := range map[string][]string{
+		"another series":         {a, "x{i=\"3\"} 1 1772341200000\n"},
+		"a sample more":          {a, b, "x{i=\"2\"} 5 1772341260000\n"},
+		"a sample an hour later": {a, "x{i=\"2\"} 1 1772344800000\n"},
+	} {
+		if got := fp(texts...); got == ab {
+			t.Errorf("%s: the same fingerprint %s", name, got)
+		}
+	}
+}
