@@ -98,6 +98,13 @@ type Config struct {
 	RawRetention time.Duration
 	// HourRetention is the hour tier's retention: older samples are skipped.
 	HourRetention time.Duration
+	// MaxFutureSkew is how far past Now a sample may lie: later ones are
+	// dropped and counted (Progress.FutureSamples), as the remote-write
+	// receiver refuses them (remote_write.max_future_skew). In the raw
+	// tier's head a sample an hour ahead would make every live sample more
+	// than half a block duration behind it too old until the clock caught
+	// up. Zero (or less) sets no limit.
+	MaxFutureSkew time.Duration
 	// BatchSize is the number of samples per raw commit.
 	BatchSize int
 	// TempDir is where the hour tier's build keeps its temporary runs (a
@@ -109,10 +116,11 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultConfig returns the tiers' default retentions, 10,000-sample raw
-// commits and the wall clock.
+// DefaultConfig returns the tiers' default retentions, the receiver's
+// default future skew (10 minutes), 10,000-sample raw commits and the wall
+// clock.
 func DefaultConfig() Config {
-	return Config{RawRetention: 24 * time.Hour, HourRetention: 365 * 24 * time.Hour, BatchSize: 10_000, Now: time.Now}
+	return Config{RawRetention: 24 * time.Hour, HourRetention: 365 * 24 * time.Hour, MaxFutureSkew: 10 * time.Minute, BatchSize: 10_000, Now: time.Now}
 }
 
 // Targets are the tiers a backfill writes. Raw may be nil: then every sample
@@ -149,8 +157,12 @@ type Progress struct {
 	// the head or in blocks (also in RawSamples or RawBlockSamples).
 	HistogramSamples int
 	// DroppedHistogramSamples are the native histogram samples older than
-	// the raw retention, which no tier takes (also in DroppedSamples).
+	// the raw retention, which no tier takes, or too far in the future
+	// (also in DroppedSamples).
 	DroppedHistogramSamples int
+	// FutureSamples are the samples more than Config.MaxFutureSkew past
+	// the clock, not imported (also in DroppedSamples).
+	FutureSamples int
 }
 
 // Result is the final Progress.
@@ -232,6 +244,8 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 		return Result{}, err
 	}
 
+	im.countDropped(series, math.MinInt64, math.MaxInt64)
+	series = im.withoutFuture(series)
 	// mint and maxt span every sample; fmint and fmaxt the float samples,
 	// which alone reach the rollup tiers.
 	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)
@@ -243,7 +257,6 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 			fmint, fmaxt = min(fmint, s.Samples[0].T), max(fmaxt, s.Samples[n-1].T)
 		}
 	}
-	im.countDropped(series, math.MinInt64, math.MaxInt64)
 
 	// Minute partitions below the cutoff.
 	first := max(timegrid.Floor(fmint, downsample.HourRes), im.oldest)
@@ -305,8 +318,8 @@ type importer struct {
 	// first run of an input: raw has grown since); oldest the first time
 	// a tier keeps; rawFrom the first raw blocks take (math.MaxInt64
 	// without raw or its retention); histFrom the first a native histogram
-	// has a tier for.
-	cutoff, oldest, rawFrom, histFrom int64
+	// has a tier for; newest the last time imported (futureLimit).
+	cutoff, oldest, rawFrom, histFrom, newest int64
 	// days are the days whose minute partitions this import wrote and whose
 	// hour partitions are still to be built.
 	days map[int64]bool
@@ -330,7 +343,7 @@ func newImporter(ctx context.Context, cfg Config, t Targets, input string, progr
 	if input == "" {
 		cfg.ProgressFile = ""
 	}
-	im := &importer{ctx: ctx, cfg: cfg, t: t, progress: progress, oldest: Horizon(cfg), rawFrom: math.MaxInt64, days: map[int64]bool{}}
+	im := &importer{ctx: ctx, cfg: cfg, t: t, progress: progress, oldest: Horizon(cfg), rawFrom: math.MaxInt64, newest: futureLimit(cfg), days: map[int64]bool{}}
 	now := cfg.Now().UnixMilli()
 	cutoff := int64(math.MaxInt64)
 	if t.Raw != nil {
@@ -398,23 +411,68 @@ func (im *importer) finish() error {
 	return im.save()
 }
 
-// countDropped counts the samples of series in [from, to) that no tier
-// keeps: floats older than the hour tier's retention, native histograms
-// older than the raw retention.
+// countDropped counts the samples of series in [from, to) that are not
+// imported: floats older than the hour tier's retention, native histograms
+// older than the raw retention, and samples too far in the future.
 func (im *importer) countDropped(series []Series, from, to int64) {
 	for _, s := range series {
 		for _, x := range s.Samples {
-			if x.T >= from && x.T < to && x.T < im.oldest {
+			if x.T < from || x.T >= to {
+				continue
+			}
+			switch {
+			case x.T < im.oldest:
 				im.res.DroppedSamples++
+			case x.T > im.newest:
+				im.res.DroppedSamples++
+				im.res.FutureSamples++
 			}
 		}
 		for _, x := range s.Histograms {
-			if x.T >= from && x.T < to && x.T < im.histFrom {
-				im.res.DroppedSamples++
-				im.res.DroppedHistogramSamples++
+			if x.T < from || x.T >= to || x.T >= im.histFrom && x.T <= im.newest {
+				continue
+			}
+			im.res.DroppedSamples++
+			im.res.DroppedHistogramSamples++
+			if x.T > im.newest {
+				im.res.FutureSamples++
 			}
 		}
 	}
+}
+
+// withoutFuture cuts the samples after im.newest off series (normalized:
+// their samples in time order).
+func (im *importer) withoutFuture(series []Series) []Series {
+	return cutAfter(series, im.newest)
+}
+
+// cutAfter cuts the samples after t off series, whose samples are in time
+// order, in place, and drops the series left empty.
+func cutAfter(series []Series, t int64) []Series {
+	out := series[:0]
+	for _, s := range series {
+		i, _ := slices.BinarySearchFunc(s.Samples, t+1, func(x Sample, t int64) int { return cmp.Compare(x.T, t) })
+		j, _ := slices.BinarySearchFunc(s.Histograms, t+1, func(x HistogramSample, t int64) int { return cmp.Compare(x.T, t) })
+		s.Samples, s.Histograms = s.Samples[:i], s.Histograms[:j]
+		if i+j > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// futureLimit is the newest time a backfill imports: cfg.MaxFutureSkew
+// past its clock (math.MaxInt64 without a limit).
+func futureLimit(cfg Config) int64 {
+	if cfg.MaxFutureSkew <= 0 {
+		return math.MaxInt64
+	}
+	now := time.Now
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
+	return now().Add(cfg.MaxFutureSkew).UnixMilli()
 }
 
 // minutePartition writes hour h's minute partition from series, which

@@ -835,3 +835,55 @@ func TestBackfillCountsRefusedRaw(t *testing.T) {
 		t.Errorf("blocks %d, refused %d, dropped %d, appended %d; want 60, 15, 15, 30", res.RawBlockSamples, res.RefusedRawSamples, res.DroppedSamples, res.RawSamples)
 	}
 }
+
+// TestBackfillDropsFutureSamples: history whose last samples lie more than
+// MaxFutureSkew past the clock (a source's skewed clock, times written in
+// the wrong zone) has those samples dropped and counted, by Run and by
+// RunSliced alike, and the raw tier still takes a live sample at now
+// afterwards. In the head, a sample an hour ahead made every live sample
+// more than half a block duration behind it too old.
+func TestBackfillDropsFutureSamples(t *testing.T) {
+	now := timegrid.Floor(histEnd, hour) + 20*minute
+	cfg := testConfig()
+	cfg.Now = func() time.Time { return time.UnixMilli(now) }
+	cfg.MaxFutureSkew = 10 * time.Minute
+	x := Series{Labels: labels.FromStrings(model.MetricNameLabel, "x")}
+	for ts := now - 3*hour; ts <= now+2*hour; ts += minute {
+		x.Samples = append(x.Samples, Sample{ts, float64(ts)})
+	}
+	h := Series{Labels: labels.FromStrings(model.MetricNameLabel, "h")}
+	for i, ts := 0, now-30*minute; ts <= now+30*minute; i, ts = i+1, ts+5*minute {
+		h.Histograms = append(h.Histograms, HistogramSample{T: ts, H: testHistogram(i)})
+	}
+	input := []Series{x, h}
+	const future = 110 + 4 // x: now+11m..now+2h; h: now+15m..now+30m
+	for _, sliced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sliced=%v", sliced), func(t *testing.T) {
+			e := openEnv(t, true)
+			var res Result
+			var err error
+			if sliced {
+				r := &sliceReader{input: input}
+				res, err = RunSliced(context.Background(), cfg, r.read, now-3*hour, now+2*hour+1, time.Hour, e.targets(), nil)
+			} else {
+				res, err = Run(context.Background(), cfg, input, e.targets(), nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.FutureSamples != future || res.DroppedSamples != future || res.DroppedHistogramSamples != 4 {
+				t.Errorf("future %d, dropped %d (histograms %d); want %d, %d (4)", res.FutureSamples, res.DroppedSamples, res.DroppedHistogramSamples, future, future)
+			}
+			if _, maxt, _ := e.raw.Bounds(); maxt > now+10*minute {
+				t.Errorf("raw holds a sample at %s, past now+10m", fmtMs(maxt))
+			}
+			app := e.raw.AppenderV2(context.Background())
+			if _, err := app.Append(0, labels.FromStrings(model.MetricNameLabel, "live"), 0, now+time.Minute.Milliseconds(), 1, nil, nil, storage.AppendV2Options{}); err != nil {
+				t.Errorf("a live sample after the backfill: %v", err)
+			}
+			if err := app.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

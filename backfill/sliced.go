@@ -130,6 +130,7 @@ func reach(ctx context.Context, cfg Config, read ReadFunc, from, to, slice int64
 		}
 		series := normalize(input)
 		im.countDropped(series, a, b)
+		series = im.withoutFuture(series)
 		for h := timegrid.Floor(a, downsample.HourRes); h < min(b, im.cutoff); h += downsample.HourRes {
 			if err := im.minutePartition(series, h); err != nil {
 				return im.res, err
@@ -210,6 +211,7 @@ func stream(ctx context.Context, cfg Config, read ReadFunc, from, to, end, slice
 		return Result{}, err
 	}
 	st.until = end
+	newest := futureLimit(cfg)
 	stop := min(to, end)
 	total := int((stop - from + slice - 1) / slice)
 	type sliceRead struct {
@@ -240,7 +242,7 @@ func stream(ctx context.Context, cfg Config, read ReadFunc, from, to, end, slice
 	i := 0
 	for r := range reads {
 		if err = r.err; err == nil {
-			err = streamSlice(st, r.series, r.from, r.to)
+			err = streamSlice(st, r.series, r.from, r.to, newest)
 		}
 		if err != nil {
 			break
@@ -264,20 +266,36 @@ func stream(ctx context.Context, cfg Config, read ReadFunc, from, to, end, slice
 }
 
 // streamSlice appends the float samples of [from, to) in input to st, in
-// time order across series. Native histograms are older than the raw
-// retention here, and dropped as Run drops them.
-func streamSlice(st *Stream, input []Series, from, to int64) error {
+// time order across series, up to newest (futureLimit): later ones are
+// dropped and counted, as Run drops them. Native histograms are older than
+// the raw retention here, or have no raw tier, and are dropped as Run
+// drops them.
+func streamSlice(st *Stream, input []Series, from, to, newest int64) error {
 	series := normalize(input)
 	h := cursorHeap{}
+	counted := min(to, st.until) // the samples after it are the next slice's
 	for i := range series {
 		s := &series[i]
 		for _, x := range s.Histograms {
-			if x.T >= from && x.T < min(to, st.until) {
+			if x.T >= from && x.T < counted {
 				st.res.DroppedSamples++
 				st.res.DroppedHistogramSamples++
+				if x.T > newest {
+					st.res.FutureSamples++
+				}
 			}
 		}
 		s.Histograms = nil
+		for _, x := range s.Samples {
+			if x.T > newest && x.T >= from && x.T < counted {
+				st.res.DroppedSamples++
+				st.res.FutureSamples++
+			}
+		}
+	}
+	series = cutAfter(series, newest)
+	for i := range series {
+		s := &series[i]
 		// Only [from, to): a reader that returns more would hand the
 		// stream a sample twice, or one after a later one.
 		if c := cursorAt(s, from); c.t() < to {
@@ -315,5 +333,6 @@ func (p Progress) plus(q Progress) Progress {
 	p.RefusedRawSamples += q.RefusedRawSamples
 	p.HistogramSamples += q.HistogramSamples
 	p.DroppedHistogramSamples += q.DroppedHistogramSamples
+	p.FutureSamples += q.FutureSamples
 	return p
 }

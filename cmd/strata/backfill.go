@@ -135,6 +135,9 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	bcfg := backfill.DefaultConfig()
 	bcfg.RawRetention = time.Duration(cfg.Storage.Raw.Retention)
 	bcfg.HourRetention = time.Duration(cfg.Storage.Hour.Retention)
+	if skew := time.Duration(cfg.RemoteWrite.MaxFutureSkew); skew > 0 {
+		bcfg.MaxFutureSkew = skew // else the receiver's default, as serve takes it
+	}
 	if bcfg.KindOf, err = rollupTyping(); err != nil {
 		return err
 	}
@@ -172,6 +175,10 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if res.RefusedRawSamples > 0 {
 		logger.Warn("the raw tier's head refused samples of the backfill: they are behind what it accepts (in order up to half of storage.raw.block_duration behind its newest sample, or within storage.out_of_order_time_window) in hours whose rollups the live pipeline writes from raw; history that reaches into what raw already holds is imported whole only into a store that does not hold it yet, or with an out-of-order window that covers it",
 			"samples", res.RefusedRawSamples)
+	}
+	if res.FutureSamples > 0 {
+		logger.Warn("samples more than remote_write.max_future_skew past this machine's clock were not backfilled (a source's clock ahead, or times written in another zone): in the raw tier's head they would make every live sample behind them too old, as the remote-write receiver refuses them",
+			"samples", res.FutureSamples, "max_future_skew", model.Duration(bcfg.MaxFutureSkew))
 	}
 	if res.DroppedHistogramSamples > 0 {
 		logger.Warn("native histogram samples older than the raw retention are not backfilled: the rollup tiers hold floats only",
