@@ -116,6 +116,14 @@ type Config struct {
 	Now func() time.Time
 }
 
+// clock is the time now by c.Now, or the wall clock without it.
+func (c Config) clock() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
 // DefaultConfig returns the tiers' default retentions, the receiver's
 // default future skew (10 minutes), 10,000-sample raw commits and the wall
 // clock.
@@ -468,11 +476,7 @@ func futureLimit(cfg Config) int64 {
 	if cfg.MaxFutureSkew <= 0 {
 		return math.MaxInt64
 	}
-	now := time.Now
-	if cfg.Now != nil {
-		now = cfg.Now
-	}
-	return now().Add(cfg.MaxFutureSkew).UnixMilli()
+	return cfg.clock().Add(cfg.MaxFutureSkew).UnixMilli()
 }
 
 // minutePartition writes hour h's minute partition from series, which
@@ -563,11 +567,7 @@ func Horizon(cfg Config) int64 {
 	if cfg.HourRetention <= 0 {
 		return math.MinInt64
 	}
-	now := time.Now
-	if cfg.Now != nil {
-		now = cfg.Now
-	}
-	return timegrid.Floor(now().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen)
+	return timegrid.Floor(cfg.clock().UnixMilli()-cfg.HourRetention.Milliseconds(), downsample.DayLen)
 }
 
 // emptyRawCutoff is the cutoff for a raw tier without data: the hour a

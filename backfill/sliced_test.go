@@ -125,15 +125,24 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 				t.Errorf("RunSliced\n%+v\nRun\n%+v", got, want)
 			}
 			checkSliceReads(t, r.reads, histStart, end, histEnd, c.slice, c.block)
-			sameRollups(t, ref, e)
-			e.raw = reopenRaw(t, e.raw)
-			if a, b := rawDump(t, ref.raw), rawDump(t, e.raw); a != b {
-				t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
-			}
-			if a, b := blockRanges(ref.raw), blockRanges(e.raw); !slices.Equal(a, b) {
-				t.Errorf("raw blocks %v, want %v", b, a)
-			}
+			sameTiers(t, ref, &e)
 		})
+	}
+}
+
+// sameTiers checks that got's tiers hold what want's hold: the same
+// partitions, and raw the same samples in blocks of the same ranges. It
+// reopens got's raw tier, to load the blocks written beside it; want's must
+// be reopened already.
+func sameTiers(t *testing.T, want env, got *env) {
+	t.Helper()
+	sameRollups(t, want, *got)
+	got.raw = reopenRaw(t, got.raw)
+	if a, b := rawDump(t, want.raw), rawDump(t, got.raw); a != b {
+		t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
+	}
+	if a, b := blockRanges(want.raw), blockRanges(got.raw); !slices.Equal(a, b) {
+		t.Errorf("raw blocks %v, want %v", b, a)
 	}
 }
 
@@ -368,14 +377,7 @@ func TestRunSlicedResumesReach(t *testing.T) {
 	if len(reach) == 0 || reach[0][0] != failAt {
 		t.Errorf("the resumed reach read %v, want from %s on", reach, fmtMs(failAt))
 	}
-	sameRollups(t, ref, e)
-	e.raw = reopenRaw(t, e.raw)
-	if a, b := rawDump(t, ref.raw), rawDump(t, e.raw); a != b {
-		t.Errorf("raw holds\n%.2000s\nwant\n%.2000s", b, a)
-	}
-	if a, b := blockRanges(ref.raw), blockRanges(e.raw); !slices.Equal(a, b) {
-		t.Errorf("raw blocks %v, want %v", b, a)
-	}
+	sameTiers(t, ref, &e)
 
 	r.reads = nil
 	if _, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, time.Hour, e.targets(), nil); err != nil {
