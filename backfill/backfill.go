@@ -202,6 +202,34 @@ type progressState struct {
 	// tier's block duration when the first run started. A file without it
 	// was written when every backfilled block spanned legacyRawBlockRange.
 	RawBlockRange int64 `json:"raw_block_range,omitempty"`
+	// From and To are the range [From, To) RunSliced was asked to import
+	// (none for Run), so that a rerun of an import asked for relative to
+	// now can resume the same range (Unfinished).
+	From int64 `json:"from,omitempty"`
+	To   int64 `json:"to,omitempty"`
+}
+
+// UnfinishedImport is what the progress file of an unfinished RunSliced
+// records of its input.
+type UnfinishedImport struct {
+	Input    string // Config.InputID
+	From, To int64  // the range it was asked to import
+}
+
+// Unfinished returns what the progress file at path records of an
+// unfinished RunSliced import (ok is false without one: no file, a
+// finished import, or one of Run's): a command that resolves a range
+// relative to now can resume that import's range rather than read
+// another.
+func Unfinished(path string) (u UnfinishedImport, ok bool, err error) {
+	st, err := loadProgress(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return u, false, nil
+	}
+	if err != nil || st.Complete || st.To <= st.From {
+		return u, false, err
+	}
+	return UnfinishedImport{Input: st.Input, From: st.From, To: st.To}, true, nil
 }
 
 // legacyRawBlockRange is the span of the raw blocks written before the

@@ -48,6 +48,7 @@ func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, s
 	if slice <= 0 {
 		return Result{}, errors.New("backfill: the slice must be positive")
 	}
+	asked := [2]int64{from, to}
 	// Older history has no tier: it is not read (Run would drop it).
 	from = max(from, Horizon(cfg))
 	if from >= to {
@@ -65,7 +66,7 @@ func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, s
 		return res, nil
 	}
 	streamed := res
-	r, err := reach(ctx, cfg, read, max(from, end), to, slice.Milliseconds(), t, func(p Progress) { progress(p.plus(streamed)) })
+	r, err := reach(ctx, cfg, read, max(from, end), to, slice.Milliseconds(), asked, t, func(p Progress) { progress(p.plus(streamed)) })
 	return r.plus(streamed), err
 }
 
@@ -77,11 +78,15 @@ func RunSliced(ctx context.Context, cfg Config, read ReadFunc, from, to int64, s
 // is read to StaleLookahead past its end for its last hour's windows, and
 // to the end of the raw blocks starting in it, so a read spans at most
 // the longer of the slice and the raw block duration, and five minutes.
-// Its progress is recorded as Run's, under cfg.InputID.
-func reach(ctx context.Context, cfg Config, read ReadFunc, from, to, slice int64, t Targets, progress func(Progress)) (Result, error) {
+// Its progress is recorded as Run's, under cfg.InputID, with the range
+// RunSliced was asked for (asked).
+func reach(ctx context.Context, cfg Config, read ReadFunc, from, to, slice int64, asked [2]int64, t Targets, progress func(Progress)) (Result, error) {
 	im, err := newImporter(ctx, cfg, t, cfg.InputID, progress)
 	if err != nil {
 		return Result{}, err
+	}
+	if im.st.To == 0 {
+		im.st.From, im.st.To = asked[0], asked[1]
 	}
 	if im.st.Complete && im.st.Input != "" {
 		return im.res, nil // this input was imported whole

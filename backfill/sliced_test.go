@@ -358,6 +358,9 @@ func TestRunSlicedResumesReach(t *testing.T) {
 	if _, err := RunSliced(context.Background(), cfg, failing, histStart, histEnd, time.Hour, e.targets(), nil); err == nil || !strings.Contains(err.Error(), "source down") {
 		t.Fatalf("RunSliced = %v, want the read's error", err)
 	}
+	if u, ok, err := Unfinished(cfg.ProgressFile); err != nil || !ok || u != (UnfinishedImport{"input-a", histStart, histEnd}) {
+		t.Errorf("Unfinished = %+v, %v, %v; want input-a over the range asked", u, ok, err)
+	}
 	other := cfg
 	other.InputID = "input-b"
 	if _, err := RunSliced(context.Background(), other, r.read, histStart, histEnd, time.Hour, e.targets(), nil); !errors.Is(err, ErrProgressMismatch) {
@@ -379,6 +382,9 @@ func TestRunSlicedResumesReach(t *testing.T) {
 	}
 	sameTiers(t, ref, &e)
 
+	if _, ok, err := Unfinished(cfg.ProgressFile); ok || err != nil {
+		t.Errorf("Unfinished after the import finished: %v, %v", ok, err)
+	}
 	r.reads = nil
 	if _, err := RunSliced(context.Background(), cfg, r.read, histStart, histEnd, time.Hour, e.targets(), nil); err != nil {
 		t.Fatal(err)

@@ -95,12 +95,30 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		reader   *rangeReader
 		spool    *backfill.Spool
 		from, to int64
+		inputID  string
 	)
+	progressFile := c.progressFile
+	if progressFile == "" {
+		progressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")
+	}
 	if c.readURL != "" {
 		if reader, from, to, err = c.remoteReader(); err != nil {
 			return err
 		}
 		read = reader.read
+		// The same command again resumes an unfinished import of it: with
+		// the range that import began with, not one relative to now again.
+		source := fmt.Sprintf("remote-read %s %s drop %v from %s to %s", c.readURL, reader.matchers, c.dropLabels, c.from, c.to)
+		u, ok, err := backfill.Unfinished(progressFile)
+		if err != nil {
+			return err
+		}
+		if ok && strings.HasPrefix(u.Input, source+" [") && (u.From != from || u.To != to) {
+			from, to = u.From, u.To
+			logger.Info("resuming the unfinished import of this command, over the range it began with",
+				"from", time.UnixMilli(from).UTC().Format(time.RFC3339), "to", time.UnixMilli(to-1).UTC().Format(time.RFC3339), "progress_file", progressFile)
+		}
+		inputID = fmt.Sprintf("%s [%d, %d)", source, from, to)
 	} else {
 		if spool, err = c.spoolFiles(ctx, filepath.Join(cfg.Storage.Path, rollupSpillDir)); err != nil {
 			return err
@@ -142,14 +160,10 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return err
 	}
 	bcfg.TempDir = filepath.Join(cfg.Storage.Path, rollupSpillDir)
-	bcfg.ProgressFile = c.progressFile
+	bcfg.ProgressFile = progressFile
+	bcfg.InputID = inputID
 	if spool != nil {
 		bcfg.InputID = spool.Fingerprint()
-	} else {
-		bcfg.InputID = fmt.Sprintf("remote-read %s %s drop %v [%d, %d)", c.readURL, reader.matchers, c.dropLabels, from, to)
-	}
-	if bcfg.ProgressFile == "" {
-		bcfg.ProgressFile = filepath.Join(cfg.Storage.Path, "backfill.progress.json")
 	}
 	bar := &progressBar{w: os.Stderr, off: c.noProgress}
 	targets := backfill.Targets{Raw: st.raw, Minute: st.minute, Hour: st.hour}
@@ -163,8 +177,8 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		logger.Info("read backfill input", "samples", reader.samples, "histogram_samples", reader.histograms, "requests", reader.requests)
 	}
 	if errors.Is(err, backfill.ErrProgressMismatch) {
-		return fmt.Errorf("backfill: %w: rerun that import to finish it, or remove %s to start this one "+
-			"(a --remote-read.from or --remote-read.to relative to now reads other input at every run: RFC 3339 times make a remote-read import resumable)", err, bcfg.ProgressFile)
+		return fmt.Errorf("backfill: %w: rerun that import to finish it (the same files, or the same remote-read command, "+
+			"which resumes the range it began with), or remove %s to start this one", err, bcfg.ProgressFile)
 	}
 	if err != nil {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)

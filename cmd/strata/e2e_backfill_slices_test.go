@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,36 +40,8 @@ func TestBackfillRemoteReadSlices(t *testing.T) {
 		t.Skip("backfill end-to-end: skipped under -short")
 	}
 	dir := t.TempDir()
-	om := simulatedHistory(t, dir)
-	text, err := os.ReadFile(om)
-	if err != nil {
-		t.Fatal(err)
-	}
-	input, err := backfill.ParseText(text, "application/openmetrics-text")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(dir, "src")
-	var series []storage.Series
-	first, last := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, s := range input {
-		var xs []chunks.Sample
-		for _, x := range s.Samples {
-			xs = append(xs, listSample{t: x.T, f: x.V})
-			first, last = min(first, x.T), max(last, x.T)
-		}
-		series = append(series, storage.NewListSeries(s.Labels, xs))
-	}
-	// One block: a head of 200 h takes 100 h in any order.
-	if _, err := tsdb.CreateBlock(series, src, 200*time.Hour.Milliseconds(), promslog.NewNopLogger()); err != nil {
-		t.Fatal(err)
-	}
-	db, err := tsdb.Open(src, promslog.NewNopLogger(), nil, tsdb.DefaultOptions(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	srv := httptest.NewServer(remote.NewReadHandler(promslog.NewNopLogger(), nil, db, func() config.Config { return config.DefaultConfig }, 0, 1, 1<<20))
+	om, handler, first, last := historySource(t, dir)
+	srv := httptest.NewServer(handler)
 	defer srv.Close()
 
 	rfc := func(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) }
@@ -100,6 +75,44 @@ func TestBackfillRemoteReadSlices(t *testing.T) {
 		}
 		return
 	}
+}
+
+// historySource writes three days of simulated history as OpenMetrics into
+// dir (simulatedHistory) and serves the same samples from one TSDB block
+// through Prometheus' own remote-read handler. It returns the file, the
+// handler, and the history's first and last sample times.
+func historySource(t *testing.T, dir string) (om string, h http.Handler, first, last int64) {
+	t.Helper()
+	om = simulatedHistory(t, dir)
+	text, err := os.ReadFile(om)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input, err := backfill.ParseText(text, "application/openmetrics-text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src")
+	var series []storage.Series
+	first, last = int64(math.MaxInt64), int64(math.MinInt64)
+	for _, s := range input {
+		var xs []chunks.Sample
+		for _, x := range s.Samples {
+			xs = append(xs, listSample{t: x.T, f: x.V})
+			first, last = min(first, x.T), max(last, x.T)
+		}
+		series = append(series, storage.NewListSeries(s.Labels, xs))
+	}
+	// One block: a head of 200 h takes 100 h in any order.
+	if _, err := tsdb.CreateBlock(series, src, 200*time.Hour.Milliseconds(), promslog.NewNopLogger()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := tsdb.Open(src, promslog.NewNopLogger(), nil, tsdb.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return om, remote.NewReadHandler(promslog.NewNopLogger(), nil, db, func() config.Config { return config.DefaultConfig }, 0, 1, 1<<20), first, last
 }
 
 // listSample is a float sample for storage.NewListSeries.
@@ -169,4 +182,75 @@ func rawTierDump(t *testing.T, dir string, from int64) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestBackfillRemoteReadResumesRelativeRange: `strata backfill
+// --remote-read.url` with a range relative to now (the default) fails when
+// its source does part-way through the raw tier's reach; the same command
+// again resumes that import over the range it began with (where it was
+// refused as another input before: the range had moved with the clock),
+// reads less than a fresh import, and leaves the tiers as a fresh import
+// of the same source does.
+func TestBackfillRemoteReadResumesRelativeRange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("backfill end-to-end: skipped under -short")
+	}
+	dir := t.TempDir()
+	_, handler, _, _ := historySource(t, dir)
+	var requests, failAt atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := requests.Add(1); n == failAt.Load() {
+			http.Error(w, "source down", http.StatusServiceUnavailable)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	args := func(path string) []string {
+		return []string{"backfill", "--storage.path=" + path, "--no-progress-bar", "--remote-read.url=" + srv.URL, "--remote-read.from=80h", "--slice=2h"}
+	}
+	count := regexp.MustCompile(`requests=(\d+)`)
+	reads := func(out string) int {
+		m := count.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no request count in:\n%s", out)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	for attempt := 0; ; attempt++ {
+		hour := time.Now().Truncate(time.Hour)
+		fresh, resumed := filepath.Join(dir, fmt.Sprint("fresh", attempt)), filepath.Join(dir, fmt.Sprint("resumed", attempt))
+		full := reads(runStrata(t, args(fresh)...))
+		// 56 h before the raw tier's reach in slices of 2 h, then the
+		// reach's first few slices, then the source fails.
+		requests.Store(0)
+		failAt.Store(32)
+		out, errOut, err := runStrataOut(t, args(resumed)...)
+		if err == nil || !strings.Contains(out+errOut, "rerun the same command to resume") {
+			t.Fatalf("the import with its source down: %v\n%s%s", err, out, errOut)
+		}
+		failAt.Store(0)
+		out = runStrata(t, args(resumed)...)
+		if !time.Now().Truncate(time.Hour).Equal(hour) && attempt == 0 {
+			continue
+		}
+		if !strings.Contains(out, "resuming the unfinished import of this command") || !strings.Contains(out, "backfill done") {
+			t.Fatalf("the same command again:\n%s", out)
+		}
+		if n := reads(out); n >= full {
+			t.Errorf("the resumed import read %d times, a fresh one %d", n, full)
+		}
+		for _, tier := range []string{"minute", "hour"} {
+			want, got := rollupDump(t, filepath.Join(fresh, tier)), rollupDump(t, filepath.Join(resumed, tier))
+			if want == "" || got != want {
+				t.Errorf("%s tier resumed:\n%.3000s\nfresh:\n%.3000s", tier, got, want)
+			}
+		}
+		rawFrom := time.Now().Add(-24 * time.Hour).UnixMilli()
+		if want, got := rawTierDump(t, filepath.Join(fresh, "raw"), rawFrom), rawTierDump(t, filepath.Join(resumed, "raw"), rawFrom); want == "" || got != want {
+			t.Errorf("raw tier resumed:\n%.3000s\nfresh:\n%.3000s", got, want)
+		}
+		return
+	}
 }
