@@ -207,7 +207,7 @@ func TestBackfillRemoteReadResumesRelativeRange(t *testing.T) {
 	}))
 	defer srv.Close()
 	args := func(path string) []string {
-		return []string{"backfill", "--storage.path=" + path, "--no-progress-bar", "--remote-read.url=" + srv.URL, "--remote-read.from=80h", "--slice=2h"}
+		return []string{"backfill", "--storage.path=" + path, "--no-progress-bar", "--remote-read.url=" + srv.URL, "--remote-read.from=30h", "--slice=2h"}
 	}
 	count := regexp.MustCompile(`requests=(\d+)`)
 	reads := func(out string) int {
@@ -222,10 +222,10 @@ func TestBackfillRemoteReadResumesRelativeRange(t *testing.T) {
 		hour := time.Now().Truncate(time.Hour)
 		fresh, resumed := filepath.Join(dir, fmt.Sprint("fresh", attempt)), filepath.Join(dir, fmt.Sprint("resumed", attempt))
 		full := reads(runStrata(t, args(fresh)...))
-		// 56 h before the raw tier's reach in slices of 2 h, then the
-		// reach's first few slices, then the source fails.
+		// 6 h before the raw tier's reach in slices of 2 h, then the
+		// reach's first slices, then the source fails.
 		requests.Store(0)
-		failAt.Store(32)
+		failAt.Store(6)
 		out, errOut, err := runStrataOut(t, args(resumed)...)
 		if err == nil || !strings.Contains(out+errOut, "rerun the same command to resume") {
 			t.Fatalf("the import with its source down: %v\n%s%s", err, out, errOut)
