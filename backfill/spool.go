@@ -62,10 +62,13 @@ const (
 	spoolBuffered   = 64 << 20 // Spool.bufferLimit's default
 )
 
+// spoolPrefix begins the name of every spool's directory.
+const spoolPrefix = "backfill-spool-"
+
 // NewSpool returns an empty spool in a new directory under dir (os.TempDir
 // when empty); Close removes it.
 func NewSpool(dir string) (*Spool, error) {
-	d, err := os.MkdirTemp(dir, "backfill-spool-")
+	d, err := os.MkdirTemp(dir, spoolPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("backfill spool: %w", err)
 	}
@@ -347,4 +350,43 @@ func (s *Spool) Read(ctx context.Context, from, to int64) ([]Series, error) {
 // Close removes the spool's directory.
 func (s *Spool) Close() error {
 	return os.RemoveAll(s.dir)
+}
+
+// Dir is the spool's directory.
+func (s *Spool) Dir() string { return s.dir }
+
+// RemoveSpools removes the spools' directories in dir but keep (empty:
+// none kept), the leftovers of imports killed before Close, and returns how
+// many it removed and their bytes. strata serve and strata backfill call it
+// once they hold the store's raw tier (its lock): a backfill parses its
+// files into its spool before it takes that lock, and one whose spool is
+// removed meanwhile fails on its next write, as it would have failed on
+// the lock.
+func RemoveSpools(dir, keep string) (n int, bytes int64, err error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("backfill spools: %w", err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), spoolPrefix) || keep != "" && filepath.Clean(p) == filepath.Clean(keep) {
+			continue
+		}
+		_ = filepath.WalkDir(p, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				if info, err := d.Info(); err == nil {
+					bytes += info.Size()
+				}
+			}
+			return nil
+		})
+		if err := os.RemoveAll(p); err != nil {
+			return n, bytes, fmt.Errorf("remove a backfill's leftover spool: %w", err)
+		}
+		n++
+	}
+	return n, bytes, nil
 }

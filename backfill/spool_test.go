@@ -434,3 +434,44 @@ func TestSpoolFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveSpools: the spools of imports killed before their end are
+// removed, with their bytes counted; the spool kept, other directories and
+// files are not touched.
+func TestRemoveSpools(t *testing.T) {
+	dir := t.TempDir()
+	left, err := NewSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := left.AddText([]byte("x 1 1772341200000\nx 2 1772341230000\n"), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	if err := left.flush(); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := NewSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	other := filepath.Join(dir, "hour-build-1.windows")
+	if err := os.WriteFile(other, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, bytes, err := RemoveSpools(dir, kept.Dir())
+	if err != nil || n != 1 || bytes != 2*spoolRecord {
+		t.Errorf("RemoveSpools = %d, %d bytes, %v; want 1, %d bytes", n, bytes, err, 2*spoolRecord)
+	}
+	for _, p := range []string{kept.Dir(), other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(left.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the leftover spool is still there: %v", err)
+	}
+	if n, _, err := RemoveSpools(filepath.Join(dir, "none"), ""); n != 0 || err != nil {
+		t.Errorf("RemoveSpools of a missing directory = %d, %v", n, err)
+	}
+}

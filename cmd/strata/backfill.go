@@ -149,6 +149,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, st.close()) }()
+	keep := ""
+	if spool != nil {
+		keep = spool.Dir()
+	}
+	removeLeftoverSpools(filepath.Join(cfg.Storage.Path, rollupSpillDir), keep, logger)
 
 	bcfg := backfill.DefaultConfig()
 	bcfg.RawRetention = time.Duration(cfg.Storage.Raw.Retention)
@@ -199,6 +204,19 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 			"samples", res.DroppedHistogramSamples, "raw_retention", cfg.Storage.Raw.Retention)
 	}
 	return nil
+}
+
+// removeLeftoverSpools removes the spools that backfills killed before
+// their end left in dir, but keep, and says so; a failure is only
+// logged: it costs disk, not data.
+func removeLeftoverSpools(dir, keep string, logger *slog.Logger) {
+	n, bytes, err := backfill.RemoveSpools(dir, keep)
+	if n > 0 {
+		logger.Info("removed the spools of backfills that did not finish", "spools", n, "bytes", bytes, "dir", dir)
+	}
+	if err != nil {
+		logger.Warn("could not remove a backfill's leftover spool", "err", err)
+	}
 }
 
 // spoolFiles parses the input files into a spool under dir.

@@ -203,6 +203,7 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 	srv.raw, srv.minute, srv.hour = st.raw, st.minute, st.hour
 	srv.closer = append(srv.closer, st.close)
+	removeLeftoverSpools(filepath.Join(cfg.Storage.Path, rollupSpillDir), "", logger)
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
 	dsCfg.MinuteRetention = time.Duration(cfg.Storage.Minute.Retention)
