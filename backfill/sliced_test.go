@@ -78,6 +78,32 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 	end := timegrid.Floor(now-24*hour, hour)
 	input := slicedInput(histStart, histEnd, end)
 
+	open := func(t *testing.T, block time.Duration) env {
+		e := openEnv(t, true)
+		rc := e.raw.Config()
+		rc.BlockDuration = block
+		e.raw = still(reopenRawConfig(t, e.raw, rc))
+		return e
+	}
+	// Run given everything, once for each raw block duration.
+	type reference struct {
+		env
+		want Result
+	}
+	refs := map[time.Duration]reference{}
+	for _, block := range []time.Duration{time.Hour, 3 * time.Hour} {
+		ref := open(t, block)
+		want, err := Run(context.Background(), cfg, input, ref.targets(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.DroppedHistogramSamples == 0 || want.HistogramSamples == 0 || want.RawBlockSamples == 0 || want.RawSamples == 0 {
+			t.Fatalf("the reference import does not reach every part: %+v", want)
+		}
+		ref.raw = still(reopenRaw(t, ref.raw)) // loads the blocks
+		refs[block] = reference{ref, want}
+	}
+
 	for _, c := range []struct{ slice, block time.Duration }{
 		{90 * time.Minute, time.Hour},
 		{24 * time.Hour, time.Hour},
@@ -86,24 +112,8 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 		{time.Hour, 3 * time.Hour},
 	} {
 		t.Run(fmt.Sprintf("slice=%s,block=%s", c.slice, c.block), func(t *testing.T) {
-			open := func() env {
-				e := openEnv(t, true)
-				rc := e.raw.Config()
-				rc.BlockDuration = c.block
-				e.raw = still(reopenRawConfig(t, e.raw, rc))
-				return e
-			}
-			ref := open()
-			want, err := Run(context.Background(), cfg, input, ref.targets(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want.DroppedHistogramSamples == 0 || want.HistogramSamples == 0 || want.RawBlockSamples == 0 || want.RawSamples == 0 {
-				t.Fatalf("the reference import does not reach every part: %+v", want)
-			}
-			ref.raw = still(reopenRaw(t, ref.raw)) // loads the blocks
-
-			e := open()
+			ref, want := refs[c.block].env, refs[c.block].want
+			e := open(t, c.block)
 			if got := StreamEnd(cfg, e.targets()); got != end {
 				t.Fatalf("StreamEnd = %s, want %s", fmtMs(got), fmtMs(end))
 			}
