@@ -281,7 +281,7 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	}
 
 	im.countDropped(series, math.MinInt64, math.MaxInt64)
-	series = im.withoutFuture(series)
+	series = cutAfter(series, im.newest)
 	// mint and maxt span every sample; fmint and fmaxt the float samples,
 	// which alone reach the rollup tiers.
 	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)
@@ -475,12 +475,6 @@ func (im *importer) countDropped(series []Series, from, to int64) {
 			}
 		}
 	}
-}
-
-// withoutFuture cuts the samples after im.newest off series (normalized:
-// their samples in time order).
-func (im *importer) withoutFuture(series []Series) []Series {
-	return cutAfter(series, im.newest)
 }
 
 // cutAfter cuts the samples after t off series, whose samples are in time

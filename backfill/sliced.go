@@ -135,7 +135,7 @@ func reach(ctx context.Context, cfg Config, read ReadFunc, from, to, slice int64
 		}
 		series := normalize(input)
 		im.countDropped(series, a, b)
-		series = im.withoutFuture(series)
+		series = cutAfter(series, im.newest)
 		for h := timegrid.Floor(a, downsample.HourRes); h < min(b, im.cutoff); h += downsample.HourRes {
 			if err := im.minutePartition(series, h); err != nil {
 				return im.res, err

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/fileutil"
 
 	"github.com/strata-dev/strata/downsample"
+	"github.com/strata-dev/strata/internal/mapped"
 	"github.com/strata-dev/strata/internal/timegrid"
 )
 
@@ -118,7 +119,7 @@ func (s *Spool) AddFile(ctx context.Context, path string, read func(done, size i
 	err = parseText(b, ct, s, func(off int) error {
 		// Pages behind the parser are not read again: they leave the
 		// process's resident set (the page cache keeps them).
-		released = releaseBehind(b, released, off)
+		released = mapped.ReleaseBehind(b, released, off)
 		if read != nil {
 			read(off, len(b))
 		}

@@ -61,19 +61,27 @@ func TestBackfillRemoteReadSlices(t *testing.T) {
 		if !regexp.MustCompile(`requests=3[678]\b`).MatchString(out) {
 			t.Errorf("backfill's output does not show 36 to 38 reads:\n%s", out)
 		}
-		for _, tier := range []string{"minute", "hour"} {
-			want, got := rollupDump(t, filepath.Join(fromFile, tier)), rollupDump(t, filepath.Join(sliced, tier))
-			if want == "" || got != want {
-				t.Errorf("%s tier from slices:\n%.3000s\nfrom the file:\n%.3000s", tier, got, want)
-			}
-		}
-		// Raw holds a day back from each import's start, which differ by
-		// the first import's length: compared from the later one's day.
-		rawFrom := time.Now().Add(-24 * time.Hour).UnixMilli()
-		if want, got := rawTierDump(t, filepath.Join(fromFile, "raw"), rawFrom), rawTierDump(t, filepath.Join(sliced, "raw"), rawFrom); want == "" || got != want {
-			t.Errorf("raw tier from slices:\n%.3000s\nfrom the file:\n%.3000s", got, want)
-		}
+		sameStores(t, fromFile, sliced)
 		return
+	}
+}
+
+// sameStores checks that the store at got holds the minute and hour
+// partitions of the store at want, and the same raw samples from a day
+// back: raw holds a day back from each import's start, which differ by
+// the first import's length, so they are compared from the later one's
+// day.
+func sameStores(t *testing.T, want, got string) {
+	t.Helper()
+	for _, tier := range []string{"minute", "hour"} {
+		w, g := rollupDump(t, filepath.Join(want, tier)), rollupDump(t, filepath.Join(got, tier))
+		if w == "" || g != w {
+			t.Errorf("%s tier of %s:\n%.3000s\nof %s:\n%.3000s", tier, got, g, want, w)
+		}
+	}
+	rawFrom := time.Now().Add(-24 * time.Hour).UnixMilli()
+	if w, g := rawTierDump(t, filepath.Join(want, "raw"), rawFrom), rawTierDump(t, filepath.Join(got, "raw"), rawFrom); w == "" || g != w {
+		t.Errorf("raw tier of %s:\n%.3000s\nof %s:\n%.3000s", got, g, want, w)
 	}
 }
 
@@ -241,16 +249,7 @@ func TestBackfillRemoteReadResumesRelativeRange(t *testing.T) {
 		if n := reads(out); n >= full {
 			t.Errorf("the resumed import read %d times, a fresh one %d", n, full)
 		}
-		for _, tier := range []string{"minute", "hour"} {
-			want, got := rollupDump(t, filepath.Join(fresh, tier)), rollupDump(t, filepath.Join(resumed, tier))
-			if want == "" || got != want {
-				t.Errorf("%s tier resumed:\n%.3000s\nfresh:\n%.3000s", tier, got, want)
-			}
-		}
-		rawFrom := time.Now().Add(-24 * time.Hour).UnixMilli()
-		if want, got := rawTierDump(t, filepath.Join(fresh, "raw"), rawFrom), rawTierDump(t, filepath.Join(resumed, "raw"), rawFrom); want == "" || got != want {
-			t.Errorf("raw tier resumed:\n%.3000s\nfresh:\n%.3000s", got, want)
-		}
+		sameStores(t, fresh, resumed)
 		return
 	}
 }

@@ -147,16 +147,7 @@ func (s memorySources) cgroupV2Limit() (int64, bool) {
 	if path == "" {
 		return 0, false
 	}
-	best, found := int64(math.MaxInt64), false
-	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
-		if l, ok := s.readLimit(filepath.Join(s.root, "sys/fs/cgroup", dir, "memory.max")); ok {
-			best, found = min(best, l), true
-		}
-		if dir == "/" {
-			break
-		}
-	}
-	return best, found
+	return s.tightestLimit(filepath.Join(s.root, "sys/fs/cgroup"), path, "memory.max")
 }
 
 // cgroupV1Limit returns the smallest memory.limit_in_bytes from the
@@ -175,9 +166,15 @@ func (s memorySources) cgroupV1Limit() (int64, bool) {
 			}
 		}
 	}
+	return s.tightestLimit(mount, path, "memory.limit_in_bytes")
+}
+
+// tightestLimit returns the smallest limit in the file named file of the
+// cgroup directories under mount from path up to the mount itself.
+func (s memorySources) tightestLimit(mount, path, file string) (int64, bool) {
 	best, found := int64(math.MaxInt64), false
 	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
-		if l, ok := s.readLimit(filepath.Join(mount, dir, "memory.limit_in_bytes")); ok {
+		if l, ok := s.readLimit(filepath.Join(mount, dir, file)); ok {
 			best, found = min(best, l), true
 		}
 		if dir == "/" {

@@ -16,6 +16,23 @@ import (
 // Supported reports whether Release does anything on this platform.
 const Supported = true
 
+// ReleaseBehind drops the process's mappings of b's pages from done up to
+// off (both rounded down to a page) and returns the new done, for a reader
+// that goes through a file mapping once (backfill's spool). b is a
+// read-only shared file mapping that starts on a page: MADV_DONTNEED only
+// removes page-table entries there, the data stays in the page cache.
+func ReleaseBehind(b []byte, done, off int) int {
+	page := os.Getpagesize()
+	off -= off % page
+	if off <= done {
+		return done
+	}
+	if unix.Madvise(b[done:off], unix.MADV_DONTNEED) != nil {
+		return done // kept mapped: only the resident set is larger
+	}
+	return off
+}
+
 // Release drops the mappings of every shared, read-only file mapping of a
 // file under one of dirs (matched by path in /proc/self/maps, read once)
 // and returns how many bytes of address space it advised and how many
