@@ -157,10 +157,20 @@ type Progress struct {
 	RawBlockSamples int
 	DroppedSamples  int // older than the hour tier's retention, or rejected by raw
 	// RefusedRawSamples are the samples at or after the cutoff that raw's
-	// head refused: behind what it accepts (in order up to half a block
-	// duration behind its newest sample, or within the out-of-order
-	// window). Also in DroppedSamples.
+	// head refused and that are no gap samples (RawGapSamples): behind what
+	// it accepts (in order up to half a block duration behind its newest
+	// sample, or within the out-of-order window) between their series'
+	// first and last raw sample of the hour, or another value at a
+	// timestamp raw holds (the live one is kept). Also in DroppedSamples.
 	RefusedRawSamples int
+	// RawGapSamples are the samples at or after the cutoff that raw's head
+	// refused where raw holds none of their series (gap.go): before a
+	// series' first sample of the hour, or after its last. They are written
+	// into raw blocks beside the head instead, and the minute partitions
+	// of their hours that existed are written again
+	// (PartitionsRewritten).
+	RawGapSamples       int
+	PartitionsRewritten int
 	// HistogramSamples are the native histogram samples written to raw, in
 	// the head or in blocks (also in RawSamples or RawBlockSamples).
 	HistogramSamples int
@@ -329,6 +339,10 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	// The rest into raw, in time order.
 	if t.Raw != nil && !im.st.RawDone && maxt >= im.cutoff {
 		if err := im.head(series, math.MinInt64, math.MaxInt64, func(done, total int) { im.report("raw", done, total) }); err != nil {
+			return im.res, err
+		}
+		// The days of the minute partitions head wrote again (gap.go).
+		if err := im.hourPartitions(math.MaxInt64, func(done, total int) { im.report("hour", done, total) }); err != nil {
 			return im.res, err
 		}
 	}
@@ -728,13 +742,34 @@ func (im *importer) head(series []Series, from, to int64, report func(done, tota
 	}
 	heap.Init(&h)
 	ctx := im.ctx
+	// Raw's spans of the input's series in [from, to), read before any
+	// append, tell gap samples from the refused (gap.go). Only where raw
+	// holds samples there, and not when the samples go through a
+	// pipeline's tee in this process: its open hours would not see the
+	// gap samples' blocks.
+	var spans map[spanKey][2]int64
+	g := gaps{from: math.MaxInt64}
+	fillGaps := false
+	if rawMin, rawMax, ok := im.t.Raw.Bounds(); ok && im.t.RawAppendable == nil && rawMax >= from && rawMin < to && total > 0 {
+		q, err := im.t.Raw.Querier(max(from, rawMin), min(to, rawMax+1)-1)
+		if err != nil {
+			return err
+		}
+		spans, err = rawSpans(ctx, q, series, from, to)
+		if err = errors.Join(err, q.Close()); err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+		fillGaps = true
+	}
 	app := raw.AppenderV2(ctx)
 	n, done := 0, 0
 	commit := func(mark int64) error {
 		if err := app.Commit(); err != nil {
 			return fmt.Errorf("backfill raw commit: %w", err)
 		}
-		im.st.RawMark = mark
+		// Gap samples are written when the call ends: until then a resume
+		// must read them again.
+		im.st.RawMark = min(mark, g.from)
 		if err := im.save(); err != nil {
 			return err
 		}
@@ -753,20 +788,26 @@ func (im *importer) head(series []Series, from, to int64, report func(done, tota
 			}
 		}
 		t, v, hist, fhist, _ := c.next()
-		if _, err := app.Append(0, c.s.Labels, 0, t, v, hist, fhist, storage.AppendV2Options{}); err != nil {
-			if !errors.Is(err, storage.ErrTooOldSample) && !errors.Is(err, storage.ErrOutOfBounds) && !errors.Is(err, storage.ErrOutOfOrderSample) {
-				return errors.Join(fmt.Errorf("backfill raw append %s: %w", c.s.Labels, err), app.Rollback())
+		_, err := app.Append(0, c.s.Labels, 0, t, v, hist, fhist, storage.AppendV2Options{})
+		behind := errors.Is(err, storage.ErrTooOldSample) || errors.Is(err, storage.ErrOutOfBounds) || errors.Is(err, storage.ErrOutOfOrderSample)
+		switch {
+		case err == nil:
+			im.res.RawSamples++
+			if hist != nil || fhist != nil {
+				im.res.HistogramSamples++
 			}
+		case behind && fillGaps && isGap(spans, c.k, t):
+			g.add(series, c.k, t, v, hist, fhist)
+		case behind || errors.Is(err, storage.ErrDuplicateSampleForTimestamp):
+			// Behind what the head takes where raw holds the series, or
+			// another value at a timestamp raw holds: the live one stays.
 			im.res.DroppedSamples++
 			im.res.RefusedRawSamples++
 			if hist != nil || fhist != nil {
 				im.res.DroppedHistogramSamples++
 			}
-		} else {
-			im.res.RawSamples++
-			if hist != nil || fhist != nil {
-				im.res.HistogramSamples++
-			}
+		default:
+			return errors.Join(fmt.Errorf("backfill raw append %s: %w", c.s.Labels, err), app.Rollback())
 		}
 		n++
 		done++
@@ -776,13 +817,22 @@ func (im *importer) head(series []Series, from, to int64, report func(done, tota
 			heap.Pop(&h)
 		}
 	}
-	if to == math.MaxInt64 {
-		im.st.RawDone = true
-	}
+	// The last commit holds the mark at the first gap sample, if any; the
+	// gap samples are written after it, so that the minute partitions
+	// written again read every sample this call appended.
 	if err := commit(to); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
-	return nil
+	if g.n > 0 {
+		if err := im.fill(series, &g, from, to); err != nil {
+			return err
+		}
+		im.st.RawMark = to
+	}
+	if to == math.MaxInt64 {
+		im.st.RawDone = true
+	}
+	return im.save()
 }
 
 // blockCommit is how many samples writeRawBlock appends to its block's head

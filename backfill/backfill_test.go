@@ -619,12 +619,26 @@ func TestBackfillRawBlocksResumeRange(t *testing.T) {
 			if got := res1.RawBlockSamples + res2.RawBlockSamples; got != wantBlocks {
 				t.Errorf("the two runs wrote %d samples into raw blocks, want %d", got, wantBlocks)
 			}
-			inBlocks := 0
+			// The history of the cutoff's hour before the live samples
+			// is written into a block marked out of order (gap.go).
+			inBlocks, inGap := 0, 0
 			for _, m := range writtenBlocks(t, e.raw) {
-				inBlocks += int(m.Stats.NumSamples)
+				if m.Compaction.FromOutOfOrder() {
+					inGap += int(m.Stats.NumSamples)
+				} else {
+					inBlocks += int(m.Stats.NumSamples)
+				}
 			}
-			if inBlocks != wantBlocks {
-				t.Errorf("the raw blocks hold %d samples, want %d", inBlocks, wantBlocks)
+			wantGap := 0
+			for _, s := range normalize(past) {
+				for _, x := range s.Samples {
+					if x.T >= timegrid.Floor(now-30*minute, hour) {
+						wantGap++
+					}
+				}
+			}
+			if inBlocks != wantBlocks || inGap != wantGap || res2.RawGapSamples != wantGap {
+				t.Errorf("the raw blocks hold %d samples and the gap blocks %d (counted %d), want %d and %d", inBlocks, inGap, res2.RawGapSamples, wantBlocks, wantGap)
 			}
 		})
 	}
@@ -803,13 +817,15 @@ func TestBackfillHistograms(t *testing.T) {
 	}
 }
 
-// TestBackfillCountsRefusedRaw: a raw tier whose only sample is now, and
+// TestBackfillCountsGapSamples: a raw tier whose only sample is now, and
 // history of the hour and three quarters before it: the hour behind the
 // cutoff (now's hour) goes into blocks and a minute partition; of the 45
-// minutes from the cutoff, the 15 beyond the head's reach back (half its
-// block duration) are refused, counted as refused and dropped, and the
-// rest is appended.
-func TestBackfillCountsRefusedRaw(t *testing.T) {
+// minutes from the cutoff, the 15 beyond the head's reach back for a new
+// series (half its block duration) are refused by the head and, raw
+// holding nothing of the series, written into a block beside it and
+// counted as gap samples (until 2026-12-07 they were dropped); the rest is
+// appended.
+func TestBackfillCountsGapSamples(t *testing.T) {
 	e := openEnv(t, true)
 	now := timegrid.Floor(histEnd, hour) + 45*minute
 	cfg := testConfig()
@@ -831,8 +847,9 @@ func TestBackfillCountsRefusedRaw(t *testing.T) {
 	}
 	// Cutoff: the hour of raw's oldest sample (now). Behind it: 60 minutes.
 	// From it, the head takes what is at most 30 minutes behind now.
-	if res.RawBlockSamples != 60 || res.RefusedRawSamples != 15 || res.DroppedSamples != 15 || res.RawSamples != 30 {
-		t.Errorf("blocks %d, refused %d, dropped %d, appended %d; want 60, 15, 15, 30", res.RawBlockSamples, res.RefusedRawSamples, res.DroppedSamples, res.RawSamples)
+	if res.RawBlockSamples != 60 || res.RawGapSamples != 15 || res.RefusedRawSamples != 0 || res.DroppedSamples != 0 || res.RawSamples != 30 {
+		t.Errorf("blocks %d, gap %d, refused %d, dropped %d, appended %d; want 60, 15, 0, 0, 30",
+			res.RawBlockSamples, res.RawGapSamples, res.RefusedRawSamples, res.DroppedSamples, res.RawSamples)
 	}
 }
 

@@ -336,6 +336,8 @@ func (p Progress) plus(q Progress) Progress {
 	p.RawBlockSamples += q.RawBlockSamples
 	p.DroppedSamples += q.DroppedSamples
 	p.RefusedRawSamples += q.RefusedRawSamples
+	p.RawGapSamples += q.RawGapSamples
+	p.PartitionsRewritten += q.PartitionsRewritten
 	p.HistogramSamples += q.HistogramSamples
 	p.DroppedHistogramSamples += q.DroppedHistogramSamples
 	p.FutureSamples += q.FutureSamples

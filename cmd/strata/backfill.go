@@ -189,10 +189,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
 	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
-		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "histogram_samples", res.HistogramSamples,
+		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "raw_gap_samples", res.RawGapSamples,
+		"partitions_rewritten", res.PartitionsRewritten, "histogram_samples", res.HistogramSamples,
 		"dropped_samples", res.DroppedSamples)
 	if res.RefusedRawSamples > 0 {
-		logger.Warn("the raw tier's head refused samples of the backfill: they are behind what it accepts (in order up to half of storage.raw.block_duration behind its newest sample, or within storage.out_of_order_time_window) in hours whose rollups the live pipeline writes from raw; history that reaches into what raw already holds is imported whole only into a store that does not hold it yet, or with an out-of-order window that covers it",
+		logger.Warn("samples of the backfill that the raw tier already holds were left out: between a series' first and last live sample of the hour, at a timestamp it holds (the same scrape, or another value for it: the live one is kept) or among its live samples (another source's, which would interleave with them)",
 			"samples", res.RefusedRawSamples)
 	}
 	if res.FutureSamples > 0 {

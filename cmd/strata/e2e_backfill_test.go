@@ -167,7 +167,7 @@ func TestBackfillFromRemoteRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := checkRemoteReadCopy(t, src, now, "30m", "", "--remote-read.drop-label=cluster")
-	if !strings.Contains(out, "raw_block_samples=0 histogram_samples=10 ") {
+	if !strings.Contains(out, "raw_block_samples=0 ") || !strings.Contains(out, "histogram_samples=10 ") {
 		t.Errorf("backfill's output does not count the 10 histogram samples written:\n%s", out)
 	}
 	checkRemoteReadCopy(t, src, now, "30m", "src")
