@@ -346,5 +346,5 @@ func (emptyExemplars) ExemplarQuerier(context.Context) (storage.ExemplarQuerier,
 }
 
 func (emptyExemplars) Select(int64, int64, ...[]*labels.Matcher) ([]exemplar.QueryResult, error) {
-	return nil, nil
+	return []exemplar.QueryResult{}, nil // [] as Prometheus answers, not null
 }

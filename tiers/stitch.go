@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -143,6 +144,24 @@ func (s *Stitched) MinTime() (int64, bool) {
 // ChunkQuerier implements storage.ChunkQueryable by encoding the stitched
 // samples (plain-selector mapping: Last per window) into XOR chunks, so remote
 // read sees the same series as PromQL's plain selectors.
+// ExemplarQuerier implements storage.ExemplarQueryable: exemplars are
+// kept by the raw tier alone (its TSDB's circular exemplar storage), so a
+// stitched view answers /api/v1/query_exemplars from it. Without it the
+// API stood in an empty storage and answered no exemplar ever written.
+func (s *Stitched) ExemplarQuerier(ctx context.Context) (storage.ExemplarQuerier, error) {
+	if s.raw == nil {
+		return noExemplars{}, nil
+	}
+	return s.raw.ExemplarQuerier(ctx)
+}
+
+// noExemplars is the exemplar querier of a view without a raw tier.
+type noExemplars struct{}
+
+func (noExemplars) Select(int64, int64, ...[]*labels.Matcher) ([]exemplar.QueryResult, error) {
+	return []exemplar.QueryResult{}, nil
+}
+
 func (s *Stitched) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
 	return &stitchedChunkQuerier{q: &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: -1}}, nil
 }
