@@ -2,8 +2,10 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +31,8 @@ import (
 // the same scrape again, or another value for a timestamp it holds (the
 // live one is kept, where the head's refusal used to end the backfill). A
 // series with no live samples has the samples the head refuses as too old
-// for a new series written the same way. Run and RunSliced alike.
+// for a new series written the same way. Run and RunSliced alike, and a
+// resume of an import cancelled while it held gap samples.
 //
 // Two clocks: now 50 minutes into its hour (T0 30 minutes into the hour
 // before), and now 20 minutes into it (T0 10 minutes into the hour before),
@@ -82,7 +85,11 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 		Windows: []tiers.Window{{Start: h - hour, FirstT: h - hour, LastT: h - hour, Count: 1, Sum: 42, Min: 42, Max: 42, First: 42, Last: 42}},
 	}
 
-	run := func(t *testing.T, sliced bool) (env, Result) {
+	// run imports input into a store holding live; interrupted, a first
+	// run is cancelled at its first commit to the head (the gap samples
+	// come first, in time order: some are held then), and a second run of
+	// the same input resumes it.
+	run := func(t *testing.T, sliced, interrupted bool) (env, Result) {
 		e := openEnv(t, true)
 		e.raw = still(e.raw)
 		app := e.raw.AppenderV2(context.Background())
@@ -107,21 +114,37 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 		}
 		cfg := testConfig()
 		cfg.Now = func() time.Time { return time.UnixMilli(now) }
-		var res Result
-		if sliced {
-			res, err = RunSliced(context.Background(), cfg, (&sliceReader{input: input}).read, now-6*hour, now+1, time.Hour, e.targets(), nil)
-		} else {
-			res, err = Run(context.Background(), cfg, input, e.targets(), nil)
+		imp := func(ctx context.Context, progress func(Progress)) (Result, error) {
+			if sliced {
+				return RunSliced(ctx, cfg, (&sliceReader{input: input}).read, now-6*hour, now+1, time.Hour, e.targets(), progress)
+			}
+			return Run(ctx, cfg, input, e.targets(), progress)
 		}
+		if interrupted {
+			cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+			cfg.InputID = "input"
+			cfg.BatchSize = 40
+			ctx, cancel := context.WithCancel(context.Background())
+			_, err := imp(ctx, func(p Progress) {
+				if p.Phase == "raw" && p.Done > 0 {
+					cancel()
+				}
+			})
+			cancel()
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the first run: %v, want it cancelled", err)
+			}
+		}
+		res, err := imp(context.Background(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.raw = reopenRaw(t, e.raw) // loads the blocks written beside the head
 		return e, res
 	}
-	for _, sliced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sliced=%v", sliced), func(t *testing.T) {
-			e, res := run(t, sliced)
+	for _, c := range []struct{ sliced, interrupted bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("sliced=%v,interrupted=%v", c.sliced, c.interrupted), func(t *testing.T) {
+			e, res := run(t, c.sliced, c.interrupted)
 			if got, w := rawDump(t, e.raw), dumpSeries(want); got != w {
 				t.Errorf("raw holds:\n%s\nwant:\n%s", firstDiff(got, w), firstDiff(w, got))
 			}
