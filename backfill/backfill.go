@@ -159,15 +159,15 @@ type Progress struct {
 	// RefusedRawSamples are the samples at or after the cutoff that raw's
 	// head refused and that are no gap samples (RawGapSamples): behind what
 	// it accepts (in order up to half a block duration behind its newest
-	// sample, or within the out-of-order window) between their series'
-	// first and last raw sample of the hour, or another value at a
-	// timestamp raw holds (the live one is kept). Also in DroppedSamples.
+	// sample, or within the out-of-order window) among their series' raw
+	// samples, or another value at a timestamp raw holds (the live one is
+	// kept). Also in DroppedSamples.
 	RefusedRawSamples int
 	// RawGapSamples are the samples at or after the cutoff that raw's head
 	// refused where raw holds none of their series (gap.go): before a
-	// series' first sample of the hour, or after its last. They are written
-	// into raw blocks beside the head instead, and the minute partitions
-	// of their hours that existed are written again
+	// series' first sample, after its last, or in a hole between two. They
+	// are written into raw blocks beside the head instead, and the minute
+	// partitions of their hours that existed are written again
 	// (PartitionsRewritten).
 	RawGapSamples       int
 	PartitionsRewritten int
@@ -747,15 +747,19 @@ func (im *importer) head(series []Series, from, to int64, report func(done, tota
 	// holds samples there, and not when the samples go through a
 	// pipeline's tee in this process: its open hours would not see the
 	// gap samples' blocks.
-	var spans map[spanKey][2]int64
+	var spans map[int]*span
 	g := gaps{from: math.MaxInt64}
 	fillGaps := false
 	if rawMin, rawMax, ok := im.t.Raw.Bounds(); ok && im.t.RawAppendable == nil && rawMax >= from && rawMin < to && total > 0 {
-		q, err := im.t.Raw.Querier(max(from, rawMin), min(to, rawMax+1)-1)
+		lo, hi := max(from, rawMin)-spanMargin, min(to, rawMax+1)
+		if hi < math.MaxInt64-spanMargin {
+			hi += spanMargin
+		}
+		q, err := im.t.Raw.Querier(lo, hi-1)
 		if err != nil {
 			return err
 		}
-		spans, err = rawSpans(ctx, q, series, from, to)
+		spans, err = rawSpans(ctx, q, series, lo, hi)
 		if err = errors.Join(err, q.Close()); err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}

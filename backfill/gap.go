@@ -34,45 +34,86 @@ import (
 // puts in the head) were refused and lost, and the minute partition of that
 // hour, the pipeline's, held only the live part for good.
 //
-// A refused sample is a gap sample when raw holds no sample of its series
-// in its hour, or holds them only after it (before the series' first live
-// sample) or only before it (after its last): history where raw has none.
-// Gap samples are written into raw blocks beside the head, as the blocks
-// behind the cutoff are (the TSDB merges overlapping blocks at query time
-// and compacts them together), and every minute partition that already
-// exists for an hour they fall in is written again from raw's samples and
-// theirs. A refused sample between a series' first and last raw samples of
-// the hour stays refused: at a timestamp raw holds it is the same scrape
-// sent twice, or another value for it (the live one is kept); elsewhere it
-// is another source's sample among the live ones, which interleaved with
-// them would make two replicas' counters look like resets.
+// A refused sample is a gap sample when it lies before the first sample raw
+// holds of its series around the head call's range, after the last, or in
+// a hole between two of them (longer than a minute and than three times
+// the series' mean interval): history where raw has none. Gap samples are
+// written into raw blocks beside the head, as the blocks behind the cutoff
+// are (the TSDB merges overlapping blocks at query time and compacts them
+// together), and every minute partition that already exists for an hour
+// they fall in is written again from raw's samples and theirs. Any other
+// refused sample stays refused: at a timestamp raw holds it is the same
+// scrape sent twice, or another value for it (the live one is kept);
+// elsewhere it is another source's sample among the live ones, which
+// interleaved with them would make two replicas' counters look like
+// resets.
 
-// spanKey is a series (its index in the head's input) and an hour.
-type spanKey struct {
-	k    int
-	hour int64
+// span is what raw holds of a series around a head call's range: its first
+// and last sample, and its holes, the intervals between two consecutive
+// samples longer than minHole and than holeIntervals times the series'
+// mean interval (a receiver down for a while, a sender that dropped what
+// it could not deliver).
+type span struct {
+	first, last int64
+	n           int
+	holes       [][2]int64 // (from, to), both raw samples
 }
 
-// rawSpans returns, for every series of series that raw holds samples of
-// in [from, to), the first and last sample time of each of its hours.
-func rawSpans(ctx context.Context, q storage.Querier, series []Series, from, to int64) (map[spanKey][2]int64, error) {
-	out := map[spanKey][2]int64{}
+// minHole and holeIntervals make a hole: a scrape that came late, or a
+// series scraped less often than the others, is none.
+const (
+	minHole       = 60_000
+	holeIntervals = 3
+)
+
+// spanMargin is how far before and after a range raw is read for the spans
+// of its series: a series whose samples go on across the range's edge has
+// no first or last sample at it, so another source's sample just inside the
+// range, among the live ones, is not taken for history before or after them.
+const spanMargin = 10 * downsample.MinuteRes
+
+// rawSpans returns the span of every series of series that raw holds
+// samples of in [from, to), by its index.
+func rawSpans(ctx context.Context, q storage.Querier, series []Series, from, to int64) (map[int]*span, error) {
+	out := map[int]*span{}
 	err := eachRawSeries(ctx, q, series, nil, from, to, func(k int, it chunkenc.Iterator) error {
-		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
-			t := it.AtT()
-			if t < from || t >= to {
-				continue
-			}
-			key := spanKey{k, timegrid.Floor(t, downsample.HourRes)}
-			sp, ok := out[key]
-			if !ok {
-				sp = [2]int64{t, t}
-			}
-			out[key] = [2]int64{min(sp[0], t), max(sp[1], t)}
-		}
-		return it.Err()
+		return addSpan(out, k, it, from, to, nil)
 	})
 	return out, err
+}
+
+// addSpan sets series k's span to that of the samples in [from, to) it
+// reads from it; keep, when not nil, is given every float sample it reads
+// in [from, to).
+func addSpan(spans map[int]*span, k int, it chunkenc.Iterator, from, to int64, keep func(t int64, v float64)) error {
+	var sp *span
+	for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+		t := it.AtT()
+		if t < from || t >= to {
+			continue
+		}
+		if keep != nil && vt == chunkenc.ValFloat {
+			_, v := it.At()
+			keep(t, v)
+		}
+		switch {
+		case sp == nil:
+			sp = &span{first: t, last: t}
+		case t-sp.last > minHole:
+			sp.holes = append(sp.holes, [2]int64{sp.last, t})
+		}
+		sp.last = t
+		sp.n++
+	}
+	if sp == nil {
+		return it.Err()
+	}
+	if sp.n > 1 {
+		mean := (sp.last - sp.first) / int64(sp.n-1)
+		sp.holes = slices.DeleteFunc(sp.holes, func(h [2]int64) bool { return h[1]-h[0] <= holeIntervals*mean })
+	}
+	spans[k] = sp
+	return it.Err()
 }
 
 // eachRawSeries calls f with the iterator of every raw series in [from, to)
@@ -114,10 +155,13 @@ func eachRawSeries(ctx context.Context, q storage.Querier, series []Series, keep
 }
 
 // isGap reports whether a refused sample of series k at t is a gap sample:
-// outside the span raw holds of the series in t's hour.
-func isGap(spans map[spanKey][2]int64, k int, t int64) bool {
-	sp, ok := spans[spanKey{k, timegrid.Floor(t, downsample.HourRes)}]
-	return !ok || t < sp[0] || t > sp[1]
+// outside the span raw holds of the series, or in one of its holes.
+func isGap(spans map[int]*span, k int, t int64) bool {
+	sp, ok := spans[k]
+	if !ok || t < sp.first || t > sp.last {
+		return true
+	}
+	return slices.ContainsFunc(sp.holes, func(h [2]int64) bool { return t > h[0] && t < h[1] })
 }
 
 // gaps collects the gap samples of one call of head, by series, in time
@@ -198,32 +242,23 @@ func (im *importer) rewritePartition(series []Series, g *gaps, h int64) (err err
 	if len(affected) == 0 {
 		return nil // histograms only: the rollups hold floats
 	}
-	q, err := im.t.Raw.Querier(h, end+downsample.HourRes-1)
+	// Raw's float samples of the affected series in [h, end+StaleLookahead)
+	// and their spans around the lookahead past the hour, which the next
+	// slice's gap samples may fall in.
+	lo, hi := h-spanMargin, end+downsample.StaleLookahead+spanMargin
+	q, err := im.t.Raw.Querier(lo, hi-1)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, q.Close()) }()
-	// Raw's float samples of the affected series in [h, end+StaleLookahead)
-	// and their spans in the next hour.
 	merged := map[int][]Sample{}
-	next := map[spanKey][2]int64{}
-	err = eachRawSeries(im.ctx, q, series, affected, h, end+downsample.HourRes, func(k int, it chunkenc.Iterator) error {
-		for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
-			t := it.AtT()
-			if t >= end {
-				key := spanKey{k, end}
-				sp, ok := next[key]
-				if !ok {
-					sp = [2]int64{t, t}
-				}
-				next[key] = [2]int64{min(sp[0], t), max(sp[1], t)}
-			}
-			if vt == chunkenc.ValFloat && t >= h && t < end+downsample.StaleLookahead {
-				_, v := it.At()
+	next := map[int]*span{}
+	err = eachRawSeries(im.ctx, q, series, affected, lo, hi, func(k int, it chunkenc.Iterator) error {
+		return addSpan(next, k, it, lo, hi, func(t int64, v float64) {
+			if t >= h && t < end+downsample.StaleLookahead {
 				merged[k] = append(merged[k], Sample{t, v})
 			}
-		}
-		return it.Err()
+		})
 	})
 	if err != nil {
 		return err

@@ -31,8 +31,10 @@ import (
 // the same scrape again, or another value for a timestamp it holds (the
 // live one is kept, where the head's refusal used to end the backfill). A
 // series with no live samples has the samples the head refuses as too old
-// for a new series written the same way. Run and RunSliced alike, and a
-// resume of an import cancelled while it held gap samples.
+// for a new series written the same way, and so has a hole of ten minutes
+// in a series' live samples; another scraper's samples among a slow
+// series' live ones stay refused, at slice edges too. Run and RunSliced
+// alike, and a resume of an import cancelled while it held gap samples.
 //
 // Two clocks: now 50 minutes into its hour (T0 30 minutes into the hour
 // before), and now 20 minutes into it (T0 10 minutes into the hour before),
@@ -55,6 +57,10 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 	gpu1 := labels.FromStrings(model.MetricNameLabel, "DCGM_FI_DEV_GPU_UTIL", "gpu", "1")
 	flappy := labels.FromStrings(model.MetricNameLabel, "flappy")
 	conflictEnd := now - 15*minute // gpu 1's live samples end here, with other values
+	// pod a's live samples have a hole of 10 minutes in T0's hour (the
+	// receiver down, what the sender could not deliver dropped).
+	podA := labels.FromStrings(model.MetricNameLabel, "vllm:request_success_total", "pod", "a")
+	holeFrom, holeTo := t0+10*minute, t0+20*minute
 
 	// What the live server received and what raw must hold at the end.
 	var live, want []Series
@@ -69,7 +75,8 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 				l.Samples = append(l.Samples, Sample{x.T, x.V + 1000})
 				w.Samples = append(w.Samples, Sample{x.T, x.V + 1000})
 			default:
-				if !labels.Equal(s.Labels, gpu1) {
+				hole := labels.Equal(s.Labels, podA) && x.T >= holeFrom && x.T < holeTo
+				if !labels.Equal(s.Labels, gpu1) && !hole {
 					l.Samples = append(l.Samples, x)
 				}
 				w.Samples = append(w.Samples, x)
@@ -80,6 +87,32 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 		}
 		want = append(want, w)
 	}
+	// slow is scraped every 2 minutes by the live server's sender and, a
+	// minute later, by another one whose history the source holds too: the
+	// other's samples among the live ones are no hole's (two minutes is the
+	// series' interval) and stay refused, but those the head's out-of-order
+	// window takes (10 minutes behind now); before T0 both are history.
+	slowIn := Series{Labels: labels.FromStrings(model.MetricNameLabel, "slow")}
+	slowLive := Series{Labels: slowIn.Labels}
+	slowWant := Series{Labels: slowIn.Labels}
+	slowGap := 0
+	for ts := now - 6*hour; ts <= now; ts += minute {
+		x := Sample{ts, float64(ts / minute % 1000)}
+		slowIn.Samples = append(slowIn.Samples, x)
+		other := ts%(2*minute) != 0
+		if ts >= t0 && !other {
+			slowLive.Samples = append(slowLive.Samples, x)
+		}
+		if ts < t0 || !other || ts >= now-10*minute {
+			slowWant.Samples = append(slowWant.Samples, x)
+		}
+		if ts >= h-hour && ts < t0 {
+			slowGap++
+		}
+	}
+	input = append(input, slowIn)
+	live = append(live, slowLive)
+	want = append(want, slowWant)
 	baseline := tiers.SeriesWindows{
 		Labels:  labels.FromStrings(model.MetricNameLabel, "strata:baseline_median", "metric", "DCGM_FI_DEV_GPU_UTIL", "gpu", "0"),
 		Windows: []tiers.Window{{Start: h - hour, FirstT: h - hour, LastT: h - hour, Count: 1, Sum: 42, Min: 42, Max: 42, First: 42, Last: 42}},
@@ -162,7 +195,8 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 					}
 				}
 			}
-			if wantGap := 4*perSeries + flappyGap; res.RawGapSamples != wantGap || res.PartitionsRewritten != 1 {
+			holeGap := int((holeTo - holeFrom) / 30_000)
+			if wantGap := 4*perSeries + flappyGap + holeGap + slowGap; res.RawGapSamples != wantGap || res.PartitionsRewritten != 1 {
 				t.Errorf("gap samples %d, partitions rewritten %d; want %d, 1", res.RawGapSamples, res.PartitionsRewritten, wantGap)
 			}
 			// gpu 1's history from T0 to its last live sample is refused,

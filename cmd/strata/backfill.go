@@ -193,7 +193,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		"partitions_rewritten", res.PartitionsRewritten, "histogram_samples", res.HistogramSamples,
 		"dropped_samples", res.DroppedSamples)
 	if res.RefusedRawSamples > 0 {
-		logger.Warn("samples of the backfill that the raw tier already holds were left out: between a series' first and last live sample of the hour, at a timestamp it holds (the same scrape, or another value for it: the live one is kept) or among its live samples (another source's, which would interleave with them)",
+		logger.Warn("samples of the backfill among a series' samples in the raw tier were left out: at a timestamp it holds (the same scrape, or another value for it: the live one is kept) or between two of them (another source's, which would interleave with them); history before a series' first sample, after its last or in a hole between two went into raw blocks beside the head",
 			"samples", res.RefusedRawSamples)
 	}
 	if res.FutureSamples > 0 {
