@@ -742,11 +742,11 @@ func (im *importer) head(series []Series, from, to int64, report func(done, tota
 	}
 	heap.Init(&h)
 	ctx := im.ctx
-	// Raw's spans of the input's series in [from, to), read before any
-	// append, tell gap samples from the refused (gap.go). Only where raw
-	// holds samples there, and not when the samples go through a
-	// pipeline's tee in this process: its open hours would not see the
-	// gap samples' blocks.
+	// Raw's spans of the input's series around [from, to) (spanMargin),
+	// read before any append, tell gap samples from the refused (gap.go).
+	// Only where raw holds samples there, and not when the samples go
+	// through a pipeline's tee in this process: its open hours would not
+	// see the gap samples' blocks.
 	var spans map[int]*span
 	g := gaps{from: math.MaxInt64}
 	fillGaps := false
