@@ -217,6 +217,11 @@ type progressState struct {
 	// now can resume the same range (Unfinished).
 	From int64 `json:"from,omitempty"`
 	To   int64 `json:"to,omitempty"`
+	// Rewritten are the hours whose minute partitions (the live
+	// pipeline's) were written again with gap samples (gap.go): a resume
+	// builds their days' hour partitions, which the run it resumes may
+	// not have reached.
+	Rewritten []int64 `json:"rewritten_partitions,omitempty"`
 }
 
 // UnfinishedImport is what the progress file of an unfinished RunSliced
@@ -436,6 +441,9 @@ func newImporter(ctx context.Context, cfg Config, t Targets, input string, progr
 		}
 	}
 	im.st, im.cutoff = st, st.Cutoff
+	for _, h := range st.Rewritten {
+		im.days[timegrid.Floor(h, downsample.DayLen)] = true
+	}
 	// Raw blocks start at rawFrom; the head takes everything from the
 	// cutoff. A histogram before both has no tier.
 	im.histFrom = min(im.rawFrom, im.cutoff)

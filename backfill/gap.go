@@ -206,15 +206,11 @@ func (im *importer) fill(series []Series, g *gaps, from, to int64) error {
 		mint, maxt = min(mint, f), max(maxt, l)
 		list = append(list, *s)
 	}
-	span := im.st.RawBlockRange
-	for b := timegrid.Floor(mint, span); b <= maxt; b += span {
-		n, nh, err := writeGapBlock(im.ctx, list, im.t.Raw.DB().Dir(), span, b, b+span)
-		if err != nil {
-			return fmt.Errorf("backfill raw block of gap samples %s: %w", time.UnixMilli(b).UTC().Format(time.RFC3339), err)
-		}
-		im.res.RawGapSamples += n
-		im.res.HistogramSamples += nh
-	}
+	// The partitions first, then the blocks: an import killed between the
+	// two finds the gap samples still missing from raw and does both again;
+	// one killed while it wrote the blocks finds those of the blocks written
+	// in raw (refused then) and writes the partitions again from them and
+	// the rest; one killed after them has its partitions written.
 	for h := timegrid.Floor(max(mint, from), downsample.HourRes); h < min(maxt+1, to); h += downsample.HourRes {
 		if !im.t.Minute.HasPartition(h) {
 			continue // the pipeline computes it from raw, gap blocks included
@@ -223,14 +219,24 @@ func (im *importer) fill(series []Series, g *gaps, from, to int64) error {
 			return fmt.Errorf("backfill minute partition %s again: %w", time.UnixMilli(h).UTC().Format(time.RFC3339), err)
 		}
 	}
+	span := im.st.RawBlockRange
+	for b := timegrid.Floor(mint, span); b <= maxt; b += span {
+		n, nh, err := writeGapBlockFunc(im.ctx, list, im.t.Raw.DB().Dir(), span, b, b+span)
+		if err != nil {
+			return fmt.Errorf("backfill raw block of gap samples %s: %w", time.UnixMilli(b).UTC().Format(time.RFC3339), err)
+		}
+		im.res.RawGapSamples += n
+		im.res.HistogramSamples += nh
+	}
 	return nil
 }
 
 // rewritePartition writes hour h's minute partition again: the windows of
 // every series with gap samples in h computed from raw's samples and the
-// gap samples (and, past the hour, series' samples outside raw's span of
-// their hour: the next slice's gap samples), the others' as they were (the
-// diagnosis engine's baselines among them, which raw does not hold).
+// gap samples (and, in the StaleLookahead past the hour, their samples
+// outside raw's span of them there: the next slice's gap samples), the
+// others' as they were (the diagnosis engine's baselines among them, which
+// raw does not hold).
 func (im *importer) rewritePartition(series []Series, g *gaps, h int64) (err error) {
 	end := h + downsample.HourRes
 	affected := map[int]bool{}
@@ -309,12 +315,19 @@ func (im *importer) rewritePartition(series []Series, g *gaps, h int64) (err err
 		return err
 	}
 	im.res.PartitionsRewritten++
-	// The day's hour partition is built again, if this import built it.
+	// The day's hour partition is built again, if this import built it,
+	// and by a resume of it too: the hours written again are recorded.
 	d := timegrid.Floor(h, downsample.DayLen)
 	im.days[d] = true
 	im.st.Hour = slices.DeleteFunc(im.st.Hour, func(x int64) bool { return x == d })
-	return nil
+	if !slices.Contains(im.st.Rewritten, h) {
+		im.st.Rewritten = append(im.st.Rewritten, h)
+	}
+	return im.save()
 }
+
+// writeGapBlockFunc is writeGapBlock; tests make it fail.
+var writeGapBlockFunc = writeGapBlock
 
 // writeGapBlock writes the gap samples of list in [from, to) as writeRawBlock
 // does, as a block marked out-of-order (its meta.json's "from-out-of-order"
