@@ -141,9 +141,6 @@ func (s *Stitched) MinTime() (int64, bool) {
 	return mint, ok
 }
 
-// ChunkQuerier implements storage.ChunkQueryable by encoding the stitched
-// samples (plain-selector mapping: Last per window) into XOR chunks, so remote
-// read sees the same series as PromQL's plain selectors.
 // ExemplarQuerier implements storage.ExemplarQueryable: exemplars are
 // kept by the raw tier alone (its TSDB's circular exemplar storage), so a
 // stitched view answers /api/v1/query_exemplars from it. Without it the
@@ -162,6 +159,9 @@ func (noExemplars) Select(int64, int64, ...[]*labels.Matcher) ([]exemplar.QueryR
 	return []exemplar.QueryResult{}, nil
 }
 
+// ChunkQuerier implements storage.ChunkQueryable by encoding the stitched
+// samples (plain-selector mapping: Last per window) into XOR chunks, so remote
+// read sees the same series as PromQL's plain selectors.
 func (s *Stitched) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
 	return &stitchedChunkQuerier{q: &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: -1}}, nil
 }
