@@ -835,7 +835,7 @@ func (im *importer) head(series []Series, from, to int64, report func(done, tota
 	if err := commit(to); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
-	if g.n > 0 {
+	if len(g.series) > 0 {
 		if err := im.fill(series, &g, from, to); err != nil {
 			return err
 		}

@@ -168,8 +168,7 @@ func isGap(spans map[int]*span, k int, t int64) bool {
 // order.
 type gaps struct {
 	series map[int]*Series // by the index in head's input
-	n      int
-	from   int64 // the first gap sample's time (math.MaxInt64: none)
+	from   int64           // the first gap sample's time (math.MaxInt64: none)
 }
 
 func (g *gaps) add(in []Series, k int, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram) {
@@ -186,7 +185,6 @@ func (g *gaps) add(in []Series, k int, t int64, v float64, h *histogram.Histogra
 	} else {
 		s.Samples = append(s.Samples, Sample{t, v})
 	}
-	g.n++
 	g.from = min(g.from, t)
 }
 
@@ -195,7 +193,7 @@ func (g *gaps) add(in []Series, k int, t int64, v float64, h *histogram.Histogra
 // writes again every minute partition the minute tier already has for an
 // hour of [from, to) they fall in.
 func (im *importer) fill(series []Series, g *gaps, from, to int64) error {
-	if g.n == 0 {
+	if len(g.series) == 0 {
 		return nil
 	}
 	list := make([]Series, 0, len(g.series))

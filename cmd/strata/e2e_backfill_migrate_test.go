@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,34 +9,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/promslog"
-
-	remoteapi "github.com/prometheus/client_golang/exp/api/remote"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/prompb"
 
 	"github.com/strata-dev/strata/tiers"
 )
-
-// writeScraped writes three counters copied_total{instance="0".."2"}, a
-// sample every 10 s from first to before end whose value is a function of
-// its time: two servers given the same range hold the same samples, as two
-// receivers of one scraper's remote write do.
-func writeScraped(t *testing.T, p *strataProc, first, end time.Time) {
-	t.Helper()
-	var series []testSeries
-	for i := range 3 {
-		s := testSeries{lbls: labels.FromStrings("__name__", "copied_total", "instance", fmt.Sprint(i))}
-		for ts := first; ts.Before(end); ts = ts.Add(10 * time.Second) {
-			s.samples = append(s.samples, prompb.Sample{Value: float64(ts.Unix()/10) * float64(i+1), Timestamp: ts.UnixMilli()})
-		}
-		series = append(series, s)
-	}
-	if _, err := newWriteClient(t, p, remoteapi.WriteV1MessageType).Store(context.Background(), encodeV1(t, series), 0); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestBackfillMigration is the move from Prometheus as a user makes it:
 // remote write pointed at a new Strata at T0 (100 minutes ago, within an
@@ -58,7 +35,7 @@ func TestBackfillMigration(t *testing.T) {
 	now := time.Now().Truncate(10 * time.Second)
 	t0 := now.Add(-100 * time.Minute)
 	h0 := t0.Truncate(time.Hour)
-	writeScraped(t, old, now.Add(-3*time.Hour), now)
+	writeCopiedSeries(t, old, now.Add(-3*time.Hour), now)
 	dir := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "strata.yml")
 	// Without the diagnosis engine, whose baselines hold an hour's
@@ -67,7 +44,7 @@ func TestBackfillMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startStrata(t, dir, "--config.file="+cfg)
-	writeScraped(t, p, t0, now)
+	writeCopiedSeries(t, p, t0, now)
 	deadline := time.Now().Add(time.Minute)
 	for !hasMinutePartition(t, p, h0) {
 		if time.Now().After(deadline) {

@@ -210,14 +210,16 @@ func TestBackfillFromRemoteReadFirstHourFinal(t *testing.T) {
 }
 
 // writeCopiedSeries writes three counters copied_total{instance="0".."2"}
-// to p, a sample every 10 s from first to before end.
+// to p, a sample every 10 s from first to before end whose value is a
+// function of its time: two servers given the same range hold the same
+// samples, as two receivers of one scraper's remote write do.
 func writeCopiedSeries(t *testing.T, p *strataProc, first, end time.Time) {
 	t.Helper()
 	var series []testSeries
 	for i := range 3 {
 		s := testSeries{lbls: labels.FromStrings("__name__", "copied_total", "instance", fmt.Sprint(i))}
-		for j, ts := 0, first; ts.Before(end); j, ts = j+1, ts.Add(10*time.Second) {
-			s.samples = append(s.samples, prompb.Sample{Value: float64(j * (i + 1)), Timestamp: ts.UnixMilli()})
+		for ts := first; ts.Before(end); ts = ts.Add(10 * time.Second) {
+			s.samples = append(s.samples, prompb.Sample{Value: float64(ts.Unix()/10) * float64(i+1), Timestamp: ts.UnixMilli()})
 		}
 		series = append(series, s)
 	}
