@@ -40,7 +40,7 @@ func TestBackfillRemoteReadSlices(t *testing.T) {
 		t.Skip("backfill end-to-end: skipped under -short")
 	}
 	dir := t.TempDir()
-	om, handler, first, last := historySource(t, dir)
+	om, handler, first, last := historySource(t, dir, math.MinInt64)
 	srv := httptest.NewServer(handler)
 	defer srv.Close()
 
@@ -87,9 +87,10 @@ func sameStores(t *testing.T, want, got string) {
 
 // historySource writes three days of simulated history as OpenMetrics into
 // dir (simulatedHistory) and serves the same samples from one TSDB block
-// through Prometheus' own remote-read handler. It returns the file, the
-// handler, and the history's first and last sample times.
-func historySource(t *testing.T, dir string) (om string, h http.Handler, first, last int64) {
+// through Prometheus' own remote-read handler, those before notBefore (ms)
+// left out. It returns the file (all of the history), the handler, and the
+// first and last sample times served.
+func historySource(t *testing.T, dir string, notBefore int64) (om string, h http.Handler, first, last int64) {
 	t.Helper()
 	om = simulatedHistory(t, dir)
 	text, err := os.ReadFile(om)
@@ -106,10 +107,15 @@ func historySource(t *testing.T, dir string) (om string, h http.Handler, first, 
 	for _, s := range input {
 		var xs []chunks.Sample
 		for _, x := range s.Samples {
+			if x.T < notBefore {
+				continue
+			}
 			xs = append(xs, listSample{t: x.T, f: x.V})
 			first, last = min(first, x.T), max(last, x.T)
 		}
-		series = append(series, storage.NewListSeries(s.Labels, xs))
+		if len(xs) > 0 {
+			series = append(series, storage.NewListSeries(s.Labels, xs))
+		}
 	}
 	// One block: a head of 200 h takes 100 h in any order.
 	if _, err := tsdb.CreateBlock(series, src, 200*time.Hour.Milliseconds(), promslog.NewNopLogger()); err != nil {
@@ -204,7 +210,12 @@ func TestBackfillRemoteReadResumesRelativeRange(t *testing.T) {
 		t.Skip("backfill end-to-end: skipped under -short")
 	}
 	dir := t.TempDir()
-	_, handler, _, _ := historySource(t, dir)
+	// The range starts 30 h before each run; the source's history from
+	// 29 h back only, so that each import's range holds all of it: with
+	// the three days of 1-minute samples, a run's start 30 h back crossed
+	// a sample the one before had (CI, stop 61), and their tiers differed
+	// by it.
+	_, handler, _, _ := historySource(t, dir, time.Now().Add(-29*time.Hour).UnixMilli())
 	var requests, failAt atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := requests.Add(1); n == failAt.Load() {
