@@ -93,6 +93,12 @@ type Config struct {
 	// (GOMEMLIMIT) as NewHandler finds it, and no gate when none is set;
 	// negative switches the gate off.
 	MaxHeapBytes int64
+	// StorageGate, when set, is asked before every write request's body is
+	// read; while it returns an error (the storage's disk is nearly full,
+	// internal/diskspace) the request gets 503 with Retry-After and that
+	// error: remote-write senders and OTLP exporters retry a 503, so what
+	// they hold waits for the space instead of being dropped.
+	StorageGate func() error
 	// RetryAfter is the mean Retry-After the handler sends with 429 while
 	// every request in flight waits for an active slot (5 s). Each 429
 	// gets its own, in whole seconds (at least 1): half of RetryAfter with
@@ -428,7 +434,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	adm, e := h.admitBody(r.ContentLength)
 	if e != nil {
-		if e.code == http.StatusTooManyRequests {
+		if retryable(e.code) {
 			h.setRetryAfter(w)
 		}
 		h.reject(w, ver, *e)
@@ -503,14 +509,20 @@ type admission struct {
 
 // admitBody applies the admission every write request passes before its
 // body is read (an HTTP request's Content-Length, or -1: unknown, which
-// reserves MaxCompressedBytes): its declared size, the heap gate (refused
-// while memory is short), then the bounds on requests and body bytes in
-// flight. A refusal is an httpError; a 429 goes out with Retry-After. An
-// admission must be released.
+// reserves MaxCompressedBytes): its declared size, the storage gate
+// (refused while the disk is nearly full), the heap gate (refused while
+// memory is short), then the bounds on requests and body bytes in
+// flight. A refusal is an httpError; a 429 or 503 goes out with
+// Retry-After. An admission must be released.
 func (h *Handler) admitBody(length int64) (admission, *httpError) {
 	if length > int64(h.cfg.MaxCompressedBytes) {
 		return admission{}, &httpError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
 			fmt.Errorf("%w: Content-Length %d, the limit is %d", ErrBodyTooLarge, length, h.cfg.MaxCompressedBytes)}
+	}
+	if h.cfg.StorageGate != nil {
+		if err := h.cfg.StorageGate(); err != nil {
+			return admission{}, &httpError{http.StatusServiceUnavailable, ReasonDiskSpace, err}
+		}
 	}
 	if h.cfg.MaxHeapBytes > 0 {
 		if live := h.liveHeap(); live > uint64(h.cfg.MaxHeapBytes) {

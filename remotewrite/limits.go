@@ -24,6 +24,7 @@ const (
 	ReasonBadProtobuf          = "bad_protobuf"
 	ReasonOverload             = "overload"
 	ReasonHeapLimit            = "heap_limit"
+	ReasonDiskSpace            = "disk_space_low"
 	ReasonQueueTimeout         = "queue_timeout"
 	ReasonTooManyLabels        = "too_many_labels"
 	ReasonLabelNameTooLong     = "label_name_too_long"

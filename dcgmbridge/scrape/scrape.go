@@ -205,6 +205,7 @@ type Scraper struct {
 	cfg     Config
 	app     storage.AppendableV2
 	meta    MetadataStore // nil: the expositions' metadata is not kept
+	gate    func() error  // nil: always scrape (WithStorageGate)
 	logger  *slog.Logger
 	now     func() time.Time
 	client  *http.Client
@@ -235,6 +236,16 @@ type MetadataStore interface {
 // # UNIT of its families) in store, as Prometheus keeps its targets'.
 func WithMetadata(store MetadataStore) Option {
 	return func(s *Scraper) { s.meta = store }
+}
+
+// WithStorageGate skips every scrape while gate returns an error (the
+// storage's disk nearly full, internal/diskspace): nothing is fetched or
+// appended, not even the health series, and the target's status shows the
+// error; the failure is counted with reason remotewrite.ReasonDiskSpace.
+// A scrape is a sample of the present, so a skipped one is a gap, as a
+// Prometheus that cannot append leaves.
+func WithStorageGate(gate func() error) Option {
+	return func(s *Scraper) { s.gate = gate }
 }
 
 // WithHTTPClient replaces the HTTP client (TLS, proxies). Timeouts are still
@@ -407,6 +418,15 @@ func (l *scrapeLoop) run(ctx context.Context) {
 func (l *scrapeLoop) scrape(ctx context.Context) {
 	start := l.s.now()
 	l.s.metrics.scrapes.WithLabelValues(l.t.Name).Inc()
+	if l.s.gate != nil {
+		if err := l.s.gate(); err != nil {
+			l.mu.Lock()
+			l.lastScrape, l.lastDuration, l.lastErr = start, 0, fmt.Errorf("scrape %s skipped: %w", l.t.Name, err)
+			l.mu.Unlock()
+			l.s.metrics.failures.WithLabelValues(l.t.Name, remotewrite.ReasonDiskSpace).Inc()
+			return
+		}
+	}
 	exp, reason, err := l.fetch(ctx, start)
 	if err == nil {
 		if err = l.appendAll(ctx, exp, start); err != nil {

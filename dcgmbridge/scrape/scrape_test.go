@@ -3,7 +3,9 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -362,6 +364,48 @@ func TestScrapeTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestScrapeStorageGate: while the storage gate refuses, a scrape fetches
+// and appends nothing, and its target's status and failure count say why;
+// once it lets them through, scrapes append again.
+func TestScrapeStorageGate(t *testing.T) {
+	fetched := 0
+	target := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		fetched++
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain; version=0.0.4"}},
+			Body: io.NopCloser(strings.NewReader("gated_metric 1\n")), Request: r}, nil
+	})
+	gateErr := errors.New("disk space low: 10 bytes free")
+	full := true
+	app := &memAppendable{}
+	s, err := New(Config{Targets: []Target{{Name: "t", URL: "http://127.0.0.1:9/metrics", Interval: time.Second, Timeout: time.Second}}},
+		app, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), time.Now, WithHTTPClient(&http.Client{Transport: target}),
+		WithStorageGate(func() error {
+			if full {
+				return gateErr
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.ScrapeOnce(context.Background())
+	if _, ok := app.last("up"); ok || fetched != 0 {
+		t.Fatalf("a gated scrape fetched %d times, stored up: %v", fetched, ok)
+	}
+	if st := s.Targets(); len(st) != 1 || !errors.Is(st[0].LastError, gateErr) {
+		t.Fatalf("target status %+v, want the gate's error", st)
+	}
+	if got := testutil.ToFloat64(s.metrics.failures.WithLabelValues("t", remotewrite.ReasonDiskSpace)); got != 1 {
+		t.Errorf("disk_space_low failures = %g, want 1", got)
+	}
+	full = false
+	s.ScrapeOnce(context.Background())
+	if v, ok := app.last("gated_metric"); !ok || v != 1 || fetched != 1 {
+		t.Fatalf("after the gate opened: gated_metric %g (stored %v), fetched %d times", v, ok, fetched)
+	}
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
