@@ -114,10 +114,13 @@ type SelfScrapeConfig struct {
 type StorageConfig struct {
 	Path             string         `yaml:"path"`
 	OutOfOrderWindow model.Duration `yaml:"out_of_order_time_window"`
-	Raw              RawTierConfig  `yaml:"raw"`
-	Minute           TierConfig     `yaml:"minute"`
-	Hour             TierConfig     `yaml:"hour"`
-	ObjStore         ObjStoreConfig `yaml:"objstore"`
+	// MinFreeBytes: writes are refused (503) while the storage's disk has
+	// less free space (internal/diskspace); 0 switches the check off.
+	MinFreeBytes ByteSize       `yaml:"min_free_bytes"`
+	Raw          RawTierConfig  `yaml:"raw"`
+	Minute       TierConfig     `yaml:"minute"`
+	Hour         TierConfig     `yaml:"hour"`
+	ObjStore     ObjStoreConfig `yaml:"objstore"`
 }
 
 // ObjStoreConfig puts the minute and hour tiers in object storage.
@@ -319,6 +322,9 @@ func (c Config) validate() error {
 	case "v1", "v2":
 	default:
 		errs = append(errs, fmt.Errorf("storage.raw.wal_sample_records must be v1 or v2, got %q", c.Storage.Raw.WALSampleRecords))
+	}
+	if c.Storage.MinFreeBytes < 0 {
+		errs = append(errs, fmt.Errorf("storage.min_free_bytes must not be negative (0 switches the check off), got %d", c.Storage.MinFreeBytes))
 	}
 	if c.Storage.OutOfOrderWindow < 0 {
 		errs = append(errs, fmt.Errorf("storage.out_of_order_time_window must not be negative, got %s", c.Storage.OutOfOrderWindow))

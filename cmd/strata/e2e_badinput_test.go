@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/prompb"
+
+	"github.com/strata-dev/strata/internal/diskspace"
 )
 
 // TestBadInputEndToEnd sends each kind of bad remote-write request to a running
@@ -149,5 +151,65 @@ func TestBadInputEndToEnd(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("server not healthy after bad input: %d", resp.StatusCode)
+	}
+}
+
+// TestDiskSpaceLowEndToEnd: a strata serve whose disk has less free space
+// than storage.min_free_bytes refuses remote write and OTLP with 503,
+// Retry-After and a message naming the setting, says so in its metrics and
+// log, and goes on answering queries. (Recovery, and the real disk filling
+// up, are internal/diskspace's and the README's: a test cannot fill the
+// machine's disk.)
+func TestDiskSpaceLowEndToEnd(t *testing.T) {
+	if !diskspace.Supported {
+		t.Skip("free disk space is not read on this platform")
+	}
+	// A minimum no disk has free: 1 EiB.
+	p := startStrata(t, t.TempDir(), "--storage.min-free-bytes=1EiB")
+	body := encodeV1(t, []testSeries{{lbls: labels.FromStrings("__name__", "e2e_disk", "job", "e2e"),
+		samples: []prompb.Sample{{Value: 1, Timestamp: time.Now().UnixMilli()}}}})
+	for _, tc := range []struct{ path, contentType, encoding string }{
+		{"/api/v1/write", "application/x-protobuf", "snappy"},
+		{"/api/v1/otlp/v1/metrics", "application/x-protobuf", ""},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, p.url(tc.path), bytes.NewReader(body))
+		req.Header.Set("Content-Type", tc.contentType)
+		if tc.encoding != "" {
+			req.Header.Set("Content-Encoding", tc.encoding)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(msg), "storage.min_free_bytes") {
+			t.Errorf("%s with the disk below the minimum: %d, Retry-After %q: %s", tc.path, resp.StatusCode, resp.Header.Get("Retry-After"), msg)
+		}
+	}
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(p.url(path)) //nolint:noctx // test client of a loopback server
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if metrics := get("/metrics"); !strings.Contains(metrics, "strata_storage_disk_space_low 1") || !strings.Contains(metrics, `strata_remotewrite_rejected_total{reason="disk_space_low"} 2`) {
+		var lines []string
+		for l := range strings.Lines(metrics) {
+			if strings.Contains(l, "strata_storage_") || strings.Contains(l, "rejected_total") {
+				lines = append(lines, l)
+			}
+		}
+		t.Errorf("metrics do not show the refusal:\n%s", strings.Join(lines, ""))
+	}
+	if q := get("/api/v1/query?query=vector(1)"); !strings.Contains(q, `"status":"success"`) {
+		t.Errorf("a query with the disk below the minimum: %s", q)
+	}
+	if !strings.Contains(p.output(), "disk space low") {
+		t.Errorf("the log does not say why writes are refused:\n%s", p.output())
 	}
 }

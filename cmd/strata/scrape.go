@@ -38,8 +38,11 @@ func (s *server) startScraper(ctx context.Context, addr string) error {
 		return nil
 	}
 	client := &http.Client{Transport: &inProcessTransport{host: selfHost, handler: s.metricsHandler(), next: http.DefaultTransport}}
-	scr, err := scrape.New(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now,
-		scrape.WithHTTPClient(client), scrape.WithMetadata(s.meta))
+	opts := []scrape.Option{scrape.WithHTTPClient(client), scrape.WithMetadata(s.meta)}
+	if s.disk != nil {
+		opts = append(opts, scrape.WithStorageGate(s.disk.Err))
+	}
+	scr, err := scrape.New(cfg, s.rawApp, s.logger.With("component", "scrape"), s.reg, time.Now, opts...)
 	if err != nil {
 		return err
 	}

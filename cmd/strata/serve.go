@@ -35,6 +35,7 @@ import (
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/downsample"
 	"github.com/strata-dev/strata/export"
+	"github.com/strata-dev/strata/internal/diskspace"
 	"github.com/strata-dev/strata/internal/mapped"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
@@ -87,6 +88,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *model.Duration { return &c.Storage.Hour.Retention })
 	o.string("objstore.config-file", "objstore.yml (Thanos' format) putting the minute and hour tiers in object storage; empty: local disk. (default: none)",
 		func(c *Config) *string { return &c.Storage.ObjStore.ConfigFile })
+	o.bytes("storage.min-free-bytes", "Free disk space below which remote write, OTLP and scrapes are refused with 503 until it is back above it and a tenth; 0: no check. (default: 256MiB)",
+		func(c *Config) *ByteSize { return &c.Storage.MinFreeBytes })
 	o.duration("storage.out-of-order-time-window", "How far behind the newest sample a late sample is accepted; also the rollups' allowed lateness. (default: 10m)",
 		func(c *Config) *model.Duration { return &c.Storage.OutOfOrderWindow })
 	o.string("web.listen-address", "Address to listen on for the API, remote write and /metrics. (default: :9201)",
@@ -118,6 +121,7 @@ type server struct {
 	rollup   *downsample.Pipeline
 	stitched *tiers.Stitched
 	rawApp   storage.AppendableV2 // the raw tier through the rollup pipeline's tee
+	disk     *diskspace.Guard     // refuses writes while the disk is nearly full; nil: no check
 	meta     *remotewrite.MetadataStore
 	write    *remotewrite.Handler
 	otlp     *remotewrite.OTLPHandler
@@ -203,6 +207,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	}
 	srv.raw, srv.minute, srv.hour = st.raw, st.minute, st.hour
 	srv.closer = append(srv.closer, st.close)
+	// The raw tier's directory too, in case it is a mount of its own.
+	srv.disk = diskspace.New(int64(cfg.Storage.MinFreeBytes), []string{cfg.Storage.Path, srv.raw.DB().Dir()},
+		logger.With("component", "diskspace"), reg)
 	removeLeftoverSpools(filepath.Join(cfg.Storage.Path, rollupSpillDir), "", logger)
 	dsCfg := downsample.DefaultConfig()
 	dsCfg.Lateness = time.Duration(cfg.Storage.OutOfOrderWindow)
@@ -237,6 +244,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	rwCfg := cfg.remoteWrite()
 	// The series cache holds the whole fleet: the raw head's series.
 	rwCfg.StorageSeries = srv.raw.HeadSeries
+	if srv.disk != nil {
+		rwCfg.StorageGate = srv.disk.Err
+	}
 	srv.write, err = remotewrite.NewHandler(rwCfg, srv.rawApp, srv.meta, logger.With("component", "remotewrite"), reg, time.Now)
 	if err != nil {
 		return nil, err
@@ -410,6 +420,7 @@ func (s *server) serve(ctx context.Context) error {
 		}
 	}()
 	go s.applyRetentionEvery(ctx, 10*time.Minute)
+	go s.disk.Run(ctx, time.Second)
 	releaseDone := make(chan struct{})
 	go func() {
 		defer close(releaseDone)
