@@ -347,7 +347,8 @@ func openPartitionFile(f *os.File, path string) (of *openFile, err error) {
 	// chunk is a few hundred KB, read in a few syscalls instead of a hundred.
 	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.ReadBufferSize(64<<10))
 	if err != nil {
-		return nil, fmt.Errorf("open parquet file %s: %w", path, err)
+		// The file opened: its bytes are what is wrong.
+		return nil, footerError(fmt.Errorf("open parquet file %s: %w", path, err), path, st)
 	}
 	if _, err := schemaVersion(pf.Lookup("strata.schema_version")); err != nil {
 		return nil, fmt.Errorf("partition %s: %w", path, err)

@@ -33,6 +33,7 @@ func (r *Rollup) PartitionSeries(ctx context.Context, start int64) iter.Seq2[Ser
 		}
 		of, err := r.files.acquire(p)
 		if err != nil {
+			r.setAsideIfCorrupt(err)
 			yield(SeriesWindows{}, err)
 			return
 		}
@@ -41,7 +42,11 @@ func (r *Rollup) PartitionSeries(ctx context.Context, start int64) iter.Seq2[Ser
 		if rerr := r.files.release(of); err == nil {
 			err = rerr
 		}
+		// A corrupt partition fails this read (its consumer, the hour
+		// tier's build, tries again) and is set aside for the next.
 		if err != nil && !errors.Is(err, errStopped) {
+			err = asCorrupt(err, p.Path, of.info)
+			r.setAsideIfCorrupt(err)
 			yield(SeriesWindows{}, fmt.Errorf("read %s partition %s: %w", r.cfg.Name, fmtPartition(start), err))
 		}
 	}

@@ -148,6 +148,11 @@ type Rollup struct {
 	written        prometheus.Counter
 	writeErrors    prometheus.Counter
 	retentionDrops prometheus.Counter
+
+	// corrupt holds the partitions set aside as corrupt (quarantine.go)
+	// and not written again: start -> where the file went.
+	corrupt      map[int64]string
+	corruptFound prometheus.Counter
 }
 
 // OpenRollup opens (or creates) a rollup tier in cfg.Dir. Leftover temporary
@@ -181,6 +186,9 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 		}
 	}
 	r := &Rollup{cfg: cfg, logger: logger.With("tier", cfg.Name), now: now, parts: map[int64]PartitionInfo{}, files: newFileCache(defaultOpenFiles(cfg), defaultOpenFilesBytes(cfg))}
+	f := promauto.With(reg)
+	cl := prometheus.Labels{"tier": cfg.Name}
+	r.corruptFound = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_corrupt_partitions_total", Help: "Rollup partition files found corrupt (at open, or by a page checksum) and moved to the tier's corrupt/ directory.", ConstLabels: cl})
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil && (!cfg.ReadOnly || !errors.Is(err, os.ErrNotExist)) { // read-only: a missing directory is an empty tier
 		return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
@@ -205,16 +213,34 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 		if cfg.ReadOnly && errors.Is(err, os.ErrNotExist) {
 			continue // deleted by the writer's retention since we listed it
 		}
+		if ce := (*corruptPartitionError)(nil); errors.As(err, &ce) {
+			if cfg.ReadOnly {
+				r.logger.Warn("corrupt partition file skipped", "path", path, "err", err)
+				continue
+			}
+			dst, merr := r.moveAside(path, nil)
+			if merr != nil {
+				return nil, fmt.Errorf("open rollup tier %s: %w (setting it aside failed: %w)", cfg.Dir, err, merr)
+			}
+			r.noteCorrupt(start, dst, err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open rollup tier %s: %w", cfg.Dir, err)
 		}
 		r.parts[start] = info
 	}
+	r.loadCorrupt()
 	if cfg.Remote != nil {
 		r.openRemote(reg)
+		// A partition whose local copy was set aside is read from the
+		// bucket.
+		for s := range r.corrupt {
+			if _, ok := r.parts[s]; ok {
+				delete(r.corrupt, s)
+			}
+		}
 	}
-	f := promauto.With(reg)
-	cl := prometheus.Labels{"tier": cfg.Name}
 	r.written = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_partitions_written_total", Help: "Rollup partition files written (including rewrites).", ConstLabels: cl})
 	r.writeErrors = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_partition_write_errors_total", Help: "Rollup partition writes that failed and left nothing behind.", ConstLabels: cl})
 	r.retentionDrops = f.NewCounter(prometheus.CounterOpts{Name: "strata_tiers_retention_deleted_partitions_total", Help: "Rollup partition files deleted by retention.", ConstLabels: cl})
@@ -256,7 +282,8 @@ func statPartition(path string, start, length int64) (info PartitionInfo, err er
 	}
 	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
-		return info, fmt.Errorf("read partition footer %s: %w", path, err)
+		// The file opened: its bytes are what is wrong.
+		return info, footerError(fmt.Errorf("read partition footer %s: %w", path, err), path, st)
 	}
 	return PartitionInfo{Start: start, End: start + length, Rows: pf.NumRows(), Bytes: st.Size(), Path: path}, nil
 }

@@ -126,7 +126,7 @@ func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p Partitio
 	var runs [][]seriesRun
 	if tab == nil {
 		if runs, err = of.seriesRuns(); err != nil {
-			return fmt.Errorf("partition %s: %w", p.Path, err)
+			return asCorrupt(fmt.Errorf("partition %s: %w", p.Path, err), p.Path, of.info)
 		}
 	}
 	for i, rg := range of.pf.RowGroups() {
@@ -142,7 +142,7 @@ func (fr *fileReader) readFile(ctx context.Context, files *fileCache, p Partitio
 			rgRuns = runs[i]
 		}
 		if err := fr.readRowGroup(rg, of.cols, rgRuns, at); err != nil {
-			return fmt.Errorf("partition %s: %w", p.Path, err)
+			return asCorrupt(fmt.Errorf("partition %s: %w", p.Path, err), p.Path, of.info)
 		}
 	}
 	return nil

@@ -145,7 +145,22 @@ type selectedSeries struct {
 // contiguously in memory: the engine then walks each series in a tight loop
 // (scattering a series over hundreds of per-file blocks cost a cache and TLB
 // miss per file, 40 % of a 365-day query's evaluation).
+//
+// A partition found corrupt on the way is set aside (quarantine.go) and the
+// select runs again without it: a part of its windows may have been read.
 func (r *Rollup) selectColumns(ctx context.Context, mint, maxt int64, matchers []*labels.Matcher, opts selectOptions) ([]selectedSeries, error) {
+	for {
+		sel, err := r.selectColumnsOnce(ctx, mint, maxt, matchers, opts)
+		var ce *corruptPartitionError
+		// Each round sets one partition aside or returns: bounded by
+		// the partitions.
+		if err == nil || !errors.As(err, &ce) || !r.quarantine(ce) {
+			return sel, err
+		}
+	}
+}
+
+func (r *Rollup) selectColumnsOnce(ctx context.Context, mint, maxt int64, matchers []*labels.Matcher, opts selectOptions) ([]selectedSeries, error) {
 	r.mu.RLock()
 	closed := r.closed
 	r.mu.RUnlock()

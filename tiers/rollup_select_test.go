@@ -429,9 +429,10 @@ func TestSkipOf(t *testing.T) {
 }
 
 // TestSelectColumnsNamesFailedPartition: a select over partitions read in
-// parallel, one of which cannot be read (its file emptied in place, as a
-// disk error leaves it), fails naming that partition, without the
-// "context canceled" of the readers its failure stopped.
+// parallel, one of which cannot be read (the system fails the read: a
+// directory in its file's place), fails naming that partition, without the
+// "context canceled" of the readers its failure stopped. (A file whose
+// bytes are corrupt is set aside instead: TestRollupSetsCorruptPartitionsAside.)
 func TestSelectColumnsNamesFailedPartition(t *testing.T) {
 	cfg := DefaultMinuteConfig(t.TempDir())
 	r := openRollupForTest(t, cfg, nil)
@@ -449,13 +450,16 @@ func TestSelectColumnsNamesFailedPartition(t *testing.T) {
 		}
 	}
 	bad := r.Partitions()[0] // the first reader fails while the others read
-	if err := os.Truncate(bad.Path, 0); err != nil {
+	if err := os.Remove(bad.Path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(bad.Path, 0o750); err != nil {
 		t.Fatal(err)
 	}
 	ctx := parallel.WithBudget(context.Background(), 4) // readers that the failure stops
 	_, err := r.selectColumns(ctx, deriveT0, deriveT0+nParts*plen, []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")}, selectOptions{})
 	if err == nil {
-		t.Fatal("a select over an emptied partition file did not fail")
+		t.Fatal("a select over an unreadable partition file did not fail")
 	}
 	if !strings.Contains(err.Error(), bad.Path) {
 		t.Errorf("the error does not name the partition %s: %v", bad.Path, err)

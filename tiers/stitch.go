@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -365,6 +366,12 @@ func (q *stitchedQuerier) Select(ctx context.Context, sortSeries bool, hints *st
 		if err != nil {
 			return storage.ErrSeriesSet(err)
 		}
+		switch {
+		case sg.tier == TierMinute, sg.tier == TierRaw && minuteOnly:
+			warnCorrupt(&annots, q.s.minute, sg)
+		case sg.tier == TierHour:
+			warnCorrupt(&annots, q.s.hour, sg)
+		}
 		if len(list) > 0 {
 			served = append(served, sg.tier)
 			lists = append(lists, list)
@@ -379,6 +386,18 @@ func (q *stitchedQuerier) Select(ctx context.Context, sortSeries bool, hints *st
 		}
 	}
 	return &stitchedSet{series: mergeSorted(lists), annots: annots}
+}
+
+// warnCorrupt adds a warning for each partition of r in the segment that was
+// set aside as corrupt: the answer lacks its windows.
+func warnCorrupt(annots *annotations.Annotations, r *Rollup, sg segment) {
+	if r == nil {
+		return
+	}
+	for _, s := range r.CorruptPartitions(sg.lo, sg.hi-1) {
+		annots.Add(fmt.Errorf("%w: strata: the %s tier's partition of %s was corrupt and is set aside in %s: its windows are missing from this answer",
+			annotations.PromQLWarning, r.cfg.Name, time.UnixMilli(s).UTC().Format(time.RFC3339), filepath.Join(r.cfg.Dir, CorruptDir)))
+	}
 }
 
 // selectRawOnly answers a select whose range only the raw tier serves.
