@@ -3,13 +3,18 @@ package tiers
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/parquet-go/parquet-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/tsdb"
 
 	"github.com/strata-dev/strata/internal/atomicfile"
 )
@@ -186,4 +191,88 @@ func (r *Rollup) CorruptPartitions(mint, maxt int64) []int64 {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// openRawSettingAside is tsdb.Open of the raw tier in dir, with the blocks
+// that do not open set aside: when open fails, every block that does not
+// open on its own (its meta.json, index or chunks unreadable or failing
+// their checksums) is moved to dir/CorruptDir, logged as an error, and
+// open is tried once more. Before, one such block kept strata serve from
+// starting (the TSDB's "corrupted block" error, which Prometheus' users
+// meet too and answer by deleting the block by hand). A block the system
+// fails to read (an errno other than a missing file) stays where it is,
+// and open fails as before. It returns the blocks set aside.
+func openRawSettingAside(dir string, open func() (*tsdb.DB, error), logger *slog.Logger) (*tsdb.DB, []string, error) {
+	db, err := open()
+	if err == nil {
+		return db, nil, nil
+	}
+	entries, rerr := os.ReadDir(dir)
+	if rerr != nil {
+		return nil, nil, err
+	}
+	var aside []string
+	for _, e := range entries {
+		if _, perr := ulid.ParseStrict(e.Name()); perr != nil || !e.IsDir() {
+			continue
+		}
+		bdir := filepath.Join(dir, e.Name())
+		b, berr := tsdb.OpenBlock(slog.New(slog.DiscardHandler), bdir, nil, nil)
+		if berr == nil {
+			_ = b.Close() // read-only: nothing to flush
+			continue
+		}
+		if errno := syscall.Errno(0); errors.As(berr, &errno) && !errors.Is(berr, fs.ErrNotExist) {
+			continue
+		}
+		if merr := os.MkdirAll(filepath.Join(dir, CorruptDir), 0o750); merr != nil {
+			return nil, nil, errors.Join(err, merr)
+		}
+		dst := filepath.Join(dir, CorruptDir, e.Name())
+		if merr := os.Rename(bdir, dst); merr != nil {
+			return nil, nil, errors.Join(err, fmt.Errorf("set corrupt block %s aside: %w", e.Name(), merr))
+		}
+		logger.Error("corrupt raw block set aside; its samples are left out of queries", "block", e.Name(), "moved_to", dst, "err", berr)
+		aside = append(aside, e.Name())
+	}
+	if len(aside) == 0 {
+		return nil, nil, err
+	}
+	if serr := atomicfile.SyncDir(dir); serr != nil {
+		logger.Warn("sync the raw tier's directory after setting blocks aside", "err", serr)
+	}
+	db, err = open()
+	return db, aside, err
+}
+
+// trackingRegisterer registers through Registerer and remembers what it
+// registered, so that a tsdb.Open that failed after registering its
+// metrics can be tried again on the same registry.
+type trackingRegisterer struct {
+	prometheus.Registerer
+	done []prometheus.Collector
+}
+
+func (t *trackingRegisterer) Register(c prometheus.Collector) error {
+	if err := t.Registerer.Register(c); err != nil {
+		return err
+	}
+	t.done = append(t.done, c)
+	return nil
+}
+
+func (t *trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// unregisterAll takes back everything registered through t.
+func (t *trackingRegisterer) unregisterAll() {
+	for _, c := range t.done {
+		t.Unregister(c)
+	}
+	t.done = nil
 }

@@ -11,7 +11,12 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
 
 	"github.com/strata-dev/strata/tiers"
 )
@@ -181,3 +186,86 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestRawSetsCorruptBlocksAside: a raw block whose index is cut short no
+// longer keeps the raw tier from opening (the TSDB's "corrupted block"): it
+// is moved to corrupt/, counted, and the other blocks' samples are read as
+// before, the tier's metrics registered once on the same registry.
+func TestRawSetsCorruptBlocksAside(t *testing.T) {
+	dir := t.TempDir()
+	const step = 15_000
+	var blocks []string
+	for b := range 3 {
+		var xs []chunks.Sample
+		for ts := testT0 + int64(b)*hourMs; ts < testT0+int64(b+1)*hourMs; ts += step {
+			xs = append(xs, listSample{t: ts, f: float64(b)})
+		}
+		id, err := tsdb.CreateBlock([]storage.Series{storage.NewListSeries(labels.FromStrings("__name__", "m"), xs)}, dir, 2*hourMs, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, id)
+	}
+	index := filepath.Join(blocks[1], "index")
+	if err := os.Truncate(index, 1000); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir), quietLogger(), reg)
+	if err != nil {
+		t.Fatalf("open with a corrupt block: %v", err)
+	}
+	defer raw.Close()
+	if _, err := os.Stat(filepath.Join(dir, tiers.CorruptDir, filepath.Base(blocks[1]), "index")); err != nil {
+		t.Fatalf("the corrupt block was not set aside: %v", err)
+	}
+	q, err := raw.Querier(testT0, testT0+3*hourMs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	set := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, "__name__", "m"))
+	n := 0
+	for set.Next() {
+		it := set.At().Iterator(nil)
+		for it.Next() != chunkenc.ValNone {
+			if _, v := it.At(); v == 1 {
+				t.Fatal("a sample of the block set aside was read")
+			}
+			n++
+		}
+	}
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * int(hourMs/step); n != want {
+		t.Errorf("read %d samples, want the two intact blocks' %d", n, want)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "corrupt_blocks_set_aside" {
+			found = mf.GetMetric()[0].GetGauge().GetValue() == 1
+		}
+	}
+	if !found {
+		t.Error("corrupt_blocks_set_aside is not 1")
+	}
+}
+
+// listSample is a float sample for storage.NewListSeries.
+type listSample struct {
+	t int64
+	f float64
+}
+
+func (s listSample) T() int64                      { return s.t }
+func (s listSample) F() float64                    { return s.f }
+func (s listSample) H() *histogram.Histogram       { return nil }
+func (s listSample) FH() *histogram.FloatHistogram { return nil }
+func (s listSample) ST() int64                     { return 0 }
+func (s listSample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
+func (s listSample) Copy() chunks.Sample           { return s }

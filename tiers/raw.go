@@ -13,6 +13,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/exemplar"
@@ -209,11 +210,26 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	var compactor *releasingCompactor
 	opts.NewCompactorFunc = newReleasingCompactor(cfg.Dir, tierLogger, &compactor)
 	stats := tsdb.NewDBStats()
-	db, err := tsdb.Open(cfg.Dir, tierLogger, reg, opts, stats)
+	db, aside, err := openRawSettingAside(cfg.Dir, func() (*tsdb.DB, error) {
+		if reg == nil {
+			return tsdb.Open(cfg.Dir, tierLogger, nil, opts, stats)
+		}
+		// A failed open is tried again: what it registered is taken back.
+		tr := &trackingRegisterer{Registerer: reg}
+		db, err := tsdb.Open(cfg.Dir, tierLogger, tr, opts, stats)
+		if err != nil {
+			tr.unregisterAll()
+		}
+		return db, err
+	}, tierLogger)
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
 	r := &Raw{db: db, cfg: cfg, stats: stats, oooBounds: map[ulid.ULID][2]int64{}, compactor: compactor}
+	promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Name: "corrupt_blocks_set_aside",
+		Help: "Raw blocks found corrupt and moved to the tier's corrupt/ directory when it opened.",
+	}).Set(float64(len(aside)))
 	// The WAL is replayed into a storage of the full size, so exemplars
 	// written before a restart are kept; only an empty one is given up.
 	if err := r.releaseEmptyExemplars(); err != nil {
