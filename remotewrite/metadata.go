@@ -60,6 +60,9 @@ type MetadataStore struct {
 	queued   map[string]struct{}
 	dropped  uint64
 
+	// recovered says what OpenMetadataStore set aside (Recovered).
+	recovered []error
+
 	logMu   sync.Mutex // serializes Sync and Save; guards log and logSize
 	log     *os.File   // the change log, opened by the first Sync
 	logSize int64
@@ -100,7 +103,25 @@ func (s *MetadataStore) logPath() string { return s.path + ".log" }
 // OpenMetadataStore loads the store saved at path, or starts an empty one if
 // the file does not exist. Save writes it back to path. An empty path gives an
 // in-memory store.
+//
+// A snapshot that does not parse, or a change log with a bad record before
+// its last, is renamed to <name>.corrupt and left out (what the log held
+// before its bad record is kept), rather than keeping the server from
+// starting: metadata is help text and types that senders send again
+// (Prometheus every minute). Recovered says what was set aside. An I/O
+// error, or a snapshot of another version (a newer Strata's), still fails.
 func OpenMetadataStore(path string) (*MetadataStore, error) {
+	return openMetadataStore(path, true)
+}
+
+// ReadMetadataStore is OpenMetadataStore for a reader beside the server
+// that writes the store (strata export): it never moves a file, and a
+// corrupt one is an error.
+func ReadMetadataStore(path string) (*MetadataStore, error) {
+	return openMetadataStore(path, false)
+}
+
+func openMetadataStore(path string, setAsideCorrupt bool) (*MetadataStore, error) {
 	s := NewMetadataStore(DefaultMaxMetadataFamilies)
 	if path == "" {
 		return s, nil
@@ -114,7 +135,14 @@ func OpenMetadataStore(path string) (*MetadataStore, error) {
 	default:
 		var f metadataFile
 		if err := json.Unmarshal(data, &f); err != nil {
-			return nil, fmt.Errorf("parse metadata store %s: %w", path, err)
+			if !setAsideCorrupt {
+				return nil, fmt.Errorf("parse metadata store %s: %w", path, err)
+			}
+			if aerr := setAside(path); aerr != nil {
+				return nil, fmt.Errorf("parse metadata store %s: %w (setting it aside failed: %w)", path, err, aerr)
+			}
+			s.recovered = append(s.recovered, fmt.Errorf("metadata store %s did not parse (%w): moved to %s.corrupt; senders send their metadata again", path, err, path))
+			break
 		}
 		if f.Version != metadataFileVersion {
 			return nil, fmt.Errorf("metadata store %s: unsupported version %d", path, f.Version)
@@ -124,12 +152,34 @@ func OpenMetadataStore(path string) (*MetadataStore, error) {
 		}
 	}
 	replayed, err := s.replayLog()
-	if err != nil {
+	if bad := (*badLogRecordError)(nil); errors.As(err, &bad) && setAsideCorrupt {
+		if aerr := setAside(s.logPath()); aerr != nil {
+			return nil, fmt.Errorf("%w (setting it aside failed: %w)", err, aerr)
+		}
+		s.recovered = append(s.recovered, fmt.Errorf("%w: moved to %s.corrupt, the %d records before it kept", err, s.logPath(), replayed))
+	} else if err != nil {
 		return nil, err
 	}
 	// What the log added is not in the snapshot yet: the next Save writes it.
-	s.dirty = replayed > 0
+	// After a recovery too: the snapshot then holds what was kept.
+	s.dirty = replayed > 0 || len(s.recovered) > 0
 	return s, nil
+}
+
+// Recovered returns what OpenMetadataStore found corrupt and set aside, for
+// the log; nil when nothing was.
+func (s *MetadataStore) Recovered() error { return errors.Join(s.recovered...) }
+
+// badLogRecordError is a change log's record that does not parse, before
+// its last line.
+type badLogRecordError struct{ err error }
+
+func (e *badLogRecordError) Error() string { return e.err.Error() }
+func (e *badLogRecordError) Unwrap() error { return e.err }
+
+// setAside renames the file at path to path.corrupt (replacing an older one).
+func setAside(path string) error {
+	return os.Rename(path, path+".corrupt")
 }
 
 // replayLog applies the change log's records in order. A torn last line (a
@@ -156,7 +206,7 @@ func (s *MetadataStore) replayLog() (int, error) {
 		}
 		var rec metadataLogRecord
 		if err := json.Unmarshal(line, &rec); err != nil || rec.Family == "" {
-			return n, fmt.Errorf("parse metadata log %s, record %d: %w", s.logPath(), n+1, errors.Join(err, errors.New("bad record")))
+			return n, &badLogRecordError{fmt.Errorf("parse metadata log %s, record %d: %w", s.logPath(), n+1, errors.Join(err, errors.New("bad record")))}
 		}
 		s.put(rec.Family, metadata.Metadata{Type: model.MetricType(rec.Type), Unit: rec.Unit, Help: rec.Help})
 		n++

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/common/model"
@@ -105,13 +106,79 @@ func TestMetadataStoreTornLog(t *testing.T) {
 	if s2.Len() != 1 {
 		t.Fatalf("%d families, want 1", s2.Len())
 	}
-	// A corrupt record before the end is an error, not silently skipped.
-	if err := os.WriteFile(path+".log", []byte("not json\n{\"family\":\"a\",\"type\":\"gauge\"}\n"), 0o600); err != nil {
+	// A corrupt record before the end is not silently skipped: the log is
+	// set aside, what came before it kept, and said so.
+	if err := os.WriteFile(path+".log", []byte("{\"family\":\"b\",\"type\":\"gauge\",\"help\":\"two\"}\nnot json\n{\"family\":\"c\",\"type\":\"gauge\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := OpenMetadataStore(path)
+	if err != nil {
+		t.Fatalf("a corrupt record in the middle of the log stopped the server: %v", err)
+	}
+	if err := s3.Recovered(); err == nil || !strings.Contains(err.Error(), "record 2") {
+		t.Fatalf("Recovered() = %v, want the bad record named", err)
+	}
+	wantHelp(t, s3, "b", "two")
+	if s3.Len() != 1 {
+		t.Fatalf("%d families after the bad record, want the 1 before it", s3.Len())
+	}
+	if _, err := os.Stat(path + ".log.corrupt"); err != nil {
+		t.Fatalf("the corrupt log was not set aside: %v", err)
+	}
+	// What was kept reaches the snapshot; a snapshot that does not parse is
+	// set aside in the same way, the log after it replayed.
+	if err := s3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantHelp(t, reopen(t, path), "b", "two")
+	if err := os.WriteFile(path, []byte(`{"version":1,"families":{"b":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".log", []byte("{\"family\":\"d\",\"type\":\"gauge\",\"help\":\"three\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s4, err := OpenMetadataStore(path)
+	if err != nil {
+		t.Fatalf("a snapshot that does not parse stopped the server: %v", err)
+	}
+	if s4.Recovered() == nil || s4.Len() != 1 {
+		t.Fatalf("after a corrupt snapshot: Recovered() = %v, %d families, want the log's 1", s4.Recovered(), s4.Len())
+	}
+	wantHelp(t, s4, "d", "three")
+	if _, err := os.Stat(path + ".corrupt"); err != nil {
+		t.Fatalf("the corrupt snapshot was not set aside: %v", err)
+	}
+	// A reader beside the server never moves a corrupt file.
+	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMetadataStore(path); err == nil {
+		t.Fatal("ReadMetadataStore opened a corrupt snapshot")
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "{" {
+		t.Fatalf("ReadMetadataStore moved the snapshot: %q, %v", b, err)
+	}
+	// A snapshot of another version (a newer Strata's) still fails.
+	if err := os.WriteFile(path, []byte(`{"version":99,"families":{}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := OpenMetadataStore(path); err == nil {
-		t.Fatal("a corrupt record in the middle of the log was accepted")
+		t.Fatal("a snapshot of another version was accepted")
 	}
+}
+
+// reopen opens the store at path, failing the test on an error or a
+// recovery.
+func reopen(t *testing.T, path string) *MetadataStore {
+	t.Helper()
+	s, err := OpenMetadataStore(path)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", path, err)
+	}
+	if err := s.Recovered(); err != nil {
+		t.Fatalf("reopen %s recovered: %v", path, err)
+	}
+	return s
 }
 
 // TestMetadataStoreSaveFoldsLog: a Save after Syncs leaves only the

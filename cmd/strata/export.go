@@ -231,7 +231,7 @@ func openExporter(cfg Config, logger *slog.Logger, minute, hour *tiers.Rollup, e
 		return nil, nil, errors.Join(err, closeFn())
 	}
 	if meta == nil {
-		if meta, err = remotewrite.OpenMetadataStore(filepath.Join(cfg.Storage.Path, "metadata.json")); err != nil {
+		if meta, err = remotewrite.ReadMetadataStore(filepath.Join(cfg.Storage.Path, "metadata.json")); err != nil {
 			logger.Warn("metadata not read: metric types come from the catalogue and names only", "err", err)
 			meta = remotewrite.NewMetadataStore(0)
 		}

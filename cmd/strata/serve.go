@@ -239,6 +239,9 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := srv.meta.Recovered(); err != nil {
+		logger.Error("remote-write metadata was corrupt and is set aside", "err", err)
+	}
 	srv.meta.RegisterMetrics(reg)
 	srv.closer = append(srv.closer, srv.meta.Close)
 	rwCfg := cfg.remoteWrite()
