@@ -54,7 +54,7 @@ func (a *archiveSource) archive() diagnose.Archive {
 // server is ready when the engine is enabled.
 func (s *server) openArchive(logger *slog.Logger) (*archive.Archive, error) {
 	arc, err := archive.Open(filepath.Join(s.cfg.Storage.Path, archive.FileName), s.cfg.Diagnose.Archive,
-		archive.Options{Logger: logger, Registerer: s.reg})
+		archive.Options{Logger: logger, Registerer: s.reg, SetAsideCorrupt: true})
 	if err != nil {
 		return nil, err
 	}

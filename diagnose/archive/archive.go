@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -14,7 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/common/model"
-	_ "modernc.org/sqlite" // the database/sql driver "sqlite" (pure Go)
+	"modernc.org/sqlite" // also the database/sql driver "sqlite" (pure Go)
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/strata-dev/strata/diagnose"
 )
@@ -54,10 +57,17 @@ type Options struct {
 	// ReadOnly opens an existing archive beside a running `strata serve`
 	// (export, inspection): SQLite's WAL mode lets it read while the server
 	// writes.
-	ReadOnly   bool
-	Now        func() time.Time
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	ReadOnly bool
+	// SetAsideCorrupt: a database SQLite finds damaged ("database disk
+	// image is malformed", "file is not a database") is renamed to
+	// <name>.corrupt (its WAL to <name>.corrupt-wal) and a new, empty
+	// archive opened in its place, rather than failing: strata serve
+	// would not start (ingestion and all) for want of its case history.
+	// The file is kept for sqlite3's .recover. Not with ReadOnly.
+	SetAsideCorrupt bool
+	Now             func() time.Time
+	Logger          *slog.Logger
+	Registerer      prometheus.Registerer
 }
 
 // Archive is the case archive: every diagnosis the engine makes, its
@@ -145,6 +155,49 @@ func Open(path string, cfg Config, o Options) (*Archive, error) {
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("diagnose archive retention must not be negative, got %s", cfg.Retention)
 	}
+	m := newMetrics(o.Registerer)
+	a, err := openDB(path, cfg, o, m)
+	if err == nil || !o.SetAsideCorrupt || o.ReadOnly || !isCorrupt(err) {
+		return a, err
+	}
+	if aerr := setAside(path); aerr != nil {
+		return nil, errors.Join(err, fmt.Errorf("set the corrupt case archive aside: %w", aerr))
+	}
+	o.Logger.Error("the case archive was corrupt: set aside, a new one started", "path", path, "moved_to", path+".corrupt", "err", err)
+	return openDB(path, cfg, o, m)
+}
+
+// isCorrupt reports whether err is SQLite's word that the database file is
+// damaged or not a database.
+func isCorrupt(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff { // the primary result code
+	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		return true
+	}
+	return false
+}
+
+// setAside renames the database at path and its WAL to .corrupt names, and
+// removes its shared-memory index (rebuilt from the WAL by whoever opens
+// the renamed file).
+func setAside(path string) error {
+	if err := os.Rename(path, path+".corrupt"); err != nil {
+		return err
+	}
+	if err := os.Rename(path+"-wal", path+".corrupt-wal"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(path + "-shm"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func openDB(path string, cfg Config, o Options, m metrics) (*Archive, error) {
 	// WAL: readers in other processes while serve writes; synchronous=NORMAL:
 	// a commit is in the WAL file (the OS has it) before Record returns, so
 	// kill -9 loses nothing committed, and a power loss at worst the last
@@ -158,7 +211,7 @@ func Open(path string, cfg Config, o Options) (*Archive, error) {
 		return nil, fmt.Errorf("open case archive %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1) // one writer; the index serves the searches
-	a := &Archive{db: db, cfg: cfg, ro: o.ReadOnly, now: o.Now, logger: o.Logger.With("component", "archive"), m: newMetrics(o.Registerer), byID: map[string]int{}}
+	a := &Archive{db: db, cfg: cfg, ro: o.ReadOnly, now: o.Now, logger: o.Logger.With("component", "archive"), m: m, byID: map[string]int{}}
 	if !o.ReadOnly {
 		if _, err := db.Exec(schema); err != nil {
 			return nil, errors.Join(fmt.Errorf("create case archive %s: %w", path, err), db.Close())

@@ -8,12 +8,14 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 
 	"github.com/strata-dev/strata/diagnose"
@@ -135,6 +137,55 @@ func TestReopen(t *testing.T) {
 	got := b.Similar(fpFor("power_cap", rng), 1)
 	if len(got) != 1 || got[0].ID != "d-1" || got[0].Verdict != VerdictConfirmed {
 		t.Fatalf("after reopen: %+v", got)
+	}
+}
+
+// TestSetAsideCorrupt: a database whose pages are overwritten fails to
+// open, unless SetAsideCorrupt: then it is renamed to .corrupt, kept whole,
+// and a new archive, empty, opened and written in its place. The metrics
+// register once on the same registry.
+func TestSetAsideCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	a, err := Open(path, DefaultConfig(), Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range 50 {
+		a.Record(diag(fmt.Sprint("d-", i), "power_cap", t0), fpFor("power_cap", rng))
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 4096; i < len(b); i++ { // every page but the first
+		b[i] = 'Z'
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, DefaultConfig(), Options{}); err == nil {
+		t.Fatal("a corrupt archive opened without SetAsideCorrupt")
+	}
+	reg := prometheus.NewRegistry()
+	c, err := Open(path, DefaultConfig(), Options{Now: func() time.Time { return t0 }, SetAsideCorrupt: true, Registerer: reg})
+	if err != nil {
+		t.Fatalf("with SetAsideCorrupt: %v", err)
+	}
+	defer c.Close()
+	if c.Len() != 0 {
+		t.Fatalf("the new archive holds %d cases", c.Len())
+	}
+	c.Record(diag("after", "power_cap", t0), fpFor("power_cap", rng))
+	if _, err := c.Get(context.Background(), "after"); err != nil {
+		t.Fatalf("the new archive does not keep a case: %v", err)
+	}
+	// Kept (SQLite's attempt to open it may have rewritten a page).
+	if kept, err := os.ReadFile(path + ".corrupt"); err != nil || len(kept) != len(b) || !bytes.HasPrefix(kept, []byte("SQLite format 3\x00")) {
+		t.Fatalf("the corrupt file was not kept: %d bytes of %d, %v", len(kept), len(b), err)
 	}
 }
 
