@@ -191,6 +191,10 @@ var (
 	// ErrProgressMismatch means the progress file belongs to an unfinished
 	// backfill of another input.
 	ErrProgressMismatch = errors.New("progress file was written by an unfinished backfill of other input")
+	// ErrProgressDamaged means the progress file does not parse (the
+	// file system damaged it: it is replaced atomically); resuming from it
+	// is impossible, and running the same command again meets it again.
+	ErrProgressDamaged = errors.New("progress file is damaged")
 )
 
 // progressState is the on-disk progress file (JSON, replaced atomically).
@@ -971,7 +975,7 @@ func loadProgress(path string) (progressState, error) {
 		return st, fmt.Errorf("read backfill progress: %w", err)
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("parse backfill progress %s: %w", path, err)
+		return st, fmt.Errorf("%w: parse %s: %w", ErrProgressDamaged, path, err)
 	}
 	return st, nil
 }

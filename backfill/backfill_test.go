@@ -904,3 +904,18 @@ func TestBackfillDropsFutureSamples(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedProgressFile: a progress file that does not parse is reported
+// as damaged (the command says to remove it), not as an import to resume.
+func TestDamagedProgressFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "backfill.progress.json")
+	if err := os.WriteFile(path, []byte("garbage{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadProgress(path); !errors.Is(err, ErrProgressDamaged) {
+		t.Fatalf("loadProgress = %v, want ErrProgressDamaged", err)
+	}
+	if _, _, err := Unfinished(path); !errors.Is(err, ErrProgressDamaged) {
+		t.Fatalf("Unfinished = %v, want ErrProgressDamaged", err)
+	}
+}

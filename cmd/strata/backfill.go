@@ -111,7 +111,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		source := fmt.Sprintf("remote-read %s %s drop %v from %s to %s", c.readURL, reader.matchers, c.dropLabels, c.from, c.to)
 		u, ok, err := backfill.Unfinished(progressFile)
 		if err != nil {
-			return err
+			return progressError(err, progressFile)
 		}
 		if ok && strings.HasPrefix(u.Input, source+" [") && (u.From != from || u.To != to) {
 			from, to = u.From, u.To
@@ -184,6 +184,9 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if errors.Is(err, backfill.ErrProgressMismatch) {
 		return fmt.Errorf("backfill: %w: rerun that import to finish it (the same files, or the same remote-read command, "+
 			"which resumes the range it began with), or remove %s to start this one", err, bcfg.ProgressFile)
+	}
+	if errors.Is(err, backfill.ErrProgressDamaged) {
+		return progressError(err, bcfg.ProgressFile)
 	}
 	if err != nil {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
@@ -415,4 +418,14 @@ func (b *progressBar) finish() {
 	if b.drawn {
 		_, _ = fmt.Fprintln(b.w)
 	}
+}
+
+// progressError is the backfill's answer to a progress file it cannot
+// resume from: rerunning the command would meet the same file.
+func progressError(err error, path string) error {
+	if errors.Is(err, backfill.ErrProgressDamaged) {
+		return fmt.Errorf("backfill: %w: remove %s to start the import over from its beginning "+
+			"(the partitions it wrote are kept and skipped)", err, path)
+	}
+	return err
 }
