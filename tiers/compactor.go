@@ -39,14 +39,36 @@ import (
 // open, stay where they are, and advising them is safe. The compactor's
 // own files (the block being written, the source blocks it opens itself)
 // come and go within the call and are left alone.
+//
+// After a head compaction's Write the TSDB goes on with the compaction
+// mutex held: it opens the new block, truncates the head (unmapping the
+// chunk files of the hour it persisted) and checkpoints the WAL, then plans
+// the merges of blocks (Plan). Neither this compactor's release (Write has
+// returned) nor strata serve's (it waits for the whole compaction) runs
+// then, and the pages that the new block's opening and the rules' and
+// queries' reads map meanwhile set the server's peak: 709 MiB of file pages
+// 6 s after the first compaction's Write at 500,000 series, the peak of a
+// 120-minute pair at 1.17x Prometheus' (docs/bench.md, stop 61). MADV_DONTNEED
+// is not safe there (a chunk file unmapped by the truncation, its range
+// reused for anonymous memory, would lose that memory), so from Write's
+// end to Plan the compactor asks for the pages to be paged out instead
+// (mapped.PageOut), which is safe whatever the range has become.
 type releasingCompactor struct {
 	tsdb.Compactor
 	headChunks string // the head's chunk file directory
+	dir        string // the raw tier's directory: the head's chunk files and the blocks
 	logger     *slog.Logger
 
 	// newTrigger gives the trigger of the releases during one call.
 	newTrigger func() *mapped.Trigger
+
+	mu        sync.Mutex
+	endWindow func() // stops the page-outs after a Write; nil: none running
 }
+
+// afterWriteMax bounds the page-outs after a Write whose Plan does not come
+// (a compaction other than db.Compact's, or one that failed on the way).
+const afterWriteMax = 2 * time.Minute
 
 // The releases during a compaction are due, as in strata serve, once 8 MiB
 // more of file pages are resident, polled every 50 ms (every 10 ms for 2 s
@@ -88,6 +110,7 @@ func newReleasingCompactor(dir string, logger *slog.Logger, built **releasingCom
 		*built = &releasingCompactor{
 			Compactor:  c,
 			headChunks: filepath.Join(dir, "chunks_head"),
+			dir:        dir,
 			logger:     logger,
 			newTrigger: compactionReleaseTrigger,
 		}
@@ -96,10 +119,58 @@ func newReleasingCompactor(dir string, logger *slog.Logger, built **releasingCom
 }
 
 // Write persists b into blocks, releasing the head's chunk pages it reads
-// meanwhile.
+// meanwhile, and pages out what is mapped after it until Plan.
 func (c *releasingCompactor) Write(dest string, b tsdb.BlockReader, mint, maxt int64, base *tsdb.BlockMeta) ([]ulid.ULID, error) {
+	c.stopAfterWrite()
+	ids, err := c.write(dest, b, mint, maxt, base)
+	if err == nil && len(ids) > 0 {
+		c.startAfterWrite()
+	}
+	return ids, err
+}
+
+func (c *releasingCompactor) write(dest string, b tsdb.BlockReader, mint, maxt int64, base *tsdb.BlockMeta) ([]ulid.ULID, error) {
 	defer c.releaseWhile([]string{c.headChunks})()
 	return c.Compactor.Write(dest, b, mint, maxt, base)
+}
+
+// Plan ends the page-outs after a Write: the TSDB plans the merges once
+// the head is truncated and its WAL checkpointed.
+func (c *releasingCompactor) Plan(dir string) ([]string, error) {
+	c.stopAfterWrite()
+	return c.Compactor.Plan(dir)
+}
+
+// startAfterWrite pages out the mappings under the raw tier's directory
+// whenever the trigger says so, until stopAfterWrite or afterWriteMax.
+func (c *releasingCompactor) startAfterWrite() {
+	ctx, cancel := context.WithTimeout(context.Background(), afterWriteMax)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		c.newTrigger().Run(ctx, func() {
+			if _, err := mapped.PageOut(c.dir); err != nil {
+				c.logger.Warn("page out mappings after a compaction's write", "err", err)
+			}
+		})
+	})
+	c.mu.Lock()
+	c.endWindow = func() {
+		cancel()
+		wg.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// stopAfterWrite stops the page-outs after a Write, if they run, and
+// returns once none runs any more. Raw.Close calls it too.
+func (c *releasingCompactor) stopAfterWrite() {
+	c.mu.Lock()
+	end := c.endWindow
+	c.endWindow = nil
+	c.mu.Unlock()
+	if end != nil {
+		end()
+	}
 }
 
 // Compact merges the blocks in dirs, releasing the pages it reads

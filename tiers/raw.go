@@ -517,7 +517,11 @@ func (r *Raw) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	if err := r.db.Close(); err != nil {
+	err := r.db.Close()
+	if r.compactor != nil {
+		r.compactor.stopAfterWrite() // a compaction's page-outs, now that none runs
+	}
+	if err != nil {
 		return fmt.Errorf("close raw tier: %w", err)
 	}
 	return nil

@@ -288,3 +288,71 @@ func TestRawReleaseBlockPages(t *testing.T) {
 		t.Errorf("after the release %d samples summing to %g, before %d summing to %g", n2, sum2, n, sum)
 	}
 }
+
+// TestCompactionPagesOutUntilPlan: from the end of a head compaction's
+// Write until the TSDB plans its merges (the new block opened, the head
+// truncated, the WAL checkpointed), the compactor pages out what reads map
+// under the raw tier's directory; Plan ends it, and a whole db.Compact
+// leaves none running. Every sample stays readable.
+func TestCompactionPagesOutUntilPlan(t *testing.T) {
+	raw := openPagesRaw(t)
+	if raw.compactor == nil {
+		t.Fatal("the raw tier has no releasing compactor")
+	}
+	raw.db.DisableCompactions()
+	raw.compactor.newTrigger = func() *mapped.Trigger {
+		return &mapped.Trigger{Grow: 1, Every: 10 * time.Millisecond, Poll: 5 * time.Millisecond}
+	}
+	appendPagesLoad(t, raw)
+	headChunks := filepath.Join(raw.cfg.Dir, "chunks_head")
+	want := pagesSeries * pagesSpan / pagesStep
+	mapHead := func() int64 {
+		t.Helper()
+		if n, _ := readPagesLoad(t, raw); n != want {
+			t.Fatalf("%d samples read, want %d", n, want)
+		}
+		return residentUnder(t, headChunks)
+	}
+	read := mapHead()
+	if read < 64<<10 {
+		t.Fatalf("reading the head left %d bytes of its chunk files resident: too little to tell", read)
+	}
+	if n, _ := mapped.PageOut(headChunks); n == 0 {
+		t.Skip("the kernel has no MADV_PAGEOUT")
+	}
+	read = mapHead()
+
+	raw.compactor.startAfterWrite() // as Write does when it returns
+	n := residentUnder(t, headChunks)
+	for deadline := time.Now().Add(10 * time.Second); n > read/4 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		n = residentUnder(t, headChunks)
+	}
+	if n > read/4 {
+		t.Errorf("%d of the %d bytes read still resident 10 s into the window after a Write", n, read)
+	}
+	if _, err := raw.compactor.Plan(raw.cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	read = mapHead()
+	time.Sleep(200 * time.Millisecond) // twenty of the window's polls
+	if after := residentUnder(t, headChunks); after < read/2 {
+		t.Errorf("paged out after Plan: %d of %d bytes resident", after, read)
+	}
+
+	if err := raw.db.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	raw.compactor.mu.Lock()
+	running := raw.compactor.endWindow != nil
+	raw.compactor.mu.Unlock()
+	if running {
+		t.Error("page-outs still running after a whole compaction")
+	}
+	if len(raw.db.Blocks()) == 0 {
+		t.Fatal("no block written")
+	}
+	if n, _ := readPagesLoad(t, raw); n != want {
+		t.Errorf("%d samples readable after the compaction, want %d", n, want)
+	}
+}

@@ -59,6 +59,37 @@ func Release(dirs ...string) (bytesAdvised int64, mappings int, err error) {
 	return bytesAdvised, mappings, nil
 }
 
+// PageOut asks the kernel to reclaim the pages of every shared, read-only
+// file mapping of a file under one of dirs (MADV_PAGEOUT, Linux 5.4): they
+// leave the resident set and, mapped by no other process, the page cache,
+// so the next read of them goes to the disk. Unlike Release it is safe
+// while the mappings may be unmapped: a range unmapped and reused in
+// between (anonymous memory, another file) only has its pages paged out,
+// never its contents lost. It returns the bytes of address space advised;
+// on a kernel without MADV_PAGEOUT it advises nothing.
+func PageOut(dirs ...string) (bytesAdvised int64, err error) {
+	if len(dirs) == 0 {
+		return 0, nil
+	}
+	regions, err := regionsUnder("/proc/self/maps", dirs...)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range regions {
+		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_PAGEOUT); e != 0 {
+			switch e {
+			case unix.ENOMEM: // unmapped since /proc/self/maps was read
+				continue
+			case unix.EINVAL: // a kernel before 5.4
+				return bytesAdvised, nil
+			}
+			return bytesAdvised, fmt.Errorf("madvise(MADV_PAGEOUT) %#x-%#x: %w", r.start, r.end, e)
+		}
+		bytesAdvised += int64(r.end - r.start) //nolint:gosec // address ranges fit
+	}
+	return bytesAdvised, nil
+}
+
 type region struct{ start, end uintptr }
 
 // regionsUnder reads a maps file (proc(5)) and returns the shared,

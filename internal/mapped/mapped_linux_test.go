@@ -107,6 +107,50 @@ func TestReleaseDropsMappingsKeepsData(t *testing.T) {
 	}
 }
 
+// TestPageOutDropsPagesKeepsData: after PageOut the pages of a mapped file
+// under the directory leave the resident set (on a kernel with
+// MADV_PAGEOUT), the mapping reads the same bytes, and an anonymous
+// mapping it is given by mistake keeps its contents.
+func TestPageOutDropsPagesKeepsData(t *testing.T) {
+	const size = 8 << 20
+	dir, other := t.TempDir(), t.TempDir()
+	b, want := mapFile(t, dir, size)
+	o, _ := mapFile(t, other, size)
+	if touch(b) == 0 || touch(o) == 0 {
+		t.Fatal("read nothing")
+	}
+	n, err := PageOut(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Skip("the kernel has no MADV_PAGEOUT")
+	}
+	if got := residentKiB(t, b); got > size>>10/4 {
+		t.Errorf("%d KiB of %d still resident after PageOut", got, size>>10)
+	}
+	if got := residentKiB(t, o); got < size>>10/2 {
+		t.Errorf("the mapping outside dir lost its pages: %d KiB resident", got)
+	}
+	if !bytes.Equal(b, want) {
+		t.Error("the mapping reads different bytes after PageOut")
+	}
+	// What makes it safe where Release is not: anonymous memory at a
+	// reused address keeps its contents.
+	anon, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(anon)
+	copy(anon, want)
+	if err := unix.Madvise(anon, unix.MADV_PAGEOUT); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(anon, want) {
+		t.Error("anonymous memory lost its contents to MADV_PAGEOUT")
+	}
+}
+
 // TestReleaseSeveralDirs: one Release drops the mappings under each of the
 // directories it is given, and only those.
 func TestReleaseSeveralDirs(t *testing.T) {

@@ -8,6 +8,9 @@ const Supported = false
 // Release does nothing outside Linux.
 func Release(...string) (bytesAdvised int64, mappings int, err error) { return 0, 0, nil }
 
+// PageOut does nothing outside Linux.
+func PageOut(...string) (bytesAdvised int64, err error) { return 0, nil }
+
 // SharedResident returns 0 outside Linux: a Trigger then fires by time only.
 func SharedResident() (int64, error) { return 0, nil }
 
