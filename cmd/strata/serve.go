@@ -423,7 +423,9 @@ func (s *server) serve(ctx context.Context) error {
 		}
 	}()
 	go s.applyRetentionEvery(ctx, 10*time.Minute)
-	go s.disk.Run(ctx, time.Second)
+	if s.disk != nil {
+		go every(ctx, time.Second, s.disk.Check)
+	}
 	releaseDone := make(chan struct{})
 	go func() {
 		defer close(releaseDone)

@@ -14,12 +14,10 @@
 package diskspace
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -131,22 +129,5 @@ func (g *Guard) Check() {
 		g.low.Store(false)
 		g.refusing.Set(0)
 		g.logger.Info("disk space recovered: accepting writes again", "free_bytes", least, "min_free_bytes", g.min)
-	}
-}
-
-// Run polls every interval until ctx is done.
-func (g *Guard) Run(ctx context.Context, every time.Duration) {
-	if g == nil {
-		return
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			g.Check()
-		}
 	}
 }
