@@ -149,9 +149,7 @@ func (r *Rollup) noteCorrupt(start int64, dst string, cause error) {
 		r.corrupt = map[int64]string{}
 	}
 	r.corrupt[start] = dst
-	if r.corruptFound != nil {
-		r.corruptFound.Inc()
-	}
+	r.corruptFound.Inc()
 	r.logger.Error("corrupt partition file set aside; its data is left out of queries until the partition is written again",
 		"partition", time.UnixMilli(start).UTC().Format(time.RFC3339), "moved_to", dst, "err", cause)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
@@ -198,7 +197,7 @@ func TestRawSetsCorruptBlocksAside(t *testing.T) {
 	for b := range 3 {
 		var xs []chunks.Sample
 		for ts := testT0 + int64(b)*hourMs; ts < testT0+int64(b+1)*hourMs; ts += step {
-			xs = append(xs, listSample{t: ts, f: float64(b)})
+			xs = append(xs, sample{t: ts, f: float64(b)})
 		}
 		id, err := tsdb.CreateBlock([]storage.Series{storage.NewListSeries(labels.FromStrings("__name__", "m"), xs)}, dir, 2*hourMs, quietLogger())
 		if err != nil {
@@ -255,17 +254,3 @@ func TestRawSetsCorruptBlocksAside(t *testing.T) {
 		t.Error("corrupt_blocks_set_aside is not 1")
 	}
 }
-
-// listSample is a float sample for storage.NewListSeries.
-type listSample struct {
-	t int64
-	f float64
-}
-
-func (s listSample) T() int64                      { return s.t }
-func (s listSample) F() float64                    { return s.f }
-func (s listSample) H() *histogram.Histogram       { return nil }
-func (s listSample) FH() *histogram.FloatHistogram { return nil }
-func (s listSample) ST() int64                     { return 0 }
-func (s listSample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
-func (s listSample) Copy() chunks.Sample           { return s }

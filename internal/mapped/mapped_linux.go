@@ -5,6 +5,7 @@ package mapped
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,6 +39,13 @@ func ReleaseBehind(b []byte, done, off int) int {
 // and returns how many bytes of address space it advised and how many
 // mappings.
 func Release(dirs ...string) (bytesAdvised int64, mappings int, err error) {
+	return advise(unix.MADV_DONTNEED, dirs)
+}
+
+// advise gives advice to every shared, read-only file mapping of a file
+// under one of dirs, and returns the bytes of address space advised and how
+// many mappings. A range unmapped since /proc/self/maps was read is skipped.
+func advise(advice uintptr, dirs []string) (bytesAdvised int64, mappings int, err error) {
 	if len(dirs) == 0 {
 		return 0, 0, nil
 	}
@@ -46,7 +54,7 @@ func Release(dirs ...string) (bytesAdvised int64, mappings int, err error) {
 		return 0, 0, err
 	}
 	for _, r := range regions {
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_DONTNEED); e != 0 {
+		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, advice); e != 0 {
 			// ENOMEM: the range was unmapped since /proc/self/maps was read.
 			if e == unix.ENOMEM {
 				continue
@@ -68,26 +76,11 @@ func Release(dirs ...string) (bytesAdvised int64, mappings int, err error) {
 // never its contents lost. It returns the bytes of address space advised;
 // on a kernel without MADV_PAGEOUT it advises nothing.
 func PageOut(dirs ...string) (bytesAdvised int64, err error) {
-	if len(dirs) == 0 {
-		return 0, nil
+	n, _, err := advise(unix.MADV_PAGEOUT, dirs)
+	if errors.Is(err, unix.EINVAL) { // a kernel before 5.4
+		return n, nil
 	}
-	regions, err := regionsUnder("/proc/self/maps", dirs...)
-	if err != nil {
-		return 0, err
-	}
-	for _, r := range regions {
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_PAGEOUT); e != 0 {
-			switch e {
-			case unix.ENOMEM: // unmapped since /proc/self/maps was read
-				continue
-			case unix.EINVAL: // a kernel before 5.4
-				return bytesAdvised, nil
-			}
-			return bytesAdvised, fmt.Errorf("madvise(MADV_PAGEOUT) %#x-%#x: %w", r.start, r.end, e)
-		}
-		bytesAdvised += int64(r.end - r.start) //nolint:gosec // address ranges fit
-	}
-	return bytesAdvised, nil
+	return n, err
 }
 
 type region struct{ start, end uintptr }
