@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -242,5 +244,72 @@ func TestSamplesIteratorStops(t *testing.T) {
 	// Breaking out stopped the model shortly after from, not at from+1h.
 	if now := c.Now(); now.Sub(from) > 5*time.Minute {
 		t.Errorf("model ran to %s after the loop stopped", now)
+	}
+}
+
+// TestOpenMetricsIsWhatAPushStores: the OpenMetrics history holds the series
+// and samples a push (Backfill) of the same range stores, with the targets'
+// job and instance labels: without them the per-node and per-instance
+// series of several targets were one series with several samples at every
+// timestamp, and a backfill of the file kept one of them.
+func TestOpenMetricsIsWhatAPushStores(t *testing.T) {
+	cfg := Config{Nodes: 2, GPUsPerNode: 2, Seed: 3}
+	a, b := mustNew(t, cfg), mustNew(t, cfg)
+	from := a.Config().Start
+	to := from.Add(4 * time.Minute)
+	var sb strings.Builder
+	if err := a.WriteOpenMetrics(&sb, from, to, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		series string
+		t      int64
+	}
+	written := map[key]float64{}
+	p, err := textparse.New([]byte(sb.String()), "application/openmetrics-text", labels.NewSymbolTable(), textparse.ParserOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e, err := p.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e != textparse.EntrySeries {
+			continue
+		}
+		var l labels.Labels
+		p.Labels(&l)
+		_, ts, v := p.Series()
+		k := key{l.String(), *ts}
+		if _, dup := written[k]; dup {
+			t.Fatalf("%s has two samples at %d", k.series, k.t)
+		}
+		written[k] = v
+	}
+	pushed := 0
+	err = b.Backfill(from, to, 15*time.Second, func(l labels.Labels, ts int64, v float64) error {
+		if value.IsStaleNaN(v) {
+			return nil
+		}
+		pushed++
+		got, ok := written[key{l.String(), ts}]
+		if !ok {
+			return fmt.Errorf("pushed %s at %d is not in the OpenMetrics history", l, ts)
+		}
+		// The exposition's formats round (DCGM's integers, six decimals).
+		if math.Abs(got-v) > max(0.5, 1e-6*math.Abs(v)) && !(math.IsNaN(got) && math.IsNaN(v)) {
+			return fmt.Errorf("%s at %d: %v written, %v pushed", l, ts, got, v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pushed != len(written) {
+		t.Fatalf("%d samples pushed, %d written", pushed, len(written))
 	}
 }

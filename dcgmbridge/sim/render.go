@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 )
@@ -280,6 +281,10 @@ func (c *Cluster) Samples(from, to time.Time, step time.Duration) iter.Seq2[labe
 
 // WriteOpenMetrics writes [from, to] at step as OpenMetrics text with
 // timestamps, the input of `promtool tsdb create-blocks-from openmetrics`.
+// Each series carries the labels a scrape or a push stores (the target's
+// job and instance too, which an exposition leaves to the scraper): the
+// same series on two targets (a per-node metric on every node) would
+// otherwise be one series with several samples at every timestamp.
 // Samples are grouped per series in blocks of chunk timestamps (a family
 // reappears once per block, which promtool accepts); counters whose name
 // lacks the _total suffix required by OpenMetrics (several DCGM fields) are
@@ -316,12 +321,13 @@ func (c *Cluster) WriteOpenMetrics(w io.Writer, from, to time.Time, step time.Du
 				}
 				buf.WriteString("# TYPE " + name + " " + typ + "\n# HELP " + name + " " + f.help + "\n")
 				for j := range f.series {
+					text := openMetricsSeries(f.series[j].lset)
 					for k := range points {
 						p := points[k][fi]
 						if p.vals == nil {
 							continue
 						}
-						buf.WriteString(f.series[j].text)
+						buf.WriteString(text)
 						buf.WriteByte(' ')
 						num = appendValue(num[:0], f.series[j].vf, p.vals[j])
 						buf.Write(num)
@@ -385,4 +391,28 @@ func (c *Cluster) anyDirty() bool {
 		}
 	}
 	return false
+}
+
+// openMetricsSeries is a sample line's text before its value for the stored
+// labels lset: the metric name, then the other labels in their order.
+func openMetricsSeries(lset labels.Labels) string {
+	var sb strings.Builder
+	sb.WriteString(lset.Get(model.MetricNameLabel))
+	sb.WriteByte('{')
+	first := true
+	lset.Range(func(l labels.Label) {
+		if l.Name == model.MetricNameLabel {
+			return
+		}
+		if !first {
+			sb.WriteByte(',')
+		}
+		first = false
+		sb.WriteString(l.Name)
+		sb.WriteString(`="`)
+		sb.WriteString(escapeLabel(l.Value))
+		sb.WriteByte('"')
+	})
+	sb.WriteByte('}')
+	return sb.String()
 }
