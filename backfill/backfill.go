@@ -868,11 +868,11 @@ func writeRawBlock(ctx context.Context, series []Series, dir string, span, from,
 	// sample half its chunk range behind the newest it holds, and a commit
 	// of one series' samples to the range's end comes before the next
 	// series' from its start. The block spans the samples written.
-	w, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, 2*span)
+	w, err := newBlockWriter(dir, 2*span)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer func() { err = errors.Join(err, w.Close()) }()
+	defer func() { err = errors.Join(err, w.close()) }()
 	app := w.AppenderV2(ctx)
 	for i := range series {
 		c := cursorAt(&series[i], from)
@@ -900,8 +900,59 @@ func writeRawBlock(ctx context.Context, series []Series, dir string, span, from,
 	if n == 0 {
 		return 0, 0, nil
 	}
-	_, err = w.Flush(ctx)
-	return n, nh, err
+	return n, nh, w.flush(ctx)
+}
+
+// blockWriter is tsdb.BlockWriter with the raw tier's chunk files
+// (tiers.BlockChunkSegmentSize): Prometheus' writer preallocates 512 MiB
+// for a block's first chunk file, so a backfill of a few megabytes failed
+// on a disk with less free ("preallocate: no space left on device").
+type blockWriter struct {
+	dir       string
+	span      int64
+	head      *tsdb.Head
+	chunkTemp string
+}
+
+func newBlockWriter(dir string, span int64) (*blockWriter, error) {
+	tmp, err := os.MkdirTemp("", "strata-backfill-head")
+	if err != nil {
+		return nil, fmt.Errorf("backfill block writer: %w", err)
+	}
+	opts := tsdb.DefaultHeadOptions()
+	opts.ChunkRange = span
+	opts.ChunkDirRoot = tmp
+	h, err := tsdb.NewHead(nil, slog.New(slog.DiscardHandler), nil, nil, opts, tsdb.NewHeadStats())
+	if err == nil {
+		err = h.Init(math.MinInt64)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("backfill block writer: %w", err), os.RemoveAll(tmp))
+	}
+	return &blockWriter{dir: dir, span: span, head: h, chunkTemp: tmp}, nil
+}
+
+func (w *blockWriter) AppenderV2(ctx context.Context) storage.AppenderV2 {
+	return w.head.AppenderV2(ctx)
+}
+
+// flush writes what was appended as one block in dir (none when nothing
+// was).
+func (w *blockWriter) flush(ctx context.Context) error {
+	c, err := tsdb.NewLeveledCompactorWithOptions(ctx, nil, slog.New(slog.DiscardHandler), []int64{w.span}, chunkenc.NewPool(),
+		tsdb.LeveledCompactorOptions{MaxBlockChunkSegmentSize: tiers.BlockChunkSegmentSize})
+	if err != nil {
+		return fmt.Errorf("backfill block writer: %w", err)
+	}
+	// Block ranges are half-open: the block ends one past its newest sample.
+	if _, err := c.Write(w.dir, w.head, w.head.MinTime(), w.head.MaxTime()+1, nil); err != nil {
+		return fmt.Errorf("compactor write: %w", err)
+	}
+	return nil
+}
+
+func (w *blockWriter) close() error {
+	return errors.Join(w.head.Close(), os.RemoveAll(w.chunkTemp))
 }
 
 // normalize drops empty series, sorts samples by time and keeps the last of

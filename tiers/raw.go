@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,7 +104,22 @@ type RawConfig struct {
 	// Samples are accepted in order up to half of it behind the newest
 	// (older ones only within OutOfOrderWindow).
 	BlockDuration time.Duration
+	// BlockChunkSegmentSize is the most bytes of chunks one file of a
+	// block holds (0: BlockChunkSegmentSize). A block's write preallocates
+	// each file at this size (fallocate) before it truncates it to what
+	// it holds, so a compaction needs this much free disk whatever the
+	// block's size.
+	BlockChunkSegmentSize int64
 }
+
+// BlockChunkSegmentSize is the raw tier's default size of a block's chunk
+// files: 64 MiB, where Prometheus' TSDB preallocates 512 MiB. With 512 MiB
+// a compaction on a disk with less free failed ("preallocate: no space
+// left on device") while storage.min_free_bytes' 256 MiB still let
+// ingestion go on, so the head grew until the disk was full; at 64 MiB a
+// compaction goes on while ingestion is refused. A block of more chunks
+// has more files (a 500,000-series hour at 15 s: about three).
+const BlockChunkSegmentSize = 64 << 20
 
 // DefaultRawConfig returns the raw tier's defaults: 24 h retention, a 10 minute
 // out-of-order window and blocks of an hour.
@@ -195,6 +211,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if cfg.BlockDuration > 0 {
 		opts.MinBlockDuration = cfg.BlockDuration.Milliseconds()
 	}
+	opts.MaxBlockChunkSegmentSize = cmp.Or(cfg.BlockChunkSegmentSize, BlockChunkSegmentSize)
 	if cfg.SampleRecordsV2 {
 		opts.EnableSTStorage = true
 		opts.FloatChunkEncoding = chunkenc.EncXOR2

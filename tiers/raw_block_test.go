@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -300,4 +303,58 @@ func TestRawBlockDurationChange(t *testing.T) {
 		t.Errorf("read up to %d, want %d", want, next)
 	}
 	t.Logf("blocks: %v", spans)
+}
+
+// TestRawBlockChunkSegmentSize: RawConfig.BlockChunkSegmentSize reaches the
+// compactor: a block of more chunks than one file holds has several, none
+// over the size (each preallocated at it), and its samples read back.
+func TestRawBlockChunkSegmentSize(t *testing.T) {
+	const segment = 16 << 10
+	cfg := tiers.DefaultRawConfig(t.TempDir())
+	cfg.Retention = 30 * 24 * time.Hour
+	cfg.BlockChunkSegmentSize = segment
+	raw, err := tiers.OpenRaw(cfg, quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	const series, n = 100, 105 * 60
+	t0 := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixMilli()
+	app := raw.Appender(context.Background())
+	for s := range series {
+		lbls := labels.FromStrings("__name__", "x", "s", strconv.Itoa(s))
+		var ref storage.SeriesRef
+		for i := range int64(n) {
+			if ref, err = app.Append(ref, lbls, t0+i*1000, float64(i*int64(s))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.DB().Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	blocks := raw.DB().Blocks()
+	if len(blocks) != 1 {
+		t.Fatalf("%d blocks, want the first hour's", len(blocks))
+	}
+	files, err := os.ReadDir(filepath.Join(blocks[0].Dir(), "chunks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 {
+		t.Fatalf("%d chunk files for %d series' hour at %d bytes a file", len(files), series, segment)
+	}
+	for _, f := range files {
+		if info, err := f.Info(); err != nil || info.Size() > segment {
+			t.Fatalf("chunk file %s: %v bytes (%v), over %d", f.Name(), info.Size(), err, segment)
+		}
+	}
+	got := 0
+	eachRawSample(t, raw, "x", func(int64, float64) { got++ })
+	if got != series*n {
+		t.Fatalf("read back %d samples, want %d", got, series*n)
+	}
 }
