@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/strata-dev/strata/backfill"
 	"github.com/strata-dev/strata/diagnose"
+	"github.com/strata-dev/strata/internal/diskspace"
 )
 
 type backfillCommand struct {
@@ -41,6 +43,7 @@ type backfillCommand struct {
 	noProgress   bool
 	slice        time.Duration
 	memory       memoryPolicy
+	overrides    *overrides
 }
 
 func newBackfillCommand(app *kingpin.Application) *backfillCommand {
@@ -57,6 +60,9 @@ func newBackfillCommand(app *kingpin.Application) *backfillCommand {
 	c.cmd.Flag("progress-file", "Where progress is recorded so an interrupted backfill resumes (default <storage.path>/backfill.progress.json).").StringVar(&c.progressFile)
 	c.cmd.Flag("no-progress-bar", "Do not draw the progress bar.").BoolVar(&c.noProgress)
 	c.memory.flags(c.cmd, " An import whose live heap nears the limit collects more often rather than be killed.")
+	c.overrides = &overrides{cmd: c.cmd}
+	c.overrides.bytes("storage.min-free-bytes", "The backfill stops, its progress kept, when the storage's free disk space falls below this (as strata serve refuses writes); 0: no check. (default: the configuration's storage.min_free_bytes, 256MiB)",
+		func(c *Config) *ByteSize { return &c.Storage.MinFreeBytes })
 	return c
 }
 
@@ -64,6 +70,10 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	cfg, err := loadOfflineConfig(c.configFile, c.storagePath)
 	if err != nil {
 		return err
+	}
+	c.overrides.applyTo(&cfg)
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	if (len(c.files) == 0) == (c.readURL == "") {
 		return errors.New("give either input files or --remote-read.url")
@@ -86,6 +96,17 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// An import writes as fast as the disk takes it: it stops, as an
+	// interrupt stops it (progress kept), when the disk nears full, before
+	// the raw tier's head panics for want of chunk space.
+	ctx, stopWatch, err := watchDisk(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
+	if err := diskLow(ctx); err != nil {
+		return err
+	}
 
 	// Both kinds of input are read by RunSliced, a slice at a time where the
 	// history goes into the rollup tiers alone: a remote-read source
@@ -121,7 +142,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 		inputID = fmt.Sprintf("%s [%d, %d)", source, from, to)
 	} else {
 		if spool, err = c.spoolFiles(ctx, filepath.Join(cfg.Storage.Path, rollupSpillDir)); err != nil {
-			return err
+			return cmp.Or(diskLow(ctx), err)
 		}
 		defer func() { err = errors.Join(err, spool.Close()) }()
 		read = spool.Read
@@ -188,6 +209,9 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if errors.Is(err, backfill.ErrProgressDamaged) {
 		return progressError(err, bcfg.ProgressFile)
 	}
+	if err := diskLow(ctx); err != nil {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("backfill (rerun the same command to resume): %w", err)
 	}
@@ -206,6 +230,33 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	if res.DroppedHistogramSamples > 0 {
 		logger.Warn("native histogram samples older than the raw retention are not backfilled: the rollup tiers hold floats only",
 			"samples", res.DroppedHistogramSamples, "raw_retention", cfg.Storage.Raw.Retention)
+	}
+	return nil
+}
+
+// watchDisk returns a context cancelled when the free space of the storage
+// path's or the raw tier's filesystem falls below storage.min_free_bytes
+// (checked every second; never with a minimum of 0), and the function that
+// stops watching.
+func watchDisk(ctx context.Context, cfg Config) (context.Context, context.CancelFunc, error) {
+	dirs := []string{cfg.Storage.Path, filepath.Join(cfg.Storage.Path, "raw")}
+	if cfg.Storage.MinFreeBytes > 0 {
+		for _, d := range dirs { // so that their free space can be read
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, nil, fmt.Errorf("create the storage directory: %w", err)
+			}
+		}
+	}
+	// Its log lines speak of the server's writers: this command says why it stops.
+	g := diskspace.New(int64(cfg.Storage.MinFreeBytes), dirs, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	ctx, stop := g.Watch(ctx, time.Second)
+	return ctx, stop, nil
+}
+
+// diskLow is the error that ends a backfill stopped by watchDisk, or nil.
+func diskLow(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, diskspace.ErrLow) {
+		return fmt.Errorf("backfill stopped: %w. What it wrote is kept: free disk space (or lower --storage.min-free-bytes) and rerun the same command to resume", cause)
 	}
 	return nil
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +214,43 @@ func TestDiskSpaceLowEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(p.output(), "disk space low") {
 		t.Errorf("the log does not say why writes are refused:\n%s", p.output())
+	}
+}
+
+// TestBackfillStopsOnLowDisk: strata backfill below storage.min_free_bytes
+// stops before it writes, saying why and how to go on, and the same
+// command with room imports.
+func TestBackfillStopsOnLowDisk(t *testing.T) {
+	if !diskspace.Supported {
+		t.Skip("free disk space is not read on this platform")
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.om")
+	var sb strings.Builder
+	sb.WriteString("# TYPE e2e_backfill_disk gauge\n")
+	start := time.Now().Add(-2 * time.Hour).Truncate(time.Minute)
+	for i := range 60 {
+		fmt.Fprintf(&sb, "e2e_backfill_disk{job=\"e2e\"} %d %d\n", i, start.Add(time.Duration(i)*time.Minute).Unix())
+	}
+	sb.WriteString("# EOF\n")
+	if err := os.WriteFile(in, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, strataBinary, "backfill", "--storage.path="+data, "--storage.min-free-bytes=1EiB", "--no-progress-bar", in).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "backfill stopped: disk space low") ||
+		!strings.Contains(string(out), "storage.min_free_bytes") || !strings.Contains(string(out), "rerun the same command") {
+		t.Fatalf("a backfill below the minimum: %v\n%s", err, out)
+	}
+	for _, tier := range []string{"minute", "hour"} {
+		if files, _ := filepath.Glob(filepath.Join(data, tier, "*.parquet")); len(files) > 0 {
+			t.Fatalf("a backfill below the minimum wrote %v", files)
+		}
+	}
+	out = []byte(runStrata(t, "backfill", "--storage.path="+data, "--storage.min-free-bytes=0", "--no-progress-bar", in))
+	if !strings.Contains(string(out), "backfill done") {
+		t.Fatalf("the same command with no minimum:\n%s", out)
 	}
 }

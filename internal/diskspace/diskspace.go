@@ -14,10 +14,12 @@
 package diskspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -130,4 +132,45 @@ func (g *Guard) Check() {
 		g.refusing.Set(0)
 		g.logger.Info("disk space recovered: accepting writes again", "free_bytes", least, "min_free_bytes", g.min)
 	}
+}
+
+// Watch returns a context derived from ctx that is cancelled, with an
+// error wrapping ErrLow as its cause (context.Cause), when a poll every period
+// finds the free space below the minimum, or at once if the last poll did:
+// for a writer that stops rather than refuses, as strata backfill does. Its
+// CancelFunc stops the polling; call it when the work is done. A nil
+// Guard's context is cancelled only with ctx.
+func (g *Guard) Watch(ctx context.Context, period time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if g == nil {
+		return ctx, func() { cancel(nil) }
+	}
+	if g.low.Load() {
+		cancel(g.stopped())
+		return ctx, func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				g.Check()
+				if g.low.Load() {
+					cancel(g.stopped())
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil); <-done }
+}
+
+// stopped is Watch's cause: a writer that stops is not refused, to retry.
+func (g *Guard) stopped() error {
+	return fmt.Errorf("%w: %d bytes free on the storage's disk, under storage.min_free_bytes (%d)", ErrLow, g.lastFree.Load(), g.min)
 }

@@ -1,10 +1,13 @@
 package diskspace
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -74,5 +77,56 @@ func TestGuardReadsThisDisk(t *testing.T) {
 	}
 	if g := New(1<<62, []string{t.TempDir()}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); g.Err() == nil {
 		t.Fatal("a 4 EiB minimum accepts")
+	}
+}
+
+// TestWatchCancelsWhenLow: Watch's context ends, with the guard's error as
+// its cause, once a poll finds the disk low, at once when it already is,
+// and only with its parent's for a nil guard or after its CancelFunc.
+func TestWatchCancelsWhenLow(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(5000)
+	g := newGuard(1000, []string{"a"}, func(string) (uint64, error) { return free.Load(), nil }, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+
+	ctx, stop := g.Watch(context.Background(), time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatalf("cancelled with %v free of a 1000-byte minimum: %v", free.Load(), context.Cause(ctx))
+	}
+	free.Store(999)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not cancelled 10 s after the disk went low")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrLow) || !strings.Contains(cause.Error(), "999 bytes free") {
+		t.Fatalf("cause %v, want the guard's error", cause)
+	}
+	stop()
+
+	ctx, stop = g.Watch(context.Background(), time.Hour) // still low: no poll needed
+	defer stop()
+	if !errors.Is(context.Cause(ctx), ErrLow) {
+		t.Fatalf("a watch begun below the minimum: cause %v", context.Cause(ctx))
+	}
+
+	free.Store(5000)
+	g.Check()
+	ctx, stop = g.Watch(context.Background(), time.Millisecond)
+	stop()
+	if !errors.Is(context.Cause(ctx), context.Canceled) {
+		t.Fatalf("after its CancelFunc: cause %v, want context.Canceled", context.Cause(ctx))
+	}
+
+	var nilGuard *Guard
+	parent, cancelParent := context.WithCancel(context.Background())
+	ctx, stop = nilGuard.Watch(parent, time.Millisecond)
+	defer stop()
+	if ctx.Err() != nil {
+		t.Fatal("a nil guard's watch cancelled")
+	}
+	cancelParent()
+	if !errors.Is(context.Cause(ctx), context.Canceled) {
+		t.Fatalf("a nil guard's watch after its parent ended: %v", context.Cause(ctx))
 	}
 }
