@@ -181,6 +181,12 @@ type Progress struct {
 	// FutureSamples are the samples more than Config.MaxFutureSkew past
 	// the clock, not imported (also in DroppedSamples).
 	FutureSamples int
+	// ConflictingSamples are the samples of the input left out for another
+	// value of their series at their timestamp, later in the input (the
+	// last is kept), as when two sources' series lack the labels that
+	// tell them apart (also in DroppedSamples). A repeat of the same value
+	// is not one.
+	ConflictingSamples int
 }
 
 // Result is the final Progress.
@@ -287,7 +293,7 @@ const legacyRawBlockRange = 2 * time.Hour
 // progress (which may be nil). All input is held in memory (16 bytes per
 // float sample); RunSliced reads it a slice at a time.
 func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress func(Progress)) (Result, error) {
-	series := normalize(input)
+	series, conflicts := normalize(input, math.MinInt64, math.MaxInt64)
 	if len(series) == 0 {
 		if t.Minute == nil || t.Hour == nil {
 			return Result{}, errNoRollupTiers
@@ -298,7 +304,8 @@ func Run(ctx context.Context, cfg Config, input []Series, t Targets, progress fu
 	if err != nil {
 		return Result{}, err
 	}
-
+	im.res.ConflictingSamples += conflicts
+	im.res.DroppedSamples += conflicts
 	im.countDropped(series, math.MinInt64, math.MaxInt64)
 	series = cutAfter(series, im.newest)
 	// mint and maxt span every sample; fmint and fmaxt the float samples,
@@ -957,47 +964,74 @@ func (w *blockWriter) close() error {
 
 // normalize drops empty series, sorts samples by time and keeps the last of
 // samples sharing a timestamp. It sorts series by labels so that the
-// fingerprint does not depend on input order.
-func normalize(in []Series) []Series {
-	out := make([]Series, 0, len(in))
+// fingerprint does not depend on input order. conflicts counts the samples
+// in [from, to) it left out for another value at their timestamp (another
+// float, a histogram not equal, a float beside a histogram); a repeat of
+// the same value is not one.
+func normalize(in []Series, from, to int64) (out []Series, conflicts int) {
+	out = make([]Series, 0, len(in))
 	for _, s := range in {
 		if len(s.Samples) == 0 && len(s.Histograms) == 0 {
 			continue
 		}
-		ss := sortLast(s.Samples, func(x Sample) int64 { return x.T })
-		hs := sortLast(s.Histograms, func(x HistogramSample) int64 { return x.T })
+		ss, n := sortLast(s.Samples, func(x Sample) int64 { return x.T }, func(x, y Sample) bool {
+			return math.Float64bits(x.V) == math.Float64bits(y.V)
+		}, from, to)
+		hs, m := sortLast(s.Histograms, func(x HistogramSample) int64 { return x.T }, func(x, y HistogramSample) bool {
+			switch {
+			case x.H != nil && y.H != nil:
+				return x.H.Equals(y.H)
+			case x.FH != nil && y.FH != nil:
+				return x.FH.Equals(y.FH)
+			}
+			return false
+		}, from, to)
+		conflicts += n + m
 		if len(hs) > 0 && len(ss) > 0 {
 			// A float at a histogram's timestamp: the raw tier would take
 			// one of the two, so the histogram is kept.
 			ss = slices.DeleteFunc(ss, func(x Sample) bool {
 				_, found := slices.BinarySearchFunc(hs, x.T, func(h HistogramSample, t int64) int { return cmp.Compare(h.T, t) })
+				if found && x.T >= from && x.T < to {
+					conflicts++
+				}
 				return found
 			})
 		}
 		out = append(out, Series{Labels: s.Labels, Samples: ss, Histograms: hs})
 	}
 	slices.SortFunc(out, func(a, b Series) int { return labels.Compare(a.Labels, b.Labels) })
-	return out
+	return out, conflicts
 }
 
 // sortLast returns a sorted copy of xs (by the time t gives) with the last
-// of the samples sharing a timestamp.
-func sortLast[S any](xs []S, t func(S) int64) []S {
+// of the samples sharing a timestamp, and how many of those it left out in
+// [from, to) are not the same as the one kept.
+func sortLast[S any](xs []S, t func(S) int64, same func(a, b S) bool, from, to int64) ([]S, int) {
 	if len(xs) == 0 {
-		return nil
+		return nil, 0
 	}
 	out := slices.Clone(xs)
 	slices.SortStableFunc(out, func(a, b S) int { return cmp.Compare(t(a), t(b)) })
-	j := 0
-	for i := range out {
-		if j > 0 && t(out[j-1]) == t(out[i]) {
-			out[j-1] = out[i]
-			continue
+	j, conflicts := 0, 0
+	for i := 0; i < len(out); {
+		// out[i:k] share a timestamp; the last is kept.
+		k := i + 1
+		for k < len(out) && t(out[k]) == t(out[i]) {
+			k++
 		}
-		out[j] = out[i]
+		if ts := t(out[i]); ts >= from && ts < to {
+			for _, x := range out[i : k-1] {
+				if !same(x, out[k-1]) {
+					conflicts++
+				}
+			}
+		}
+		out[j] = out[k-1]
 		j++
+		i = k
 	}
-	return out[:j]
+	return out[:j], conflicts
 }
 
 // fingerprint identifies an input by its series, sample counts and time

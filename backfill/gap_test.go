@@ -64,7 +64,7 @@ func testBackfillFillsTheLiveHour(t *testing.T, nowAfter, t0Before int64) {
 
 	// What the live server received and what raw must hold at the end.
 	var live, want []Series
-	for _, s := range normalize(input) {
+	for _, s := range normalized(input) {
 		l := Series{Labels: s.Labels}
 		w := Series{Labels: s.Labels}
 		for _, x := range s.Samples {
@@ -295,7 +295,7 @@ func sortedWindows(ws []tiers.SeriesWindows) []tiers.SeriesWindows {
 // dumpSeries formats series' float samples as rawDump does.
 func dumpSeries(ss []Series) string {
 	var sb strings.Builder
-	for _, s := range normalize(ss) {
+	for _, s := range normalized(ss) {
 		sb.WriteString(s.Labels.String() + ":")
 		for _, x := range s.Samples {
 			fmt.Fprintf(&sb, " %d=%x", x.T, math.Float64bits(x.V))

@@ -133,7 +133,9 @@ func reach(ctx context.Context, cfg Config, read ReadFunc, from, to, slice int64
 		if err != nil {
 			return im.res, err
 		}
-		series := normalize(input)
+		series, conflicts := normalize(input, a, b)
+		im.res.ConflictingSamples += conflicts
+		im.res.DroppedSamples += conflicts
 		im.countDropped(series, a, b)
 		series = cutAfter(series, im.newest)
 		for h := timegrid.Floor(a, downsample.HourRes); h < min(b, im.cutoff); h += downsample.HourRes {
@@ -276,9 +278,11 @@ func stream(ctx context.Context, cfg Config, read ReadFunc, from, to, end, slice
 // the raw retention here, or have no raw tier, and are dropped as Run
 // drops them.
 func streamSlice(st *Stream, input []Series, from, to, newest int64) error {
-	series := normalize(input)
-	h := cursorHeap{}
 	counted := min(to, st.until) // the samples after it are the next slice's
+	series, conflicts := normalize(input, from, counted)
+	st.res.ConflictingSamples += conflicts
+	st.res.DroppedSamples += conflicts
+	h := cursorHeap{}
 	for i := range series {
 		s := &series[i]
 		for _, x := range s.Histograms {
@@ -341,5 +345,6 @@ func (p Progress) plus(q Progress) Progress {
 	p.HistogramSamples += q.HistogramSamples
 	p.DroppedHistogramSamples += q.DroppedHistogramSamples
 	p.FutureSamples += q.FutureSamples
+	p.ConflictingSamples += q.ConflictingSamples
 	return p
 }

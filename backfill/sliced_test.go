@@ -60,10 +60,26 @@ func slicedInput(start, end, streamEnd int64) []Series {
 	for i, ts := 0, streamEnd-3*hour; ts < streamEnd+3*hour; i, ts = i+1, ts+5*minute {
 		hist.Histograms = append(hist.Histograms, HistogramSample{T: ts, H: testHistogram(i)})
 	}
+	// A float at one of the histograms' timestamps: the histogram is kept.
+	hist.Samples = []Sample{{streamEnd + 2*hour, 1}}
 	return append(in,
 		Series{Labels: labels.FromStrings(model.MetricNameLabel, "stale_at_stream_end"), Samples: []Sample{{streamEnd - 40_000, 1}, {streamEnd + 3*minute, stale}, {streamEnd + 2*hour, 2}}},
-		hist)
+		hist,
+		// Other values at a timestamp (the last kept): slicedConflicts of
+		// them, before the stream's end, at it, and on an hour (a slice's
+		// end, read again by the next slice); a repeat is none.
+		Series{Labels: labels.FromStrings(model.MetricNameLabel, "conflicting"), Samples: []Sample{
+			{streamEnd - 2*hour, 1}, {streamEnd - 2*hour, 2},
+			{streamEnd - hour, 3}, {streamEnd - hour, 3},
+			{streamEnd, 7}, {streamEnd, 8},
+			{streamEnd + hour, 4}, {streamEnd + hour, 5}, {streamEnd + hour, 6},
+		}})
 }
+
+// slicedConflicts is the number of samples slicedInput leaves out for
+// another value at their timestamp: streamInput's repeated series' one,
+// the float beside a histogram, the conflicting series' four.
+const slicedConflicts = 6
 
 // TestRunSlicedEqualsRun: three days of history up to an empty raw tier,
 // imported by RunSliced in slices of 90 minutes (not aligned to the hours)
@@ -99,6 +115,9 @@ func TestRunSlicedEqualsRun(t *testing.T) {
 		}
 		if want.DroppedHistogramSamples == 0 || want.HistogramSamples == 0 || want.RawBlockSamples == 0 || want.RawSamples == 0 {
 			t.Fatalf("the reference import does not reach every part: %+v", want)
+		}
+		if want.ConflictingSamples != slicedConflicts {
+			t.Fatalf("Run counted %d conflicting samples, want %d", want.ConflictingSamples, slicedConflicts)
 		}
 		ref.raw = still(reopenRaw(t, ref.raw)) // loads the blocks
 		refs[block] = reference{ref, want}

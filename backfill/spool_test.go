@@ -151,7 +151,7 @@ func TestSpoolReadEqualsParseText(t *testing.T) {
 // sameInput reports whether got and want hold the same series and, once
 // normalized (sorted, the last of a timestamp kept), the same samples.
 func sameInput(got, want []Series) bool {
-	return slices.EqualFunc(normalize(got), normalize(want), func(a, b Series) bool {
+	return slices.EqualFunc(normalized(got), normalized(want), func(a, b Series) bool {
 		return labels.Equal(a.Labels, b.Labels) && slices.Equal(a.Samples, b.Samples)
 	})
 }

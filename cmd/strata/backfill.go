@@ -218,7 +218,11 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 	logger.Info("backfill done", "partitions_written", res.PartitionsWritten, "partitions_skipped", res.PartitionsSkipped,
 		"raw_samples", res.RawSamples, "raw_block_samples", res.RawBlockSamples, "raw_gap_samples", res.RawGapSamples,
 		"partitions_rewritten", res.PartitionsRewritten, "histogram_samples", res.HistogramSamples,
-		"dropped_samples", res.DroppedSamples)
+		"dropped_samples", res.DroppedSamples, "conflicting_samples", res.ConflictingSamples)
+	if res.ConflictingSamples > 0 {
+		logger.Warn("samples of the input were left out for another value of their series at their timestamp later in the input (the last is kept): two sources' series without the labels that tell them apart (a job or instance label), or two files of the same series that disagree",
+			"samples", res.ConflictingSamples)
+	}
 	if res.RefusedRawSamples > 0 {
 		logger.Warn("samples of the backfill among a series' samples in the raw tier were left out: at a timestamp it holds (the same scrape, or another value for it: the live one is kept) or between two of them (another source's, which would interleave with them); history before a series' first sample, after its last or in a hole between two went into raw blocks beside the head",
 			"samples", res.RefusedRawSamples)
