@@ -53,7 +53,7 @@ func newSimulateCommand(app *kingpin.Application) *simulateCommand {
 	c.cmd.Flag("web.listen-address", "Serve every simulated exporter's /metrics here (for scraping), e.g. 127.0.0.1:9400.").StringVar(&c.listen)
 	c.cmd.Flag("push.url", "Remote-write URL to push to, e.g. http://127.0.0.1:9201/api/v1/write.").StringVar(&c.pushURL)
 	c.cmd.Flag("push.interval", "Simulated time between two pushed samples of a series (a scrape interval).").Default("15s").DurationVar(&c.interval)
-	c.cmd.Flag("backfill", "Push this much history (ending now) as fast as the receiver takes it before running live.").Default("0s").DurationVar(&c.backfill)
+	c.cmd.Flag("backfill", "Push this much history (ending now) as fast as the receiver takes it before running live. A receiver takes history only a little behind its newest sample (Strata: half a raw block, 30 minutes): write longer history with --openmetrics and import it with strata backfill.").Default("0s").DurationVar(&c.backfill)
 	c.cmd.Flag("duration", "How long to run live after the backfill (0: until SIGINT/SIGTERM).").Default("0s").DurationVar(&c.duration)
 	c.cmd.Flag("ground-truth", "Write the injected faults as JSON lines to this file.").StringVar(&c.groundTruth)
 	c.cmd.Flag("openmetrics", "Instead of running, write the --backfill history ending now as OpenMetrics text with timestamps to this file (input for `strata backfill`).").StringVar(&c.openMetrics)
@@ -121,6 +121,13 @@ func (c *simulateCommand) run(logger *slog.Logger) error {
 			logger.Info("pushing history", "from", cfg.Start, "to", now, "url", c.pushURL)
 			st, err := cluster.PushWith(ctx, sim.PushOptions{URL: c.pushURL, Interval: c.interval, Duration: c.backfill, Logger: logger})
 			if err != nil {
+				if msg := err.Error(); strings.Contains(msg, "too old") || strings.Contains(msg, "out of bounds") {
+					// Strata and Prometheus take samples older than their newest
+					// (their own metrics' included) only within the out-of-order
+					// window, or half a raw block: longer history is imported.
+					return fmt.Errorf("push history: %w; a remote-write receiver takes history only a little behind its newest sample "+
+						"(storage.out_of_order_time_window, or half a raw block): write longer history with --openmetrics=FILE and import it with `strata backfill FILE`", err)
+				}
 				return fmt.Errorf("push history: %w", err)
 			}
 			logger.Info("history pushed", "samples", st.SamplesSent, "dropped", st.SamplesDropped, "requests", st.Requests)
