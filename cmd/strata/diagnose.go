@@ -298,6 +298,18 @@ func (c *diagnoseCommand) replay(ctx context.Context, logger *slog.Logger, from,
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, minute.Close()) }()
+	// The minute tier has an hour once strata serve rolled it up (when it
+	// ends, or at the server's start for a backfill's last hours, which
+	// strata backfill leaves in raw): a replay sees nothing after that.
+	if _, maxt, ok := minute.Bounds(); !ok || maxt < to.UnixMilli() {
+		end := "holds nothing yet"
+		if ok {
+			end = "ends at " + time.UnixMilli(maxt).UTC().Format(time.RFC3339)
+		}
+		logger.Warn("the minute tier "+end+", before the range's end: the minutes after it are in the raw tier only until strata serve rolls them up "+
+			"(an hour when it ends; at its start, the hours a backfill left in raw), so they are not replayed; start strata serve on the directory, "+
+			"or read a running server's diagnoses with --url", "range_end", to.UTC().Format(time.RFC3339))
+	}
 	signals, err := cfg.canonicalRules()
 	if err != nil {
 		return nil, err

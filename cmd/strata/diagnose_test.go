@@ -57,6 +57,20 @@ func TestDiagnoseBadRange(t *testing.T) {
 	}
 }
 
+// TestDiagnoseWarnsPastMinuteTier: a replay over a range the minute tier
+// does not reach says so, on stderr, beside an answer that is still there.
+func TestDiagnoseWarnsPastMinuteTier(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "minute"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runStrataOut(t, "diagnose", "--storage.path="+dir, "--from=-1h")
+	if err != nil || !strings.Contains(stdout, "No diagnoses in this range.") ||
+		!strings.Contains(stderr, "the minute tier holds nothing yet") || !strings.Contains(stderr, "--url") {
+		t.Fatalf("err %v\nstdout %s\nstderr %s", err, stdout, stderr)
+	}
+}
+
 // TestDiagnoseReplaysImportedHistory: `strata diagnose --storage.path`
 // replays history imported into the minute tier (as `strata backfill`
 // does) and prints the fault's diagnosis, as JSON lines and as a table.
