@@ -243,13 +243,12 @@ func (c *CapacityJob) Run(ctx context.Context, w RowWriter, progress func(done, 
 		}
 		c.rows = append(c.rows, out)
 		g := r[0].S + "\xff" + r[1].S
-		if len(fits[g]) == 0 {
+		if _, seen := fits[g]; !seen {
 			groups = append(groups, g)
+			fits[g] = nil
 		}
 		if y := f(r, "req_peak_rate"); !math.IsNaN(y) {
 			fits[g] = append(fits[g], obs{float64(r[2].I), y})
-		} else if _, ok := fits[g]; !ok {
-			fits[g] = nil
 		}
 	}
 	// The trend: least squares per group, over the steps' starts.

@@ -227,6 +227,42 @@ func TestCapacityPresetMatchesHandComputed(t *testing.T) {
 	}
 }
 
+// TestCapacityForecastOncePerGroup: a range whose first steps have no
+// requests (before the history) has one forecast row a group and step; a
+// group was listed again for each of those steps, and its forecast written
+// as many times (29 copies of 90 days in a 20-hour import's 2-day export).
+func TestCapacityForecastOncePerGroup(t *testing.T) {
+	const days = 2
+	ss := simHistory(t, days)
+	tt := buildTiers(t, ss, days, t0+dayMs)
+	job, err := tt.exporter().Prepare(context.Background(), export.Request{
+		From: time.UnixMilli(t0 - 3*dayMs), To: time.UnixMilli(t0 + days*dayMs), Step: "1d", Preset: export.PresetCapacity}, export.CapacityConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &table{cols: job.Columns()}
+	if err := job.Run(context.Background(), tb, nil); err != nil {
+		t.Fatal(err)
+	}
+	col := func(name string) int { return tb.col(t, name) }
+	groups := map[string]bool{}
+	forecasts := map[string]int{}
+	for _, r := range tb.rows {
+		g := r[col("gpu_model")].S + "|" + r[col("served_model")].S
+		groups[g] = true
+		if r[col("row_kind")].S == "forecast" {
+			k := g + "|" + strconv.FormatInt(r[col("step_start")].I, 10)
+			forecasts[k]++
+			if forecasts[k] > 1 {
+				t.Fatalf("%d forecast rows for %s", forecasts[k], k)
+			}
+		}
+	}
+	if len(forecasts) != 90*len(groups) {
+		t.Fatalf("%d forecast rows for %d groups, want 90 days each", len(forecasts), len(groups))
+	}
+}
+
 func quantile95(sorted []float64) float64 {
 	rank := 0.95 * float64(len(sorted)-1)
 	lo := math.Floor(rank)
