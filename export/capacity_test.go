@@ -231,6 +231,7 @@ func TestCapacityPresetMatchesHandComputed(t *testing.T) {
 // requests (before the history) has one forecast row a group and step; a
 // group was listed again for each of those steps, and its forecast written
 // as many times (29 copies of 90 days in a 20-hour import's 2-day export).
+// The trend goes on no further than the history reaches back.
 func TestCapacityForecastOncePerGroup(t *testing.T) {
 	const days = 2
 	ss := simHistory(t, days)
@@ -247,10 +248,18 @@ func TestCapacityForecastOncePerGroup(t *testing.T) {
 	col := func(name string) int { return tb.col(t, name) }
 	groups := map[string]bool{}
 	forecasts := map[string]int{}
+	extended := map[string]int{}
 	for _, r := range tb.rows {
 		g := r[col("gpu_model")].S + "|" + r[col("served_model")].S
 		groups[g] = true
 		if r[col("row_kind")].S == "forecast" {
+			// Two days of history: the line goes two days on, no further.
+			if c := r[col("requests_per_second_peak_trend")]; !c.Null {
+				extended[g]++
+				if r[col("step_start")].I >= t0+4*dayMs {
+					t.Fatalf("%s: the trend extended to %s, past the two days the history spans", g, time.UnixMilli(r[col("step_start")].I).UTC())
+				}
+			}
 			k := g + "|" + strconv.FormatInt(r[col("step_start")].I, 10)
 			forecasts[k]++
 			if forecasts[k] > 1 {
@@ -260,6 +269,11 @@ func TestCapacityForecastOncePerGroup(t *testing.T) {
 	}
 	if len(forecasts) != 90*len(groups) {
 		t.Fatalf("%d forecast rows for %d groups, want 90 days each", len(forecasts), len(groups))
+	}
+	for g := range groups {
+		if extended[g] != 2 {
+			t.Errorf("%s: the trend on %d forecast days, want the 2 its history spans", g, extended[g])
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ func (c *CapacityJob) WriteChart(w io.Writer) error {
 	util.Title.Text = "GPU utilisation per GPU model / served model"
 	util.Y.Label.Text = "ratio"
 	util.Y.Min, util.Y.Max = 0, 1.05
-	demand.Title.Text = fmt.Sprintf("Peak demand, with a linear trend extended %d days (least squares: an extrapolation, not a prediction)", c.cfg.ForecastDays)
+	demand.Title.Text = fmt.Sprintf("Peak demand, with a linear trend extended as far as its history, at most %d days (least squares: an extrapolation, not a prediction)", c.cfg.ForecastDays)
 	demand.Title.TextStyle.Font.Size = vg.Points(10)
 	demand.Y.Label.Text = "requests/s (busiest window)"
 	demand.Y.Min = 0
