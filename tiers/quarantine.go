@@ -205,6 +205,11 @@ func openRawSettingAside(dir string, open func() (*tsdb.DB, error), logger *slog
 	if err == nil {
 		return db, nil, nil
 	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		// The directory's lock is held: its blocks are another
+		// process's, not for this one to judge.
+		return nil, nil, fmt.Errorf("%w: another process has the raw tier open (a strata serve or strata backfill of this storage path): stop it first", err)
+	}
 	entries, rerr := os.ReadDir(dir)
 	if rerr != nil {
 		return nil, nil, err

@@ -254,3 +254,36 @@ func TestRawSetsCorruptBlocksAside(t *testing.T) {
 		t.Error("corrupt_blocks_set_aside is not 1")
 	}
 }
+
+// TestRawLockedLeavesBlocks: a raw tier another process has open (its
+// lock held) is not opened, and none of its blocks is moved, even one that
+// would not open: it is the holder's (a second strata serve or a strata
+// backfill started by mistake moved a block the running server served).
+func TestRawLockedLeavesBlocks(t *testing.T) {
+	dir := t.TempDir()
+	var xs []chunks.Sample
+	for ts := testT0; ts < testT0+hourMs; ts += 15_000 {
+		xs = append(xs, sample{t: ts, f: 1})
+	}
+	id, err := tsdb.CreateBlock([]storage.Series{storage.NewListSeries(labels.FromStrings("__name__", "m"), xs)}, dir, 2*hourMs, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := tiers.OpenRaw(tiers.DefaultRawConfig(dir), quietLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	// The block no longer opens on its own (its meta.json gone), as a
+	// block the holder is in the middle of changing might not.
+	if err := os.Remove(filepath.Join(id, "meta.json")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tiers.OpenRaw(tiers.DefaultRawConfig(dir), quietLogger(), prometheus.NewRegistry())
+	if _, serr := os.Stat(id); serr != nil {
+		t.Fatalf("the held tier's block was moved: %v (open: %v)", serr, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "another process has the raw tier open") {
+		t.Fatalf("a second open of a held tier: %v", err)
+	}
+}
