@@ -152,6 +152,23 @@ func (d *diagSource) Diagnosis(id string) (diagnose.Diagnosis, bool) {
 	return diagnose.Diagnosis{}, false
 }
 
+// startAlertmanagers starts the notifier of the `alerting:` section's
+// Alertmanagers, if it has any: the diagnoses and the operator's alerting
+// rules send through it.
+func (s *server) startAlertmanagers(ext *url.URL) (*notify.Alertmanager, error) {
+	ac, err := s.cfg.alertingConfig()
+	if err != nil || len(ac.AlertmanagerConfigs) == 0 {
+		return nil, err
+	}
+	am, err := notify.NewAlertmanager(ac, ext, s.logger.With("component", "alertmanager"), s.reg, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	s.closer = append(s.closer, func() error { am.Stop(); return nil })
+	s.ams.am.Store(am)
+	return am, nil
+}
+
 // startDiagnose starts the diagnosis engine (when enabled) following the
 // rollup pipeline, with its sinks.
 func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
@@ -164,17 +181,7 @@ func (s *server) startDiagnose(ctx context.Context, ext *url.URL) error {
 		return err
 	}
 	var sinks []diagnose.Sink
-	ac, err := s.cfg.alertingConfig()
-	if err != nil {
-		return err
-	}
-	if len(ac.AlertmanagerConfigs) > 0 {
-		am, err := notify.NewAlertmanager(ac, ext, logger.With("sink", "alertmanager"), s.reg, time.Now)
-		if err != nil {
-			return err
-		}
-		s.closer = append(s.closer, func() error { am.Stop(); return nil })
-		s.ams.am.Store(am)
+	if am := s.ams.am.Load(); am != nil {
 		sinks = append(sinks, am)
 	}
 	if hooks := s.cfg.Diagnose.Hooks; len(hooks.Webhooks)+len(hooks.Profilers) > 0 {

@@ -30,8 +30,10 @@ import (
 // caller MUST call the returned stop function. pins is engine's parser, in
 // which the canonical rules' internal forms are pinned so that the engine
 // parses each once per load, not at every evaluation (nil: parsed at each).
+// The alerts of the operator's alerting rules go to send (the `alerting:`
+// section's Alertmanagers) as Prometheus sends them; nil sends none.
 func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins rulegen.ExprPinner, q storage.Queryable, app storage.AppendableV2,
-	externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
+	send rules.Sender, externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
 ) (mgr *rules.Manager, stop func(), err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
 	// The canonical file is written and loaded in the exported form
@@ -87,14 +89,9 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 		Registerer:   reg,
 		Metrics:      stale.Metrics(reg),
 		Parser:       loader.Parser,
-		// Alerting rules in the operator's files are evaluated (their ALERTS
-		// series are stored) but there is no Alertmanager to send to yet; the
-		// manager calls NotifyFunc unconditionally, so it must not be nil.
-		NotifyFunc: func(_ context.Context, expr string, alerts ...*rules.Alert) {
-			if len(alerts) > 0 {
-				logger.Debug("alerts firing; no Alertmanager is configured to send them to", "expr", expr, "alerts", len(alerts))
-			}
-		},
+		NotifyFunc:   notifyFunc(send, externalURL, logger),
+		// Prometheus' --rules.alert.resend-delay default.
+		ResendDelay: time.Minute,
 	})
 	// Each group evaluation gets a memo for the canonical rules' shared
 	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
@@ -103,4 +100,19 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	}
 	go m.Run()
 	return m, m.Stop, nil
+}
+
+// notifyFunc sends the alerting rules' alerts to send, as Prometheus'
+// rules.SendAlerts; without Alertmanagers the alerts are evaluated (their
+// ALERTS series stored, /api/v1/alerts lists them) and not sent. The
+// manager calls it unconditionally, so it is never nil.
+func notifyFunc(send rules.Sender, externalURL *url.URL, logger *slog.Logger) rules.NotifyFunc {
+	if send != nil {
+		return rules.SendAlerts(send, externalURL.String())
+	}
+	return func(_ context.Context, expr string, alerts ...*rules.Alert) {
+		if len(alerts) > 0 {
+			logger.Debug("alerts firing; no Alertmanager is configured (alerting:) to send them to", "expr", expr, "alerts", len(alerts))
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/httputil"
 	"go.opentelemetry.io/otel"
@@ -462,7 +463,15 @@ func (s *server) serve(ctx context.Context) error {
 // and scraping (Strata's own /metrics included).
 func (s *server) startBackground(ctx context.Context, addr string) error {
 	ext := &url.URL{Scheme: "http", Host: addr}
-	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, ext,
+	am, err := s.startAlertmanagers(ext)
+	if err != nil {
+		return err
+	}
+	var send rules.Sender
+	if am != nil {
+		send = am
+	}
+	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, send, ext,
 		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err

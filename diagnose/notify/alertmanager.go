@@ -91,6 +91,10 @@ func NewAlertmanager(cfg config.AlertingConfig, externalURL *url.URL, logger *sl
 // Stop stops sending.
 func (a *Alertmanager) Stop() { a.n.Stop() }
 
+// Send queues alerts other than the diagnoses' (the operator's alerting
+// rules': it is their rules.Sender) on the same notifier.
+func (a *Alertmanager) Send(alerts ...*notifier.Alert) { a.n.Send(alerts...) }
+
 // Alertmanagers lists the Alertmanagers in use (for /api/v1/alertmanagers).
 func (a *Alertmanager) Alertmanagers() []*url.URL { return a.n.Alertmanagers() }
 
