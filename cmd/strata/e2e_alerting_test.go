@@ -2,12 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -96,4 +99,109 @@ alerting:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestSighupReloadsRuleFiles: SIGHUP loads the rule files again, as it
+// does Prometheus' (Go's default ended the process): a group added to a
+// file is evaluated, a file that does not parse leaves the running rules
+// and says so in strata_config_last_reload_successful, and the server
+// stays up throughout.
+func TestSighupReloadsRuleFiles(t *testing.T) {
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "own.yml")
+	group := func(name string) string {
+		return "  - name: " + name + "\n    interval: 1s\n    rules:\n      - record: e2e:" + name + "\n        expr: vector(1)\n"
+	}
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(rulesFile, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("groups:\n" + group("first"))
+	cfgFile := filepath.Join(dir, "strata.yml")
+	if err := os.WriteFile(cfgFile, []byte("rules:\n  files: ["+rulesFile+"]\ndiagnose:\n  enabled: false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile)
+	defer p.stop()
+	groups := func() []string {
+		t.Helper()
+		var body struct {
+			Data struct {
+				Groups []struct {
+					Name string `json:"name"`
+				} `json:"groups"`
+			} `json:"data"`
+		}
+		resp, err := http.Get(p.url("/api/v1/rules")) //nolint:noctx // test client of a loopback server
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, g := range body.Data.Groups {
+			out = append(out, g.Name)
+		}
+		return out
+	}
+	reloaded := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(get(t, p.url("/metrics")), "strata_config_last_reload_successful "+want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("strata_config_last_reload_successful never %s; output:\n%s", want, p.output())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Contains(groups(), "first") {
+		if time.Now().After(deadline) {
+			t.Fatalf("groups 30 s after the start: %v", groups())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if gs := groups(); slices.Contains(gs, "second") {
+		t.Fatalf("groups at start: %v", gs)
+	}
+	write("groups:\n" + group("first") + group("second"))
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for !slices.Contains(groups(), "second") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group added is not loaded 30 s after SIGHUP: %v; output:\n%s", groups(), p.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	reloaded("1")
+
+	write("groups: [this is not a rule file")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	reloaded("0")
+	if gs := groups(); !slices.Contains(gs, "first") || !slices.Contains(gs, "second") {
+		t.Fatalf("a failed reload changed the groups: %v", gs)
+	}
+}
+
+// get returns the body of a GET of u.
+func get(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u) //nolint:noctx // test client of a loopback server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

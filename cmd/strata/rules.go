@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,9 +34,12 @@ import (
 // parses each once per load, not at every evaluation (nil: parsed at each).
 // The alerts of the operator's alerting rules go to send (the `alerting:`
 // section's Alertmanagers) as Prometheus sends them; nil sends none.
+// reload loads the operator's rule files again, from the list given (the
+// configuration read again at SIGHUP), as Prometheus' reload does: groups
+// whose rules did not change keep their state.
 func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins rulegen.ExprPinner, q storage.Queryable, app storage.AppendableV2,
 	send rules.Sender, externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer,
-) (mgr *rules.Manager, stop func(), err error) {
+) (mgr *rules.Manager, stop func(), reload func(files []string) error, err error) {
 	files := append([]string(nil), cfg.Rules.Files...)
 	// The canonical file is written and loaded in the exported form
 	// (label_replace chains, valid for any Prometheus: what /api/v1/rules
@@ -51,29 +56,32 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	if cfg.Rules.Canonical {
 		rc, err := cfg.canonicalRules()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cat, err := dcgmbridge.NewCatalogue()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		yml, err := rulegen.YAML(cat, rc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("render canonical rules: %w", err)
+			return nil, nil, nil, fmt.Errorf("render canonical rules: %w", err)
 		}
 		path := filepath.Join(cfg.Storage.Path, "rules", "canonical.rules.yml")
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return nil, nil, fmt.Errorf("write canonical rules: %w", err)
+			return nil, nil, nil, fmt.Errorf("write canonical rules: %w", err)
 		}
 		if err := atomicfile.WriteFile(path, yml); err != nil {
-			return nil, nil, fmt.Errorf("write canonical rules: %w", err)
+			return nil, nil, nil, fmt.Errorf("write canonical rules: %w", err)
 		}
 		files = append(files, path)
 		loader.Canonical = path
 	}
 	if len(files) == 0 {
-		return nil, func() {}, nil
+		return nil, func() {}, func([]string) error {
+			return errors.New("strata serve started without rule files (rules.files empty, rules.canonical off): rule files added since take effect at its restart")
+		}, nil
 	}
+	canonical := files[len(cfg.Rules.Files):]
 	// The recording rules' stale-marker state is kept by stale (a label
 	// hash a series) instead of by Prometheus' groups (two copies of each
 	// series' labels); what the groups show and write is the same.
@@ -95,11 +103,14 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	})
 	// Each group evaluation gets a memo for the canonical rules' shared
 	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
-	if err := m.Update(time.Duration(cfg.Rules.CanonicalInterval), files, labels.EmptyLabels(), externalURL.String(), stale.EvalIterationFunc(forms.EvalIterationFunc)); err != nil {
-		return nil, nil, fmt.Errorf("load rule files: %w", err)
+	update := func(own []string) error {
+		return m.Update(time.Duration(cfg.Rules.CanonicalInterval), append(slices.Clone(own), canonical...), labels.EmptyLabels(), externalURL.String(), stale.EvalIterationFunc(forms.EvalIterationFunc))
+	}
+	if err := update(cfg.Rules.Files); err != nil {
+		return nil, nil, nil, fmt.Errorf("load rule files: %w", err)
 	}
 	go m.Run()
-	return m, m.Stop, nil
+	return m, m.Stop, update, nil
 }
 
 // notifyFunc sends the alerting rules' alerts to send, as Prometheus'

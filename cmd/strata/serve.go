@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
@@ -137,7 +138,10 @@ type server struct {
 	store    *storeapi.Server      // the Thanos StoreAPI; nil when grpc.listen_address is empty
 	queryAPI *storeapi.QueryServer // the Thanos Query API; nil when off (grpc.query_api)
 	ready    atomic.Bool
-	closer   []func() error // run in reverse order on shutdown
+	// reloadRules loads the operator's rule files again (SIGHUP); nil
+	// until the rule manager has started.
+	reloadRules atomic.Pointer[func(files []string) error]
+	closer      []func() error // run in reverse order on shutdown
 }
 
 func (s *serveCommand) run() error {
@@ -157,6 +161,12 @@ func (s *serveCommand) run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads the rule files, as it does Prometheus' (Go's default
+	// for it ends the process, which an operator used to Prometheus does
+	// not expect); one during the start waits for it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	srv, err := startServer(cfg, logger)
 	if err != nil {
@@ -171,7 +181,51 @@ func (s *serveCommand) run() error {
 	paceCtx, stopPacing := context.WithCancel(context.Background())
 	defer stopPacing()
 	go s.memory.paceHeap(paceCtx, srv.reg)
+	go s.reloadOnHangup(ctx, hup, srv)
 	return srv.serve(ctx)
+}
+
+// reloadOnHangup reads the configuration file again at each signal on hup
+// and loads its rules.files; the rest of the configuration takes effect at
+// the next start. A configuration or rule file that does not load leaves
+// the running rules as they are. strata_config_last_reload_successful and
+// _success_timestamp_seconds say how the last one went, as Prometheus'.
+func (s *serveCommand) reloadOnHangup(ctx context.Context, hup <-chan os.Signal, srv *server) {
+	f := promauto.With(srv.reg)
+	ok := f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_successful", Help: "Whether the last configuration reload (SIGHUP: the rule files) succeeded."})
+	at := f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_success_timestamp_seconds", Help: "Timestamp of the last successful configuration reload."})
+	ok.Set(1)
+	at.SetToCurrentTime()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		err := func() error {
+			cfg, err := loadConfig(s.configFile)
+			if err != nil {
+				return err
+			}
+			s.flags.applyTo(&cfg)
+			if err := cfg.validate(); err != nil {
+				return fmt.Errorf("invalid configuration: %w", err)
+			}
+			reload := srv.reloadRules.Load()
+			if reload == nil {
+				return errors.New("the rule manager has not started yet")
+			}
+			return (*reload)(cfg.Rules.Files)
+		}()
+		if err != nil {
+			ok.Set(0)
+			srv.logger.Error("reload at SIGHUP failed: the rules keep running as they were", "err", err)
+			continue
+		}
+		ok.Set(1)
+		at.SetToCurrentTime()
+		srv.logger.Info("reloaded the rule files at SIGHUP; the rest of the configuration takes effect at the next start", "config_file", s.configFile)
+	}
 }
 
 func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
@@ -471,11 +525,12 @@ func (s *server) startBackground(ctx context.Context, addr string) error {
 	if am != nil {
 		send = am
 	}
-	mgr, stopRules, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, send, ext,
+	mgr, stopRules, reload, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, send, ext,
 		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err
 	}
+	s.reloadRules.Store(&reload)
 	s.closer = append(s.closer, func() error { stopRules(); return nil })
 	s.rules.set(mgr, nil)
 	if err := s.startDiagnose(ctx, ext); err != nil {
