@@ -144,14 +144,24 @@ type server struct {
 	closer      []func() error // run in reverse order on shutdown
 }
 
-func (s *serveCommand) run() error {
+// config reads the configuration: the embedded default, the file, the
+// flags given.
+func (s *serveCommand) config() (Config, error) {
 	cfg, err := loadConfig(s.configFile)
 	if err != nil {
-		return err
+		return Config{}, err
 	}
 	s.flags.applyTo(&cfg)
 	if err := cfg.validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+		return Config{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+func (s *serveCommand) run() error {
+	cfg, err := s.config()
+	if err != nil {
+		return err
 	}
 	cfg.flags = statusFlags(s.app, s.cmd.FullCommand(), s.flags, &cfg)
 	logger := promslog.New(s.logConfig)
@@ -203,13 +213,9 @@ func (s *serveCommand) reloadOnHangup(ctx context.Context, hup <-chan os.Signal,
 		case <-hup:
 		}
 		err := func() error {
-			cfg, err := loadConfig(s.configFile)
+			cfg, err := s.config()
 			if err != nil {
 				return err
-			}
-			s.flags.applyTo(&cfg)
-			if err := cfg.validate(); err != nil {
-				return fmt.Errorf("invalid configuration: %w", err)
 			}
 			reload := srv.reloadRules.Load()
 			if reload == nil {
