@@ -243,7 +243,7 @@ func (c *backfillCommand) run(logger *slog.Logger) (err error) {
 // (checked every second; never with a minimum of 0), and the function that
 // stops watching.
 func watchDisk(ctx context.Context, cfg Config) (context.Context, context.CancelFunc, error) {
-	dirs := []string{cfg.Storage.Path, filepath.Join(cfg.Storage.Path, "raw")}
+	dirs := []string{cfg.Storage.Path, rawDir(cfg)}
 	if cfg.Storage.MinFreeBytes > 0 {
 		for _, d := range dirs { // so that their free space can be read
 			if err := os.MkdirAll(d, 0o755); err != nil {

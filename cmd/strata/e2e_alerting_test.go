@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -134,12 +133,7 @@ func TestSighupReloadsRuleFiles(t *testing.T) {
 				} `json:"groups"`
 			} `json:"data"`
 		}
-		resp, err := http.Get(p.url("/api/v1/rules")) //nolint:noctx // test client of a loopback server
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		if err := json.Unmarshal([]byte(p.get("/api/v1/rules")), &body); err != nil {
 			t.Fatal(err)
 		}
 		var out []string
@@ -151,7 +145,7 @@ func TestSighupReloadsRuleFiles(t *testing.T) {
 	reloaded := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(get(t, p.url("/metrics")), "strata_config_last_reload_successful "+want) {
+		for !strings.Contains(p.get("/metrics"), "strata_config_last_reload_successful "+want) {
 			if time.Now().After(deadline) {
 				t.Fatalf("strata_config_last_reload_successful never %s; output:\n%s", want, p.output())
 			}
@@ -189,19 +183,4 @@ func TestSighupReloadsRuleFiles(t *testing.T) {
 	if gs := groups(); !slices.Contains(gs, "first") || !slices.Contains(gs, "second") {
 		t.Fatalf("a failed reload changed the groups: %v", gs)
 	}
-}
-
-// get returns the body of a GET of u.
-func get(t *testing.T, u string) string {
-	t.Helper()
-	resp, err := http.Get(u) //nolint:noctx // test client of a loopback server
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -190,17 +190,7 @@ func TestDiskSpaceLowEndToEnd(t *testing.T) {
 			t.Errorf("%s with the disk below the minimum: %d, Retry-After %q: %s", tc.path, resp.StatusCode, resp.Header.Get("Retry-After"), msg)
 		}
 	}
-	get := func(path string) string {
-		t.Helper()
-		resp, err := http.Get(p.url(path)) //nolint:noctx // test client of a loopback server
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	if metrics := get("/metrics"); !strings.Contains(metrics, "strata_storage_disk_space_low 1") || !strings.Contains(metrics, `strata_remotewrite_rejected_total{reason="disk_space_low"} 2`) {
+	if metrics := p.get("/metrics"); !strings.Contains(metrics, "strata_storage_disk_space_low 1") || !strings.Contains(metrics, `strata_remotewrite_rejected_total{reason="disk_space_low"} 2`) {
 		var lines []string
 		for l := range strings.Lines(metrics) {
 			if strings.Contains(l, "strata_storage_") || strings.Contains(l, "rejected_total") {
@@ -209,7 +199,7 @@ func TestDiskSpaceLowEndToEnd(t *testing.T) {
 		}
 		t.Errorf("metrics do not show the refusal:\n%s", strings.Join(lines, ""))
 	}
-	if q := get("/api/v1/query?query=vector(1)"); !strings.Contains(q, `"status":"success"`) {
+	if q := p.get("/api/v1/query?query=vector(1)"); !strings.Contains(q, `"status":"success"`) {
 		t.Errorf("a query with the disk below the minimum: %s", q)
 	}
 	if !strings.Contains(p.output(), "disk space low") {

@@ -122,6 +122,21 @@ func startStrataTLS(t testing.TB, dir, user, pass string, client *http.Client, a
 
 func (p *strataProc) url(path string) string { return p.scheme + "://" + p.addr + path }
 
+// get returns the body of a GET of path on the server.
+func (p *strataProc) get(path string) string {
+	p.t.Helper()
+	resp, err := p.client.Get(p.url(path)) //nolint:noctx // test client of a loopback server
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return string(b)
+}
+
 func (p *strataProc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

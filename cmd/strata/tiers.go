@@ -34,13 +34,16 @@ const rollupSpillDir = "rollup-spill"
 // openTiers opens the raw, minute and hour tiers with the configuration's
 // retentions; the raw tier's metrics go to rawReg, the rollups' to reg. On
 // error it closes what it opened. The caller MUST call close.
+// rawDir is the raw tier's directory under the storage path.
+func rawDir(cfg Config) string { return filepath.Join(cfg.Storage.Path, "raw") }
+
 func openTiers(cfg Config, logger *slog.Logger, rawReg, reg prometheus.Registerer) (t storageTiers, err error) {
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.close())
 		}
 	}()
-	rawCfg := tiers.DefaultRawConfig(filepath.Join(cfg.Storage.Path, "raw"))
+	rawCfg := tiers.DefaultRawConfig(rawDir(cfg))
 	rawCfg.Retention = time.Duration(cfg.Storage.Raw.Retention)
 	rawCfg.OutOfOrderWindow = time.Duration(cfg.Storage.OutOfOrderWindow)
 	rawCfg.WALCompression = cfg.Storage.Raw.WALCompression

@@ -95,21 +95,6 @@ func (b *famBuilder) makeSeries(name string, pairs []labels.Label, vf valueForma
 			return strings.Compare(x.Name, y.Name)
 		})
 	}
-	var sb strings.Builder
-	sb.WriteString(name)
-	if len(ordered) > 0 {
-		sb.WriteByte('{')
-		for i, l := range ordered {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(l.Name)
-			sb.WriteString(`="`)
-			sb.WriteString(escapeLabel(l.Value))
-			sb.WriteByte('"')
-		}
-		sb.WriteByte('}')
-	}
 	lb := labels.NewScratchBuilder(len(pairs) + len(b.target) + 1)
 	lb.Add(model.MetricNameLabel, name)
 	for _, l := range pairs {
@@ -124,7 +109,28 @@ func (b *famBuilder) makeSeries(name string, pairs []labels.Label, vf valueForma
 	lset := lb.Labels()
 	pb := make([]prompb.Label, 0, lset.Len())
 	lset.Range(func(l labels.Label) { pb = append(pb, prompb.Label{Name: l.Name, Value: l.Value}) })
-	return series{text: sb.String(), lset: lset, pb: pb, vf: vf}
+	return series{text: seriesText(name, ordered), lset: lset, pb: pb, vf: vf}
+}
+
+// seriesText is a sample line's text before its value: name, then the
+// labels in the order given (no braces when there are none).
+func seriesText(name string, ls []labels.Label) string {
+	var sb strings.Builder
+	sb.WriteString(name)
+	if len(ls) > 0 {
+		sb.WriteByte('{')
+		for i, l := range ls {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(l.Name)
+			sb.WriteString(`="`)
+			sb.WriteString(escapeLabel(l.Value))
+			sb.WriteByte('"')
+		}
+		sb.WriteByte('}')
+	}
+	return sb.String()
 }
 
 func escapeLabel(v string) string {

@@ -396,23 +396,11 @@ func (c *Cluster) anyDirty() bool {
 // openMetricsSeries is a sample line's text before its value for the stored
 // labels lset: the metric name, then the other labels in their order.
 func openMetricsSeries(lset labels.Labels) string {
-	var sb strings.Builder
-	sb.WriteString(lset.Get(model.MetricNameLabel))
-	sb.WriteByte('{')
-	first := true
+	ls := make([]labels.Label, 0, lset.Len())
 	lset.Range(func(l labels.Label) {
-		if l.Name == model.MetricNameLabel {
-			return
+		if l.Name != model.MetricNameLabel {
+			ls = append(ls, l)
 		}
-		if !first {
-			sb.WriteByte(',')
-		}
-		first = false
-		sb.WriteString(l.Name)
-		sb.WriteString(`="`)
-		sb.WriteString(escapeLabel(l.Value))
-		sb.WriteByte('"')
 	})
-	sb.WriteByte('}')
-	return sb.String()
+	return seriesText(lset.Get(model.MetricNameLabel), ls)
 }
