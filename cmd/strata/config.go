@@ -160,10 +160,13 @@ type TierConfig struct {
 
 // WebConfig is the HTTP server's configuration.
 type WebConfig struct {
-	ListenAddress string         `yaml:"listen_address"`
-	ConfigFile    string         `yaml:"config_file"`
-	EnablePprof   bool           `yaml:"enable_pprof"`
-	ReadTimeout   model.Duration `yaml:"read_timeout"`
+	ListenAddress string `yaml:"listen_address"`
+	ConfigFile    string `yaml:"config_file"`
+	EnablePprof   bool   `yaml:"enable_pprof"`
+	// EnableLifecycle serves POST /-/reload and /-/quit, as Prometheus'
+	// --web.enable-lifecycle.
+	EnableLifecycle bool           `yaml:"enable_lifecycle"`
+	ReadTimeout     model.Duration `yaml:"read_timeout"`
 	// CORSOrigin: query.Config.CORSOrigin.
 	CORSOrigin string `yaml:"cors_origin"`
 }

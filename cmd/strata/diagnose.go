@@ -154,13 +154,18 @@ func (d *diagSource) Diagnosis(id string) (diagnose.Diagnosis, bool) {
 
 // startAlertmanagers starts the notifier of the `alerting:` section's
 // Alertmanagers, if it has any: the diagnoses and the operator's alerting
-// rules send through it.
+// rules send through it, with global.external_labels added as Prometheus
+// adds them.
 func (s *server) startAlertmanagers(ext *url.URL) (*notify.Alertmanager, error) {
 	ac, err := s.cfg.alertingConfig()
 	if err != nil || len(ac.AlertmanagerConfigs) == 0 {
 		return nil, err
 	}
-	am, err := notify.NewAlertmanager(ac, ext, s.logger.With("component", "alertmanager"), s.reg, time.Now)
+	lbls, err := s.cfg.externalLabels()
+	if err != nil {
+		return nil, err
+	}
+	am, err := notify.NewAlertmanager(ac, lbls, ext, s.logger.With("component", "alertmanager"), s.reg, time.Now)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,7 +20,8 @@ import (
 // section's Alertmanager, as Prometheus sends it (Alertmanager's v2 API,
 // the rule's labels and annotations, a generator URL), with the diagnosis
 // engine off: before, the rules were evaluated and their alerts sent
-// nowhere.
+// nowhere. The alert carries global.external_labels, which the rule's
+// templates read as $externalLabels, as Prometheus' does.
 func TestAlertingRulesReachAlertmanager(t *testing.T) {
 	type alert struct {
 		Labels       map[string]string `json:"labels"`
@@ -59,11 +61,15 @@ func TestAlertingRulesReachAlertmanager(t *testing.T) {
           severity: page
         annotations:
           summary: always firing
+          origin: "{{ $externalLabels.cluster }}"
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfgFile := filepath.Join(dir, "strata.yml")
-	if err := os.WriteFile(cfgFile, []byte(`rules:
+	if err := os.WriteFile(cfgFile, []byte(`global:
+  external_labels:
+    cluster: e2e-cluster
+rules:
   files: [`+rulesFile+`]
 diagnose:
   enabled: false
@@ -88,6 +94,7 @@ alerting:
 		mu.Unlock()
 		if a != nil {
 			if a.Labels["severity"] != "page" || a.Annotations["summary"] != "always firing" ||
+				a.Labels["cluster"] != "e2e-cluster" || a.Annotations["origin"] != "e2e-cluster" ||
 				!strings.Contains(a.GeneratorURL, "/graph?g0.expr=") || !strings.HasPrefix(a.GeneratorURL, p.url("")) {
 				t.Fatalf("alert %+v", *a)
 			}
@@ -100,12 +107,14 @@ alerting:
 	}
 }
 
-// TestSighupReloadsRuleFiles: SIGHUP loads the rule files again, as it
-// does Prometheus' (Go's default ended the process): a group added to a
-// file is evaluated, a file that does not parse leaves the running rules
-// and says so in strata_config_last_reload_successful, and the server
-// stays up throughout.
-func TestSighupReloadsRuleFiles(t *testing.T) {
+// TestReloadRuleFiles: SIGHUP and POST /-/reload (--web.enable-lifecycle)
+// load the rule files again, as they do Prometheus' (Go's default for
+// SIGHUP ended the process): a group added to a file is evaluated, a file
+// that does not parse leaves the running rules and says so (the reload's
+// 500, strata_config_last_reload_successful, runtimeinfo's
+// reloadConfigSuccess), the server stays up throughout, and POST /-/quit
+// ends it cleanly.
+func TestReloadRuleFiles(t *testing.T) {
 	dir := t.TempDir()
 	rulesFile := filepath.Join(dir, "own.yml")
 	group := func(name string) string {
@@ -122,7 +131,7 @@ func TestSighupReloadsRuleFiles(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte("rules:\n  files: ["+rulesFile+"]\ndiagnose:\n  enabled: false\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile)
+	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile, "--web.enable-lifecycle")
 	defer p.stop()
 	groups := func() []string {
 		t.Helper()
@@ -151,6 +160,19 @@ func TestSighupReloadsRuleFiles(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	post := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(p.url(path), "", nil) //nolint:noctx // test client of a loopback server
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !slices.Contains(groups(), "first") {
@@ -182,5 +204,75 @@ func TestSighupReloadsRuleFiles(t *testing.T) {
 	reloaded("0")
 	if gs := groups(); !slices.Contains(gs, "first") || !slices.Contains(gs, "second") {
 		t.Fatalf("a failed reload changed the groups: %v", gs)
+	}
+
+	// POST /-/reload answers when the reload is done.
+	write("groups:\n" + group("first") + group("third"))
+	if code, body := post("/-/reload"); code != http.StatusOK {
+		t.Fatalf("POST /-/reload: %d %s", code, body)
+	}
+	if gs := groups(); slices.Contains(gs, "second") || !slices.Contains(gs, "third") {
+		t.Fatalf("groups after POST /-/reload: %v", gs)
+	}
+	reloaded("1")
+	write("groups: [this is not a rule file")
+	if code, body := post("/-/reload"); code != http.StatusInternalServerError || !strings.Contains(body, "failed to reload config") || !strings.Contains(body, "own.yml") {
+		t.Fatalf("POST /-/reload of a bad rule file: %d %s", code, body)
+	}
+	reloaded("0")
+	if info := p.get("/api/v1/status/runtimeinfo"); !strings.Contains(info, `"reloadConfigSuccess":false`) {
+		t.Fatalf("runtimeinfo after a failed reload: %s", info)
+	}
+	if gs := groups(); !slices.Contains(gs, "third") {
+		t.Fatalf("a failed reload changed the groups: %v", gs)
+	}
+
+	if code, body := post("/-/quit"); code != http.StatusOK || !strings.Contains(body, "Goodbye") {
+		t.Fatalf("POST /-/quit: %d %s", code, body)
+	}
+	p.wait(60 * time.Second)
+	if !p.cmd.ProcessState.Success() || !strings.Contains(p.output(), "Strata stopped cleanly") {
+		t.Fatalf("strata exited with %v after POST /-/quit:\n%s", p.cmd.ProcessState, p.output())
+	}
+}
+
+// TestLifecycleEndpoints: /-/reload and /-/quit answer as Prometheus'
+// do without --web.enable-lifecycle (403) and to a GET (405), and neither
+// reloads nor quits then.
+func TestLifecycleEndpoints(t *testing.T) {
+	for _, enabled := range []bool{false, true} {
+		var reloads, quits int
+		s := &server{reload: func() error { reloads++; return nil }, quit: func() bool { quits++; return true }}
+		s.cfg.Web.EnableLifecycle = enabled
+		mux := http.NewServeMux()
+		s.lifecycle(mux)
+		for _, path := range []string{"/-/reload", "/-/quit"} {
+			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+				want := http.StatusOK
+				switch {
+				case method == http.MethodGet:
+					want = http.StatusMethodNotAllowed
+				case !enabled:
+					want = http.StatusForbidden
+				}
+				if rec.Code != want {
+					t.Errorf("lifecycle %v: %s %s: %d %q, want %d", enabled, method, path, rec.Code, rec.Body.String(), want)
+				}
+			}
+		}
+		if want := map[bool]int{false: 0, true: 2}[enabled]; reloads != want || quits != want {
+			t.Errorf("lifecycle %v: %d reloads and %d quits, want %d", enabled, reloads, quits, want)
+		}
+	}
+	s := &server{quit: func() bool { return false }}
+	s.cfg.Web.EnableLifecycle = true
+	mux := http.NewServeMux()
+	s.lifecycle(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/-/quit", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("a second quit: %d %q", rec.Code, rec.Body.String())
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -82,6 +82,12 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 		}, nil
 	}
 	canonical := files[len(cfg.Rules.Files):]
+	// $externalLabels in the rules' templates, as Prometheus'; the alerts
+	// sent carry them through the notifier (startAlertmanagers).
+	ext, err := cfg.externalLabels()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	// The recording rules' stale-marker state is kept by stale (a label
 	// hash a series) instead of by Prometheus' groups (two copies of each
 	// series' labels); what the groups show and write is the same.
@@ -104,7 +110,19 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	// Each group evaluation gets a memo for the canonical rules' shared
 	// subexpressions (rulegen.InternalForms.QueryFunc), dropped when it ends.
 	update := func(own []string) error {
-		return m.Update(time.Duration(cfg.Rules.CanonicalInterval), append(slices.Clone(own), canonical...), labels.EmptyLabels(), externalURL.String(), stale.EvalIterationFunc(forms.EvalIterationFunc))
+		// The manager logs why a file did not load and returns only that
+		// one did not: the operator's files are read first, so that the
+		// error (SIGHUP's log line, POST /-/reload's answer) names the
+		// file and the problem. The canonical file is Strata's own.
+		var errs []error
+		for _, f := range own {
+			_, fe := loader.Load(f, false, model.UTF8Validation)
+			errs = append(errs, fe...)
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		return m.Update(time.Duration(cfg.Rules.CanonicalInterval), append(slices.Clone(own), canonical...), ext, externalURL.String(), stale.EvalIterationFunc(forms.EvalIterationFunc))
 	}
 	if err := update(cfg.Rules.Files); err != nil {
 		return nil, nil, nil, fmt.Errorf("load rule files: %w", err)

@@ -18,11 +18,12 @@ import (
 const rawMetricPrefix = "strata_raw_"
 
 // runtimeInfo is /api/v1/status/runtimeinfo in Prometheus' format, read at
-// each request: the process's start (which is also its configuration's:
-// strata serve does not reload it), working directory, host, goroutines,
-// GOMAXPROCS, the soft memory limit in force (the heap pacer moves it),
-// GOGC in force, GODEBUG, the three tiers' retention, and the raw TSDB's
-// WAL corruptions.
+// each request: the process's start, whether the last reload (SIGHUP or
+// POST /-/reload: the rule files) succeeded and when the last one that did
+// happened (the start until then; from the reloader's metrics), working
+// directory, host, goroutines, GOMAXPROCS, the soft memory limit in force
+// (the heap pacer moves it), GOGC in force, GODEBUG, the three tiers'
+// retention, and the raw TSDB's WAL corruptions.
 func runtimeInfo(cfg Config, start time.Time, gatherer prometheus.Gatherer) func() (v1.RuntimeInfo, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -54,8 +55,17 @@ func runtimeInfo(cfg Config, start time.Time, gatherer prometheus.Gatherer) func
 			return st, fmt.Errorf("error gathering runtime status: %w", err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == rawMetricPrefix+"prometheus_tsdb_wal_corruptions_total" && len(mf.GetMetric()) > 0 {
-				st.CorruptionCount = int64(mf.GetMetric()[0].GetCounter().GetValue())
+			if len(mf.GetMetric()) == 0 {
+				continue
+			}
+			m := mf.GetMetric()[0]
+			switch mf.GetName() {
+			case rawMetricPrefix + "prometheus_tsdb_wal_corruptions_total":
+				st.CorruptionCount = int64(m.GetCounter().GetValue())
+			case "strata_config_last_reload_successful":
+				st.ReloadConfigSuccess = m.GetGauge().GetValue() == 1
+			case "strata_config_last_reload_success_timestamp_seconds":
+				st.LastConfigTime = time.UnixMilli(int64(m.GetGauge().GetValue() * 1000)).UTC()
 			}
 		}
 		return st, nil

@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
@@ -100,6 +99,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *string { return &c.Web.ConfigFile })
 	o.bool("web.enable-pprof", "Serve /debug/pprof for profiling.",
 		func(c *Config) *bool { return &c.Web.EnablePprof })
+	o.bool("web.enable-lifecycle", "Enable shutdown and reload via HTTP request (POST /-/quit, POST /-/reload).",
+		func(c *Config) *bool { return &c.Web.EnableLifecycle })
 	o.duration("web.read-timeout", "Maximum time to read a request, body included. (default: 5m)",
 		func(c *Config) *model.Duration { return &c.Web.ReadTimeout })
 	o.string("web.cors.origin", `Regex for CORS origin. It is fully anchored. Example: 'https?://(domain1|domain2)\.com'. (default: .*)`,
@@ -141,7 +142,12 @@ type server struct {
 	// reloadRules loads the operator's rule files again (SIGHUP); nil
 	// until the rule manager has started.
 	reloadRules atomic.Pointer[func(files []string) error]
-	closer      []func() error // run in reverse order on shutdown
+	// reload and quit serve POST /-/reload and POST /-/quit when
+	// web.enable_lifecycle is on: a reloader's reload, and the shutdown
+	// (false: one was already requested). nil: the endpoints answer 503.
+	reload func() error
+	quit   func() bool
+	closer []func() error // run in reverse order on shutdown
 }
 
 // config reads the configuration: the embedded default, the file, the
@@ -171,6 +177,9 @@ func (s *serveCommand) run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// POST /-/quit (web.enable_lifecycle) ends the server as SIGTERM does.
+	ctx, quit := context.WithCancel(ctx)
+	defer quit()
 	// SIGHUP reloads the rule files, as it does Prometheus' (Go's default
 	// for it ends the process, which an operator used to Prometheus does
 	// not expect); one during the start waits for it.
@@ -191,47 +200,19 @@ func (s *serveCommand) run() error {
 	paceCtx, stopPacing := context.WithCancel(context.Background())
 	defer stopPacing()
 	go s.memory.paceHeap(paceCtx, srv.reg)
-	go s.reloadOnHangup(ctx, hup, srv)
-	return srv.serve(ctx)
-}
-
-// reloadOnHangup reads the configuration file again at each signal on hup
-// and loads its rules.files; the rest of the configuration takes effect at
-// the next start. A configuration or rule file that does not load leaves
-// the running rules as they are. strata_config_last_reload_successful and
-// _success_timestamp_seconds say how the last one went, as Prometheus'.
-func (s *serveCommand) reloadOnHangup(ctx context.Context, hup <-chan os.Signal, srv *server) {
-	f := promauto.With(srv.reg)
-	ok := f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_successful", Help: "Whether the last configuration reload (SIGHUP: the rule files) succeeded."})
-	at := f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_success_timestamp_seconds", Help: "Timestamp of the last successful configuration reload."})
-	ok.Set(1)
-	at.SetToCurrentTime()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
+	r := newReloader(s, srv)
+	srv.reload = r.reload
+	var quitting atomic.Bool
+	srv.quit = func() bool {
+		if quitting.Swap(true) {
+			return false
 		}
-		err := func() error {
-			cfg, err := s.config()
-			if err != nil {
-				return err
-			}
-			reload := srv.reloadRules.Load()
-			if reload == nil {
-				return errors.New("the rule manager has not started yet")
-			}
-			return (*reload)(cfg.Rules.Files)
-		}()
-		if err != nil {
-			ok.Set(0)
-			srv.logger.Error("reload at SIGHUP failed: the rules keep running as they were", "err", err)
-			continue
-		}
-		ok.Set(1)
-		at.SetToCurrentTime()
-		srv.logger.Info("reloaded the rule files at SIGHUP; the rest of the configuration takes effect at the next start", "config_file", s.configFile)
+		srv.logger.Warn("termination requested through POST /-/quit; shutting down")
+		quit()
+		return true
 	}
+	go r.onHangup(ctx, hup)
+	return srv.serve(ctx)
 }
 
 func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
@@ -413,6 +394,7 @@ func (s *server) handler() http.Handler {
 		w.WriteHeader(http.StatusOK)
 		_, _ = fmt.Fprintln(w, "Strata is Healthy.")
 	})
+	s.lifecycle(mux)
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)

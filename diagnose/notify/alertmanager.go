@@ -59,8 +59,11 @@ type resolvedAlert struct {
 
 // NewAlertmanager starts the notifier for cfg's alertmanagers (only
 // static_configs are supported). externalURL is the base of each alert's
-// generatorURL. The caller MUST call Stop.
-func NewAlertmanager(cfg config.AlertingConfig, externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Alertmanager, error) {
+// generatorURL. externalLabels (global.external_labels) are added to every
+// alert that does not carry the label already, and cfg's
+// alert_relabel_configs applied after, as Prometheus' notifier does. The
+// caller MUST call Stop.
+func NewAlertmanager(cfg config.AlertingConfig, externalLabels labels.Labels, externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Alertmanager, error) {
 	tgs := map[string][]*targetgroup.Group{}
 	for k, am := range cfg.AlertmanagerConfigs.ToMap() {
 		for _, sd := range am.ServiceDiscoveryConfigs {
@@ -72,7 +75,7 @@ func NewAlertmanager(cfg config.AlertingConfig, externalURL *url.URL, logger *sl
 		}
 	}
 	n := notifier.NewManager(&notifier.Options{QueueCapacity: 10_000, Registerer: prometheus.WrapRegistererWithPrefix("strata_diagnose_", reg)}, model.UTF8Validation, logger)
-	if err := n.ApplyConfig(&config.Config{AlertingConfig: cfg}); err != nil {
+	if err := n.ApplyConfig(&config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: externalLabels}, AlertingConfig: cfg}); err != nil {
 		return nil, fmt.Errorf("alerting: %w", err)
 	}
 	ch := make(chan map[string][]*targetgroup.Group, 1)

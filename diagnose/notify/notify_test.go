@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/strata-dev/strata/dcgmbridge/sim"
 	"github.com/strata-dev/strata/diagnose"
@@ -134,7 +135,7 @@ func TestAlertmanagerDownNeverBlocks(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there any more
-	am, err := NewAlertmanager(alertingTo(addr), &url.URL{Scheme: "http", Host: "strata"}, diagtest.QuietLogger(), prometheus.NewRegistry(), time.Now)
+	am, err := NewAlertmanager(alertingTo(addr), labels.EmptyLabels(), &url.URL{Scheme: "http", Host: "strata"}, diagtest.QuietLogger(), prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestAlertmanagerEndToEnd(t *testing.T) {
 	onset := diagtest.Start.Add(2*time.Hour + 30*time.Minute)
 	scfg := diagtest.SmallCluster(sim.FaultSpec{Kind: sim.KindPowerCap, Node: 0, GPU: diagtest.GPU(1), Start: onset, Duration: 20 * time.Minute})
 	minute := diagtest.SimHistory(t, scfg, onset.Add(45*time.Minute))
-	sink, err := NewAlertmanager(alertingTo(addr), &url.URL{Scheme: "http", Host: "strata"}, diagtest.QuietLogger(), prometheus.NewRegistry(), time.Now)
+	sink, err := NewAlertmanager(alertingTo(addr), labels.EmptyLabels(), &url.URL{Scheme: "http", Host: "strata"}, diagtest.QuietLogger(), prometheus.NewRegistry(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
