@@ -113,10 +113,14 @@ alerting:
 // that does not parse leaves the running rules and says so (the reload's
 // 500, strata_config_last_reload_successful, runtimeinfo's
 // reloadConfigSuccess), the server stays up throughout, and POST /-/quit
-// ends it cleanly.
+// ends it cleanly. rules.files is a glob, as Prometheus' rule_files: a
+// file added to the directory loads at the next reload.
 func TestReloadRuleFiles(t *testing.T) {
 	dir := t.TempDir()
-	rulesFile := filepath.Join(dir, "own.yml")
+	if err := os.Mkdir(filepath.Join(dir, "rules"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	rulesFile := filepath.Join(dir, "rules", "own.yml")
 	group := func(name string) string {
 		return "  - name: " + name + "\n    interval: 1s\n    rules:\n      - record: e2e:" + name + "\n        expr: vector(1)\n"
 	}
@@ -128,7 +132,7 @@ func TestReloadRuleFiles(t *testing.T) {
 	}
 	write("groups:\n" + group("first"))
 	cfgFile := filepath.Join(dir, "strata.yml")
-	if err := os.WriteFile(cfgFile, []byte("rules:\n  files: ["+rulesFile+"]\ndiagnose:\n  enabled: false\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, []byte("rules:\n  files: ["+filepath.Join(dir, "rules", "*.yml")+"]\ndiagnose:\n  enabled: false\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile, "--web.enable-lifecycle")
@@ -206,8 +210,12 @@ func TestReloadRuleFiles(t *testing.T) {
 		t.Fatalf("a failed reload changed the groups: %v", gs)
 	}
 
-	// POST /-/reload answers when the reload is done.
-	write("groups:\n" + group("first") + group("third"))
+	// POST /-/reload answers when the reload is done; the glob finds a
+	// file added.
+	write("groups:\n" + group("first"))
+	if err := os.WriteFile(filepath.Join(dir, "rules", "added.yml"), []byte("groups:\n"+group("third")), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if code, body := post("/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}
@@ -223,7 +231,7 @@ func TestReloadRuleFiles(t *testing.T) {
 	if info := p.get("/api/v1/status/runtimeinfo"); !strings.Contains(info, `"reloadConfigSuccess":false`) {
 		t.Fatalf("runtimeinfo after a failed reload: %s", info)
 	}
-	if gs := groups(); !slices.Contains(gs, "third") {
+	if gs := groups(); !slices.Contains(gs, "first") || !slices.Contains(gs, "third") {
 		t.Fatalf("a failed reload changed the groups: %v", gs)
 	}
 

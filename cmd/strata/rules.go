@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,6 +115,10 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 		// one did not: the operator's files are read first, so that the
 		// error (SIGHUP's log line, POST /-/reload's answer) names the
 		// file and the problem. The canonical file is Strata's own.
+		own, err := expandRuleFiles(own)
+		if err != nil {
+			return err
+		}
 		var errs []error
 		for _, f := range own {
 			_, fe := loader.Load(f, false, model.UTF8Validation)
@@ -144,4 +149,25 @@ func notifyFunc(send rules.Sender, externalURL *url.URL, logger *slog.Logger) ru
 			logger.Debug("alerts firing; no Alertmanager is configured (alerting:) to send them to", "expr", expr, "alerts", len(alerts))
 		}
 	}
+}
+
+// expandRuleFiles expands rules.files' glob patterns (filepath.Glob, as
+// Prometheus expands rule_files), each pattern's files in name order, at
+// every load: a file added to a matched directory loads at the next
+// reload. A pattern that matches no file loads none, as in Prometheus; a
+// path without glob characters must name a file that exists (the error
+// then says which, where a glob would silently load nothing).
+func expandRuleFiles(patterns []string) ([]string, error) {
+	var files []string
+	for _, pat := range patterns {
+		matches, err := filepath.Glob(pat)
+		if err != nil {
+			return nil, fmt.Errorf("rules.files pattern %q: %w", pat, err)
+		}
+		if len(matches) == 0 && !strings.ContainsAny(pat, `*?[\`) {
+			return nil, fmt.Errorf("rules.files: %s: no such file", pat)
+		}
+		files = append(files, matches...) // Glob sorts them
+	}
+	return files, nil
 }

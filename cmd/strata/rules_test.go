@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,31 @@ func getRuleGroups(t *testing.T, p *strataProc) []apiRuleGroup {
 		t.Fatalf("/api/v1/rules: %d %s %v", resp.StatusCode, body.Status, err)
 	}
 	return body.Data.Groups
+}
+
+// TestExpandRuleFiles: rules.files' patterns are globs, as Prometheus'
+// rule_files, expanded in name order; a glob matching nothing loads
+// nothing, a plain path that does not exist is an error naming it.
+func TestExpandRuleFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"b.yml", "a.yml", "c.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("groups: []\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := expandRuleFiles([]string{filepath.Join(dir, "*.yml"), filepath.Join(dir, "c.yaml"), filepath.Join(dir, "none", "*.yml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "a.yml"), filepath.Join(dir, "b.yml"), filepath.Join(dir, "c.yaml")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	missing := filepath.Join(dir, "missing.yml")
+	if _, err := expandRuleFiles([]string{missing}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("a missing plain path: %v", err)
+	}
+	if _, err := expandRuleFiles([]string{filepath.Join(dir, "[")}); err == nil {
+		t.Fatal("a bad pattern: no error")
+	}
 }
