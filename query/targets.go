@@ -53,7 +53,7 @@ type Option func(*options)
 type options struct {
 	targets       TargetSource
 	listenAddress string
-	externalHost  string
+	external      *url.URL
 
 	raw         RawStatus // WithRawStatus
 	rawMetrics  prometheus.Gatherer
@@ -64,12 +64,12 @@ type options struct {
 // WithTargets serves /api/v1/targets from src, in Prometheus' format and with
 // its parameters (state, scrapePool), from Prometheus' own handler. Without
 // it the endpoint answers 404. listenAddress is Strata's listen address and
-// externalHost the host:port clients reach it at: like Prometheus with its
+// external the URL clients reach it at: like Prometheus with its
 // --web.listen-address and --web.external-url, the globalUrl of a target on
-// localhost names externalHost's host instead.
-func WithTargets(src TargetSource, listenAddress, externalHost string) Option {
+// localhost names external's scheme and host instead.
+func WithTargets(src TargetSource, listenAddress string, external *url.URL) Option {
 	return func(o *options) {
-		o.targets, o.listenAddress, o.externalHost = src, listenAddress, externalHost
+		o.targets, o.listenAddress, o.external = src, listenAddress, external
 	}
 }
 
@@ -152,5 +152,8 @@ func (o options) targetRetriever() func(context.Context) v1.TargetRetriever {
 
 // globalURLOptions is how v1.NewAPI derives a target's globalUrl.
 func (o options) globalURLOptions() v1.GlobalURLOptions {
-	return v1.GlobalURLOptions{ListenAddress: o.listenAddress, Host: o.externalHost, Scheme: "http"}
+	if o.external == nil { // no WithTargets
+		return v1.GlobalURLOptions{ListenAddress: o.listenAddress, Scheme: "http"}
+	}
+	return v1.GlobalURLOptions{ListenAddress: o.listenAddress, Host: o.external.Host, Scheme: o.external.Scheme}
 }

@@ -52,7 +52,7 @@ func testTargets() fakeTargets {
 func TestTargetsGolden(t *testing.T) {
 	raw := openTestRaw(t)
 	api, err := New(DefaultConfig(), raw, testMetadata(), slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
-		WithTargets(testTargets(), "0.0.0.0:9201", "strata.example:9201"))
+		WithTargets(testTargets(), "0.0.0.0:9201", &url.URL{Scheme: "http", Host: "strata.example:9201"}))
 	if err != nil {
 		t.Fatal(err)
 	}

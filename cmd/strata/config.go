@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/units"
@@ -169,6 +171,14 @@ type WebConfig struct {
 	ReadTimeout     model.Duration `yaml:"read_timeout"`
 	// CORSOrigin: query.Config.CORSOrigin.
 	CORSOrigin string `yaml:"cors_origin"`
+	// ExternalURL is where users reach Strata (behind a reverse proxy,
+	// say), as Prometheus' --web.external-url: the base of the links in
+	// the alerts it sends and of $externalURL; empty: http://<host
+	// name>:<listen port>. Its path is the default RoutePrefix.
+	ExternalURL string `yaml:"external_url"`
+	// RoutePrefix is the path under which every endpoint is served, as
+	// Prometheus' --web.route-prefix; empty: the external URL's path.
+	RoutePrefix string `yaml:"route_prefix"`
 }
 
 // RemoteWriteConfig bounds what the receiver accepts.
@@ -360,6 +370,9 @@ func (c Config) validate() error {
 	if _, err := c.storeAPI(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.externalURL(c.Web.ListenAddress); err != nil {
+		errs = append(errs, err)
+	}
 	if c.SelfScrape.Enabled && c.SelfScrape.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("self_scrape.interval must be positive, got %s", c.SelfScrape.Interval))
 	}
@@ -402,6 +415,42 @@ func (c Config) remoteWrite() remotewrite.Config {
 	rw.MaxQueueWait = time.Duration(c.RemoteWrite.MaxQueueWait)
 	rw.SeriesCacheSize = c.RemoteWrite.SeriesCacheSize
 	return rw
+}
+
+// externalURL is web.external_url, or, when it is empty, Prometheus'
+// default: http://<this host's name>:<listen's port>. listen is the
+// address listened on (the port the kernel chose for port 0). The path
+// has no trailing slash.
+func (c Config) externalURL(listen string) (*url.URL, error) {
+	raw := c.Web.ExternalURL
+	if raw == "" {
+		return &url.URL{Scheme: "http", Host: externalHost(listen)}, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("web.external_url %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("web.external_url %q must be an absolute http or https URL, such as https://strata.example.com/strata", raw)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	return u, nil
+}
+
+// routePrefix is the path every endpoint is served under: web.route_prefix
+// or the external URL's path, "" for the root, else starting with a slash
+// and without a trailing one.
+func (c Config) routePrefix(ext *url.URL) string {
+	p := c.Web.RoutePrefix
+	if p == "" {
+		p = ext.Path
+	}
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return ""
+	}
+	return "/" + p
 }
 
 // externalLabels returns global.external_labels as labels.

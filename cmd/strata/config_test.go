@@ -1,6 +1,10 @@
 package main
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,6 +242,74 @@ func TestOTLPConfig(t *testing.T) {
 			if string(oc.TranslationStrategy) != "NoTranslation" || len(oc.PromoteResourceAttributes) != 1 {
 				t.Errorf("%q: %+v", tc.yaml, oc)
 			}
+		}
+	}
+}
+
+// TestExternalURLAndRoutePrefix: web.external_url and web.route_prefix as
+// Prometheus reads --web.external-url and --web.route-prefix.
+func TestExternalURLAndRoutePrefix(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, c := range []struct {
+		ext, prefix       string
+		wantURL, wantPref string
+		wantErr           bool
+	}{
+		{wantURL: "http://" + net.JoinHostPort(host, "9201")},
+		{ext: "https://strata.example.com/", wantURL: "https://strata.example.com"},
+		{ext: "https://strata.example.com/a/b/", wantURL: "https://strata.example.com/a/b", wantPref: "/a/b"},
+		{ext: "https://strata.example.com/a", prefix: "/", wantURL: "https://strata.example.com/a"},
+		{ext: "https://strata.example.com", prefix: "inner/", wantURL: "https://strata.example.com", wantPref: "/inner"},
+		{ext: "strata.example.com/a", wantErr: true},
+		{ext: "ftp://strata.example.com", wantErr: true},
+		{ext: "http://%zz", wantErr: true},
+	} {
+		var cfg Config
+		cfg.Web.ExternalURL, cfg.Web.RoutePrefix = c.ext, c.prefix
+		u, err := cfg.externalURL("[::]:9201")
+		if c.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "web.external_url") {
+				t.Errorf("%q: error %v, want one naming web.external_url", c.ext, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", c.ext, err)
+			continue
+		}
+		if u.String() != c.wantURL || cfg.routePrefix(u) != c.wantPref {
+			t.Errorf("%q, %q: %s and prefix %q, want %s and %q", c.ext, c.prefix, u, cfg.routePrefix(u), c.wantURL, c.wantPref)
+		}
+	}
+}
+
+// TestRouted: under a route prefix the endpoints are served below it, the
+// root and the bare prefix redirect, anything else is a 404.
+func TestRouted(t *testing.T) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "inner "+r.URL.Path) })
+	for _, c := range []struct {
+		prefix, path string
+		code         int
+		body         string
+	}{
+		{"", "/api/v1/query", 200, "inner /api/v1/query"},
+		{"/strata", "/strata/api/v1/query", 200, "inner /api/v1/query"},
+		{"/strata", "/strata/", 200, "inner /"},
+		{"/strata", "/strata", 302, ""},
+		{"/strata", "/", 302, ""},
+		{"/strata", "/api/v1/query", 404, "under /strata/"},
+		{"/strata", "/strataX/api", 404, "under /strata/"},
+	} {
+		rec := httptest.NewRecorder()
+		routed(c.prefix, inner).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.path, nil))
+		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.body) {
+			t.Errorf("prefix %q, %s: %d %q", c.prefix, c.path, rec.Code, rec.Body.String())
+		}
+		if c.code == 302 && rec.Header().Get("Location") != c.prefix+"/" {
+			t.Errorf("prefix %q, %s: redirected to %q", c.prefix, c.path, rec.Header().Get("Location"))
 		}
 	}
 }

@@ -21,7 +21,9 @@ import (
 // the rule's labels and annotations, a generator URL), with the diagnosis
 // engine off: before, the rules were evaluated and their alerts sent
 // nowhere. The alert carries global.external_labels, which the rule's
-// templates read as $externalLabels, as Prometheus' does.
+// templates read as $externalLabels, and links to --web.external-url, as
+// Prometheus' does; the URL's path is the prefix every endpoint is served
+// under.
 func TestAlertingRulesReachAlertmanager(t *testing.T) {
 	type alert struct {
 		Labels       map[string]string `json:"labels"`
@@ -80,8 +82,20 @@ alerting:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile)
+	const ext = "https://strata.example.com/oncall"
+	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile, "--web.external-url="+ext+"/")
 	defer p.stop()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]int{"/oncall/-/ready": 200, "/oncall/api/v1/rules": 200, "/api/v1/rules": 404, "/": 302, "/oncall": 302} {
+		resp, err := noRedirect.Get(p.url(path)) //nolint:noctx // test client of a loopback server
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s under the route prefix /oncall: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		mu.Lock()
@@ -95,7 +109,7 @@ alerting:
 		if a != nil {
 			if a.Labels["severity"] != "page" || a.Annotations["summary"] != "always firing" ||
 				a.Labels["cluster"] != "e2e-cluster" || a.Annotations["origin"] != "e2e-cluster" ||
-				!strings.Contains(a.GeneratorURL, "/graph?g0.expr=") || !strings.HasPrefix(a.GeneratorURL, p.url("")) {
+				!strings.HasPrefix(a.GeneratorURL, ext+"/graph?g0.expr=") {
 				t.Fatalf("alert %+v", *a)
 			}
 			return

@@ -48,8 +48,10 @@ type strataProc struct {
 	t    testing.TB
 	cmd  *exec.Cmd
 	addr string // host:port it listens on
-	user string // basic auth, if the server requires it
-	pass string
+	// prefix is the route prefix its endpoints are under ("": the root)
+	prefix string
+	user   string // basic auth, if the server requires it
+	pass   string
 	// client and scheme reach it: http and the default client, unless
 	// the server serves TLS (startStrataTLS)
 	client *http.Client
@@ -59,7 +61,7 @@ type strataProc struct {
 	done   chan struct{}
 }
 
-var startedRe = regexp.MustCompile(`msg="Strata started" address=(\S+)`)
+var startedRe = regexp.MustCompile(`msg="Strata started" address=(\S+) route_prefix=(\S+)`)
 
 // startStrata runs `strata serve` on a loopback port chosen by the kernel with
 // its data in dir, and waits until it is ready. The process is stopped with
@@ -103,6 +105,7 @@ func startStrataTLS(t testing.TB, dir, user, pass string, client *http.Client, a
 			p.logs.WriteString(line + "\n")
 			p.mu.Unlock()
 			if m := startedRe.FindStringSubmatch(line); m != nil {
+				p.prefix = strings.TrimSuffix(m[2], "/")
 				addrc <- m[1]
 			}
 		}
@@ -147,7 +150,7 @@ func (p *strataProc) waitReady() {
 	p.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		req, _ := http.NewRequest(http.MethodGet, p.url("/-/ready"), nil)
+		req, _ := http.NewRequest(http.MethodGet, p.url(p.prefix+"/-/ready"), nil)
 		if p.user != "" {
 			req.SetBasicAuth(p.user, p.pass)
 		}

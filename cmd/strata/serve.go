@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -103,6 +104,10 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *bool { return &c.Web.EnableLifecycle })
 	o.duration("web.read-timeout", "Maximum time to read a request, body included. (default: 5m)",
 		func(c *Config) *model.Duration { return &c.Web.ReadTimeout })
+	o.string("web.external-url", "The URL under which Strata is externally reachable (for example, if Strata is served via a reverse proxy): the base of the links in the alerts it sends; if it has a path, every endpoint is served under it. (default: http://<hostname>:<port>)",
+		func(c *Config) *string { return &c.Web.ExternalURL })
+	o.string("web.route-prefix", "Prefix for the internal routes of web endpoints. (default: the path of --web.external-url)",
+		func(c *Config) *string { return &c.Web.RoutePrefix })
 	o.string("web.cors.origin", `Regex for CORS origin. It is fully anchored. Example: 'https?://(domain1|domain2)\.com'. (default: .*)`,
 		func(c *Config) *string { return &c.Web.CORSOrigin })
 	addRemoteWriteFlags(o)
@@ -339,8 +344,12 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 		return nil, err
 	}
 	qcfg.Flags = cfg.flags
+	extURL, err := cfg.externalURL(cfg.Web.ListenAddress)
+	if err != nil {
+		return nil, err
+	}
 	srv.api, err = query.New(qcfg, srv.stitched, srv.meta, logger.With("component", "query"), reg,
-		query.WithTargets(srv.targets, cfg.Web.ListenAddress, externalHost(cfg.Web.ListenAddress)),
+		query.WithTargets(srv.targets, cfg.Web.ListenAddress, extURL),
 		query.WithRawStatus(srv.raw, reg, rawMetricPrefix),
 		query.WithRuntimeInfo(runtimeInfo(cfg, start, reg)))
 	if err != nil {
@@ -417,6 +426,26 @@ func (s *server) handler() http.Handler {
 	return mux
 }
 
+// routed serves h under prefix (web.route_prefix; "" serves it as it is),
+// as Prometheus' router does: the root redirects to the prefix, any other
+// path outside it is a 404.
+func routed(prefix string, h http.Handler) http.Handler {
+	if prefix == "" {
+		return h
+	}
+	strip := http.StripPrefix(prefix, h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case strings.HasPrefix(p, prefix+"/"):
+			strip.ServeHTTP(w, r)
+		case p == "/" || p == prefix:
+			http.Redirect(w, r, prefix+"/", http.StatusFound)
+		default:
+			http.Error(w, fmt.Sprintf("404 page not found: Strata serves its endpoints under %s/ (web.route_prefix)", prefix), http.StatusNotFound)
+		}
+	})
+}
+
 func (s *server) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
 }
@@ -431,8 +460,14 @@ func (s *server) serve(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen on %s: %w", s.cfg.Web.ListenAddress, err), s.close())
 	}
+	ext, err := s.cfg.externalURL(ln.Addr().String())
+	if err != nil {
+		_ = ln.Close()
+		return errors.Join(err, s.close())
+	}
+	prefix := s.cfg.routePrefix(ext)
 	httpSrv := &http.Server{
-		Handler:           s.handler(),
+		Handler:           routed(prefix, s.handler()),
 		ReadTimeout:       time.Duration(s.cfg.Web.ReadTimeout),
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
@@ -450,9 +485,9 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	go func() { errc <- web.Serve(ln, httpSrv, webFlags, s.logger) }()
 	s.ready.Store(true)
-	s.logger.Info("Strata started", "address", ln.Addr().String(), "storage", s.cfg.Storage.Path)
+	s.logger.Info("Strata started", "address", ln.Addr().String(), "route_prefix", prefix+"/", "external_url", ext.String(), "storage", s.cfg.Storage.Path)
 	go s.saveMetadataEvery(ctx, time.Minute)
-	if err := s.startBackground(ctx, ln.Addr().String()); err != nil {
+	if err := s.startBackground(ctx, ln.Addr().String(), ext); err != nil {
 		cancel()
 		stopGRPC()
 		_ = httpSrv.Close()
@@ -502,9 +537,9 @@ func (s *server) serve(ctx context.Context) error {
 }
 
 // startBackground starts what needs the listening address: rule evaluation
-// and scraping (Strata's own /metrics included).
-func (s *server) startBackground(ctx context.Context, addr string) error {
-	ext := &url.URL{Scheme: "http", Host: addr}
+// and scraping (Strata's own /metrics included). ext is the external URL
+// (web.external_url), the base of the alerts' links and $externalURL.
+func (s *server) startBackground(ctx context.Context, addr string, ext *url.URL) error {
 	am, err := s.startAlertmanagers(ext)
 	if err != nil {
 		return err
