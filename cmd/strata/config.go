@@ -167,8 +167,11 @@ type WebConfig struct {
 	EnablePprof   bool   `yaml:"enable_pprof"`
 	// EnableLifecycle serves POST /-/reload and /-/quit, as Prometheus'
 	// --web.enable-lifecycle.
-	EnableLifecycle bool           `yaml:"enable_lifecycle"`
-	ReadTimeout     model.Duration `yaml:"read_timeout"`
+	EnableLifecycle bool `yaml:"enable_lifecycle"`
+	// EnableAdminAPI serves POST /api/v1/admin/tsdb/snapshot, as
+	// Prometheus' --web.enable-admin-api.
+	EnableAdminAPI bool           `yaml:"enable_admin_api"`
+	ReadTimeout    model.Duration `yaml:"read_timeout"`
 	// CORSOrigin: query.Config.CORSOrigin.
 	CORSOrigin string `yaml:"cors_origin"`
 	// ExternalURL is where users reach Strata (behind a reverse proxy,

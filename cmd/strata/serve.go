@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -100,6 +101,8 @@ func newServeCommand(app *kingpin.Application) *serveCommand {
 		func(c *Config) *string { return &c.Web.ConfigFile })
 	o.bool("web.enable-pprof", "Serve /debug/pprof for profiling.",
 		func(c *Config) *bool { return &c.Web.EnablePprof })
+	o.bool("web.enable-admin-api", "Enable the admin API: POST /api/v1/admin/tsdb/snapshot (a copy of every tier under <storage.path>/snapshots/).",
+		func(c *Config) *bool { return &c.Web.EnableAdminAPI })
 	o.bool("web.enable-lifecycle", "Enable shutdown and reload via HTTP request (POST /-/quit, POST /-/reload).",
 		func(c *Config) *bool { return &c.Web.EnableLifecycle })
 	o.duration("web.read-timeout", "Maximum time to read a request, body included. (default: 5m)",
@@ -152,6 +155,7 @@ type server struct {
 	// (false: one was already requested). nil: the endpoints answer 503.
 	reload func() error
 	quit   func() bool
+	snapMu sync.Mutex     // one snapshot at a time
 	closer []func() error // run in reverse order on shutdown
 }
 
@@ -394,6 +398,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle("GET /api/v1/status/tiers", tiers.NewStatusHandler(s.stitched))
 	mux.Handle("GET /api/v1/export", s.export)
 	mux.Handle("GET /federate", s.federate)
+	mux.Handle("/api/v1/admin/tsdb/snapshot", s.snapshotHandler())
 	diag := diagnose.NewHandler(s.diag, time.Now)
 	mux.Handle("GET /api/v1/diagnoses", diag)
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)

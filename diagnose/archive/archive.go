@@ -229,6 +229,16 @@ func openDB(path string, cfg Config, o Options, m metrics) (*Archive, error) {
 // Close closes the database.
 func (a *Archive) Close() error { return a.db.Close() }
 
+// BackupTo writes a consistent copy of the archive to path, a new file
+// (SQLite's VACUUM INTO: one file, its WAL folded in), while the archive
+// stays open for writes.
+func (a *Archive) BackupTo(path string) error {
+	if _, err := a.db.Exec("VACUUM INTO ?", path); err != nil {
+		return fmt.Errorf("back up case archive to %s: %w", path, err)
+	}
+	return nil
+}
+
 // load fills the search index from the database.
 func (a *Archive) load() error {
 	rows, err := a.db.Query(`SELECT id, cause, fingerprint, vector, verdict, verdict_cause FROM cases ORDER BY first_seen_ms, id`)

@@ -342,3 +342,35 @@ func TestFeedbackHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestBackupTo: a backup of an open archive, written while it is open,
+// opens as an archive with its cases and verdicts; an existing target is
+// refused, not overwritten.
+func TestBackupTo(t *testing.T) {
+	dir := t.TempDir()
+	a := open(t, filepath.Join(dir, FileName), DefaultConfig(), func() time.Time { return t0 })
+	rng := rand.New(rand.NewPCG(5, 6))
+	a.Record(diag("d-1", "power_cap", t0), fpFor("power_cap", rng))
+	a.Record(diag("d-2", "prefix_cache_collapse", t0.Add(time.Hour)), fpFor("prefix_cache_collapse", rng))
+	if _, err := a.Feedback(context.Background(), "d-1", Verdict{Verdict: VerdictConfirmed}); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(dir, "backup", FileName)
+	if err := os.Mkdir(filepath.Dir(backup), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.BackupTo(backup); err != nil {
+		t.Fatal(err)
+	}
+	a.Record(diag("d-3", "power_cap", t0.Add(2*time.Hour)), fpFor("power_cap", rng)) // after: not in the backup
+	if err := a.BackupTo(backup); err == nil {
+		t.Fatal("a backup over an existing file: no error")
+	}
+	b := open(t, backup, DefaultConfig(), func() time.Time { return t0 })
+	if b.Len() != 2 {
+		t.Fatalf("the backup holds %d cases, want 2", b.Len())
+	}
+	if got := b.Similar(fpFor("power_cap", rng), 1); len(got) != 1 || got[0].ID != "d-1" || got[0].Verdict != VerdictConfirmed {
+		t.Fatalf("the backup's nearest power_cap case: %+v", got)
+	}
+}
