@@ -78,6 +78,24 @@ func DefaultPackFiles() ([]string, error) {
 
 // loadRuleFiles returns, in evaluation order, the default pack (minus the
 // disabled rules) and the operator's files.
+// CheckRules loads and checks the rule files cfg names (the default pack
+// with its disabled_rules and runbook_urls, and rule_files) as New does,
+// without an engine, and returns how many groups and rules they hold: for
+// `strata check config`.
+func CheckRules(cfg Config) (groups, rules int, err error) {
+	files, err := loadRuleFiles(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, f := range files {
+		groups += len(f.groups)
+		for _, g := range f.groups {
+			rules += len(g.Rules)
+		}
+	}
+	return groups, rules, nil
+}
+
 func loadRuleFiles(cfg Config) ([]ruleFile, error) {
 	var files []ruleFile
 	if cfg.DefaultPack {

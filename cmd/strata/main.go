@@ -31,6 +31,8 @@ func main() {
 		runErr = c.diagnose.run(promslog.New(c.serve.logConfig), os.Stdout)
 	case c.simulate.cmd.FullCommand():
 		runErr = c.simulate.run(promslog.New(c.serve.logConfig))
+	case c.check.config.FullCommand():
+		runErr = c.check.run(os.Stdout)
 	default:
 		if c.diagX.handles(cmd) {
 			runErr = c.diagX.run(cmd, promslog.New(c.serve.logConfig), os.Stdin, os.Stdout)
@@ -52,6 +54,7 @@ type cli struct {
 	bench    *benchCommand
 	export   *exportCommand
 	diagnose *diagnoseCommand
+	check    *checkCommand
 	// diagX are diagnose's subcommands: list (the default), bench, archive.
 	diagX *diagnoseExtras
 }
@@ -68,6 +71,7 @@ func newCLI() *cli {
 		bench:    newBenchCommand(app),
 		export:   newExportCommand(app),
 		diagnose: newDiagnoseCommand(app),
+		check:    newCheckCommand(app),
 	}
 	c.diagX = newDiagnoseExtras(c.diagnose)
 	return c

@@ -37,14 +37,31 @@ type Config struct {
 	Config yaml.Node `yaml:"config"`
 }
 
-// Open returns the bucket conf (the contents of an objstore.yml) describes.
-// The caller MUST Close it.
-func Open(ctx context.Context, conf []byte, logger *slog.Logger) (objstore.Bucket, error) {
+// Parse reads conf (the contents of an objstore.yml) and checks its type,
+// without opening the bucket (which may reach the network).
+func Parse(conf []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(strings.NewReader(string(conf)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("parse objstore configuration: %w", err)
+		return c, fmt.Errorf("parse objstore configuration: %w", err)
+	}
+	switch strings.ToUpper(c.Type) {
+	case string(objstore.S3), string(objstore.GCS), string(objstore.AZURE), string(objstore.FILESYSTEM):
+		return c, nil
+	case "":
+		return c, errors.New("objstore configuration: no type (S3, GCS, AZURE or FILESYSTEM)")
+	default:
+		return c, fmt.Errorf("objstore configuration: type %q is not supported (S3, GCS, AZURE or FILESYSTEM)", c.Type)
+	}
+}
+
+// Open returns the bucket conf (the contents of an objstore.yml) describes.
+// The caller MUST Close it.
+func Open(ctx context.Context, conf []byte, logger *slog.Logger) (objstore.Bucket, error) {
+	c, err := Parse(conf)
+	if err != nil {
+		return nil, err
 	}
 	sub, err := yaml.Marshal(&c.Config)
 	if err != nil {
@@ -63,12 +80,8 @@ func Open(ctx context.Context, conf []byte, logger *slog.Logger) (objstore.Bucke
 		b, err = gcs.NewBucket(ctx, l, sub, component, nil)
 	case string(objstore.AZURE):
 		b, err = azure.NewBucket(l, sub, component, nil)
-	case string(objstore.FILESYSTEM):
+	default: // FILESYSTEM: Parse accepts no other
 		b, err = filesystem.NewBucketFromConfig(sub)
-	case "":
-		return nil, errors.New("objstore configuration: no type (S3, GCS, AZURE or FILESYSTEM)")
-	default:
-		return nil, fmt.Errorf("objstore configuration: type %q is not supported (S3, GCS, AZURE or FILESYSTEM)", c.Type)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s bucket: %w", c.Type, err)
