@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,10 @@ type Config struct {
 	// flags are the command line's flags and their effective values, for
 	// /api/v1/status/flags (statusFlags); not part of the file.
 	flags map[string]string
+	// dir is the configuration file's directory ("": none), against which
+	// the paths Prometheus reads relative to its configuration file are
+	// resolved (relativeToFile).
+	dir string
 }
 
 // DiagnoseSection is the `diagnose:` section: the engine's configuration
@@ -295,7 +300,31 @@ func loadConfig(path string) (Config, error) {
 	if err := decodeStrict(f, &cfg); err != nil {
 		return Config{}, fmt.Errorf("config file %s: %w", path, err)
 	}
+	cfg.dir = filepath.Dir(path)
+	cfg.relativeToFile()
 	return cfg, nil
+}
+
+// relativeToFile resolves the rule files' relative paths (rules.files,
+// diagnose.rule_files) against the configuration file's directory, as
+// Prometheus resolves its rule_files (and, in alertingConfig, the
+// alerting section's files); the settings that are flags in Prometheus
+// (storage.path, web.config_file, ...) stay relative to the working
+// directory.
+func (c *Config) relativeToFile() {
+	for _, files := range []*[]string{&c.Rules.Files, &c.Diagnose.RuleFiles} {
+		if len(*files) == 0 {
+			continue
+		}
+		out := make([]string, len(*files))
+		for i, f := range *files {
+			out[i] = f
+			if f != "" && !filepath.IsAbs(f) {
+				out[i] = filepath.Join(c.dir, f)
+			}
+		}
+		*files = out
+	}
 }
 
 func decodeStrict(r io.Reader, cfg *Config) error {

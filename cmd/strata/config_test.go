@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,55 @@ func TestRouted(t *testing.T) {
 		if c.code == 302 && rec.Header().Get("Location") != c.prefix+"/" {
 			t.Errorf("prefix %q, %s: redirected to %q", c.prefix, c.path, rec.Header().Get("Location"))
 		}
+	}
+}
+
+// TestPathsRelativeToConfigFile: the rule files (rules.files,
+// diagnose.rule_files) and the alerting section's files are read relative
+// to the configuration file's directory, as Prometheus reads rule_files and
+// its sections' files; storage.path and the other settings that are flags
+// in Prometheus stay relative to the working directory.
+func TestPathsRelativeToConfigFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etc")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "strata.yml")
+	if err := os.WriteFile(path, []byte(`storage:
+  path: data
+web:
+  config_file: web.yml
+rules:
+  files: [rules/*.yml, /abs/own.yml]
+diagnose:
+  rule_files: [diagnosis/*.yml]
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: ["am:9093"]
+      tls_config:
+        ca_file: ca.pem
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{filepath.Join(dir, "rules/*.yml"), "/abs/own.yml"}; !slices.Equal(cfg.Rules.Files, want) {
+		t.Errorf("rules.files = %v, want %v", cfg.Rules.Files, want)
+	}
+	if want := []string{filepath.Join(dir, "diagnosis/*.yml")}; !slices.Equal(cfg.Diagnose.RuleFiles, want) {
+		t.Errorf("diagnose.rule_files = %v, want %v", cfg.Diagnose.RuleFiles, want)
+	}
+	if cfg.Storage.Path != "data" || cfg.Web.ConfigFile != "web.yml" {
+		t.Errorf("storage.path %q and web.config_file %q changed; they stay relative to the working directory", cfg.Storage.Path, cfg.Web.ConfigFile)
+	}
+	ac, err := cfg.alertingConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ac.AlertmanagerConfigs[0].HTTPClientConfig.TLSConfig.CAFile; got != filepath.Join(dir, "ca.pem") {
+		t.Errorf("alerting's ca_file = %q, want it under %s", got, dir)
 	}
 }

@@ -40,6 +40,9 @@ func (c Config) alertingConfig() (promconfig.AlertingConfig, error) {
 	if err != nil {
 		return promconfig.AlertingConfig{}, err
 	}
+	if c.dir != "" {
+		pc.SetDirectory(c.dir) // its files, as Prometheus reads them
+	}
 	return pc.AlertingConfig, nil
 }
 
