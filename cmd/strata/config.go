@@ -22,6 +22,7 @@ import (
 	"github.com/strata-dev/strata/dcgmbridge/scrape"
 	"github.com/strata-dev/strata/diagnose"
 	"github.com/strata-dev/strata/diagnose/archive"
+	"github.com/strata-dev/strata/diagnose/notify"
 	"github.com/strata-dev/strata/query"
 	"github.com/strata-dev/strata/remotewrite"
 	"github.com/strata-dev/strata/storeapi"
@@ -396,7 +397,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("remote_write.otlp_delta_max_streams must be positive, got %d", c.RemoteWrite.OTLPDeltaMaxStreams))
 	}
 	positive("remote_write.otlp_delta_max_stale", c.RemoteWrite.OTLPDeltaMaxStale)
-	if _, err := c.alertingConfig(); err != nil {
+	if ac, err := c.alertingConfig(); err != nil {
+		errs = append(errs, err)
+	} else if _, err := notify.StaticGroups(ac); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := c.storeAPI(); err != nil {

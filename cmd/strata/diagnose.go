@@ -156,12 +156,13 @@ func (d *diagSource) Diagnosis(id string) (diagnose.Diagnosis, bool) {
 }
 
 // startAlertmanagers starts the notifier of the `alerting:` section's
-// Alertmanagers, if it has any: the diagnoses and the operator's alerting
-// rules send through it, with global.external_labels added as Prometheus
-// adds them.
+// Alertmanagers: the diagnoses and the operator's alerting rules send
+// through it, with global.external_labels added as Prometheus adds them.
+// It starts without Alertmanagers too (what is sent to none is dropped),
+// so that a reload can add some, as Prometheus' notifier does.
 func (s *server) startAlertmanagers(ext *url.URL) (*notify.Alertmanager, error) {
 	ac, err := s.cfg.alertingConfig()
-	if err != nil || len(ac.AlertmanagerConfigs) == 0 {
+	if err != nil {
 		return nil, err
 	}
 	lbls, err := s.cfg.externalLabels()

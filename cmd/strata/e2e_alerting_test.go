@@ -24,22 +24,27 @@ import (
 // templates read as $externalLabels, and links to --web.external-url, as
 // Prometheus' does; the URL's path is the prefix every endpoint is served
 // under.
-func TestAlertingRulesReachAlertmanager(t *testing.T) {
-	type alert struct {
-		Labels       map[string]string `json:"labels"`
-		Annotations  map[string]string `json:"annotations"`
-		GeneratorURL string            `json:"generatorURL"`
-	}
+// testAlert is an alert as Alertmanager's v2 API receives it.
+type testAlert struct {
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
+	GeneratorURL string            `json:"generatorURL"`
+}
+
+// fakeAlertmanager serves Alertmanager's POST /api/v2/alerts and returns
+// the last alert it received named name (nil: none yet).
+func fakeAlertmanager(t *testing.T) (am *httptest.Server, last func(name string) *testAlert) {
+	t.Helper()
 	var (
 		mu  sync.Mutex
-		got []alert
+		got []testAlert
 	)
-	am := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	am = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/api/v2/alerts" {
 			http.NotFound(w, r)
 			return
 		}
-		var as []alert
+		var as []testAlert
 		if err := json.NewDecoder(r.Body).Decode(&as); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -49,7 +54,22 @@ func TestAlertingRulesReachAlertmanager(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	}))
-	defer am.Close()
+	t.Cleanup(am.Close)
+	return am, func(name string) *testAlert {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := len(got) - 1; i >= 0; i-- {
+			if got[i].Labels["alertname"] == name {
+				a := got[i]
+				return &a
+			}
+		}
+		return nil
+	}
+}
+
+func TestAlertingRulesReachAlertmanager(t *testing.T) {
+	am, last := fakeAlertmanager(t)
 
 	dir := t.TempDir()
 	rulesFile := filepath.Join(dir, "alerts.yml")
@@ -98,15 +118,7 @@ alerting:
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		mu.Lock()
-		var a *alert
-		for i := range got {
-			if got[i].Labels["alertname"] == "E2EAlwaysFiring" {
-				a = &got[i]
-			}
-		}
-		mu.Unlock()
-		if a != nil {
+		if a := last("E2EAlwaysFiring"); a != nil {
 			if a.Labels["severity"] != "page" || a.Annotations["summary"] != "always firing" ||
 				a.Labels["cluster"] != "e2e-cluster" || a.Annotations["origin"] != "e2e-cluster" ||
 				!strings.HasPrefix(a.GeneratorURL, ext+"/graph?g0.expr=") {
@@ -128,7 +140,9 @@ alerting:
 // 500, strata_config_last_reload_successful, runtimeinfo's
 // reloadConfigSuccess), the server stays up throughout, and POST /-/quit
 // ends it cleanly. rules.files is a glob, as Prometheus' rule_files: a
-// file added to the directory loads at the next reload.
+// file added to the directory loads at the next reload. A reload also
+// applies the alerting section: an Alertmanager added receives the alerts
+// of a server started without one.
 func TestReloadRuleFiles(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "rules"), 0o750); err != nil {
@@ -146,7 +160,8 @@ func TestReloadRuleFiles(t *testing.T) {
 	}
 	write("groups:\n" + group("first"))
 	cfgFile := filepath.Join(dir, "strata.yml")
-	if err := os.WriteFile(cfgFile, []byte("rules:\n  files: ["+filepath.Join(dir, "rules", "*.yml")+"]\ndiagnose:\n  enabled: false\n"), 0o600); err != nil {
+	cfgBody := "rules:\n  files: [" + filepath.Join(dir, "rules", "*.yml") + "]\ndiagnose:\n  enabled: false\n"
+	if err := os.WriteFile(cfgFile, []byte(cfgBody), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startStrata(t, filepath.Join(dir, "data"), "--config.file="+cfgFile, "--web.enable-lifecycle")
@@ -247,6 +262,26 @@ func TestReloadRuleFiles(t *testing.T) {
 	}
 	if gs := groups(); !slices.Contains(gs, "first") || !slices.Contains(gs, "third") {
 		t.Fatalf("a failed reload changed the groups: %v", gs)
+	}
+
+	// An Alertmanager added by a reload receives the alerts.
+	am, last := fakeAlertmanager(t)
+	write("groups:\n" + group("first") + "  - name: alerts\n    interval: 1s\n    rules:\n      - alert: E2EReloaded\n        expr: vector(1)\n")
+	if err := os.WriteFile(cfgFile, []byte(cfgBody+"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [\""+strings.TrimPrefix(am.URL, "http://")+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := post("/-/reload"); code != http.StatusOK {
+		t.Fatalf("POST /-/reload adding an Alertmanager: %d %s", code, body)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for last("E2EReloaded") == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no alert reached the Alertmanager added by the reload in 60 s; /api/v1/alertmanagers: %s\noutput:\n%s", p.get("/api/v1/alertmanagers"), p.output())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if ams := p.get("/api/v1/alertmanagers"); !strings.Contains(ams, strings.TrimPrefix(am.URL, "http://")) {
+		t.Errorf("/api/v1/alertmanagers after the reload: %s", ams)
 	}
 
 	if code, body := post("/-/quit"); code != http.StatusOK || !strings.Contains(body, "Goodbye") {

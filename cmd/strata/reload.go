@@ -12,11 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// reloader reads the configuration file again and loads its rules.files,
+// reloader reads the configuration file again and loads its rules.files
+// and its `alerting:` section (the Alertmanagers, alert_relabel_configs),
 // at SIGHUP and at POST /-/reload (web.enable_lifecycle), as Prometheus'
 // reload does; the rest of the configuration takes effect at the next
 // start. A configuration or rule file that does not load leaves the
-// running rules as they are. strata_config_last_reload_successful and
+// running rules and Alertmanagers as they are. strata_config_last_reload_successful and
 // _success_timestamp_seconds say how the last one went, as Prometheus'.
 type reloader struct {
 	cmd *serveCommand
@@ -32,7 +33,7 @@ func newReloader(cmd *serveCommand, srv *server) *reloader {
 	r := &reloader{
 		cmd: cmd,
 		srv: srv,
-		ok:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_successful", Help: "Whether the last configuration reload (SIGHUP or POST /-/reload: the rule files) succeeded."}),
+		ok:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_successful", Help: "Whether the last configuration reload (SIGHUP or POST /-/reload: the rule files and the alerting section) succeeded."}),
 		at:  f.NewGauge(prometheus.GaugeOpts{Name: "strata_config_last_reload_success_timestamp_seconds", Help: "Timestamp of the last successful configuration reload."}),
 	}
 	r.ok.Set(1)
@@ -53,7 +54,24 @@ func (r *reloader) reload() error {
 		if reload == nil {
 			return errors.New("the rule manager has not started yet")
 		}
-		return (*reload)(cfg.Rules.Files)
+		if err := (*reload)(cfg.Rules.Files); err != nil {
+			return err
+		}
+		am := r.srv.ams.am.Load()
+		if am == nil {
+			return nil
+		}
+		ac, err := cfg.alertingConfig()
+		if err != nil {
+			return err
+		}
+		// The external labels are the running server's: they also name
+		// its series to a Thanos Querier, and change at a restart.
+		ext, err := r.srv.cfg.externalLabels()
+		if err != nil {
+			return err
+		}
+		return am.ApplyConfig(ac, ext)
 	}()
 	if err != nil {
 		r.ok.Set(0)
@@ -62,7 +80,7 @@ func (r *reloader) reload() error {
 	}
 	r.ok.Set(1)
 	r.at.SetToCurrentTime()
-	r.srv.logger.Info("reloaded the rule files; the rest of the configuration takes effect at the next start", "config_file", r.cmd.configFile)
+	r.srv.logger.Info("reloaded the rule files and the alerting section; the rest of the configuration takes effect at the next start", "config_file", r.cmd.configFile)
 	return nil
 }
 

@@ -189,9 +189,10 @@ func (s *serveCommand) run() error {
 	// POST /-/quit (web.enable_lifecycle) ends the server as SIGTERM does.
 	ctx, quit := context.WithCancel(ctx)
 	defer quit()
-	// SIGHUP reloads the rule files, as it does Prometheus' (Go's default
-	// for it ends the process, which an operator used to Prometheus does
-	// not expect); one during the start waits for it.
+	// SIGHUP reloads the rule files and the alerting section, as it does
+	// Prometheus' (Go's default for it ends the process, which an operator
+	// used to Prometheus does not expect); one during the start waits for
+	// it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -43,6 +43,8 @@ const (
 // the alert at once.
 type Alertmanager struct {
 	n      *notifier.Manager
+	tsets  chan map[string][]*targetgroup.Group // the Alertmanagers, to n.Run
+	cfgMu  sync.Mutex                           // one ApplyConfig at a time
 	ext    string
 	now    func() time.Time
 	logger *slog.Logger
@@ -64,15 +66,9 @@ type resolvedAlert struct {
 // alert_relabel_configs applied after, as Prometheus' notifier does. The
 // caller MUST call Stop.
 func NewAlertmanager(cfg config.AlertingConfig, externalLabels labels.Labels, externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Alertmanager, error) {
-	tgs := map[string][]*targetgroup.Group{}
-	for k, am := range cfg.AlertmanagerConfigs.ToMap() {
-		for _, sd := range am.ServiceDiscoveryConfigs {
-			static, ok := sd.(discovery.StaticConfig)
-			if !ok {
-				return nil, fmt.Errorf("alerting: alertmanagers: only static_configs are supported, got %s", sd.Name())
-			}
-			tgs[k] = append(tgs[k], static...)
-		}
+	tgs, err := StaticGroups(cfg)
+	if err != nil {
+		return nil, err
 	}
 	n := notifier.NewManager(&notifier.Options{QueueCapacity: 10_000, Registerer: prometheus.WrapRegistererWithPrefix("strata_diagnose_", reg)}, model.UTF8Validation, logger)
 	if err := n.ApplyConfig(&config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: externalLabels}, AlertingConfig: cfg}); err != nil {
@@ -88,7 +84,46 @@ func NewAlertmanager(cfg config.AlertingConfig, externalLabels labels.Labels, ex
 	if now == nil {
 		now = time.Now
 	}
-	return &Alertmanager{n: n, ext: ext, now: now, logger: logger, lastSent: map[string]time.Time{}, resolved: map[string]resolvedAlert{}}, nil
+	return &Alertmanager{n: n, tsets: ch, ext: ext, now: now, logger: logger, lastSent: map[string]time.Time{}, resolved: map[string]resolvedAlert{}}, nil
+}
+
+// StaticGroups returns the Alertmanagers of cfg by its alertmanager sets'
+// keys, as Prometheus' discovery would hand them to the notifier; only
+// static_configs are supported.
+func StaticGroups(cfg config.AlertingConfig) (map[string][]*targetgroup.Group, error) {
+	tgs := map[string][]*targetgroup.Group{}
+	for k, am := range cfg.AlertmanagerConfigs.ToMap() {
+		for _, sd := range am.ServiceDiscoveryConfigs {
+			static, ok := sd.(discovery.StaticConfig)
+			if !ok {
+				return nil, fmt.Errorf("alerting: alertmanagers: only static_configs are supported, got %s", sd.Name())
+			}
+			tgs[k] = append(tgs[k], static...)
+		}
+	}
+	return tgs, nil
+}
+
+// ApplyConfig replaces the Alertmanagers and the alert relabelling with
+// cfg's, and the external labels (a configuration reload), as Prometheus'
+// reload applies its alerting section: an Alertmanager whose
+// configuration did not change keeps its queue.
+func (a *Alertmanager) ApplyConfig(cfg config.AlertingConfig, externalLabels labels.Labels) error {
+	tgs, err := StaticGroups(cfg)
+	if err != nil {
+		return err
+	}
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	if err := a.n.ApplyConfig(&config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: externalLabels}, AlertingConfig: cfg}); err != nil {
+		return fmt.Errorf("alerting: %w", err)
+	}
+	select {
+	case <-a.tsets: // an update not taken yet: this one supersedes it
+	default:
+	}
+	a.tsets <- tgs
+	return nil
 }
 
 // Stop stops sending.
