@@ -22,8 +22,8 @@ import (
 // engine off: before, the rules were evaluated and their alerts sent
 // nowhere. The alert carries global.external_labels, which the rule's
 // templates read as $externalLabels, and links to --web.external-url, as
-// Prometheus' does; the URL's path is the prefix every endpoint is served
-// under.
+// Prometheus' does, to a page that shows the expression's value; the URL's
+// path is the prefix every endpoint is served under.
 // testAlert is an alert as Alertmanager's v2 API receives it.
 type testAlert struct {
 	Labels       map[string]string `json:"labels"`
@@ -123,6 +123,10 @@ alerting:
 				a.Labels["cluster"] != "e2e-cluster" || a.Annotations["origin"] != "e2e-cluster" ||
 				!strings.HasPrefix(a.GeneratorURL, ext+"/graph?g0.expr=") {
 				t.Fatalf("alert %+v", *a)
+			}
+			// The link opens a page with the expression's value.
+			if page := p.get("/oncall" + strings.TrimPrefix(a.GeneratorURL, ext)); !strings.Contains(page, "vector(1) &gt; 0") || !strings.Contains(page, ">1<") {
+				t.Fatalf("the alert's link %s opens:\n%s", a.GeneratorURL, page)
 			}
 			return
 		}

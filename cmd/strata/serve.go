@@ -155,7 +155,9 @@ type server struct {
 	// (false: one was already requested). nil: the endpoints answer 503.
 	reload func() error
 	quit   func() bool
-	snapMu sync.Mutex     // one snapshot at a time
+	snapMu sync.Mutex // one snapshot at a time
+	// ext is the external URL (web.external_url), set when serve listens.
+	ext    *url.URL
 	closer []func() error // run in reverse order on shutdown
 }
 
@@ -404,6 +406,8 @@ func (s *server) handler() http.Handler {
 	mux.Handle("GET /api/v1/diagnoses", diag)
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)
 	mux.Handle("POST /api/v1/diagnoses/{id}/feedback", s.arc)
+	mux.HandleFunc("GET /diagnoses/{id}", diagnosisPage(s.diag, s.base))
+	mux.Handle("GET /graph", graphPage(mux))
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -472,6 +476,7 @@ func (s *server) serve(ctx context.Context) error {
 		return errors.Join(err, s.close())
 	}
 	prefix := s.cfg.routePrefix(ext)
+	s.ext = ext
 	httpSrv := &http.Server{
 		Handler:           routed(prefix, s.handler()),
 		ReadTimeout:       time.Duration(s.cfg.Web.ReadTimeout),

@@ -229,6 +229,6 @@ func toAlert(d diagnose.Diagnosis, ext string) *notifier.Alert {
 	}
 	return &notifier.Alert{
 		Labels: b.Labels(), Annotations: ann.Labels(), StartsAt: d.Start,
-		GeneratorURL: ext + "/api/v1/diagnoses/" + d.ID,
+		GeneratorURL: ext + "/diagnoses/" + d.ID, // its page (cmd/strata)
 	}
 }
