@@ -36,9 +36,11 @@ var pageTemplates = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return strconv.FormatFloat(*v, 'g', 4, 64)
 	},
-	"pct":   func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
-	"utc":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-	"graph": func(q string) string { return "../graph?g0.tab=1&g0.expr=" + url.QueryEscape(q) },
+	"pct": func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
+	"utc": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"graph": func(q string, at time.Time) string {
+		return "../graph?g0.tab=1&g0.expr=" + url.QueryEscape(q) + "&time=" + strconv.FormatInt(at.Unix(), 10)
+	},
 }).Parse(`{{define "head"}}<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{{.}} - Strata</title>
 <style>body{font-family:sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse;margin:.5em 0 1.5em}
@@ -55,8 +57,8 @@ Cause <code>{{.D.Cause}}</code>{{if .D.Rule}} (rule <code>{{.D.Rule}}</code>){{e
 {{if .D.RunbookURL}}<p>Runbook: <a href="{{.D.RunbookURL}}">{{.D.RunbookURL}}</a></p>{{end}}
 <h2>Actions</h2>{{if .D.Actions}}<table><tr><th>action</th><th>effect</th><th>risk</th></tr>
 {{range .D.Actions}}<tr><td>{{.Action}}</td><td>{{.Effect}}</td><td>{{.Risk}}</td></tr>{{end}}</table>{{else}}<p>None suggested.</p>{{end}}
-<h2>Evidence</h2>{{if .D.Evidence}}<table><tr><th>metric</th><th>value</th><th>threshold</th><th>baseline</th><th>sigma</th><th>deviation (sigmas)</th><th>baseline from</th><th>query</th></tr>
-{{range .D.Evidence}}<tr><td><code>{{.Metric}}</code></td><td class="num">{{f .Value}}</td><td class="num">{{f .Threshold}}</td><td class="num">{{f .Baseline}}</td><td class="num">{{f .Sigma}}</td><td class="num">{{f .DeviationSigma}}</td><td>{{.BaselineSource}}</td><td>{{if .Query}}<a href="{{graph .Query}}"><code>{{.Query}}</code></a>{{end}}</td></tr>{{end}}</table>{{else}}<p>None.</p>{{end}}
+<h2>Evidence</h2>{{if .D.Evidence}}<p>Each query opens its values at the last minute evaluated.</p><table><tr><th>metric</th><th>value</th><th>threshold</th><th>baseline</th><th>sigma</th><th>deviation (sigmas)</th><th>baseline from</th><th>query</th></tr>
+{{range .D.Evidence}}<tr><td><code>{{.Metric}}</code></td><td class="num">{{f .Value}}</td><td class="num">{{f .Threshold}}</td><td class="num">{{f .Baseline}}</td><td class="num">{{f .Sigma}}</td><td class="num">{{f .DeviationSigma}}</td><td>{{.BaselineSource}}</td><td>{{if .Query}}<a href="{{graph .Query $.D.Updated}}"><code>{{.Query}}</code></a>{{end}}</td></tr>{{end}}</table>{{else}}<p>None.</p>{{end}}
 {{if .D.Candidates}}<h2>Candidate causes</h2><table><tr><th>cause</th><th>score</th><th>rule</th></tr>
 {{range .D.Candidates}}<tr><td>{{.Cause}}</td><td class="num">{{printf "%.2f" .Score}}</td><td>{{.Rule}}</td></tr>{{end}}</table>{{end}}
 {{if .D.Symptoms}}<h2>Symptoms it explains</h2><table><tr><th>alert</th><th>type</th><th>since</th><th>labels</th></tr>
@@ -68,7 +70,8 @@ Cause <code>{{.D.Cause}}</code>{{if .D.Rule}} (rule <code>{{.D.Rule}}</code>){{e
 </body></html>{{end}}
 {{define "graph"}}{{template "head" "Query"}}
 <form method="get" action=""><input type="hidden" name="g0.tab" value="1">
-<input name="g0.expr" value="{{.Expr}}" size="100" aria-label="PromQL expression"> <input type="submit" value="Execute"></form>
+<input name="g0.expr" value="{{.Expr}}" size="100" aria-label="PromQL expression">{{if .Time}}
+<input type="hidden" name="time" value="{{.Time}}">{{end}} <input type="submit" value="Execute"></form>
 {{if .Error}}<p><b>Error:</b> {{.Error}}</p>{{end}}
 {{range .Notes}}<p><i>{{.}}</i></p>{{end}}
 {{if .Rows}}<p>{{len .Rows}}{{if .Cut}} of {{.Total}}{{end}} results at {{utc .At}}:</p><table><tr><th>series</th><th>value</th></tr>
@@ -115,17 +118,20 @@ type tableRow struct{ Series, Value string }
 func graphPage(api http.Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		page := struct {
-			Expr, Error, JSON string
-			Notes             []string
-			Rows              []tableRow
-			Total             int
-			Cut               bool
-			At                time.Time
-		}{Expr: r.FormValue("g0.expr"), At: time.Now()}
+			Expr, Time, Error, JSON string
+			Notes                   []string
+			Rows                    []tableRow
+			Total                   int
+			Cut                     bool
+			At                      time.Time
+		}{Expr: r.FormValue("g0.expr"), Time: r.FormValue("time"), At: time.Now()}
 		if page.Expr != "" {
 			q := url.Values{"query": {page.Expr}}
-			if t := r.FormValue("time"); t != "" {
-				q.Set("time", t)
+			if page.Time != "" {
+				q.Set("time", page.Time)
+				if f, err := strconv.ParseFloat(page.Time, 64); err == nil {
+					page.At = time.UnixMilli(int64(f * 1000))
+				}
 			}
 			page.JSON = "api/v1/query?" + q.Encode()
 			rec := httptest.NewRecorder()

@@ -48,7 +48,7 @@ func TestDiagnosisPage(t *testing.T) {
 	}
 	for _, want := range []string{
 		"KV cache eviction storm on vllm-a", "kv_cache_eviction_storm", "80%", "2026-12-07 13:07:00 UTC", "lower max_num_seqs", "lower throughput",
-		`href="../graph?g0.tab=1&amp;g0.expr=strata%3Akv_cache_usage%3Aratio%7Bpod%3D%22vllm-a%22%7D"`, "0.99", "0.9",
+		`href="../graph?g0.tab=1&amp;g0.expr=strata%3Akv_cache_usage%3Aratio%7Bpod%3D%22vllm-a%22%7D&amp;time=1796649600"`, "0.99", "0.9",
 		"vllm-&lt;script&gt;", `href="../api/v1/diagnoses/d-00000000000000ab"`, "https://strata.example.com/api/v1/diagnoses/d-00000000000000ab/feedback",
 	} {
 		if !strings.Contains(body, want) {
@@ -96,5 +96,20 @@ func TestGraphPage(t *testing.T) {
 				t.Errorf("%q: the page lacks %q:\n%s", expr, want, body)
 			}
 		}
+	}
+}
+
+// TestGraphPageAtTime: a time given (a diagnosis' evidence link) reaches the
+// query API and stays in the form.
+func TestGraphPageAtTime(t *testing.T) {
+	var got string
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.Query().Get("time")
+		_, _ = io.WriteString(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
+	})
+	rec := httptest.NewRecorder()
+	graphPage(api).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/graph?g0.expr=up&time=1796649600", nil))
+	if body := rec.Body.String(); got != "1796649600" || !strings.Contains(body, `name="time" value="1796649600"`) || !strings.Contains(body, "Empty result at 2026-12-07 13:20:00 UTC") {
+		t.Fatalf("time %q reached the API; page:\n%s", got, body)
 	}
 }
