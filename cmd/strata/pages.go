@@ -68,6 +68,14 @@ Cause <code>{{.D.Cause}}</code>{{if .D.Rule}} (rule <code>{{.D.Rule}}</code>){{e
 <p>As JSON: <a href="../api/v1/diagnoses/{{.D.ID}}">api/v1/diagnoses/{{.D.ID}}</a>. Tell Strata whether it was right:
 <code>curl -X POST -d '{"verdict":"confirmed"}' {{.Base}}api/v1/diagnoses/{{.D.ID}}/feedback</code> (or <code>rejected</code>, with <code>"cause"</code>).</p>
 </body></html>{{end}}
+{{define "list"}}{{template "head" "Diagnoses"}}
+<h1>Diagnoses</h1>
+{{if .Error}}<p><b>Error:</b> {{.Error}}</p>{{end}}
+{{if .Rows}}<table><tr><th>state</th><th>since</th><th>cause</th><th>confidence</th><th>severity</th><th>where</th><th>summary</th></tr>
+{{range .Rows}}<tr><td>{{.D.State}}</td><td>{{utc .D.Start}}</td><td><a href="diagnoses/{{.D.ID}}">{{.D.Cause}}</a></td><td class="num">{{pct .D.Confidence}}</td><td>{{.D.Severity}}</td><td>{{.Where}}</td><td>{{.D.Summary}}</td></tr>{{end}}</table>
+{{else if not .Error}}<p>None{{if .Filtered}} matches the filter{{end}}: the diagnosis engine holds the open diagnoses and those of the last hours{{if not .Enabled}}, and it is off (diagnose.enabled){{end}}.</p>{{end}}
+<p>The same filters as <a href="api/v1/diagnoses">api/v1/diagnoses</a> apply (<code>state</code>, <code>cause</code>, <code>severity</code>, <code>start</code>, <code>end</code>, the entity labels), newest first.</p>
+</body></html>{{end}}
 {{define "graph"}}{{template "head" "Query"}}
 <form method="get" action=""><input type="hidden" name="g0.tab" value="1">
 <input name="g0.expr" value="{{.Expr}}" size="100" aria-label="PromQL expression">{{if .Time}}
@@ -97,18 +105,61 @@ func diagnosisPageFor(w http.ResponseWriter, id string, src diagnose.Source, bas
 		http.Error(w, "no diagnosis "+id+" (the diagnosis engine holds the open ones and those of the last hours; the case archive keeps older ones: strata diagnose archive export)", http.StatusNotFound)
 		return
 	}
-	var ents []entityCell
-	for _, k := range []struct{ n, v string }{{"model", d.Entities.Model}, {"namespace", d.Entities.Namespace}, {"pod", d.Entities.Pod},
-		{"instance", d.Entities.Instance}, {"host", d.Entities.Host}, {"gpu", d.Entities.GPU}, {"uuid", d.Entities.UUID}} {
-		if k.v != "" {
-			ents = append(ents, entityCell{k.n, k.v})
-		}
-	}
 	render(w, "diagnosis", struct {
 		D        diagnose.Diagnosis
 		Entities []entityCell
 		Base     string
-	}{d, ents, base})
+	}{d, entityCells(d.Entities), base})
+}
+
+// entityCells are e's labels that are set, in a fixed order.
+func entityCells(e diagnose.Entities) []entityCell {
+	var out []entityCell
+	for _, k := range []entityCell{{"model", e.Model}, {"namespace", e.Namespace}, {"pod", e.Pod},
+		{"instance", e.Instance}, {"host", e.Host}, {"gpu", e.GPU}, {"uuid", e.UUID}} {
+		if k.Value != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+type listRow struct {
+	D     diagnose.Diagnosis
+	Where string
+}
+
+// diagnosesPage serves GET /diagnoses: the engine's diagnoses, newest
+// first, with GET /api/v1/diagnoses' filters; enabled says whether the
+// engine runs.
+func diagnosesPage(src diagnose.Source, enabled bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		page := struct {
+			Rows              []listRow
+			Error             string
+			Filtered, Enabled bool
+		}{Filtered: r.URL.RawQuery != "", Enabled: enabled}
+		f, err := diagnose.ParseFilter(r, time.Now())
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			page.Error = err.Error()
+			render(w, "list", page)
+			return
+		}
+		for _, d := range src.Diagnoses() {
+			if f.Match(d) {
+				var where []string
+				for _, c := range entityCells(d.Entities) {
+					if c.Name != "model" && c.Name != "uuid" {
+						where = append(where, c.Name+"="+c.Value)
+					}
+				}
+				page.Rows = append(page.Rows, listRow{D: d, Where: strings.Join(where, " ")})
+			}
+		}
+		slices.SortStableFunc(page.Rows, func(a, b listRow) int { return b.D.Start.Compare(a.D.Start) })
+		render(w, "list", page)
+	}
 }
 
 type tableRow struct{ Series, Value string }

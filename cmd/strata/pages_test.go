@@ -13,7 +13,13 @@ import (
 
 type fakeDiagnoses map[string]diagnose.Diagnosis
 
-func (f fakeDiagnoses) Diagnoses() []diagnose.Diagnosis { return nil }
+func (f fakeDiagnoses) Diagnoses() []diagnose.Diagnosis {
+	var out []diagnose.Diagnosis
+	for _, d := range f {
+		out = append(out, d)
+	}
+	return out
+}
 func (f fakeDiagnoses) Diagnosis(id string) (diagnose.Diagnosis, bool) {
 	d, ok := f[id]
 	return d, ok
@@ -111,5 +117,35 @@ func TestGraphPageAtTime(t *testing.T) {
 	graphPage(api).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/graph?g0.expr=up&time=1796649600", nil))
 	if body := rec.Body.String(); got != "1796649600" || !strings.Contains(body, `name="time" value="1796649600"`) || !strings.Contains(body, "Empty result at 2026-12-07 13:20:00 UTC") {
 		t.Fatalf("time %q reached the API; page:\n%s", got, body)
+	}
+}
+
+// TestDiagnosesPage: /diagnoses lists the engine's diagnoses newest first,
+// each linked to its page, with the API's filters; a bad filter is a 400.
+func TestDiagnosesPage(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 13, 0, 0, 0, time.UTC)
+	end := t0.Add(time.Hour)
+	src := fakeDiagnoses{
+		"d-01": {ID: "d-01", Cause: "power_cap", State: diagnose.StateResolved, Start: t0, End: &end, Entities: diagnose.Entities{Host: "gpu-node-1", GPU: "3"}},
+		"d-02": {ID: "d-02", Cause: "kv_cache_eviction_storm", State: diagnose.StateFiring, Start: t0.Add(30 * time.Minute), Entities: diagnose.Entities{Namespace: "inference", Pod: "vllm-a"}},
+	}
+	get := func(query string) (int, string) {
+		rec := httptest.NewRecorder()
+		diagnosesPage(src, true).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/diagnoses"+query, nil))
+		return rec.Code, rec.Body.String()
+	}
+	code, body := get("")
+	first, second := strings.Index(body, `href="diagnoses/d-02"`), strings.Index(body, `href="diagnoses/d-01"`)
+	if code != 200 || first < 0 || second < 0 || first > second || !strings.Contains(body, "host=gpu-node-1 gpu=3") || !strings.Contains(body, "namespace=inference pod=vllm-a") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if _, body := get("?state=resolved"); strings.Contains(body, "d-02") || !strings.Contains(body, "d-01") {
+		t.Errorf("state=resolved:\n%s", body)
+	}
+	if _, body := get("?cause=thermal_throttle"); !strings.Contains(body, "None matches the filter") {
+		t.Errorf("a filter matching none:\n%s", body)
+	}
+	if code, body := get("?state=maybe"); code != 400 || !strings.Contains(body, "state must be firing or resolved") {
+		t.Errorf("a bad filter: %d %s", code, body)
 	}
 }

@@ -407,6 +407,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle("GET /api/v1/diagnoses/{id}", diag)
 	mux.Handle("POST /api/v1/diagnoses/{id}/feedback", s.arc)
 	mux.HandleFunc("GET /diagnoses/{id}", diagnosisPage(s.diag, s.base))
+	mux.HandleFunc("GET /diagnoses", diagnosesPage(s.diag, s.cfg.Diagnose.Enabled))
 	mux.Handle("GET /graph", graphPage(mux))
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
@@ -431,7 +432,7 @@ func (s *server) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = fmt.Fprintln(w, "Strata: Prometheus remote write at /api/v1/write, the Prometheus HTTP API at /api/v1/, metrics at /metrics.")
+		_, _ = fmt.Fprintln(w, "Strata: Prometheus remote write at /api/v1/write, the Prometheus HTTP API at /api/v1/, metrics at /metrics, the diagnoses at /diagnoses.")
 	})
 	return mux
 }
