@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -200,5 +202,76 @@ func TestDashboardBaselineBands(t *testing.T) {
 	}
 	if bands < 8 {
 		t.Errorf("%d baseline band queries, want the upper and lower band on four panels", bands)
+	}
+}
+
+// TestDashboardLinks: a panel's data link that reads a label of its series
+// (${__field.labels.<name>}) has queries that keep that label, and every
+// variable a link uses is defined: the Diagnoses panel's link to a
+// diagnosis' page needs the id label and the Strata URL.
+func TestDashboardLinks(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("../../dashboards", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelRef := regexp.MustCompile(`\$\{__field\.labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}`)
+	varRef := regexp.MustCompile(`\$\{([a-zA-Z_][a-zA-Z0-9_]*)\}`)
+	links := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Templating struct {
+				List []struct {
+					Name string `json:"name"`
+				} `json:"list"`
+			} `json:"templating"`
+			Panels []struct {
+				Title       string `json:"title"`
+				FieldConfig struct {
+					Defaults struct {
+						Links []struct {
+							URL string `json:"url"`
+						} `json:"links"`
+					} `json:"defaults"`
+				} `json:"fieldConfig"`
+				Targets []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		vars := map[string]bool{}
+		for _, v := range d.Templating.List {
+			vars[v.Name] = true
+		}
+		for _, p := range d.Panels {
+			for _, l := range p.FieldConfig.Defaults.Links {
+				links++
+				for _, m := range varRef.FindAllStringSubmatch(l.URL, -1) {
+					if !vars[m[1]] {
+						t.Errorf("%s / %s: link %s uses the undefined variable %s", f, p.Title, l.URL, m[1])
+					}
+				}
+				for _, m := range labelRef.FindAllStringSubmatch(l.URL, -1) {
+					for _, tg := range p.Targets {
+						expr, err := parser.NewParser(parser.Options{}).ParseExpr(strings.NewReplacer(`"$model"`, `".*"`).Replace(tg.Expr))
+						if err != nil {
+							t.Fatal(err)
+						}
+						if agg, ok := expr.(*parser.AggregateExpr); ok && (agg.Without == slices.Contains(agg.Grouping, m[1])) {
+							t.Errorf("%s / %s: link %s reads the label %s, which %q drops", f, p.Title, l.URL, m[1], tg.Expr)
+						}
+					}
+				}
+			}
+		}
+	}
+	if links == 0 {
+		t.Fatal("no data link in the dashboards")
 	}
 }
