@@ -624,8 +624,10 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // The canonical rules read the last two minutes of every series they use
 // every 15 s, and the diagnosis engine's minute reads the windows of the
 // last minutes of every sparse series from raw. Every series of the head
-// cuts its chunk at once at the TSDB's 2-hour boundaries (even UTC hours)
-// and, on a fleet whose series all started together, every 120 samples;
+// cuts its chunk at once at the raw tier's block boundaries (every UTC
+// hour with storage.raw.block_duration's default; the TSDB's default is
+// two hours) and, on a fleet whose series all started together, every 120
+// samples;
 // for minutes after such a cut the reads read the old chunks back through
 // the mapping. One touch maps a whole large folio of the page cache (2 MiB
 // on ext4 here, MADV_RANDOM or not), so a walk maps about 12 KiB a series

@@ -21,6 +21,6 @@
 //
 // Trigger, polled with SharedResident, says when a release is due: after
 // the reads have mapped a given amount since the last one, so that a burst
-// of reads (every series' chunk cut at once at the TSDB's 2-hour boundary,
+// of reads (every series' chunk cut at once at the TSDB's block boundary,
 // then read back) stays mapped for a poll interval, not a whole period.
 package mapped

@@ -11,7 +11,7 @@ import (
 // near Grow plus what one poll interval's reads map (near, not under: the
 // reads go on while a release runs; BenchmarkReleaseUnderReads in tiers),
 // where a fixed period lets them reach what a whole period's reads map: at
-// the TSDB's 2-hour boundary every series of the head cuts its chunk, and
+// the TSDB's block boundary every series of the head cuts its chunk, and
 // the reads of the next minutes map every page of the chunks just written
 // (128 MiB at 500,000 series) within a second or two.
 //
