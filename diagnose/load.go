@@ -76,8 +76,6 @@ func DefaultPackFiles() ([]string, error) {
 	return out, err
 }
 
-// loadRuleFiles returns, in evaluation order, the default pack (minus the
-// disabled rules) and the operator's files.
 // CheckRules loads and checks the rule files cfg names (the default pack
 // with its disabled_rules and runbook_urls, and rule_files) as New does,
 // without an engine, and returns how many groups and rules they hold: for
@@ -96,6 +94,8 @@ func CheckRules(cfg Config) (groups, rules int, err error) {
 	return groups, rules, nil
 }
 
+// loadRuleFiles returns, in evaluation order, the default pack (minus the
+// disabled rules) and the operator's files.
 func loadRuleFiles(cfg Config) ([]ruleFile, error) {
 	var files []ruleFile
 	if cfg.DefaultPack {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -200,16 +199,7 @@ func TestReloadRuleFiles(t *testing.T) {
 	}
 	post := func(path string) (int, string) {
 		t.Helper()
-		resp, err := http.Post(p.url(path), "", nil) //nolint:noctx // test client of a loopback server
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(b)
+		return p.post(path, "", "")
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !slices.Contains(groups(), "first") {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,13 +29,7 @@ func strataCmd(t *testing.T, stdin io.Reader, args ...string) string {
 
 func postFeedback(t *testing.T, p *strataProc, id, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(p.url("/api/v1/diagnoses/"+id+"/feedback"), "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return p.post("/api/v1/diagnoses/"+id+"/feedback", "application/json", body)
 }
 
 // TestArchiveEndToEnd: serve opens the case archive in its data directory;

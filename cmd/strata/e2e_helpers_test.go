@@ -140,6 +140,22 @@ func (p *strataProc) get(path string) string {
 	return string(b)
 }
 
+// post POSTs body (contentType; "" for none) to path on the server and
+// returns the status code and the body of the answer.
+func (p *strataProc) post(path, contentType, body string) (int, string) {
+	p.t.Helper()
+	resp, err := p.client.Post(p.url(path), contentType, strings.NewReader(body)) //nolint:noctx // test client of a loopback server
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
 func (p *strataProc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -19,11 +19,11 @@ const rawMetricPrefix = "strata_raw_"
 
 // runtimeInfo is /api/v1/status/runtimeinfo in Prometheus' format, read at
 // each request: the process's start, whether the last reload (SIGHUP or
-// POST /-/reload: the rule files and the alerting section) succeeded and when the last one that did
-// happened (the start until then; from the reloader's metrics), working
-// directory, host, goroutines, GOMAXPROCS, the soft memory limit in force
-// (the heap pacer moves it), GOGC in force, GODEBUG, the three tiers'
-// retention, and the raw TSDB's WAL corruptions.
+// POST /-/reload: the rule files and the alerting section) succeeded and
+// when the last one that did happened (the start until then; from the
+// reloader's metrics), working directory, host, goroutines, GOMAXPROCS,
+// the soft memory limit in force (the heap pacer moves it), GOGC in force,
+// GODEBUG, the three tiers' retention, and the raw TSDB's WAL corruptions.
 func runtimeInfo(cfg Config, start time.Time, gatherer prometheus.Gatherer) func() (v1.RuntimeInfo, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
