@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -95,21 +96,17 @@ type entityCell struct{ Name, Value string }
 func diagnosisPage(src diagnose.Source, base func() string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		diagnosisPageFor(w, id, src, base())
+		d, ok := src.Diagnosis(id)
+		if !ok {
+			http.Error(w, "no diagnosis "+id+" (the diagnosis engine holds the open ones and those of the last hours; the case archive keeps older ones: strata diagnose archive export)", http.StatusNotFound)
+			return
+		}
+		render(w, http.StatusOK, "diagnosis", struct {
+			D        diagnose.Diagnosis
+			Entities []entityCell
+			Base     string
+		}{d, entityCells(d.Entities), base()})
 	}
-}
-
-func diagnosisPageFor(w http.ResponseWriter, id string, src diagnose.Source, base string) {
-	d, ok := src.Diagnosis(id)
-	if !ok {
-		http.Error(w, "no diagnosis "+id+" (the diagnosis engine holds the open ones and those of the last hours; the case archive keeps older ones: strata diagnose archive export)", http.StatusNotFound)
-		return
-	}
-	render(w, "diagnosis", struct {
-		D        diagnose.Diagnosis
-		Entities []entityCell
-		Base     string
-	}{d, entityCells(d.Entities), base})
 }
 
 // entityCells are e's labels that are set, in a fixed order.
@@ -141,9 +138,8 @@ func diagnosesPage(src diagnose.Source, enabled bool) http.HandlerFunc {
 		}{Filtered: r.URL.RawQuery != "", Enabled: enabled}
 		f, err := diagnose.ParseFilter(r, time.Now())
 		if err != nil {
-			w.WriteHeader(http.StatusBadRequest)
 			page.Error = err.Error()
-			render(w, "list", page)
+			render(w, http.StatusBadRequest, "list", page)
 			return
 		}
 		for _, d := range src.Diagnoses() {
@@ -158,7 +154,7 @@ func diagnosesPage(src diagnose.Source, enabled bool) http.HandlerFunc {
 			}
 		}
 		slices.SortStableFunc(page.Rows, func(a, b listRow) int { return b.D.Start.Compare(a.D.Start) })
-		render(w, "list", page)
+		render(w, http.StatusOK, "list", page)
 	}
 }
 
@@ -206,7 +202,7 @@ func graphPage(api http.Handler) http.HandlerFunc {
 				page.Cut = page.Total > len(page.Rows)
 			}
 		}
-		render(w, "graph", page)
+		render(w, http.StatusOK, "graph", page)
 	}
 }
 
@@ -264,9 +260,14 @@ func (s *server) base() string {
 	return s.ext.String() + "/"
 }
 
-func render(w http.ResponseWriter, name string, data any) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := pageTemplates.ExecuteTemplate(w, name, data); err != nil {
+// render writes the page whole with code, or a 500 if its template fails.
+func render(w http.ResponseWriter, code int, name string, data any) {
+	var b bytes.Buffer
+	if err := pageTemplates.ExecuteTemplate(&b, name, data); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(b.Bytes())
 }
