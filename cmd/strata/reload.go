@@ -41,7 +41,10 @@ func newReloader(cmd *serveCommand, srv *server) *reloader {
 	return r
 }
 
-// reload loads the rule files of the configuration as it now reads.
+// reload loads the rule files and the alerting section of the
+// configuration as it now reads: the rules first, then, if they loaded,
+// the Alertmanagers (whose section the configuration's validation has
+// parsed already).
 func (r *reloader) reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -75,7 +78,7 @@ func (r *reloader) reload() error {
 	}()
 	if err != nil {
 		r.ok.Set(0)
-		r.srv.logger.Error("reload failed: the rules keep running as they were", "err", err)
+		r.srv.logger.Error("reload failed: what did not load keeps running as it was", "err", err)
 		return err
 	}
 	r.ok.Set(1)
