@@ -38,8 +38,9 @@ var errAdminDisabled = errors.New("admin APIs disabled")
 // case archive (a consistent copy); the baseline checkpoints (hard
 // links). The rollup pipeline's open hours are not copied: a server
 // started on the snapshot recomputes them from its raw tier, as after a
-// crash. It is written under a temporary name and renamed when complete.
-// It returns the snapshot's name.
+// crash. It is written under a temporary name and renamed when complete
+// (the next snapshot removes one a crash left). It returns the snapshot's
+// name.
 func (s *server) snapshot(ctx context.Context, skipHead bool) (string, error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
@@ -50,6 +51,14 @@ func (s *server) snapshot(ctx context.Context, skipHead bool) (string, error) {
 	}
 	start := time.Now()
 	root := filepath.Join(s.cfg.Storage.Path, snapshotsDir)
+	// A snapshot a crash interrupted left its temporary directory.
+	if left, err := filepath.Glob(filepath.Join(root, ".*.tmp")); err == nil {
+		for _, d := range left {
+			if err := os.RemoveAll(d); err != nil {
+				return "", fmt.Errorf("remove an unfinished snapshot: %w", err)
+			}
+		}
+	}
 	name := start.UTC().Format("20060102T150405Z0700") + "-" + strconv.FormatUint(rand.Uint64()|1<<63, 16)
 	tmp := filepath.Join(root, "."+name+".tmp")
 	if err := os.MkdirAll(tmp, 0o750); err != nil {
