@@ -197,10 +197,6 @@ func TestReloadRuleFiles(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	post := func(path string) (int, string) {
-		t.Helper()
-		return p.post(path, "", "")
-	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !slices.Contains(groups(), "first") {
 		if time.Now().After(deadline) {
@@ -239,7 +235,7 @@ func TestReloadRuleFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rules", "added.yml"), []byte("groups:\n"+group("third")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := post("/-/reload"); code != http.StatusOK {
+	if code, body := p.post("/-/reload", "", ""); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}
 	if gs := groups(); slices.Contains(gs, "second") || !slices.Contains(gs, "third") {
@@ -247,7 +243,7 @@ func TestReloadRuleFiles(t *testing.T) {
 	}
 	reloaded("1")
 	write("groups: [this is not a rule file")
-	if code, body := post("/-/reload"); code != http.StatusInternalServerError || !strings.Contains(body, "failed to reload config") || !strings.Contains(body, "own.yml") {
+	if code, body := p.post("/-/reload", "", ""); code != http.StatusInternalServerError || !strings.Contains(body, "failed to reload config") || !strings.Contains(body, "own.yml") {
 		t.Fatalf("POST /-/reload of a bad rule file: %d %s", code, body)
 	}
 	reloaded("0")
@@ -264,7 +260,7 @@ func TestReloadRuleFiles(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(cfgBody+"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [\""+strings.TrimPrefix(am.URL, "http://")+"\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := post("/-/reload"); code != http.StatusOK {
+	if code, body := p.post("/-/reload", "", ""); code != http.StatusOK {
 		t.Fatalf("POST /-/reload adding an Alertmanager: %d %s", code, body)
 	}
 	deadline = time.Now().Add(60 * time.Second)
@@ -278,7 +274,7 @@ func TestReloadRuleFiles(t *testing.T) {
 		t.Errorf("/api/v1/alertmanagers after the reload: %s", ams)
 	}
 
-	if code, body := post("/-/quit"); code != http.StatusOK || !strings.Contains(body, "Goodbye") {
+	if code, body := p.post("/-/quit", "", ""); code != http.StatusOK || !strings.Contains(body, "Goodbye") {
 		t.Fatalf("POST /-/quit: %d %s", code, body)
 	}
 	p.wait(60 * time.Second)

@@ -128,23 +128,29 @@ func (p *strataProc) url(path string) string { return p.scheme + "://" + p.addr 
 // get returns the body of a GET of path on the server.
 func (p *strataProc) get(path string) string {
 	p.t.Helper()
-	resp, err := p.client.Get(p.url(path)) //nolint:noctx // test client of a loopback server
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return string(b)
+	_, body := p.do(http.MethodGet, path, "", "")
+	return body
 }
 
 // post POSTs body (contentType; "" for none) to path on the server and
 // returns the status code and the body of the answer.
 func (p *strataProc) post(path, contentType, body string) (int, string) {
 	p.t.Helper()
-	resp, err := p.client.Post(p.url(path), contentType, strings.NewReader(body)) //nolint:noctx // test client of a loopback server
+	return p.do(http.MethodPost, path, contentType, body)
+}
+
+// do sends a request to path on the server and returns the status code and
+// the body of the answer.
+func (p *strataProc) do(method, path, contentType, body string) (int, string) {
+	p.t.Helper()
+	req, err := http.NewRequest(method, p.url(path), strings.NewReader(body)) //nolint:noctx // test client of a loopback server
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := p.client.Do(req)
 	if err != nil {
 		p.t.Fatal(err)
 	}

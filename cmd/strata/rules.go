@@ -34,7 +34,7 @@ import (
 // which the canonical rules' internal forms are pinned so that the engine
 // parses each once per load, not at every evaluation (nil: parsed at each).
 // The alerts of the operator's alerting rules go to send (the `alerting:`
-// section's Alertmanagers) as Prometheus sends them; nil sends none.
+// section's Alertmanagers, none or some) as Prometheus sends them.
 // reload loads the operator's rule files again, from the list given (the
 // configuration read again at SIGHUP), as Prometheus' reload does: groups
 // whose rules did not change keep their state.
@@ -104,7 +104,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 		Registerer:   reg,
 		Metrics:      stale.Metrics(reg),
 		Parser:       loader.Parser,
-		NotifyFunc:   notifyFunc(send, externalURL, logger),
+		NotifyFunc:   rules.SendAlerts(send, externalURL.String()),
 		// Prometheus' --rules.alert.resend-delay default.
 		ResendDelay: time.Minute,
 	})
@@ -134,21 +134,6 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	}
 	go m.Run()
 	return m, m.Stop, update, nil
-}
-
-// notifyFunc sends the alerting rules' alerts to send, as Prometheus'
-// rules.SendAlerts; without Alertmanagers the alerts are evaluated (their
-// ALERTS series stored, /api/v1/alerts lists them) and not sent. The
-// manager calls it unconditionally, so it is never nil.
-func notifyFunc(send rules.Sender, externalURL *url.URL, logger *slog.Logger) rules.NotifyFunc {
-	if send != nil {
-		return rules.SendAlerts(send, externalURL.String())
-	}
-	return func(_ context.Context, expr string, alerts ...*rules.Alert) {
-		if len(alerts) > 0 {
-			logger.Debug("alerts firing; no Alertmanager is configured (alerting:) to send them to", "expr", expr, "alerts", len(alerts))
-		}
-	}
 }
 
 // expandRuleFiles expands rules.files' glob patterns (filepath.Glob, as

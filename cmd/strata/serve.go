@@ -28,7 +28,6 @@ import (
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/httputil"
 	"go.opentelemetry.io/otel"
@@ -556,11 +555,7 @@ func (s *server) startBackground(ctx context.Context, addr string, ext *url.URL)
 	if err != nil {
 		return err
 	}
-	var send rules.Sender
-	if am != nil {
-		send = am
-	}
-	mgr, stopRules, reload, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, send, ext,
+	mgr, stopRules, reload, err := startRules(ctx, s.cfg, s.api.Engine(), s.api.PinnedExprs(), s.stitched, s.rawApp, am, ext,
 		s.logger.With("component", "rules"), prometheus.WrapRegistererWithPrefix("strata_rules_", s.reg))
 	if err != nil {
 		return err
