@@ -168,10 +168,6 @@ type Raw struct {
 	// size it before they take the first exemplar (sizeExemplars).
 	exemplarsSized atomic.Bool
 	exemplarsOnce  sync.Once
-
-	// reads is ChunkReads' channel; iterators counts the series read.
-	reads     chan struct{}
-	iterators atomic.Uint64
 }
 
 // OpenRaw opens (or creates) the raw tier in cfg.Dir, replaying and repairing its
@@ -247,7 +243,7 @@ func OpenRaw(cfg RawConfig, logger *slog.Logger, reg prometheus.Registerer) (*Ra
 	if err != nil {
 		return nil, fmt.Errorf("open raw tier %s: %w", cfg.Dir, err)
 	}
-	r := &Raw{db: db, cfg: cfg, stats: stats, oooBounds: map[ulid.ULID][2]int64{}, compactor: compactor, reads: make(chan struct{}, 1)}
+	r := &Raw{db: db, cfg: cfg, stats: stats, oooBounds: map[ulid.ULID][2]int64{}, compactor: compactor}
 	promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "corrupt_blocks_set_aside",
 		Help: "Raw blocks found corrupt and moved to the tier's corrupt/ directory when it opened.",
@@ -392,23 +388,11 @@ func (a exemplarSizingAppenderV2) GetRef(lset labels.Labels, hash uint64) (stora
 }
 
 // Querier implements storage.Queryable.
-// Its series signal ChunkReads as they are read.
-func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) {
-	q, err := r.db.Querier(mint, maxt)
-	if err != nil {
-		return nil, err
-	}
-	return signallingQuerier{Querier: q, r: r}, nil
-}
+func (r *Raw) Querier(mint, maxt int64) (storage.Querier, error) { return r.db.Querier(mint, maxt) }
 
-// ChunkQuerier implements storage.ChunkQueryable. Its series signal
-// ChunkReads as they are read.
+// ChunkQuerier implements storage.ChunkQueryable.
 func (r *Raw) ChunkQuerier(mint, maxt int64) (storage.ChunkQuerier, error) {
-	q, err := r.db.ChunkQuerier(mint, maxt)
-	if err != nil {
-		return nil, err
-	}
-	return signallingChunkQuerier{ChunkQuerier: q, r: r}, nil
+	return r.db.ChunkQuerier(mint, maxt)
 }
 
 // ExemplarQuerier implements storage.ExemplarQueryable.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -423,81 +422,6 @@ func TestRawReleaseChunkPages(t *testing.T) {
 	}
 }
 
-// TestRawChunkReadsSignal: the tier's queriers signal ChunkReads once 512
-// of their series have been read (an iterator each), not as series are
-// handed out: PromQL's engine takes every series of a selector before it
-// reads any, so a signal on handing out came before the reads it was for.
-func TestRawChunkReadsSignal(t *testing.T) {
-	raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(t.TempDir()), quietLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = raw.Close() }()
-	app := raw.Appender(context.Background())
-	for s := range 1100 {
-		if _, err := app.Append(0, labels.FromStrings("__name__", "m", "s", strconv.Itoa(s)), testT0, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := app.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	signalled := func() bool {
-		select {
-		case <-raw.ChunkReads():
-			return true
-		default:
-			return false
-		}
-	}
-	m := labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")
-	q, err := raw.Querier(testT0, testT0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	var taken []storage.Series
-	for ss := q.Select(context.Background(), false, nil, m); ss.Next(); {
-		taken = append(taken, ss.At())
-	}
-	if sig := signalled(); len(taken) != 1100 || sig {
-		t.Fatalf("%d series taken, signalled %v: want 1100 and no signal before a read", len(taken), sig)
-	}
-	var it chunkenc.Iterator
-	for i, s := range taken[:512] {
-		if signalled() {
-			t.Fatalf("signalled after %d series read, want 512", i)
-		}
-		it = s.Iterator(it)
-		if it.Next() != chunkenc.ValFloat {
-			t.Fatalf("series %d: no sample", i)
-		}
-	}
-	if !signalled() {
-		t.Fatal("no signal after 512 series read")
-	}
-	cq, err := raw.ChunkQuerier(testT0, testT0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	n := 512 // read through the querier
-	for cs := cq.Select(context.Background(), false, nil, m); cs.Next(); n++ {
-		if n == 1024 {
-			break
-		}
-		if signalled() {
-			t.Fatalf("signalled after %d series read, want 1024", n)
-		}
-		if ci := cs.At().Iterator(nil); !ci.Next() {
-			t.Fatalf("series %d: no chunk", n)
-		}
-	}
-	if !signalled() {
-		t.Fatal("no signal after 512 chunk series read")
-	}
-}
-
 // TestRawChunkMmapInterval: the head moves its full chunks out of the Go
 // heap into its chunk files at the configured interval, not the TSDB's
 // minute: at a high sample rate a minute of full chunks was the largest
@@ -746,16 +670,11 @@ func BenchmarkRawReleaseChunkPagesBlocks(b *testing.B) {
 // file reads keep mapped (above the process' file-backed resident set
 // before them) while a mapped.Trigger releases them as strata serve does:
 // 100,000 series have each just cut a chunk of random values (about 84 MiB
-// of chunk file, as every series cuts one at the raw tier's block
-// boundary), and a reader reads every series' last two minutes in passes
-// every 3 s, as the canonical rules do every 15 s. The reader is either a
-// loop that reads each series as the querier hands it out, in passes
-// spread over about 1.5 s (reader=paced), or PromQL's engine evaluating
-// rate(m[2m]), which takes every series of the selector before it reads
-// any (reader=engine), as the rules' evaluation does. Each iteration is a
-// 6-second window; MiB-mapped-max is the most seen, sampled every 2 ms.
-// The fixed 15 s period keeps the whole file mapped; signal is the
-// trigger strata serve runs, polled also on Raw.ChunkReads.
+// of chunk file, as every series cuts one at a 2-hour boundary), and a
+// reader reads every series' last two minutes in passes spread over about
+// 1.5 s, every 3 s, as the canonical rules do every 15 s. Each iteration
+// is a 6-second window; MiB-mapped-max is the most seen, sampled every
+// 2 ms. The fixed 15 s period keeps the whole file mapped.
 func BenchmarkReleaseUnderReads(b *testing.B) {
 	if !mapped.Supported {
 		b.Skip("no page release on this platform")
@@ -785,7 +704,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 	}
 	raw.DB().ForceHeadMMap()
 	end := testT0 + (samples-1)*15000
-	paced := func(ctx context.Context) {
+	read := func(ctx context.Context) {
 		q, err := raw.Querier(end-2*60000, end)
 		if err != nil {
 			b.Error(err)
@@ -802,74 +721,55 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 			}
 		}
 	}
-	ng := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e9, Timeout: time.Minute})
-	engine := func(ctx context.Context) {
-		q, err := ng.NewInstantQuery(ctx, raw, nil, "rate(m[2m])", time.UnixMilli(end))
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer q.Close()
-		if res := q.Exec(ctx); res.Err != nil && ctx.Err() == nil {
-			b.Error(res.Err)
-		}
-	}
-	triggers := []struct {
+	for _, c := range []struct {
 		name string
 		tr   mapped.Trigger
 	}{
 		{"period=15s", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
 		{"poll=100ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
 		{"poll=100ms,burst=10ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}},
-		{"signal", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second, Signal: raw.ChunkReads()}},
-	}
-	for _, reader := range []struct {
-		name string
-		read func(context.Context)
-	}{{"paced", paced}, {"engine", engine}} {
-		for _, c := range triggers {
-			b.Run("reader="+reader.name+"/"+c.name, func(b *testing.B) {
-				var most, releases int64
-				for b.Loop() {
-					if _, err := raw.ReleaseChunkPages(); err != nil {
-						b.Fatal(err)
-					}
-					base, err := mapped.SharedResident()
-					if err != nil {
-						b.Fatal(err)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
-					var wg sync.WaitGroup
-					wg.Go(func() {
-						for ctx.Err() == nil {
-							pass := time.Now()
-							reader.read(ctx)
-							time.Sleep(3*time.Second - time.Since(pass))
-						}
-					})
-					wg.Go(func() {
-						for ctx.Err() == nil {
-							if cur, err := mapped.SharedResident(); err == nil {
-								most = max(most, cur-base)
-							}
-							time.Sleep(2 * time.Millisecond)
-						}
-					})
-					tr := c.tr
-					wg.Go(func() {
-						tr.Run(ctx, func() {
-							if _, err := raw.ReleaseChunkPages(); err != nil {
-								b.Error(err)
-							}
-							releases++
-						})
-					})
-					wg.Wait()
-					cancel()
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var most, releases int64
+			for b.Loop() {
+				if _, err := raw.ReleaseChunkPages(); err != nil {
+					b.Fatal(err)
 				}
-				b.ReportMetric(float64(most)/(1<<20), "MiB-mapped-max")
-				b.ReportMetric(float64(releases)/float64(b.N), "releases/op")
-			})
-		}
+				base, err := mapped.SharedResident()
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						pass := time.Now()
+						read(ctx)
+						time.Sleep(3*time.Second - time.Since(pass))
+					}
+				})
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						if cur, err := mapped.SharedResident(); err == nil {
+							most = max(most, cur-base)
+						}
+						time.Sleep(2 * time.Millisecond)
+					}
+				})
+				tr := c.tr
+				wg.Go(func() {
+					tr.Run(ctx, func() {
+						if _, err := raw.ReleaseChunkPages(); err != nil {
+							b.Error(err)
+						}
+						releases++
+					})
+				})
+				wg.Wait()
+				cancel()
+			}
+			b.ReportMetric(float64(most)/(1<<20), "MiB-mapped-max")
+			b.ReportMetric(float64(releases)/float64(b.N), "releases/op")
+		})
 	}
 }

@@ -613,9 +613,8 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // The raw head's chunk file pages that reads mapped are released once the
 // process's shared resident set has grown by chunkPageReleaseGrowth since
 // the last release, and at least every chunkPageReleasePeriod; it is
-// polled every chunkPageReleaseCheck, every chunkPageReleaseBurstCheck
-// for chunkPageReleaseBurst after a release growth made due, and each time
-// the raw tier's queriers have read 512 series (tiers.Raw.ChunkReads).
+// polled every chunkPageReleaseCheck, and every chunkPageReleaseBurstCheck
+// for chunkPageReleaseBurst after a release growth made due.
 //
 // The canonical rules read the last two minutes of every series they use
 // every 15 s, and the diagnosis engine's minute reads the windows of the
@@ -623,20 +622,20 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // cuts its chunk at once at the raw tier's block boundaries (every UTC
 // hour with storage.raw.block_duration's default; the TSDB's default is
 // two hours) and, on a fleet whose series all started together, every 120
-// samples; for minutes after such a cut the reads read the old chunks back
-// through the mapping. One touch maps a whole large folio of the page
-// cache (2 MiB on ext4 here, MADV_RANDOM or not), so a walk maps about
-// 12 KiB a series read: the chunk file just written (128 MiB at 500,000
-// series) within a second. A release every 15 s alone kept that mapped for
-// most of six minutes at 500,000 series of 15 s and made Strata's peak;
-// polled every 100 ms, one evaluation still mapped most of it between two
-// polls (docs/bench.md, stop 36), and so it did polled every 10 ms: one
-// evaluation of rate(m[2m]) over 100,000 series just cut kept 78 MiB of
-// their 84 mapped at once. The signal on the reads bounds it (20 MiB,
-// BenchmarkReleaseUnderReads reader=engine). Stop 37's signal, counted as
-// the queriers handed series out, bounded nothing: PromQL's engine takes
-// every series of a selector before it reads any. A poll costs about
-// 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
+// samples;
+// for minutes after such a cut the reads read the old chunks back through
+// the mapping. One touch maps a whole large folio of the page cache (2 MiB
+// on ext4 here, MADV_RANDOM or not), so a walk maps about 12 KiB a series
+// read: the chunk file just written (128 MiB at 500,000 series) within a
+// second. A release every 15 s alone kept that mapped for most of six
+// minutes at 500,000 series of 15 s and made Strata's peak; polled every
+// 100 ms, one evaluation still mapped most of it between two polls
+// (docs/bench.md, stop 36); polled every 10 ms, or also each time the raw
+// tier's queriers had handed out 512 series (tried in stop 37 and
+// reverted), the chunk files were still mapped up to 134 and 197 MB at once
+// after a cut at 500,000 series (docs/bench.md, stop 37): no poll bounds a
+// walk that maps a folio a series, only fewer reads of cut chunks would. A
+// poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
 const (
@@ -657,7 +656,6 @@ func (s *server) releaseChunkPages(ctx context.Context) {
 	tr := mapped.Trigger{
 		Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod,
 		Poll: chunkPageReleaseCheck, BurstPoll: chunkPageReleaseBurstCheck, Burst: chunkPageReleaseBurst,
-		Signal: s.raw.ChunkReads(),
 	}
 	tr.Run(ctx, func() {
 		if _, err := s.raw.ReleaseChunkPages(); err != nil {

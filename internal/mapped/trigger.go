@@ -28,10 +28,6 @@ type Trigger struct {
 	Every           time.Duration
 	Poll, BurstPoll time.Duration
 	Burst           time.Duration
-	// Signal, when not nil, makes Run poll at once each time it receives:
-	// the reader says it has read enough to map Grow, faster than the
-	// timer would follow.
-	Signal <-chan struct{}
 
 	base       int64     // the shared resident set after the last release
 	last       time.Time // the last release (zero: none yet)
@@ -67,8 +63,8 @@ func (t *Trigger) Interval(now time.Time) time.Duration {
 	return t.Poll
 }
 
-// Run polls SharedResident, on its timer and on Signal, and calls release
-// whenever a release is due, until ctx is done.
+// Run polls SharedResident and calls release whenever a release is due,
+// until ctx is done.
 func (t *Trigger) Run(ctx context.Context, release func()) {
 	shared := func() int64 {
 		n, err := SharedResident()
@@ -85,7 +81,6 @@ func (t *Trigger) Run(ctx context.Context, release func()) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-t.Signal: // a nil Signal never receives
 		}
 		if t.Due(time.Now(), shared()) {
 			release()

@@ -72,30 +72,3 @@ func TestTriggerRun(t *testing.T) {
 		t.Fatalf("%d releases before the context ended (%v)", releases, ctx.Err())
 	}
 }
-
-// TestTriggerRunSignal: a receive on Signal makes Run poll at once, not at
-// its next timer.
-func TestTriggerRunSignal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	signal := make(chan struct{})
-	tr := Trigger{Every: time.Nanosecond, Poll: time.Hour, Signal: signal}
-	released := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tr.Run(ctx, func() { released <- struct{}{} })
-	}()
-	select {
-	case signal <- struct{}{}:
-	case <-ctx.Done():
-		t.Fatal("Run never received the signal")
-	}
-	select {
-	case <-released:
-	case <-ctx.Done():
-		t.Fatal("no release within 10 s of the signal (the timer is an hour)")
-	}
-	cancel()
-	<-done
-}
