@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -670,11 +671,17 @@ func BenchmarkRawReleaseChunkPagesBlocks(b *testing.B) {
 // file reads keep mapped (above the process' file-backed resident set
 // before them) while a mapped.Trigger releases them as strata serve does:
 // 100,000 series have each just cut a chunk of random values (about 84 MiB
-// of chunk file, as every series cuts one at a 2-hour boundary), and a
-// reader reads every series' last two minutes in passes spread over about
-// 1.5 s, every 3 s, as the canonical rules do every 15 s. Each iteration
-// is a 6-second window; MiB-mapped-max is the most seen, sampled every
-// 2 ms. The fixed 15 s period keeps the whole file mapped.
+// of chunk file, as every series cuts one at the raw tier's block
+// boundary), and a reader reads the series' last two minutes in passes
+// every 3 s, as the canonical rules do every 15 s. The reader is a loop
+// that reads every series as the querier hands it out, in passes spread
+// over about 1.5 s (reader=paced); PromQL's engine evaluating rate(m[2m])
+// over every series (reader=engine); or rate() over a tenth of them,
+// spread across the file, as a rule reads one metric of many
+// (reader=sparse). Each iteration is a 6-second window; MiB-mapped-max is
+// the most seen, sampled every 2 ms. The fixed 15 s period keeps the whole
+// file mapped; no poll bounds the sparse reader, each of whose reads maps
+// a whole large folio of the page cache (docs/bench.md, stop 65).
 func BenchmarkReleaseUnderReads(b *testing.B) {
 	if !mapped.Supported {
 		b.Skip("no page release on this platform")
@@ -704,7 +711,7 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 	}
 	raw.DB().ForceHeadMMap()
 	end := testT0 + (samples-1)*15000
-	read := func(ctx context.Context) {
+	paced := func(ctx context.Context) {
 		q, err := raw.Querier(end-2*60000, end)
 		if err != nil {
 			b.Error(err)
@@ -721,55 +728,74 @@ func BenchmarkReleaseUnderReads(b *testing.B) {
 			}
 		}
 	}
-	for _, c := range []struct {
-		name string
-		tr   mapped.Trigger
-	}{
-		{"period=15s", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
-		{"poll=100ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
-		{"poll=100ms,burst=10ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			var most, releases int64
-			for b.Loop() {
-				if _, err := raw.ReleaseChunkPages(); err != nil {
-					b.Fatal(err)
-				}
-				base, err := mapped.SharedResident()
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
-				var wg sync.WaitGroup
-				wg.Go(func() {
-					for ctx.Err() == nil {
-						pass := time.Now()
-						read(ctx)
-						time.Sleep(3*time.Second - time.Since(pass))
-					}
-				})
-				wg.Go(func() {
-					for ctx.Err() == nil {
-						if cur, err := mapped.SharedResident(); err == nil {
-							most = max(most, cur-base)
-						}
-						time.Sleep(2 * time.Millisecond)
-					}
-				})
-				tr := c.tr
-				wg.Go(func() {
-					tr.Run(ctx, func() {
-						if _, err := raw.ReleaseChunkPages(); err != nil {
-							b.Error(err)
-						}
-						releases++
-					})
-				})
-				wg.Wait()
-				cancel()
+	ng := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e9, Timeout: time.Minute})
+	evaluate := func(expr string) func(context.Context) {
+		return func(ctx context.Context) {
+			q, err := ng.NewInstantQuery(ctx, raw, nil, expr, time.UnixMilli(end))
+			if err != nil {
+				b.Error(err)
+				return
 			}
-			b.ReportMetric(float64(most)/(1<<20), "MiB-mapped-max")
-			b.ReportMetric(float64(releases)/float64(b.N), "releases/op")
-		})
+			defer q.Close()
+			if res := q.Exec(ctx); res.Err != nil && ctx.Err() == nil {
+				b.Error(res.Err)
+			}
+		}
+	}
+	for _, reader := range []struct {
+		name string
+		read func(context.Context)
+	}{{"paced", paced}, {"engine", evaluate("rate(m[2m])")}, {"sparse", evaluate(`rate(m{s=~".*7"}[2m])`)}} {
+		for _, c := range []struct {
+			name string
+			tr   mapped.Trigger
+		}{
+			{"period=15s", mapped.Trigger{Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
+			{"poll=100ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond}},
+			{"poll=100ms,burst=10ms", mapped.Trigger{Grow: 8 << 20, Every: 15 * time.Second, Poll: 100 * time.Millisecond, BurstPoll: 10 * time.Millisecond, Burst: 2 * time.Second}},
+		} {
+			b.Run("reader="+reader.name+"/"+c.name, func(b *testing.B) {
+				var most, releases int64
+				for b.Loop() {
+					if _, err := raw.ReleaseChunkPages(); err != nil {
+						b.Fatal(err)
+					}
+					base, err := mapped.SharedResident()
+					if err != nil {
+						b.Fatal(err)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+					var wg sync.WaitGroup
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							pass := time.Now()
+							reader.read(ctx)
+							time.Sleep(3*time.Second - time.Since(pass))
+						}
+					})
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							if cur, err := mapped.SharedResident(); err == nil {
+								most = max(most, cur-base)
+							}
+							time.Sleep(2 * time.Millisecond)
+						}
+					})
+					tr := c.tr
+					wg.Go(func() {
+						tr.Run(ctx, func() {
+							if _, err := raw.ReleaseChunkPages(); err != nil {
+								b.Error(err)
+							}
+							releases++
+						})
+					})
+					wg.Wait()
+					cancel()
+				}
+				b.ReportMetric(float64(most)/(1<<20), "MiB-mapped-max")
+				b.ReportMetric(float64(releases)/float64(b.N), "releases/op")
+			})
+		}
 	}
 }

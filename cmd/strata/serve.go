@@ -633,8 +633,11 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // (docs/bench.md, stop 36); polled every 10 ms, or also each time the raw
 // tier's queriers had handed out 512 series (tried in stop 37 and
 // reverted), the chunk files were still mapped up to 134 and 197 MB at once
-// after a cut at 500,000 series (docs/bench.md, stop 37): no poll bounds a
-// walk that maps a folio a series, only fewer reads of cut chunks would. A
+// after a cut at 500,000 series (docs/bench.md, stop 37), and so they were
+// with a signal every 512 series read (stop 65, reverted): a rule reads
+// one metric's series, spread across the files, and each read maps a whole
+// large folio, so no poll bounds it (BenchmarkReleaseUnderReads
+// reader=sparse); only fewer reads of cut chunks would. A
 // poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
