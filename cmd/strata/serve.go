@@ -637,7 +637,8 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // with a signal every 512 series read (stop 65, reverted): a rule reads
 // one metric's series, spread across the files, and each read maps a whole
 // large folio, so no poll bounds it (BenchmarkReleaseUnderReads
-// reader=sparse); only fewer reads of cut chunks would. A
+// reader=sparse); only fewer reads of cut chunks, or smaller folios,
+// would. A
 // poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
