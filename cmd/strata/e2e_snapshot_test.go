@@ -7,11 +7,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	remoteapi "github.com/prometheus/client_golang/exp/api/remote"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
 )
 
 // TestSnapshotRestores: POST /api/v1/admin/tsdb/snapshot (with
@@ -31,6 +36,12 @@ func TestSnapshotRestores(t *testing.T) {
 	runStrata(t, "backfill", "--storage.path="+data, "--no-progress-bar", om)
 
 	p := startStrata(t, data, "--web.enable-admin-api")
+	// Metadata arrives by remote write (the import carries none).
+	pushed := testSeries{lbls: labels.FromStrings("__name__", "snapshot_pushed_total", "job", "e2e"), typ: model.MetricTypeCounter,
+		help: "A counter pushed before the snapshot.", samples: []prompb.Sample{{Value: 1, Timestamp: time.Now().UnixMilli()}}}
+	if _, err := newWriteClient(t, p, remoteapi.WriteV1MessageType).Store(context.Background(), encodeV1(t, []testSeries{pushed}), 0); err != nil {
+		t.Fatal(err)
+	}
 	// What a snapshot interrupted by a crash leaves; the next removes it.
 	crashed := filepath.Join(data, snapshotsDir, ".20260101T000000Z-8000000000000000.tmp")
 	if err := os.MkdirAll(filepath.Join(crashed, "raw"), 0o750); err != nil {
@@ -91,6 +102,19 @@ func TestSnapshotRestores(t *testing.T) {
 		if got.String() != want.String() || len(want.String()) < 100 {
 			t.Errorf("%s over %s..%s: the snapshot's server answered\n%s\nthe server it was taken from\n%s", c.query, c.r.Start, c.r.End, got, want)
 		}
+	}
+	// The pushed family's metadata, saved then linked into the snapshot
+	// (what the servers' self-scrape gives is not stored).
+	want, err := newAPIClient(t, p).Metadata(ctx, "snapshot_pushed_total", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newAPIClient(t, q).Metadata(ctx, "snapshot_pushed_total", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 1 || !reflect.DeepEqual(got, want) {
+		t.Errorf("metadata of snapshot_pushed_total: the snapshot's server has %v, the server it was taken from %v", got, want)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net/http"
@@ -34,7 +33,8 @@ var errAdminDisabled = errors.New("admin APIs disabled")
 // from it: the raw tier's blocks and, unless skipHead, its head and
 // out-of-order head written as blocks (Prometheus' TSDB snapshot); the
 // minute and hour tiers' partition files, hard links (they are final once
-// written, and replaced, never changed); the remote-write metadata; the
+// written, and replaced, never changed); the remote-write metadata (a hard
+// link too, saved first); the
 // case archive (a consistent copy); the baseline checkpoints (hard
 // links). The rollup pipeline's open hours are not copied: a server
 // started on the snapshot recomputes them from its raw tier, as after a
@@ -119,10 +119,12 @@ func (s *server) snapshotInto(ctx context.Context, dir string, skipHead bool, n 
 			}
 		}
 	}
+	// The metadata file is replaced (renamed over), never changed in
+	// place: saved now, it is linked as the partitions are.
 	if err := s.meta.Save(); err != nil {
 		return fmt.Errorf("snapshot metadata: %w", err)
 	}
-	if err := copyFile(filepath.Join(s.cfg.Storage.Path, "metadata.json"), filepath.Join(dir, "metadata.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if _, err := s.linkInto(dir, filepath.Join(s.cfg.Storage.Path, "metadata.json")); err != nil {
 		return fmt.Errorf("snapshot metadata: %w", err)
 	}
 	if arc := s.arc.arc.Load(); arc != nil {
@@ -168,23 +170,6 @@ func (s *server) linkInto(dir, path string) (bool, error) {
 		return false, err
 	}
 	return true, nil
-}
-
-func copyFile(src, dst string) (err error) {
-	in, err := os.Open(src) //nolint:gosec // a file of the storage path
-	if err != nil {
-		return err
-	}
-	defer in.Close()                                                       //nolint:errcheck // read-only
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) //nolint:gosec // under the snapshot directory
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, out.Close()) }()
-	if _, err := io.Copy(out, in); err != nil {
-		return err
-	}
-	return out.Sync()
 }
 
 // snapshotHandler serves Prometheus' POST (or PUT)
