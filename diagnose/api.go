@@ -73,6 +73,19 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("invalid time %q: want RFC 3339 (2026-01-05T10:00:00Z), Unix seconds, or a duration before now such as -2h", s)
 }
 
+// Select returns the diagnoses of ds that f matches, oldest first (by
+// start), as GET /api/v1/diagnoses lists them; never nil.
+func (f Filter) Select(ds []Diagnosis) []Diagnosis {
+	out := []Diagnosis{}
+	for _, d := range ds {
+		if f.Match(d) {
+			out = append(out, d)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Diagnosis) int { return a.Start.Compare(b.Start) })
+	return out
+}
+
 // ParseFilter reads the query parameters of GET /api/v1/diagnoses.
 func ParseFilter(r *http.Request, now time.Time) (Filter, error) {
 	q := r.URL.Query()
@@ -140,13 +153,6 @@ func NewHandler(src Source, now func() time.Time) http.Handler {
 			writeJSON(w, http.StatusBadRequest, apiResponse{Status: "error", ErrorType: "bad_data", Error: err.Error()})
 			return
 		}
-		out := []Diagnosis{}
-		for _, d := range src.Diagnoses() {
-			if f.Match(d) {
-				out = append(out, d)
-			}
-		}
-		slices.SortStableFunc(out, func(a, b Diagnosis) int { return a.Start.Compare(b.Start) })
-		writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: out})
+		writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: f.Select(src.Diagnoses())})
 	})
 }

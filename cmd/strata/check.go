@@ -9,9 +9,7 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/strata-dev/strata/diagnose"
@@ -64,24 +62,7 @@ func checkConfigFile(path string) (string, error) {
 	if err := cfg.validate(); err != nil {
 		return "", fmt.Errorf("invalid configuration: %w", err)
 	}
-	var errs []error
-	var files []string
-	for _, pat := range cfg.Rules.Files {
-		fs, err := expandRuleFiles([]string{pat})
-		errs = append(errs, err)
-		files = append(files, fs...)
-	}
-	rules := 0
-	p := parser.NewParser(parser.Options{})
-	for _, f := range files {
-		rgs, fe := rulefmt.ParseFile(f, false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
-		errs = append(errs, fe...)
-		if rgs != nil {
-			for _, g := range rgs.Groups {
-				rules += len(g.Rules)
-			}
-		}
-	}
+	files, rules, errs := parseRuleFiles(cfg.Rules.Files, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
 	summary := fmt.Sprintf("%d rule files (%d rules)", len(files), rules)
 	if cfg.Diagnose.Enabled {
 		groups, drules, err := diagnose.CheckRules(cfg.Diagnose.Config)

@@ -142,18 +142,16 @@ func diagnosesPage(src diagnose.Source, enabled bool) http.HandlerFunc {
 			render(w, http.StatusBadRequest, "list", page)
 			return
 		}
-		for _, d := range src.Diagnoses() {
-			if f.Match(d) {
-				var where []string
-				for _, c := range entityCells(d.Entities) {
-					if c.Name != "model" && c.Name != "uuid" {
-						where = append(where, c.Name+"="+c.Value)
-					}
+		ds := f.Select(src.Diagnoses())
+		for _, d := range slices.Backward(ds) { // newest first
+			var where []string
+			for _, c := range entityCells(d.Entities) {
+				if c.Name != "model" && c.Name != "uuid" {
+					where = append(where, c.Name+"="+c.Value)
 				}
-				page.Rows = append(page.Rows, listRow{D: d, Where: strings.Join(where, " ")})
 			}
+			page.Rows = append(page.Rows, listRow{D: d, Where: strings.Join(where, " ")})
 		}
-		slices.SortStableFunc(page.Rows, func(a, b listRow) int { return b.D.Start.Compare(a.D.Start) })
 		render(w, http.StatusOK, "list", page)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -115,15 +116,7 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 		// one did not: the operator's files are read first, so that the
 		// error (SIGHUP's log line, POST /-/reload's answer) names the
 		// file and the problem. The canonical file is Strata's own.
-		own, err := expandRuleFiles(own)
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, f := range own {
-			_, fe := loader.Load(f, false, model.UTF8Validation)
-			errs = append(errs, fe...)
-		}
+		own, _, errs := parseRuleFiles(own, loader.Parser, logger)
 		if len(errs) > 0 {
 			return errors.Join(errs...)
 		}
@@ -134,6 +127,32 @@ func startRules(ctx context.Context, cfg Config, engine promql.QueryEngine, pins
 	}
 	go m.Run()
 	return m, m.Stop, update, nil
+}
+
+// parseRuleFiles expands rules.files' patterns and parses every file they
+// name as the rule manager does (the operator's files: rulefmt with p),
+// returning the files in load order, how many rules they hold and every
+// problem, each naming its pattern or file: for the reload's error and
+// for `strata check config`.
+func parseRuleFiles(patterns []string, p parser.Parser, logger *slog.Logger) (files []string, rules int, errs []error) {
+	for _, pat := range patterns {
+		fs, err := expandRuleFiles([]string{pat})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range fs {
+			rgs, fe := rulefmt.ParseFile(f, false, model.UTF8Validation, p, logger)
+			errs = append(errs, fe...)
+			if rgs != nil {
+				for _, g := range rgs.Groups {
+					rules += len(g.Rules)
+				}
+			}
+		}
+		files = append(files, fs...)
+	}
+	return files, rules, errs
 }
 
 // expandRuleFiles expands rules.files' glob patterns (filepath.Glob, as

@@ -622,24 +622,23 @@ func (s *server) applyRetentionEvery(ctx context.Context, period time.Duration) 
 // cuts its chunk at once at the raw tier's block boundaries (every UTC
 // hour with storage.raw.block_duration's default; the TSDB's default is
 // two hours) and, on a fleet whose series all started together, every 120
-// samples;
-// for minutes after such a cut the reads read the old chunks back through
-// the mapping. One touch maps a whole large folio of the page cache (2 MiB
-// on ext4 here, MADV_RANDOM or not), so a walk maps about 12 KiB a series
-// read: the chunk file just written (128 MiB at 500,000 series) within a
-// second. A release every 15 s alone kept that mapped for most of six
-// minutes at 500,000 series of 15 s and made Strata's peak; polled every
-// 100 ms, one evaluation still mapped most of it between two polls
-// (docs/bench.md, stop 36); polled every 10 ms, or also each time the raw
-// tier's queriers had handed out 512 series (tried in stop 37 and
-// reverted), the chunk files were still mapped up to 134 and 197 MB at once
-// after a cut at 500,000 series (docs/bench.md, stop 37), and so they were
-// with a signal every 512 series read (stop 65, reverted): a rule reads
-// one metric's series, spread across the files, and each read maps a whole
-// large folio, so no poll bounds it (BenchmarkReleaseUnderReads
-// reader=sparse); only fewer reads of cut chunks, or smaller folios,
-// would. A
-// poll costs about 20 us (BenchmarkSharedResident), a release 0.1-0.4 ms
+// samples; for minutes after such a cut the reads read the old chunks back
+// through the mapping. One touch maps a whole large folio of the page
+// cache (1-2 MiB on ext4 here, whatever the madvise advice), so a walk
+// maps about 12 KiB a series read: the chunk file just written (128 MiB at
+// 500,000 series) within a second. A release every 15 s alone kept that
+// mapped for most of six minutes at 500,000 series of 15 s and made
+// Strata's peak; polled every 100 ms, one evaluation still mapped most of
+// it between two polls (docs/bench.md, stop 36); polled every 10 ms, or
+// also each time the raw tier's queriers had handed out 512 series (tried
+// in stop 37 and reverted), the chunk files were still mapped up to 134
+// and 197 MB at once after a cut at 500,000 series (docs/bench.md, stop
+// 37), and so they were with a signal every 512 series read (stop 65,
+// reverted): a rule reads one metric's series, spread across the files,
+// and each read maps a whole folio, so no poll bounds it
+// (BenchmarkReleaseUnderReads reader=sparse); only fewer reads of cut
+// chunks, or smaller folios, would. A poll costs about 20 us
+// (BenchmarkSharedResident), a release 0.1-0.4 ms
 // (BenchmarkRawReleaseChunkPages); the next reads map again what they
 // touch.
 const (

@@ -66,17 +66,7 @@ type resolvedAlert struct {
 // alert_relabel_configs applied after, as Prometheus' notifier does. The
 // caller MUST call Stop.
 func NewAlertmanager(cfg config.AlertingConfig, externalLabels labels.Labels, externalURL *url.URL, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Alertmanager, error) {
-	tgs, err := StaticGroups(cfg)
-	if err != nil {
-		return nil, err
-	}
 	n := notifier.NewManager(&notifier.Options{QueueCapacity: 10_000, Registerer: prometheus.WrapRegistererWithPrefix("strata_diagnose_", reg)}, model.UTF8Validation, logger)
-	if err := n.ApplyConfig(&config.Config{GlobalConfig: config.GlobalConfig{ExternalLabels: externalLabels}, AlertingConfig: cfg}); err != nil {
-		return nil, fmt.Errorf("alerting: %w", err)
-	}
-	ch := make(chan map[string][]*targetgroup.Group, 1)
-	ch <- tgs
-	go n.Run(ch)
 	ext := ""
 	if externalURL != nil {
 		ext = externalURL.String()
@@ -84,7 +74,13 @@ func NewAlertmanager(cfg config.AlertingConfig, externalLabels labels.Labels, ex
 	if now == nil {
 		now = time.Now
 	}
-	return &Alertmanager{n: n, tsets: ch, ext: ext, now: now, logger: logger, lastSent: map[string]time.Time{}, resolved: map[string]resolvedAlert{}}, nil
+	a := &Alertmanager{n: n, tsets: make(chan map[string][]*targetgroup.Group, 1), ext: ext, now: now, logger: logger,
+		lastSent: map[string]time.Time{}, resolved: map[string]resolvedAlert{}}
+	if err := a.ApplyConfig(cfg, externalLabels); err != nil {
+		return nil, err
+	}
+	go n.Run(a.tsets)
+	return a, nil
 }
 
 // StaticGroups returns the Alertmanagers of cfg by its alertmanager sets'
