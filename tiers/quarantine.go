@@ -101,6 +101,7 @@ func (r *Rollup) quarantine(e *corruptPartitionError) bool {
 		return false
 	}
 	delete(r.parts, start)
+	r.generation.Add(1)
 	if err := r.files.drop(start); err != nil {
 		r.logger.Warn("close corrupt partition file", "path", e.path, "err", err)
 	}

@@ -3,6 +3,7 @@ package tiers
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -168,6 +170,12 @@ type Raw struct {
 	// size it before they take the first exemplar (sizeExemplars).
 	exemplarsSized atomic.Bool
 	exemplarsOnce  sync.Once
+
+	// lateAfter (ns; 0: not tracked) is how far behind now a sample must be
+	// for its commit to count in lateCommits (TrackLateAppends).
+	lateAfter   atomic.Int64
+	lateCommits atomic.Uint64
+	lateNow     func() time.Time // set once, before any append
 }
 
 // OpenRaw opens (or creates) the raw tier in cfg.Dir, replaying and repairing its
@@ -331,25 +339,140 @@ func (r *Raw) DB() *tsdb.DB { return r.db }
 // Appender implements storage.Appendable.
 func (r *Raw) Appender(ctx context.Context) storage.Appender {
 	app := r.db.Appender(ctx)
-	if r.exemplarsSized.Load() {
-		return app
+	if !r.exemplarsSized.Load() {
+		app = exemplarSizingAppender{Appender: app, r: r}
 	}
-	return exemplarSizingAppender{Appender: app, r: r}
+	if d := r.lateAfter.Load(); d > 0 {
+		app = &lateAppender{Appender: app, r: r, before: r.lateNow().Add(-time.Duration(d)).UnixMilli()}
+	}
+	return app
 }
 
 // AppenderV2 implements storage.AppendableV2. Its appenders implement
 // storage.ExemplarAppenderV2 and storage.GetRef.
 func (r *Raw) AppenderV2(ctx context.Context) storage.AppenderV2 {
 	app := r.db.AppenderV2(ctx)
-	if r.exemplarsSized.Load() {
-		return app
-	}
 	ex, isEx := app.(storage.ExemplarAppenderV2)
 	gr, isRef := app.(storage.GetRef)
 	if !isEx || !isRef {
 		return app
 	}
-	return exemplarSizingAppenderV2{ExemplarAppenderV2: ex, gr: gr, r: r}
+	if !r.exemplarsSized.Load() {
+		ex = exemplarSizingAppenderV2{ExemplarAppenderV2: ex, gr: gr, r: r}
+	}
+	if d := r.lateAfter.Load(); d > 0 {
+		return &lateAppenderV2{ExemplarAppenderV2: ex, gr: gr, r: r, before: r.lateNow().Add(-time.Duration(d)).UnixMilli()}
+	}
+	return ex
+}
+
+// TrackLateAppends makes Generation change after every commit that
+// appended a sample older than d before now() when the appender was taken
+// (d of 0 or less: not tracked, the default; now nil: time.Now). The query
+// API's results cache keeps the steps of answers older than its freshness
+// and must learn when one may have changed; a sample appended behind the
+// horizon is the only way new data reaches them. Call it before the first
+// append.
+func (r *Raw) TrackLateAppends(d time.Duration, now func() time.Time) {
+	if now == nil {
+		now = time.Now
+	}
+	r.lateNow = now
+	r.lateAfter.Store(int64(max(d, 0)))
+}
+
+// Generation changes whenever the data older than TrackLateAppends'
+// horizon may have changed: a late sample was committed, or the set of
+// blocks changed (a compaction, a block written by backfill, retention).
+// The head's own truncation follows a compaction.
+func (r *Raw) Generation() uint64 {
+	h := xxhash.New()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], r.lateCommits.Load())
+	_, _ = h.Write(b[:])
+	for _, blk := range r.db.Blocks() {
+		u := blk.Meta().ULID
+		_, _ = h.Write(u[:])
+	}
+	return h.Sum64()
+}
+
+// lateAppender and lateAppenderV2 count, at their commit, whether they
+// appended a sample older than before (TrackLateAppends). A sample the
+// storage refused is not counted.
+type lateAppender struct {
+	storage.Appender
+	r      *Raw
+	before int64
+	late   bool
+}
+
+func (a *lateAppender) note(t int64, err error) {
+	if t < a.before && err == nil {
+		a.late = true
+	}
+}
+
+func (a *lateAppender) Append(ref storage.SeriesRef, l labels.Labels, t int64, v float64) (storage.SeriesRef, error) {
+	ref, err := a.Appender.Append(ref, l, t, v)
+	a.note(t, err)
+	return ref, err
+}
+
+func (a *lateAppender) AppendHistogram(ref storage.SeriesRef, l labels.Labels, t int64, h *histogram.Histogram, fh *histogram.FloatHistogram) (storage.SeriesRef, error) {
+	ref, err := a.Appender.AppendHistogram(ref, l, t, h, fh)
+	a.note(t, err)
+	return ref, err
+}
+
+func (a *lateAppender) AppendSTZeroSample(ref storage.SeriesRef, l labels.Labels, t, st int64) (storage.SeriesRef, error) {
+	ref, err := a.Appender.AppendSTZeroSample(ref, l, t, st)
+	a.note(st, err)
+	return ref, err
+}
+
+func (a *lateAppender) AppendHistogramSTZeroSample(ref storage.SeriesRef, l labels.Labels, t, st int64, h *histogram.Histogram, fh *histogram.FloatHistogram) (storage.SeriesRef, error) {
+	ref, err := a.Appender.AppendHistogramSTZeroSample(ref, l, t, st, h, fh)
+	a.note(st, err)
+	return ref, err
+}
+
+func (a *lateAppender) Commit() error {
+	err := a.Appender.Commit()
+	if a.late {
+		// Counted after the samples are readable, failed or not: a
+		// generation read before they were is then a different one.
+		a.r.lateCommits.Add(1)
+	}
+	return err
+}
+
+type lateAppenderV2 struct {
+	storage.ExemplarAppenderV2
+	gr     storage.GetRef
+	r      *Raw
+	before int64
+	late   bool
+}
+
+func (a *lateAppenderV2) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, opts storage.AppendV2Options) (storage.SeriesRef, error) {
+	ref, err := a.ExemplarAppenderV2.Append(ref, ls, st, t, v, h, fh, opts)
+	if t < a.before && (err == nil || errors.As(err, new(*storage.AppendPartialError))) {
+		a.late = true
+	}
+	return ref, err
+}
+
+func (a *lateAppenderV2) GetRef(lset labels.Labels, hash uint64) (storage.SeriesRef, labels.Labels) {
+	return a.gr.GetRef(lset, hash)
+}
+
+func (a *lateAppenderV2) Commit() error {
+	err := a.ExemplarAppenderV2.Commit()
+	if a.late {
+		a.r.lateCommits.Add(1)
+	}
+	return err
 }
 
 // exemplarSizingAppender and exemplarSizingAppenderV2 are the raw tier's

@@ -463,6 +463,7 @@ func (r *Rollup) syncRemote(ctx context.Context) error {
 		if _, ok := r.parts[s]; !ok {
 			// Rows and Bytes are unknown until the file is read.
 			r.parts[s] = PartitionInfo{Start: s, End: s + length, Path: filepath.Join(r.cfg.Dir, partitionName(s))}
+			r.generation.Add(1)
 		}
 	}
 	r.mu.Unlock()

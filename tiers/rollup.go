@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
@@ -134,11 +135,13 @@ type Rollup struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu     sync.RWMutex
-	parts  map[int64]PartitionInfo
-	closed bool
-	files  *fileCache
-	remote *remote // nil: local disk only
+	mu    sync.RWMutex
+	parts map[int64]PartitionInfo
+	// generation counts the changes of parts (Generation).
+	generation atomic.Uint64
+	closed     bool
+	files      *fileCache
+	remote     *remote // nil: local disk only
 	// batches are the selects' scratch batches (rollup_reader.go).
 	batches batchPool
 	// shared is where a written partition's series table takes its label
@@ -249,6 +252,15 @@ func OpenRollup(cfg RollupConfig, logger *slog.Logger, reg prometheus.Registerer
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "strata_tiers_open_partition_footer_bytes", Help: "What the open partition files' parsed footers hold in memory, estimated from their size on disk.", ConstLabels: cl},
 		func() float64 { return float64(r.files.weight()) })
 	return r, nil
+}
+
+// Generation changes whenever a partition is written, rewritten, deleted
+// or found in the bucket: what a select may read changed.
+func (r *Rollup) Generation() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.generation.Load()
 }
 
 // Config returns the configuration in effect (with defaults filled in).
@@ -365,6 +377,7 @@ func (r *Rollup) ApplyRetention() (int, error) {
 			continue
 		}
 		delete(r.parts, s)
+		r.generation.Add(1)
 		if err := r.files.drop(s); err != nil {
 			errs = append(errs, fmt.Errorf("close deleted %s partition %s: %w", r.cfg.Name, p.Path, err))
 		}
@@ -387,6 +400,7 @@ func (r *Rollup) ApplyRetention() (int, error) {
 				r.mu.Lock()
 				if _, ok := r.parts[p.Start]; !ok {
 					r.parts[p.Start] = p
+					r.generation.Add(1)
 				}
 				r.mu.Unlock()
 				continue

@@ -190,6 +190,7 @@ func (r *Rollup) WritePartitionSeries(start int64, series iter.Seq2[SeriesWindow
 	r.mu.Lock()
 	r.parts[start] = PartitionInfo{Start: start, End: start + length, Rows: pw.rows, Bytes: f.Size(), Path: final}
 	delete(r.corrupt, start) // written again: nothing is missing any more
+	r.generation.Add(1)
 	r.mu.Unlock()
 	r.written.Inc()
 	if r.remote != nil {

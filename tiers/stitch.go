@@ -125,6 +125,43 @@ func (s *Stitched) ResolutionQuerier(mint, maxt, maxResolution int64, lookback t
 	return &stitchedQuerier{s: s, mint: mint, maxt: maxt, maxRes: max(maxResolution, 0), lookback: lookback}
 }
 
+// Generation implements query.CacheSource: it changes whenever a tier's
+// data older than the raw tier's late-append horizon (Raw.TrackLateAppends)
+// may have changed.
+func (s *Stitched) Generation() uint64 {
+	var g uint64
+	if s.raw != nil {
+		g = s.raw.Generation()
+	}
+	// The rollup tiers' counters only grow: a change of either changes the
+	// sum's hash.
+	return g ^ (s.minute.Generation()*0x9E3779B97F4A7C15 + s.hour.Generation()*0xC2B2AE3D27D4EB4F)
+}
+
+// RawFrom implements query.CacheSource: the oldest time from which plan
+// gives the raw tier alone every select of a step at most maxStep (ms),
+// math.MaxInt64 when raw holds nothing. A step of five minute windows or
+// more (maxResolution) may have the minute tier serve up to the end of its
+// newest partition, and the hour tier never serves past the minute tier.
+func (s *Stitched) RawFrom(maxStep int64) int64 {
+	from := s.rawStart()
+	if from == math.MaxInt64 {
+		return from
+	}
+	if _, mHi, ok := tierBounds(s.minute); ok && maxStep/5 >= tierRes(s.minute, time.Minute) {
+		from = max(from, mHi)
+	}
+	return from
+}
+
+// Derived implements query.CacheSource: whether the matchers may select a
+// minute-only series (WithMinuteOnlyNames), whose minutes not yet in a
+// partition are read from windows the diagnosis engine writes after them.
+func (s *Stitched) Derived(ms []*labels.Matcher) bool {
+	minuteOnly, _ := s.selectsMinuteOnly(ms)
+	return minuteOnly
+}
+
 // MinTime returns the oldest time any tier holds data for (ms), and false
 // when every tier is empty.
 func (s *Stitched) MinTime() (int64, bool) {
