@@ -149,6 +149,13 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		parts = runtime.GOMAXPROCS(0)
 	}
 	split := &splitEngine{QueryEngine: engine, parser: promqlParser, parts: parts, minSteps: minStepsPerPart, maxSamples: cfg.MaxSamples}
+	// The API's range queries go through the results cache when there is
+	// one; rules and everything else that takes Engine() evaluate instant
+	// queries, which it never holds.
+	var ranged promql.QueryEngine = split
+	if o.cache != nil && cfg.ResultsCacheSize > 0 {
+		ranged = newCacheEngine(split, promqlParser, o.cache, cfg, reg)
+	}
 
 	var exemplars storage.ExemplarQueryable
 	if eq, ok := q.(storage.ExemplarQueryable); ok {
@@ -194,7 +201,7 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		routes = append(routes, "/status/runtimeinfo")
 	}
 	papi := v1.NewAPI(
-		split, q, nil, exemplars,
+		ranged, q, nil, exemplars,
 		nil, o.targetRetriever(), ar, // scrape pools, targets, alertmanagers
 		func() config.Config { return promCfg },
 		flags, o.globalURLOptions(),

@@ -38,6 +38,17 @@ type Config struct {
 	// 0, the default, means one per CPU, GOMAXPROCS; 1 never splits). A part
 	// gets at least 1,000 steps, so short queries run whole.
 	SplitParallelism int
+	// ResultsCacheSize bounds the range-query results cache, in bytes
+	// (--query.results-cache-size, 32 MiB; 0 turns it off). The cache keeps
+	// the steps of answers that can no longer change and evaluates only the
+	// newer steps when a query comes again (cache.go). It needs
+	// WithResultsCache.
+	ResultsCacheSize int64
+	// ResultsCacheFreshness is how far behind now a step must be for the
+	// cache to keep it (--query.results-cache-freshness, 5m): samples
+	// arriving later than that are late, and a late sample empties the
+	// cache of what it may change.
+	ResultsCacheFreshness time.Duration
 
 	// RemoteReadSampleLimit caps the samples one sampled (non-streamed) remote
 	// read may return (--storage.remote.read-sample-limit, 5e7; 0 = no limit).
@@ -93,6 +104,8 @@ func DefaultConfig() Config {
 		MaxConcurrency:            20,
 		LookbackDelta:             5 * time.Minute,
 		NoStepSubqueryInterval:    time.Minute,
+		ResultsCacheSize:          32 << 20,
+		ResultsCacheFreshness:     5 * time.Minute,
 		RemoteReadSampleLimit:     50_000_000,
 		RemoteReadConcurrency:     10,
 		RemoteReadMaxBytesInFrame: 1 << 20,
@@ -115,6 +128,12 @@ func (c Config) validate() error {
 	}
 	if c.NoStepSubqueryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("subquery default step must be positive, got %s", c.NoStepSubqueryInterval))
+	}
+	if c.ResultsCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("query results cache size must not be negative, got %d", c.ResultsCacheSize))
+	}
+	if c.ResultsCacheSize > 0 && c.ResultsCacheFreshness < time.Second {
+		errs = append(errs, fmt.Errorf("query results cache freshness must be at least 1s, got %s", c.ResultsCacheFreshness))
 	}
 	if c.SplitParallelism < 0 {
 		errs = append(errs, fmt.Errorf("query split parallelism must not be negative, got %d", c.SplitParallelism))

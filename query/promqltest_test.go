@@ -1,11 +1,17 @@
 package query
 
 import (
+	"context"
 	"log/slog"
+	"math"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/storage"
@@ -77,6 +83,75 @@ func TestPromQLAcceptanceSplit(t *testing.T) {
 	})
 	split := &splitEngine{QueryEngine: api.engine, parser: parser.NewParser(cfg.parserOptions()), parts: 3, minSteps: 1, maxSamples: cfg.MaxSamples}
 	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, split, newRawTestStorage)
+}
+
+// TestPromQLAcceptanceCached runs the suite again with every range query
+// answered by the results cache twice: the first evaluation keeps its steps
+// (every step of the suite's 1970 data is far behind the freshness horizon)
+// and the second, which the suite checks, comes from the cache where the
+// first could be kept. A load between them changes the generation.
+func TestPromQLAcceptanceCached(t *testing.T) {
+	cfg := acceptanceConfig()
+	api, err := New(cfg, openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := api.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	src := &acceptanceCacheSource{}
+	cache := newCacheEngine(api.split, parser.NewParser(cfg.parserOptions()), src, cfg, prometheus.NewRegistry())
+	open := func(tb testing.TB) storage.Storage {
+		st := newRawTestStorage(tb)
+		raw := st.(rawTestStorage).Raw
+		raw.TrackLateAppends(cfg.ResultsCacheFreshness, nil)
+		src.set(raw)
+		return st
+	}
+	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, twiceEngine{cache}, open)
+	hits := testutil.ToFloat64(cache.hits)
+	if hits == 0 {
+		t.Error("no range query of the suite was answered from the cache")
+	}
+	t.Logf("range queries answered from the cache: %v (bypassed %v)", hits, testutil.ToFloat64(cache.bypassed))
+}
+
+// acceptanceCacheSource is the CacheSource of the suite's current storage:
+// each file (and each clear) opens a new raw tier, and an answer over one
+// must never serve another, so the store's number is in the generation.
+type acceptanceCacheSource struct {
+	mu    sync.Mutex
+	raw   *tiers.Raw
+	store uint64
+}
+
+func (s *acceptanceCacheSource) set(raw *tiers.Raw) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.raw, s.store = raw, s.store+1
+}
+
+func (s *acceptanceCacheSource) Generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw.Generation() ^ (s.store * 0x9E3779B97F4A7C15)
+}
+
+func (s *acceptanceCacheSource) RawFrom(int64) int64            { return math.MinInt64 }
+func (s *acceptanceCacheSource) Derived([]*labels.Matcher) bool { return false }
+
+// twiceEngine evaluates every range query once and discards the answer
+// before returning the query the caller runs.
+type twiceEngine struct{ *cacheEngine }
+
+func (e twiceEngine) NewRangeQuery(ctx context.Context, q storage.Queryable, opts promql.QueryOpts, qs string, start, end time.Time, interval time.Duration) (promql.Query, error) {
+	if first, err := e.cacheEngine.NewRangeQuery(ctx, q, opts, qs, start, end, interval); err == nil {
+		first.Exec(ctx)
+		first.Close()
+	}
+	return e.cacheEngine.NewRangeQuery(ctx, q, opts, qs, start, end, interval)
 }
 
 // acceptanceConfig is the query configuration of Prometheus' own test

@@ -59,6 +59,7 @@ type options struct {
 	rawMetrics  prometheus.Gatherer
 	rawPrefix   string
 	runtimeInfo func() (v1.RuntimeInfo, error) // WithRuntimeInfo
+	cache       CacheSource                    // WithResultsCache
 }
 
 // WithTargets serves /api/v1/targets from src, in Prometheus' format and with

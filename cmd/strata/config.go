@@ -237,6 +237,10 @@ type QueryConfig struct {
 	LookbackDelta  model.Duration `yaml:"lookback_delta"`
 	// SplitParallelism: see query.Config.SplitParallelism.
 	SplitParallelism int `yaml:"split_parallelism"`
+	// ResultsCacheSize and ResultsCacheFreshness: see
+	// query.Config.ResultsCacheSize and ResultsCacheFreshness.
+	ResultsCacheSize      ByteSize       `yaml:"results_cache_size"`
+	ResultsCacheFreshness model.Duration `yaml:"results_cache_freshness"`
 }
 
 // ByteSize is a size in bytes that YAML and flags may write as "32MiB".
@@ -530,6 +534,8 @@ func (c Config) query() query.Config {
 	q.MaxConcurrency = c.Query.MaxConcurrency
 	q.LookbackDelta = time.Duration(c.Query.LookbackDelta)
 	q.SplitParallelism = c.Query.SplitParallelism
+	q.ResultsCacheSize = int64(c.Query.ResultsCacheSize)
+	q.ResultsCacheFreshness = time.Duration(c.Query.ResultsCacheFreshness)
 	q.RemoteReadSampleLimit = c.RemoteRead.SampleLimit
 	q.RemoteReadConcurrency = c.RemoteRead.ConcurrentLimit
 	q.RemoteReadMaxBytesInFrame = int(c.RemoteRead.MaxBytesInFrame)

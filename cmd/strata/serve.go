@@ -354,7 +354,11 @@ func startServer(cfg Config, logger *slog.Logger) (srv *server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if qcfg.ResultsCacheSize > 0 {
+		srv.raw.TrackLateAppends(qcfg.ResultsCacheFreshness, nil)
+	}
 	srv.api, err = query.New(qcfg, srv.stitched, srv.meta, logger.With("component", "query"), reg,
+		query.WithResultsCache(srv.stitched),
 		query.WithTargets(srv.targets, cfg.Web.ListenAddress, extURL),
 		query.WithRawStatus(srv.raw, reg, rawMetricPrefix),
 		query.WithRuntimeInfo(runtimeInfo(cfg, start, reg)))
@@ -729,4 +733,8 @@ func addQueryFlags(o *overrides) {
 		func(c *Config) *model.Duration { return &c.Query.LookbackDelta })
 	o.int("query.split-parallelism", "Parts a range query of 2,000 steps or more is split into, evaluated in parallel; 0 = one per CPU, 1 = never split. (default: 0)",
 		func(c *Config) *int { return &c.Query.SplitParallelism })
+	o.bytes("query.results-cache-size", "Memory for the steps of range query answers that can no longer change, so that a refreshed dashboard evaluates only its newest steps; 0 turns the cache off. (default: 32MiB)",
+		func(c *Config) *ByteSize { return &c.Query.ResultsCacheSize })
+	o.duration("query.results-cache-freshness", "How far behind now a step must be for the results cache to keep it; samples arriving later than that empty it of what they may change. (default: 5m)",
+		func(c *Config) *model.Duration { return &c.Query.ResultsCacheFreshness })
 }
