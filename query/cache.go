@@ -23,9 +23,9 @@ type CacheSource interface {
 	// written, compacted or deleted. Two equal generations mean that every
 	// answer over data older than the horizon is the same.
 	Generation() uint64
-	// RawFrom is the oldest time (ms) from which the raw tier alone serves
-	// every selection of a step at most maxStep (ms); math.MaxInt64 when it
-	// holds nothing. Answers over rollups are not cached.
+	// RawFrom is the oldest time (ms) from which no tier but raw serves
+	// any part of a selection of a step at most maxStep (ms). Answers over
+	// rollups are not cached.
 	RawFrom(maxStep int64) int64
 	// Derived reports whether a selection with these matchers may read
 	// series that are not appended as samples but derived later (the
@@ -56,10 +56,10 @@ func WithResultsCache(src CacheSource) Option {
 // for step: the engine evaluates each step of a range query on its own, so
 // the cached steps and the evaluated ones join exactly as the split
 // engine's parts do (splitEngine). Only what is certain to hold is cached:
-//   - queries whose every selection the raw tier alone serves (RawFrom:
-//     a step fine enough that no rollup tier may serve it, or data newer
-//     than the rollup tiers' newest partition), none reading a derived
-//     series;
+//   - queries whose every selection no tier but raw serves (RawFrom:
+//     data newer than raw's start with a step too fine for the minute
+//     tier, or newer than the rollup tiers' newest partition), none
+//     reading a derived series;
 //   - queries naming no absolute time and no part of the range: no @, no
 //     duration expression, none of start(), end(), range();
 //   - answers without warnings or infos (an annotation cannot be split by

@@ -139,19 +139,29 @@ func (s *Stitched) Generation() uint64 {
 }
 
 // RawFrom implements query.CacheSource: the oldest time from which plan
-// gives the raw tier alone every select of a step at most maxStep (ms),
-// math.MaxInt64 when raw holds nothing. A step of five minute windows or
-// more (maxResolution) may have the minute tier serve up to the end of its
-// newest partition, and the hour tier never serves past the minute tier.
+// gives no tier but raw any part of a select of a step at most maxStep
+// (ms). A rollup tier serves only where it holds a partition, so nothing
+// after the newest partition's end (math.MinInt64 when both rollup tiers
+// are empty); raw serves from its start, and a step of five minute windows
+// or more (maxResolution) has the minute tier serve up to the end of its
+// newest partition instead.
 func (s *Stitched) RawFrom(maxStep int64) int64 {
+	rollupEnd := int64(math.MinInt64)
+	_, mHi, mOK := tierBounds(s.minute)
+	if mOK {
+		rollupEnd = mHi
+	}
+	if _, hHi, ok := tierBounds(s.hour); ok {
+		rollupEnd = max(rollupEnd, hHi)
+	}
+	if rollupEnd == math.MinInt64 {
+		return rollupEnd
+	}
 	from := s.rawStart()
-	if from == math.MaxInt64 {
-		return from
+	if mOK && maxStep/5 >= tierRes(s.minute, time.Minute) && mHi > from {
+		from = mHi
 	}
-	if _, mHi, ok := tierBounds(s.minute); ok && maxStep/5 >= tierRes(s.minute, time.Minute) {
-		from = max(from, mHi)
-	}
-	return from
+	return min(from, rollupEnd)
 }
 
 // Derived implements query.CacheSource: whether the matchers may select a

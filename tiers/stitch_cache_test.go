@@ -1,6 +1,7 @@
 package tiers_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ func TestStitchedRawFrom(t *testing.T) {
 		if got := f.stitched.RawFrom(tc.step.Milliseconds()); got != tc.want {
 			t.Errorf("RawFrom(%s) = %d, want %d", tc.step, got-testT0, tc.want-testT0)
 		}
+	}
+	// Without rollups, raw serves everything there is.
+	if got := tiers.NewStitched(f.raw, nil, nil).RawFrom(time.Hour.Milliseconds()); got != math.MinInt64 {
+		t.Errorf("RawFrom without rollup tiers = %d, want math.MinInt64", got)
 	}
 	if a, b := f.stitched.Generation(), f.stitched.Generation(); a != b {
 		t.Errorf("the generation changed with nothing written: %d, %d", a, b)
