@@ -157,14 +157,24 @@ func BenchmarkDecodeV2(b *testing.B) {
 // HTTP handler, snappy, decode, validation, append and commit into a real
 // TSDB head (WAL on). 10,000 series are written in five requests of 2,000;
 // every round moves time on by 1 s so each append is a new sample. The
-// series cache is measured on and off.
+// series cache is measured on and off, and with the raw tier counting late
+// appends for the query results cache (`strata serve`'s default) and not.
 func BenchmarkDecodeAppend(b *testing.B) {
 	const groups = 5
-	for _, cache := range []bool{true, false} {
-		b.Run(fmt.Sprintf("cache=%v", cache), func(b *testing.B) {
+	for _, v := range []struct{ cache, tracked bool }{{true, false}, {false, false}, {true, true}} {
+		cache := v.cache
+		name := fmt.Sprintf("cache=%v", cache)
+		if v.tracked {
+			name += "/late=tracked"
+		}
+		b.Run(name, func(b *testing.B) {
 			raw, err := tiers.OpenRaw(tiers.DefaultRawConfig(b.TempDir()), slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				b.Fatal(err)
+			}
+			var clock time.Time
+			if v.tracked {
+				raw.TrackLateAppends(5*time.Minute, func() time.Time { return clock })
 			}
 			defer func() {
 				if err := raw.Close(); err != nil {
@@ -175,7 +185,6 @@ func BenchmarkDecodeAppend(b *testing.B) {
 			if !cache {
 				cfg.SeriesCacheSize = -1
 			}
-			var clock time.Time
 			h, err := NewHandler(cfg, raw, nil, nil, nil, func() time.Time { return clock })
 			if err != nil {
 				b.Fatal(err)
