@@ -17,7 +17,9 @@
 // (MetadataSource) and /api/v1/status/config from the YAML its caller gives
 // (status.go); builds the engine with Strata's limits: timeout, max samples,
 // lookback and a concurrency gate that queues queries until their timeout
-// (gate.go); and splits long range queries by their steps into parts
-// evaluated in parallel (split.go). The endpoints, limits and flags are
+// (gate.go); splits long range queries by their steps into parts
+// evaluated in parallel (split.go); and keeps the final steps of range
+// query answers, so that a refreshed dashboard evaluates only its newest
+// steps (cache.go, WithResultsCache). The endpoints, limits and flags are
 // documented in docs/api.md.
 package query
