@@ -49,16 +49,7 @@ func (s skippingTB) Run(name string, f func(*testing.T)) bool {
 func TestPromQLAcceptance(t *testing.T) {
 	start := time.Now()
 	cfg := acceptanceConfig()
-	raw := openTestRaw(t) // only to give New a queryable; each file gets its own tier
-	api, err := New(cfg, raw, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := api.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	api := newAcceptanceAPI(t, cfg)
 
 	// The whole suite takes about 30 s on two cores, so -short runs it all.
 	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, api.Engine(), newRawTestStorage)
@@ -72,15 +63,7 @@ func TestPromQLAcceptance(t *testing.T) {
 // evaluation.
 func TestPromQLAcceptanceSplit(t *testing.T) {
 	cfg := acceptanceConfig()
-	api, err := New(cfg, openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := api.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	api := newAcceptanceAPI(t, cfg)
 	split := &splitEngine{QueryEngine: api.engine, parser: parser.NewParser(cfg.parserOptions()), parts: 3, minSteps: 1, maxSamples: cfg.MaxSamples}
 	promqltest.RunBuiltinTestsWithStorage(skippingTB{T: t, skips: promqlSkips}, split, newRawTestStorage)
 }
@@ -92,15 +75,7 @@ func TestPromQLAcceptanceSplit(t *testing.T) {
 // first could be kept. A load between them changes the generation.
 func TestPromQLAcceptanceCached(t *testing.T) {
 	cfg := acceptanceConfig()
-	api, err := New(cfg, openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := api.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	api := newAcceptanceAPI(t, cfg)
 	src := &acceptanceCacheSource{}
 	cache := newCacheEngine(api.split, parser.NewParser(cfg.parserOptions()), src, cfg, prometheus.NewRegistry())
 	open := func(tb testing.TB) storage.Storage {
@@ -152,6 +127,22 @@ func (e twiceEngine) NewRangeQuery(ctx context.Context, q storage.Queryable, opt
 		first.Close()
 	}
 	return e.cacheEngine.NewRangeQuery(ctx, q, opts, qs, start, end, interval)
+}
+
+// newAcceptanceAPI builds the API whose engines the suite runs, over a raw
+// tier that only gives New a queryable: each file gets its own tier.
+func newAcceptanceAPI(t *testing.T, cfg Config) *API {
+	t.Helper()
+	api, err := New(cfg, openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := api.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return api
 }
 
 // acceptanceConfig is the query configuration of Prometheus' own test
