@@ -21,9 +21,12 @@ PLAIN_PKGS   = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list 
 # (35 days of history) and Prometheus' PromQL test files through the query
 # engine, plain and with every expression pinned, are computation in one
 # goroutine, which the race detector only slows down (the files took 39-92 s
-# each under it, 5 s without). The files split into parts evaluated in
-# parallel (TestPromQLAcceptanceSplit) stay under the race detector.
-PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures|TestPromQLAcceptance|TestPromQLAcceptancePinned)$$
+# each under it, 5 s without), and so is the suite answered twice through
+# the results cache (TestPromQLAcceptanceCached; the cache's concurrency is
+# TestResultsCacheConcurrent's, under it). The files split into parts
+# evaluated in parallel (TestPromQLAcceptanceSplit) stay under the race
+# detector.
+PLAIN_TESTS := ^(TestRollupSizeRatios|TestRollupTiersAgreeWithRaw|TestHourTierIssueFigures|TestPromQLAcceptance|TestPromQLAcceptancePinned|TestPromQLAcceptanceCached)$$
 PLAIN_TESTS_PKGS := ./tiers/ ./query/
 GOLANGCI    := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME    ?= 30s

@@ -2,10 +2,12 @@ package query
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,5 +299,50 @@ func TestResultsCacheBounded(t *testing.T) {
 	c.mu.Unlock()
 	if annotated {
 		t.Error("an answer with an info annotation was cached")
+	}
+}
+
+// TestResultsCacheConcurrent: refreshes of the same panels from several
+// clients at once, while samples arrive and one comes late, all get the
+// plain engine's answers (the race detector watches the cache's entries).
+func TestResultsCacheConcurrent(t *testing.T) {
+	ct := newCacheTest(t, 256<<10)
+	ct.advance(time.Hour, 0)
+	queries := []string{"sum(rate(x[5m]))", "max by (i) (g)", "x"}
+	for round := range 5 {
+		end := time.UnixMilli(*ct.clock)
+		var wg sync.WaitGroup
+		errs := make(chan string, 4*len(queries))
+		for c := range 4 {
+			wg.Go(func() {
+				for _, qs := range queries {
+					run := func(e promql.QueryEngine) string {
+						qry, err := e.NewRangeQuery(context.Background(), ct.raw, nil, qs, end.Add(-time.Hour), end, 15*time.Second)
+						if err != nil {
+							return err.Error()
+						}
+						defer qry.Close()
+						return qry.Exec(context.Background()).String()
+					}
+					if got, want := run(ct.cache), run(ct.plain); got != want {
+						errs <- fmt.Sprintf("round %d, client %d, %s: cached answer differs", round, c, qs)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		// The clock and the samples move between rounds only: the plain
+		// engine and the cache must see the same data.
+		ct.advance(20*time.Second, 0)
+		if round == 2 {
+			ct.late("concurrent", *ct.clock-10*60_000)
+		}
+	}
+	if testutil.ToFloat64(ct.cache.partial)+testutil.ToFloat64(ct.cache.hits) == 0 {
+		t.Error("no answer came from the cache")
 	}
 }
