@@ -70,7 +70,8 @@ func TestResultsCacheEndToEnd(t *testing.T) {
 	}
 	ask(now)
 	ask(now.Add(15 * time.Second)) // a refresh: the older steps from the cache
-	// A second of background writes by both servers, then another refresh.
+	// Two seconds and a half of both servers' own writes (rules and
+	// self-scrape every second), then another refresh.
 	time.Sleep(2500 * time.Millisecond)
 	ask(now.Add(30 * time.Second))
 	served := metricValue(t, cached, `strata_query_results_cache_steps_served_total`)
