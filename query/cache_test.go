@@ -22,8 +22,8 @@ import (
 )
 
 // rawCacheSource is a CacheSource over a raw tier alone, as tiers.Stitched
-// is over a store whose rollup tiers hold nothing; names starting with
-// "derived" stand for the diagnosis engine's minute-only series.
+// is over a store whose rollup tiers hold nothing; derived_baseline stands
+// for the diagnosis engine's minute-only series.
 type rawCacheSource struct {
 	raw     *tiers.Raw
 	rawFrom int64
