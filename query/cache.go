@@ -433,13 +433,7 @@ func (q *cachedQuery) Statement() parser.Statement {
 		}
 		return &parser.EvalStmt{Expr: expr, Start: q.start, End: q.end, Interval: q.interval}
 	}
-	st := q.fresh.Statement()
-	if es, ok := st.(*parser.EvalStmt); ok {
-		whole := *es
-		whole.Start, whole.End = q.start, q.end
-		return &whole
-	}
-	return st
+	return wholeRange(q.fresh.Statement(), q.start, q.end)
 }
 
 // Stats implements promql.Query: those of the evaluated steps (none when

@@ -267,10 +267,15 @@ func (q *splitQuery) Close() {
 
 // Statement implements promql.Query: the whole range's statement.
 func (q *splitQuery) Statement() parser.Statement {
-	st := q.parts[0].Statement()
+	return wholeRange(q.parts[0].Statement(), q.start, q.end)
+}
+
+// wholeRange returns st, the statement of a part of a range query, over
+// the whole range [start, end].
+func wholeRange(st parser.Statement, start, end time.Time) parser.Statement {
 	if es, ok := st.(*parser.EvalStmt); ok {
 		whole := *es
-		whole.Start, whole.End = q.start, q.end
+		whole.Start, whole.End = start, end
 		return &whole
 	}
 	return st
