@@ -239,6 +239,10 @@ func New(cfg Config, q storage.SampleAndChunkQueryable, meta MetadataSource, log
 		if handler != "/read" {
 			h = comp.wrap(h)
 		}
+		switch handler {
+		case "/query", "/query_range", "/read":
+			h = o.readsData(h)
+		}
 		return instrument(handler, h)
 	}).WithPrefix(apiPrefix)
 	papi.Register(router)
@@ -354,4 +358,25 @@ func (emptyExemplars) ExemplarQuerier(context.Context) (storage.ExemplarQuerier,
 
 func (emptyExemplars) Select(int64, int64, ...[]*labels.Matcher) ([]exemplar.QueryResult, error) {
 	return []exemplar.QueryResult{}, nil // [] as Prometheus answers, not null
+}
+
+// WithQueryActivity calls f when a request that reads series data (an
+// instant or range query, a remote read) starts and when it ends: strata
+// serve keeps the raw chunk pages such requests map while they keep coming
+// (its chunk page release).
+func WithQueryActivity(f func()) Option {
+	return func(o *options) { o.activity = f }
+}
+
+// readsData wraps a handler of requests that read series data with the
+// WithQueryActivity calls.
+func (o *options) readsData(h http.HandlerFunc) http.HandlerFunc {
+	if o.activity == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		o.activity()
+		defer o.activity()
+		h(w, r)
+	}
 }

@@ -60,6 +60,7 @@ type options struct {
 	rawPrefix   string
 	runtimeInfo func() (v1.RuntimeInfo, error) // WithRuntimeInfo
 	cache       CacheSource                    // WithResultsCache
+	activity    func()                         // WithQueryActivity
 }
 
 // WithTargets serves /api/v1/targets from src, in Prometheus' format and with

@@ -20,12 +20,14 @@ import (
 // NewGRPCServer returns a gRPC server with s registered as the Store and
 // Info services and, when qs is not nil, qs as the Query service (announced
 // in Info, which makes the node a remote engine of a distributed Querier).
-// tlsCfg nil serves plain text. The caller MUST call Stop or GracefulStop.
-func NewGRPCServer(s *Server, qs *QueryServer, tlsCfg *tls.Config) *grpc.Server {
+// tlsCfg nil serves plain text; more options (interceptors) follow Strata's
+// own. The caller MUST call Stop or GracefulStop.
+func NewGRPCServer(s *Server, qs *QueryServer, tlsCfg *tls.Config, more ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodec(Codec()),
 		grpc.MaxRecvMsgSize(16 << 20), // requests are matchers and hints: small
 	}
+	opts = append(opts, more...)
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}

@@ -115,6 +115,9 @@ type heapPacer struct {
 	n      int     // collections recorded, up to heapPacerWindow
 	next   int     // where the next one goes in recs
 	paced  float64 // the headroom of the latest paced limit (effectiveHeadroom), 0 when not pacing
+	// held, when set, steps the pacer aside while it returns true (the
+	// server is queried: queriedRecently).
+	held func(time.Time) bool
 }
 
 // heapReading is what the pacer reads from the runtime once a period.
@@ -130,7 +133,8 @@ type heapReading struct {
 // runtime's memory besides the heap's objects (stacks, metadata, buffers,
 // the unused bytes of the heap's spans), which the soft limit also counts.
 // The limit is the ceiling until heapPacerWindow collections are recorded,
-// and while GOGC alone would collect more often than heapPacerMinInterval.
+// while GOGC alone would collect more often than heapPacerMinInterval, and
+// while p.held says so.
 func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline uint64) {
 	latest := p.recs[(p.next+heapPacerWindow-1)%heapPacerWindow]
 	if r.live > 0 && (p.n == 0 || r.cycles != latest.cycles) {
@@ -150,7 +154,7 @@ func (p *heapPacer) observe(now time.Time, r heapReading) (limit int64, baseline
 		baseline = min(baseline, rec.live)
 	}
 	p.paced = 0
-	if p.n < heapPacerWindow || !p.gogcCollectsSlowly() {
+	if p.n < heapPacerWindow || !p.gogcCollectsSlowly() || p.held != nil && p.held(now) {
 		return p.ceiling, baseline
 	}
 	h := p.effectiveHeadroom(baseline)
@@ -260,10 +264,10 @@ var heapPacerMetrics = []string{
 }
 
 // paceHeap runs the heap pacer until ctx is done when --runtime.heap-pacer
-// is on and GOGC is not off.
-func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer) {
+// is on and GOGC is not off; it steps aside while held (nil: never) says so.
+func (m memoryPolicy) paceHeap(ctx context.Context, reg prometheus.Registerer, held func(time.Time) bool) {
 	if gcPercent := gcPercentOrDefault(m.gogc); m.pacer && gcPercent > 0 {
-		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom, interval: m.pacerInterval, rise: m.pacerRise}, reg)
+		runHeapPacer(ctx, &heapPacer{gcPercent: gcPercent, headroom: m.pacerHeadroom, interval: m.pacerInterval, rise: m.pacerRise, held: held}, reg)
 	}
 }
 

@@ -310,7 +310,7 @@ func TestHeapPacerOff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("GOGC", tc.gogc)
 			reg := prometheus.NewRegistry()
-			tc.policy.paceHeap(ctx, reg)
+			tc.policy.paceHeap(ctx, reg, nil)
 			mfs, err := reg.Gather()
 			if err != nil {
 				t.Fatal(err)
@@ -391,5 +391,28 @@ func TestHeapPacerFlagsValidated(t *testing.T) {
 		if err := m.apply(memorySources{root: t.TempDir()}, slog.New(slog.DiscardHandler)); err == nil {
 			t.Fatalf("%+v: no error", m)
 		}
+	}
+}
+
+// TestHeapPacerHeld: while held (the server is queried) the pacer steps
+// aside for the configured limit, and it paces again, from the window it
+// kept recording, as soon as the hold ends.
+func TestHeapPacerHeld(t *testing.T) {
+	p := newTestPacer(math.MaxInt64)
+	held := false
+	p.held = func(time.Time) bool { return held }
+	p.steady(200)
+	if got := p.feed(pacedCollections, 200)[0]; got != steadyLimit(200) {
+		t.Fatalf("not held: limit %d MiB, want %d", got, steadyLimit(200))
+	}
+	held = true
+	for i, got := range p.feed(pacedCollections, 200, 250, 220) {
+		if got != ceilingMiB || p.paced != 0 {
+			t.Fatalf("held, collection %d: limit %d MiB (headroom %v), want the ceiling", i, got, p.paced)
+		}
+	}
+	held = false
+	if got := p.feed(pacedCollections, 200)[0]; got != steadyLimit(200) {
+		t.Fatalf("hold over: limit %d MiB, want %d", got, steadyLimit(200))
 	}
 }

@@ -64,7 +64,8 @@ func (s *server) serveGRPC(errc chan<- error) (stop func(), err error) {
 		return ln.Addr(), nil
 	}
 	if s.store != nil {
-		addr, err := start("grpc", s.cfg.GRPC.ListenAddress, storeapi.NewGRPCServer(s.store, s.queryAPI, tlsCfg))
+		addr, err := start("grpc", s.cfg.GRPC.ListenAddress, storeapi.NewGRPCServer(s.store, s.queryAPI, tlsCfg,
+			grpc.ChainStreamInterceptor(s.streamReadsData)))
 		if err != nil {
 			return nil, err
 		}
@@ -108,4 +109,14 @@ func gracefulStop(g *grpc.Server) {
 	case <-time.After(30 * time.Second):
 		g.Stop()
 	}
+}
+
+// streamReadsData marks the server as queried (queriedRecently) when a
+// streamed StoreAPI or Query API call starts and when it ends: Series,
+// Query and QueryRange, the calls that read series data; Info, LabelNames
+// and LabelValues are unary.
+func (s *server) streamReadsData(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	s.markQueried()
+	defer s.markQueried()
+	return h(srv, ss)
 }

@@ -28,6 +28,10 @@ type Trigger struct {
 	Every           time.Duration
 	Poll, BurstPoll time.Duration
 	Burst           time.Duration
+	// Hold, when set, defers a due release while it returns true: reads
+	// that come back to the same pages within seconds (a dashboard's
+	// queries) would only map them again.
+	Hold func(now time.Time) bool
 
 	base       int64     // the shared resident set after the last release
 	last       time.Time // the last release (zero: none yet)
@@ -82,7 +86,7 @@ func (t *Trigger) Run(ctx context.Context, release func()) {
 			return
 		case <-timer.C:
 		}
-		if t.Due(time.Now(), shared()) {
+		if now := time.Now(); t.Due(now, shared()) && (t.Hold == nil || !t.Hold(now)) {
 			release()
 			t.Released(time.Now(), shared())
 		}

@@ -2,6 +2,7 @@ package mapped
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -70,5 +71,32 @@ func TestTriggerRun(t *testing.T) {
 	<-done
 	if releases < 3 {
 		t.Fatalf("%d releases before the context ended (%v)", releases, ctx.Err())
+	}
+}
+
+func TestTriggerRunHolds(t *testing.T) {
+	var held atomic.Bool
+	held.Store(true)
+	tr := Trigger{Every: 2 * time.Millisecond, Poll: time.Millisecond, Hold: func(time.Time) bool { return held.Load() }}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var releases atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.Run(ctx, func() {
+			releases.Add(1)
+			cancel()
+		})
+	}()
+	// Due every poll from the third millisecond on, held for 50 ms.
+	time.Sleep(50 * time.Millisecond)
+	if n := releases.Load(); n != 0 {
+		t.Fatalf("%d releases while held", n)
+	}
+	held.Store(false)
+	<-done
+	if releases.Load() != 1 {
+		t.Fatalf("no release once the hold ended (%v)", ctx.Err())
 	}
 }
