@@ -2,15 +2,12 @@ package query
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestQueryActivity: WithQueryActivity's function is called when an
@@ -19,14 +16,7 @@ import (
 // read no series data.
 func TestQueryActivity(t *testing.T) {
 	var calls atomic.Int64
-	api, err := New(DefaultConfig(), openTestRaw(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
-		WithQueryActivity(func() { calls.Add(1) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Close() })
-	mux := http.NewServeMux()
-	api.Register(mux)
+	_, mux := newTestAPI(t, DefaultConfig(), openTestRaw(t), WithQueryActivity(func() { calls.Add(1) }))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 

@@ -118,9 +118,9 @@ func testMetadata() fakeMetadata {
 }
 
 // newTestAPI builds the API over q with cfg and returns a mux serving it.
-func newTestAPI(tb testing.TB, cfg Config, q storage.SampleAndChunkQueryable) (*API, *http.ServeMux) {
+func newTestAPI(tb testing.TB, cfg Config, q storage.SampleAndChunkQueryable, with ...Option) (*API, *http.ServeMux) {
 	tb.Helper()
-	api, err := New(cfg, q, testMetadata(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	api, err := New(cfg, q, testMetadata(), slog.New(slog.DiscardHandler), prometheus.NewRegistry(), with...)
 	if err != nil {
 		tb.Fatal(err)
 	}
