@@ -291,7 +291,11 @@ func checkRemoteReadCopy(t *testing.T, src *strataProc, now time.Time, rng, clus
 // afterwards. A missing file is an error naming it, and writes nothing.
 func TestBackfillFilesShareSeries(t *testing.T) {
 	dir := t.TempDir()
-	t0 := time.Now().Add(-50 * time.Hour).Truncate(time.Hour).Unix()
+	// At the start of a UTC day: the two hours then make two minute
+	// partitions and one hour partition whatever the time of day the test
+	// runs (run between 01:00 and 02:00 UTC, the hour 50 h before began at
+	// 23:00 and the two hours made two hour partitions).
+	t0 := time.Now().Add(-50 * time.Hour).Truncate(24 * time.Hour).Unix()
 	write := func(name string, from, to int64, extra string) string {
 		var b strings.Builder
 		b.WriteString("# TYPE g gauge\n")
