@@ -657,12 +657,6 @@ const (
 	chunkPageReleasePeriod     = 15 * time.Second
 )
 
-// releaseChunkPages drops the process's mappings of the raw head's chunk
-// file pages and of the raw blocks' files (tiers.Raw.ReleaseChunkPages)
-// when a mapped.Trigger says so: without it every chunk a rule or query
-// read stayed in the resident set until the head's truncation (or the
-// block's deletion), growing it by what was written (docs/rollups.md,
-// "Memory").
 // queryHold is how long after a query the server counts as queried
 // (queriedRecently).
 const queryHold = 30 * time.Second
@@ -689,6 +683,12 @@ func (s *server) queriedRecently(now time.Time) bool {
 	return now.Sub(time.Unix(0, s.queried.Load())) < queryHold
 }
 
+// releaseChunkPages drops the process's mappings of the raw head's chunk
+// file pages and of the raw blocks' files (tiers.Raw.ReleaseChunkPages)
+// when a mapped.Trigger says so: without it every chunk a rule or query
+// read stayed in the resident set until the head's truncation (or the
+// block's deletion), growing it by what was written (docs/rollups.md,
+// "Memory").
 func (s *server) releaseChunkPages(ctx context.Context) {
 	tr := mapped.Trigger{
 		Grow: chunkPageReleaseGrowth, Every: chunkPageReleasePeriod,
